@@ -1,0 +1,61 @@
+//! The pre-shared key: from `WIRESPEED_KEY`, a key file, or freshly generated. Never argv.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// The environment variable that holds the key.
+pub const KEY_ENV: &str = "WIRESPEED_KEY";
+
+/// A pre-shared key. Its Debug form never shows the bytes.
+#[derive(Clone)]
+pub struct Key(Vec<u8>);
+
+impl Key {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self> {
+        let bytes = bytes.into();
+        if bytes.is_empty() {
+            return Err(Error::Key("the key is empty".into()));
+        }
+        Ok(Key(bytes))
+    }
+
+    /// A random 256-bit key and its hex text, for a receiver to print once.
+    pub fn generate() -> Result<(Key, String)> {
+        let mut raw = [0u8; 32];
+        getrandom::fill(&mut raw).map_err(|e| Error::Key(format!("no randomness: {e}")))?;
+        let text: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        Ok((Key(text.clone().into_bytes()), text))
+    }
+
+    /// Reads the key file's contents, less a trailing newline.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let mut bytes =
+            std::fs::read(path).map_err(|e| Error::Key(format!("cannot read key file {}: {e}", path.display())))?;
+        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            bytes.pop();
+        }
+        Key::new(bytes).map_err(|_| Error::Key(format!("key file {} is empty", path.display())))
+    }
+
+    /// `WIRESPEED_KEY` if set, else the key file if given.
+    pub fn from_env_or_file(file: Option<&Path>) -> Result<Option<Self>> {
+        if let Some(path) = file {
+            return Key::from_file(path).map(Some);
+        }
+        match std::env::var_os(KEY_ENV) {
+            Some(v) => Key::new(v.into_encoded_bytes()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(<redacted>)")
+    }
+}

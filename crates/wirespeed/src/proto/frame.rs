@@ -1,0 +1,218 @@
+//! The fixed 24-byte frame header and its kinds. See docs/PROTOCOL.md for the byte layout.
+
+use crate::error::FrameError;
+
+/// Bytes in every frame header.
+pub const HEADER_LEN: usize = 24;
+
+/// What a frame carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Handshake: magic, version, parameters, nonce (and the server's proof).
+    Hello = 1,
+    /// Handshake: the client's proof.
+    Auth = 2,
+    /// Handshake: the server accepted the client.
+    AuthOk = 3,
+    /// Starts a message: meta = total body length (u64) + message header; payload = first body bytes.
+    Message = 4,
+    /// Continues the current message's body.
+    Data = 5,
+    /// Grants the peer `len` more bytes on a stream.
+    Credit = 6,
+    /// The sender will send no more messages on the stream.
+    Finish = 7,
+    /// Aborts a stream in both directions; `aux` holds the code.
+    Reset = 8,
+    /// Fatal connection error; `aux` holds the code, meta a UTF-8 message.
+    Error = 9,
+    /// Graceful end of the connection: nothing follows.
+    Close = 10,
+    /// Shared-memory rings only: skip `len` bytes to the end of the ring.
+    Pad = 11,
+}
+
+impl Kind {
+    pub fn from_u8(v: u8) -> Result<Kind, FrameError> {
+        Ok(match v {
+            1 => Kind::Hello,
+            2 => Kind::Auth,
+            3 => Kind::AuthOk,
+            4 => Kind::Message,
+            5 => Kind::Data,
+            6 => Kind::Credit,
+            7 => Kind::Finish,
+            8 => Kind::Reset,
+            9 => Kind::Error,
+            10 => Kind::Close,
+            11 => Kind::Pad,
+            other => return Err(FrameError::UnknownKind(other)),
+        })
+    }
+
+    /// Frames whose `len` counts payload bytes that follow the meta.
+    pub fn has_payload(self) -> bool {
+        matches!(self, Kind::Message | Kind::Data)
+    }
+}
+
+/// Size limits a receiver enforces before it allocates anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest meta section (message header + 8 bytes, or handshake fields).
+    pub max_meta: u32,
+    /// Largest payload in one frame (a message body may span many frames).
+    pub max_payload: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_meta: 1 << 20,
+            max_payload: 64 << 20,
+        }
+    }
+}
+
+/// A decoded frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub kind: Kind,
+    pub flags: u8,
+    pub stream: u32,
+    pub meta_len: u32,
+    /// Kind-specific: the code of Reset and Error frames.
+    pub aux: u32,
+    /// Payload bytes after the meta (Message, Data), credit bytes (Credit), or skip bytes (Pad).
+    pub len: u64,
+}
+
+impl FrameHeader {
+    pub fn new(kind: Kind, stream: u32) -> Self {
+        FrameHeader {
+            kind,
+            flags: 0,
+            stream,
+            meta_len: 0,
+            aux: 0,
+            len: 0,
+        }
+    }
+
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = self.kind as u8;
+        b[1] = self.flags;
+        b[4..8].copy_from_slice(&self.stream.to_le_bytes());
+        b[8..12].copy_from_slice(&self.meta_len.to_le_bytes());
+        b[12..16].copy_from_slice(&self.aux.to_le_bytes());
+        b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// Parses and validates a header against `limits`; never panics on any input.
+    pub fn decode(b: &[u8; HEADER_LEN], limits: &Limits) -> Result<Self, FrameError> {
+        let kind = Kind::from_u8(b[0])?;
+        if b[1] != 0 || b[2] != 0 || b[3] != 0 {
+            return Err(FrameError::Reserved);
+        }
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut len_bytes = [0u8; 8];
+        len_bytes.copy_from_slice(&b[16..24]);
+        let h = FrameHeader {
+            kind,
+            flags: b[1],
+            stream: u32_at(4),
+            meta_len: u32_at(8),
+            aux: u32_at(12),
+            len: u64::from_le_bytes(len_bytes),
+        };
+        if h.meta_len > limits.max_meta {
+            return Err(FrameError::HeaderTooLarge {
+                got: h.meta_len.into(),
+                limit: limits.max_meta.into(),
+            });
+        }
+        if kind.has_payload() && h.len > limits.max_payload {
+            return Err(FrameError::PayloadTooLarge {
+                got: h.len,
+                limit: limits.max_payload,
+            });
+        }
+        Ok(h)
+    }
+
+    /// Payload bytes that follow the meta on the wire.
+    pub fn payload_len(&self) -> u64 {
+        if self.kind.has_payload() { self.len } else { 0 }
+    }
+}
+
+/// Encodes a control frame (no payload) with its meta into `out`.
+pub fn encode_control(out: &mut Vec<u8>, mut header: FrameHeader, meta: &[u8]) {
+    header.meta_len = meta.len() as u32;
+    out.extend_from_slice(&header.encode());
+    out.extend_from_slice(meta);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip() {
+        let h = FrameHeader {
+            kind: Kind::Message,
+            flags: 0,
+            stream: 7,
+            meta_len: 9,
+            aux: 3,
+            len: u64::MAX >> 1,
+        };
+        let l = Limits {
+            max_meta: 100,
+            max_payload: u64::MAX,
+        };
+        assert_eq!(FrameHeader::decode(&h.encode(), &l).unwrap(), h);
+    }
+
+    #[test]
+    fn test_vector_credit() {
+        // Kept in step with docs/PROTOCOL.md.
+        let mut h = FrameHeader::new(Kind::Credit, 3);
+        h.len = 0x0010_0000;
+        assert_eq!(
+            h.encode(),
+            [
+                6, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0
+            ]
+        );
+    }
+
+    #[test]
+    fn rejects_oversized_and_unknown() {
+        let l = Limits {
+            max_meta: 16,
+            max_payload: 1024,
+        };
+        let mut h = FrameHeader::new(Kind::Message, 1);
+        h.meta_len = 17;
+        assert!(matches!(
+            FrameHeader::decode(&h.encode(), &l),
+            Err(FrameError::HeaderTooLarge { .. })
+        ));
+        h.meta_len = 8;
+        h.len = 1025;
+        assert!(matches!(
+            FrameHeader::decode(&h.encode(), &l),
+            Err(FrameError::PayloadTooLarge { .. })
+        ));
+        let mut b = h.encode();
+        b[0] = 200;
+        assert_eq!(FrameHeader::decode(&b, &l), Err(FrameError::UnknownKind(200)));
+        let mut b = FrameHeader::new(Kind::Close, 0).encode();
+        b[2] = 1;
+        assert_eq!(FrameHeader::decode(&b, &l), Err(FrameError::Reserved));
+    }
+}

@@ -1,0 +1,350 @@
+//! Mutual challenge-response on a pre-shared key, as a sans-IO state machine.
+//!
+//! ```text
+//! client -> server  Hello  (magic, version, params, nonce_c)
+//! server -> client  Hello  (magic, version, params, nonce_s, proof_s)
+//! client -> server  Auth   (proof_c)            -- only if proof_s verified
+//! server -> client  AuthOk                      -- only if proof_c verified
+//! proof_x = HMAC-SHA256(key, label_x || hello_c || hello_s[..56])
+//! ```
+//! Nothing but these frames is accepted until `AuthOk`, and a failure is reported with an
+//! Error frame before the connection closes.
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use super::frame::{FrameHeader, Kind, encode_control};
+use crate::error::{Error, ErrorCode};
+
+pub const MAGIC: [u8; 4] = *b"WSPD";
+pub const VERSION: u16 = 1;
+const HELLO_LEN: usize = 56;
+const PROOF_LEN: usize = 32;
+const CLIENT_LABEL: &[u8] = b"wirespeed-v1 client proof";
+const SERVER_LABEL: &[u8] = b"wirespeed-v1 server proof";
+
+/// What each side announces about itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// Capability bits; none are defined in version 1.
+    pub caps: u32,
+    /// Most concurrent streams this side accepts from the peer.
+    pub max_streams: u32,
+    /// Initial credit, in bytes, this side grants the peer on every stream.
+    pub stream_window: u64,
+}
+
+/// Output of a successful step: bytes to send, and the peer's parameters once done.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub send: Vec<u8>,
+    pub done: Option<Params>,
+}
+
+/// A failed handshake: the error, and the Error frame to send the peer before closing.
+#[derive(Debug)]
+pub struct Failure {
+    pub error: Error,
+    pub send: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    ClientAwaitHello,
+    ClientAwaitOk,
+    ServerAwaitHello,
+    ServerAwaitAuth,
+    Done,
+    Failed,
+}
+
+pub struct Handshake {
+    key: Vec<u8>,
+    hello_c: [u8; HELLO_LEN],
+    hello_s: [u8; HELLO_LEN],
+    peer: Option<Params>,
+    state: State,
+}
+
+impl Handshake {
+    /// Starts the client side; returns the state machine and the Hello to send.
+    pub fn client(key: &[u8], ours: Params, nonce: [u8; 32]) -> (Self, Vec<u8>) {
+        let hello_c = encode_hello(&ours, &nonce);
+        let hs = Handshake {
+            key: key.to_vec(),
+            hello_c,
+            hello_s: [0; HELLO_LEN],
+            peer: None,
+            state: State::ClientAwaitHello,
+        };
+        let mut out = Vec::new();
+        encode_control(&mut out, FrameHeader::new(Kind::Hello, 0), &hello_c);
+        (hs, out)
+    }
+
+    pub fn server(key: &[u8], ours: Params, nonce: [u8; 32]) -> Self {
+        Handshake {
+            key: key.to_vec(),
+            hello_c: [0; HELLO_LEN],
+            hello_s: encode_hello(&ours, &nonce),
+            peer: None,
+            state: State::ServerAwaitHello,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    pub fn on_frame(&mut self, h: &FrameHeader, meta: &[u8]) -> Result<Progress, Failure> {
+        let result = self.step(h, meta);
+        if result.is_err() {
+            self.state = State::Failed;
+        }
+        result
+    }
+
+    fn step(&mut self, h: &FrameHeader, meta: &[u8]) -> Result<Progress, Failure> {
+        if h.kind == Kind::Error {
+            let message = String::from_utf8_lossy(meta).into_owned();
+            let code = ErrorCode(h.aux);
+            let error = match code {
+                ErrorCode::AUTH => Error::Auth("the peer does not share our key"),
+                _ => Error::Remote { code, message },
+            };
+            return Err(Failure {
+                error,
+                send: Vec::new(),
+            });
+        }
+        match (self.state, h.kind) {
+            (State::ServerAwaitHello, Kind::Hello) if meta.len() == HELLO_LEN => {
+                let peer = decode_hello(meta).map_err(fail_with_frame)?;
+                self.hello_c.copy_from_slice(meta);
+                self.peer = Some(peer);
+                let mut reply = self.hello_s.to_vec();
+                reply.extend_from_slice(&self.proof(SERVER_LABEL));
+                let mut send = Vec::new();
+                encode_control(&mut send, FrameHeader::new(Kind::Hello, 0), &reply);
+                self.state = State::ServerAwaitAuth;
+                Ok(Progress { send, done: None })
+            }
+            (State::ClientAwaitHello, Kind::Hello) if meta.len() == HELLO_LEN + PROOF_LEN => {
+                let peer = decode_hello(&meta[..HELLO_LEN]).map_err(fail_with_frame)?;
+                self.hello_s.copy_from_slice(&meta[..HELLO_LEN]);
+                if !self.verify(SERVER_LABEL, &meta[HELLO_LEN..]) {
+                    return Err(fail_with_frame(Error::Auth("the server does not know our key")));
+                }
+                self.peer = Some(peer);
+                let mut send = Vec::new();
+                encode_control(&mut send, FrameHeader::new(Kind::Auth, 0), &self.proof(CLIENT_LABEL));
+                self.state = State::ClientAwaitOk;
+                Ok(Progress { send, done: None })
+            }
+            (State::ServerAwaitAuth, Kind::Auth) if meta.len() == PROOF_LEN => {
+                if !self.verify(CLIENT_LABEL, meta) {
+                    return Err(fail_with_frame(Error::Auth("the client's key is wrong")));
+                }
+                let mut send = Vec::new();
+                encode_control(&mut send, FrameHeader::new(Kind::AuthOk, 0), &[]);
+                self.state = State::Done;
+                Ok(Progress { send, done: self.peer })
+            }
+            (State::ClientAwaitOk, Kind::AuthOk) if meta.is_empty() => {
+                self.state = State::Done;
+                Ok(Progress {
+                    send: Vec::new(),
+                    done: self.peer,
+                })
+            }
+            _ => Err(fail_with_frame(Error::Protocol(format!(
+                "unexpected {:?} frame ({} meta bytes) during the handshake",
+                h.kind,
+                meta.len()
+            )))),
+        }
+    }
+
+    fn proof(&self, label: &[u8]) -> [u8; PROOF_LEN] {
+        self.mac(label).finalize().into_bytes().into()
+    }
+
+    /// Constant-time comparison through `Mac::verify_slice`.
+    fn verify(&self, label: &[u8], proof: &[u8]) -> bool {
+        self.mac(label).verify_slice(proof).is_ok()
+    }
+
+    fn mac(&self, label: &[u8]) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key).expect("HMAC takes keys of any length");
+        mac.update(label);
+        mac.update(&self.hello_c);
+        mac.update(&self.hello_s);
+        mac
+    }
+}
+
+fn encode_hello(p: &Params, nonce: &[u8; 32]) -> [u8; HELLO_LEN] {
+    let mut b = [0u8; HELLO_LEN];
+    b[0..4].copy_from_slice(&MAGIC);
+    b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    b[8..12].copy_from_slice(&p.caps.to_le_bytes());
+    b[12..16].copy_from_slice(&p.max_streams.to_le_bytes());
+    b[16..24].copy_from_slice(&p.stream_window.to_le_bytes());
+    b[24..56].copy_from_slice(nonce);
+    b
+}
+
+fn decode_hello(b: &[u8]) -> Result<Params, Error> {
+    if b[0..4] != MAGIC {
+        return Err(Error::BadMagic);
+    }
+    let version = u16::from_le_bytes([b[4], b[5]]);
+    if version != VERSION {
+        return Err(Error::Version {
+            ours: VERSION,
+            theirs: version,
+        });
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    let params = Params {
+        caps: u32_at(8),
+        max_streams: u32_at(12),
+        stream_window: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
+    };
+    if params.stream_window == 0 || params.max_streams == 0 {
+        return Err(Error::Protocol("the peer offers no stream window".into()));
+    }
+    Ok(params)
+}
+
+/// Encodes an Error frame reporting `code` and `message`.
+pub fn error_frame(code: ErrorCode, message: &str) -> Vec<u8> {
+    let mut h = FrameHeader::new(Kind::Error, 0);
+    h.aux = code.0;
+    let mut out = Vec::new();
+    encode_control(&mut out, h, &message.as_bytes()[..message.len().min(1024)]);
+    out
+}
+
+fn fail_with_frame(error: Error) -> Failure {
+    let message = match &error {
+        Error::Version { ours, theirs } => format!("unsupported version {theirs}; this peer speaks {ours}"),
+        other => other.to_string(),
+    };
+    Failure {
+        send: error_frame(error.code(), &message),
+        error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::decoder::FrameDecoder;
+    use crate::proto::frame::Limits;
+
+    const P: Params = Params {
+        caps: 0,
+        max_streams: 16,
+        stream_window: 1 << 20,
+    };
+
+    fn frames(bytes: &[u8]) -> Vec<(FrameHeader, Vec<u8>)> {
+        let mut d = FrameDecoder::new(Limits::default());
+        let mut out = vec![];
+        let mut off = 0;
+        while off < bytes.len() {
+            off += d.feed(&bytes[off..]).unwrap();
+            if let Some(f) = d.take_frame() {
+                out.push((f.header, f.meta));
+            }
+        }
+        out
+    }
+
+    fn run(client_key: &[u8], server_key: &[u8]) -> (Result<Params, Error>, Result<Params, Error>) {
+        let (mut c, hello) = Handshake::client(client_key, P, [1; 32]);
+        let mut s = Handshake::server(server_key, P, [2; 32]);
+        let mut to_server = hello;
+        let (mut c_res, mut s_res) = (None, None);
+        for _ in 0..4 {
+            let mut to_client = vec![];
+            for (h, m) in frames(&std::mem::take(&mut to_server)) {
+                match s.on_frame(&h, &m) {
+                    Ok(p) => {
+                        to_client.extend(p.send);
+                        if let Some(d) = p.done {
+                            s_res = Some(Ok(d));
+                        }
+                    }
+                    Err(f) => {
+                        to_client.extend(f.send);
+                        s_res = Some(Err(f.error));
+                    }
+                }
+            }
+            for (h, m) in frames(&to_client) {
+                match c.on_frame(&h, &m) {
+                    Ok(p) => {
+                        to_server.extend(p.send);
+                        if let Some(d) = p.done {
+                            c_res = Some(Ok(d));
+                        }
+                    }
+                    Err(f) => {
+                        to_server.extend(f.send);
+                        c_res = Some(Err(f.error));
+                    }
+                }
+            }
+        }
+        (c_res.expect("client finished"), s_res.expect("server finished"))
+    }
+
+    #[test]
+    fn same_key_authenticates_both_ways() {
+        let (c, s) = run(b"secret", b"secret");
+        assert_eq!(c.unwrap(), P);
+        assert_eq!(s.unwrap(), P);
+    }
+
+    #[test]
+    fn wrong_key_fails_on_both_sides() {
+        let (c, s) = run(b"secret", b"other");
+        assert!(matches!(c, Err(Error::Auth(_))), "{c:?}");
+        assert!(matches!(s, Err(Error::Auth(_))), "{s:?}");
+    }
+
+    #[test]
+    fn wrong_version_is_reported() {
+        let mut s = Handshake::server(b"k", P, [2; 32]);
+        let mut hello = encode_hello(&P, &[1; 32]);
+        hello[4] = 9;
+        let mut h = FrameHeader::new(Kind::Hello, 0);
+        h.meta_len = HELLO_LEN as u32;
+        let f = s.on_frame(&h, &hello).unwrap_err();
+        assert!(matches!(f.error, Error::Version { ours: 1, theirs: 9 }));
+        let (eh, msg) = &frames(&f.send)[0];
+        assert_eq!((eh.kind, eh.aux), (Kind::Error, ErrorCode::VERSION.0));
+        assert!(String::from_utf8_lossy(msg).contains("unsupported version 9"));
+    }
+
+    #[test]
+    fn data_before_auth_is_refused() {
+        let mut s = Handshake::server(b"k", P, [2; 32]);
+        let f = s.on_frame(&FrameHeader::new(Kind::Message, 1), &[0; 8]).unwrap_err();
+        assert!(matches!(f.error, Error::Protocol(_)));
+    }
+
+    #[test]
+    fn test_vector_hello() {
+        // Kept in step with docs/PROTOCOL.md.
+        let b = encode_hello(&P, &[0xAB; 32]);
+        assert_eq!(
+            &b[..24],
+            &[
+                b'W', b'S', b'P', b'D', 1, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0
+            ]
+        );
+    }
+}

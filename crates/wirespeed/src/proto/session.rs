@@ -1,0 +1,594 @@
+//! Streams and credits of an authenticated connection, as a sans-IO state machine.
+//!
+//! The driver feeds it received frames ([`Session::on_frame`]) and asks it for credit before
+//! sending ([`Session::take_send_credit`]); the application pops what arrived
+//! ([`Session::poll_recv`]). Control frames it wants sent (credit grants, resets) wait in
+//! [`Session::poll_transmit`].
+
+use std::collections::{HashMap, VecDeque};
+
+use super::frame::{FrameHeader, Kind, encode_control};
+use super::handshake::Params;
+use crate::error::{Error, ErrorCode};
+use crate::mem::Buf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Opens odd stream ids.
+    Client,
+    /// Opens even stream ids.
+    Server,
+}
+
+/// What the application receives on a stream, in order.
+#[derive(Debug)]
+pub enum RecvEvent {
+    /// A new message: its header and the total length of its body, whose chunks follow.
+    Message { header: Vec<u8>, body_len: u64 },
+    /// The next piece of the current message's body.
+    Chunk(Buf),
+    /// The peer will send nothing more on this stream.
+    Finished,
+}
+
+#[derive(Debug)]
+struct StreamState {
+    send_credit: u64,
+    send_open: bool,
+    recv_open: bool,
+    reset: Option<ErrorCode>,
+    queue: VecDeque<RecvEvent>,
+    /// Body bytes of the current incoming message that have not arrived yet.
+    body_left: u64,
+    /// Bytes the peer may still send before it needs more credit.
+    recv_window: u64,
+    /// Bytes the application consumed that we have not granted back yet.
+    unacked: u64,
+}
+
+pub struct Session {
+    role: Role,
+    ours: Params,
+    peer: Params,
+    streams: HashMap<u32, StreamState>,
+    next_local: u32,
+    max_peer: u32,
+    accept_queue: VecDeque<u32>,
+    transmit: Vec<u8>,
+    failed: Option<Error>,
+    peer_closed: bool,
+    local_closed: bool,
+}
+
+impl Session {
+    pub fn new(role: Role, ours: Params, peer: Params) -> Self {
+        Session {
+            role,
+            ours,
+            peer,
+            streams: HashMap::new(),
+            next_local: if role == Role::Client { 1 } else { 2 },
+            max_peer: 0,
+            accept_queue: VecDeque::new(),
+            transmit: Vec::new(),
+            failed: None,
+            peer_closed: false,
+            local_closed: false,
+        }
+    }
+
+    pub fn peer_params(&self) -> Params {
+        self.peer
+    }
+
+    fn new_stream(&self) -> StreamState {
+        StreamState {
+            send_credit: self.peer.stream_window,
+            send_open: true,
+            recv_open: true,
+            reset: None,
+            queue: VecDeque::new(),
+            body_left: 0,
+            recv_window: self.ours.stream_window,
+            unacked: 0,
+        }
+    }
+
+    fn is_local(&self, id: u32) -> bool {
+        (id % 2 == 1) == (self.role == Role::Client)
+    }
+
+    /// The error every operation reports once the connection is gone.
+    pub fn terminal_error(&self) -> Option<Error> {
+        if let Some(e) = &self.failed {
+            return Some(e.duplicate());
+        }
+        if self.local_closed {
+            return Some(Error::Closed);
+        }
+        None
+    }
+
+    /// Marks the connection failed; the first error wins.
+    pub fn fail(&mut self, e: Error) {
+        if self.failed.is_none() {
+            self.failed = Some(e);
+        }
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    pub fn close_locally(&mut self) {
+        self.local_closed = true;
+    }
+
+    pub fn open_stream(&mut self) -> Result<u32, Error> {
+        if let Some(e) = self.terminal_error() {
+            return Err(e);
+        }
+        if self.peer_closed {
+            return Err(Error::Closed);
+        }
+        let open = self.streams.keys().filter(|&&id| self.is_local(id)).count();
+        if open >= self.peer.max_streams as usize {
+            return Err(Error::Limit(format!(
+                "the peer accepts at most {} streams",
+                self.peer.max_streams
+            )));
+        }
+        let id = self.next_local;
+        self.next_local = id
+            .checked_add(2)
+            .ok_or_else(|| Error::Limit("stream ids exhausted".into()))?;
+        let s = self.new_stream();
+        self.streams.insert(id, s);
+        Ok(id)
+    }
+
+    /// Pops a stream the peer opened, if any.
+    pub fn poll_accept(&mut self) -> Option<Result<u32, Error>> {
+        if let Some(id) = self.accept_queue.pop_front() {
+            return Some(Ok(id));
+        }
+        if let Some(e) = self.terminal_error() {
+            return Some(Err(e));
+        }
+        if self.peer_closed {
+            return Some(Err(Error::Closed));
+        }
+        None
+    }
+
+    /// Feeds one received frame. An error is fatal: report it to the peer and close.
+    pub fn on_frame(&mut self, h: &FrameHeader, meta: &[u8], payload: Buf) -> Result<(), Error> {
+        if self.peer_closed {
+            return Err(Error::Protocol(format!("{:?} frame after Close", h.kind)));
+        }
+        match h.kind {
+            Kind::Error => {
+                let message = String::from_utf8_lossy(meta).into_owned();
+                self.fail(Error::Remote {
+                    code: ErrorCode(h.aux),
+                    message,
+                });
+                return Ok(());
+            }
+            Kind::Close => {
+                self.peer_closed = true;
+                return Ok(());
+            }
+            Kind::Message | Kind::Data | Kind::Credit | Kind::Finish | Kind::Reset => {}
+            other => {
+                return Err(Error::Protocol(format!(
+                    "unexpected {other:?} frame after the handshake"
+                )));
+            }
+        }
+        let Some(s) = self.stream_for_frame(h.stream)? else {
+            return Ok(()); // a stream we already closed: late frames are dropped
+        };
+        match h.kind {
+            Kind::Message => {
+                if !s.recv_open || s.body_left != 0 {
+                    return Err(Error::Protocol(format!("unexpected message on stream {}", h.stream)));
+                }
+                if meta.len() < 8 {
+                    return Err(Error::Protocol("message frame without a body length".into()));
+                }
+                let body_len = u64::from_le_bytes(meta[..8].try_into().expect("8 bytes"));
+                if payload.len() as u64 > body_len {
+                    return Err(Error::Protocol("message payload longer than its body".into()));
+                }
+                charge(s, h.stream, meta.len() as u64 + payload.len() as u64)?;
+                s.body_left = body_len - payload.len() as u64;
+                s.queue.push_back(RecvEvent::Message {
+                    header: meta[8..].to_vec(),
+                    body_len,
+                });
+                if !payload.is_empty() {
+                    s.queue.push_back(RecvEvent::Chunk(payload));
+                }
+            }
+            Kind::Data => {
+                if payload.is_empty() || payload.len() as u64 > s.body_left || !meta.is_empty() {
+                    return Err(Error::Protocol(format!("unexpected data on stream {}", h.stream)));
+                }
+                charge(s, h.stream, payload.len() as u64)?;
+                s.body_left -= payload.len() as u64;
+                s.queue.push_back(RecvEvent::Chunk(payload));
+            }
+            Kind::Credit => {
+                s.send_credit = s
+                    .send_credit
+                    .checked_add(h.len)
+                    .ok_or_else(|| Error::Protocol("credit overflow".into()))?;
+            }
+            Kind::Finish => {
+                if s.body_left != 0 || !s.recv_open {
+                    return Err(Error::Protocol(format!(
+                        "finish in the middle of a message on stream {}",
+                        h.stream
+                    )));
+                }
+                s.recv_open = false;
+            }
+            Kind::Reset => {
+                s.reset = Some(ErrorCode(h.aux));
+                s.queue.clear();
+                s.recv_open = false;
+                s.send_open = false;
+            }
+            _ => unreachable!("filtered above"),
+        }
+        Ok(())
+    }
+
+    /// Finds or opens the stream a frame belongs to; `None` for streams already closed.
+    fn stream_for_frame(&mut self, id: u32) -> Result<Option<&mut StreamState>, Error> {
+        if id == 0 {
+            return Err(Error::Protocol("stream frame on stream 0".into()));
+        }
+        if self.is_local(id) {
+            if id >= self.next_local {
+                return Err(Error::Protocol(format!("frame for stream {id}, which we never opened")));
+            }
+            return Ok(self.streams.get_mut(&id));
+        }
+        if id <= self.max_peer {
+            return Ok(self.streams.get_mut(&id));
+        }
+        self.max_peer = id;
+        let peer_open = self.streams.keys().filter(|&&k| !self.is_local(k)).count();
+        if self.local_closed || peer_open >= self.ours.max_streams as usize {
+            self.queue_control(Kind::Reset, id, ErrorCode::REFUSED.0, 0);
+            return Ok(None);
+        }
+        let s = self.new_stream();
+        self.streams.insert(id, s);
+        self.accept_queue.push_back(id);
+        Ok(self.streams.get_mut(&id))
+    }
+
+    /// Payload bytes the caller may now send on `id` in one frame whose meta is `meta_len`
+    /// bytes; `None` means wait for credit. Chunks are at most `max_chunk` bytes.
+    pub fn take_send_credit(
+        &mut self,
+        id: u32,
+        meta_len: u64,
+        remaining: u64,
+        max_chunk: u64,
+    ) -> Result<Option<u64>, Error> {
+        if let Some(e) = self.terminal_error() {
+            return Err(e);
+        }
+        let window = self.peer.stream_window;
+        if meta_len > window {
+            return Err(Error::Limit(format!(
+                "a {meta_len}-byte header exceeds the peer's {window}-byte window"
+            )));
+        }
+        let s = self.streams.get_mut(&id).ok_or(Error::Closed)?;
+        if let Some(code) = s.reset {
+            return Err(Error::Reset { stream: id, code });
+        }
+        if !s.send_open {
+            return Err(Error::Protocol(format!("send on stream {id} after finish")));
+        }
+        // Wait for a worthwhile chunk; credit always comes back to at least half a window.
+        let need = meta_len + remaining.min(max_chunk).min(window / 2);
+        if s.send_credit < need {
+            return Ok(None);
+        }
+        let take = remaining.min(max_chunk).min(s.send_credit - meta_len);
+        s.send_credit -= meta_len + take;
+        Ok(Some(take))
+    }
+
+    /// Marks our side of `id` finished; the caller then sends the Finish frame.
+    pub fn finish(&mut self, id: u32) -> Result<(), Error> {
+        if let Some(e) = self.terminal_error() {
+            return Err(e);
+        }
+        let s = self.streams.get_mut(&id).ok_or(Error::Closed)?;
+        if let Some(code) = s.reset {
+            return Err(Error::Reset { stream: id, code });
+        }
+        s.send_open = false;
+        Ok(())
+    }
+
+    /// Aborts `id` in both directions and tells the peer.
+    pub fn reset(&mut self, id: u32, code: ErrorCode) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            if s.reset.is_none() {
+                s.reset = Some(code);
+                s.queue.clear();
+                s.send_open = false;
+                s.recv_open = false;
+                self.queue_control(Kind::Reset, id, code.0, 0);
+            }
+        }
+    }
+
+    /// The application is done with `id`: forget it, resetting it if it is still open.
+    pub fn release(&mut self, id: u32) {
+        let Some(s) = self.streams.get(&id) else { return };
+        let clean = s.reset.is_some() || (!s.send_open && !s.recv_open && s.queue.is_empty());
+        if !clean && self.failed.is_none() {
+            self.reset(id, ErrorCode::CANCELLED);
+        }
+        self.streams.remove(&id);
+    }
+
+    /// The next event on `id`, an error, or `None` if nothing has arrived yet.
+    pub fn poll_recv(&mut self, id: u32) -> Option<Result<RecvEvent, Error>> {
+        let threshold = (self.ours.stream_window / 4).max(1);
+        let Some(s) = self.streams.get_mut(&id) else {
+            return Some(Err(Error::Closed));
+        };
+        if let Some(ev) = s.queue.pop_front() {
+            s.unacked += match &ev {
+                RecvEvent::Message { header, .. } => 8 + header.len() as u64,
+                RecvEvent::Chunk(b) => b.len() as u64,
+                RecvEvent::Finished => 0,
+            };
+            if s.unacked >= threshold && s.recv_open {
+                let grant = std::mem::take(&mut s.unacked);
+                s.recv_window += grant;
+                self.queue_control(Kind::Credit, id, 0, grant);
+            }
+            return Some(Ok(ev));
+        }
+        if let Some(code) = s.reset {
+            return Some(Err(Error::Reset { stream: id, code }));
+        }
+        if !s.recv_open {
+            return Some(Ok(RecvEvent::Finished));
+        }
+        if let Some(e) = self.terminal_error() {
+            return Some(Err(e));
+        }
+        if self.peer_closed {
+            return Some(Err(Error::ConnectionLost(
+                "the peer closed the connection with the stream open".into(),
+            )));
+        }
+        None
+    }
+
+    /// Copies every queued lent buffer onto the heap, so the transport can reuse its memory.
+    pub fn detach_queued(&mut self) {
+        for s in self.streams.values_mut() {
+            for ev in s.queue.iter_mut() {
+                if let RecvEvent::Chunk(b) = ev {
+                    b.detach();
+                }
+            }
+        }
+    }
+
+    fn queue_control(&mut self, kind: Kind, stream: u32, aux: u32, len: u64) {
+        let mut h = FrameHeader::new(kind, stream);
+        h.aux = aux;
+        h.len = len;
+        encode_control(&mut self.transmit, h, &[]);
+    }
+
+    pub fn has_transmit(&self) -> bool {
+        !self.transmit.is_empty()
+    }
+
+    /// Encoded control frames to send, in order.
+    pub fn poll_transmit(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.transmit)
+    }
+}
+
+fn charge(s: &mut StreamState, id: u32, cost: u64) -> Result<(), Error> {
+    if cost > s.recv_window {
+        return Err(Error::Protocol(format!(
+            "stream {id}: the peer sent {cost} bytes with only {} bytes of credit",
+            s.recv_window
+        )));
+    }
+    s.recv_window -= cost;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: Params = Params {
+        caps: 0,
+        max_streams: 4,
+        stream_window: 1000,
+    };
+
+    fn pair() -> (Session, Session) {
+        (Session::new(Role::Client, P, P), Session::new(Role::Server, P, P))
+    }
+
+    fn message_frame(stream: u32, header: &[u8], body_len: u64, payload: &[u8]) -> (FrameHeader, Vec<u8>, Buf) {
+        let mut meta = body_len.to_le_bytes().to_vec();
+        meta.extend_from_slice(header);
+        let mut h = FrameHeader::new(Kind::Message, stream);
+        h.meta_len = meta.len() as u32;
+        h.len = payload.len() as u64;
+        (h, meta, Buf::from(payload.to_vec()))
+    }
+
+    fn data_frame(stream: u32, payload: &[u8]) -> (FrameHeader, Vec<u8>, Buf) {
+        let mut h = FrameHeader::new(Kind::Data, stream);
+        h.len = payload.len() as u64;
+        (h, vec![], Buf::from(payload.to_vec()))
+    }
+
+    fn deliver(s: &mut Session, f: (FrameHeader, Vec<u8>, Buf)) -> Result<(), Error> {
+        s.on_frame(&f.0, &f.1, f.2)
+    }
+
+    /// Feeds every control frame `from` wants sent into `to`.
+    fn pump(from: &mut Session, to: &mut Session) {
+        let bytes = from.poll_transmit();
+        for f in bytes.chunks(24) {
+            let h = FrameHeader::decode(f.try_into().unwrap(), &Default::default()).unwrap();
+            to.on_frame(&h, &[], Buf::empty()).unwrap();
+        }
+    }
+
+    #[test]
+    fn message_round_trip_with_chunks() {
+        let (mut c, mut s) = pair();
+        let id = c.open_stream().unwrap();
+        assert_eq!(id, 1);
+        assert_eq!(c.take_send_credit(id, 11, 300, 200).unwrap(), Some(200));
+        deliver(&mut s, message_frame(id, b"hdr", 300, &[1; 200])).unwrap();
+        assert_eq!(c.take_send_credit(id, 0, 100, 200).unwrap(), Some(100));
+        deliver(&mut s, data_frame(id, &[2; 100])).unwrap();
+        assert_eq!(s.poll_accept().unwrap().unwrap(), 1);
+        match s.poll_recv(1).unwrap().unwrap() {
+            RecvEvent::Message { header, body_len } => assert_eq!((header.as_slice(), body_len), (&b"hdr"[..], 300)),
+            e => panic!("{e:?}"),
+        }
+        assert!(matches!(s.poll_recv(1), Some(Ok(RecvEvent::Chunk(b))) if b.len() == 200));
+        assert!(matches!(s.poll_recv(1), Some(Ok(RecvEvent::Chunk(b))) if b.len() == 100));
+        assert!(s.poll_recv(1).is_none());
+    }
+
+    #[test]
+    fn credits_bound_the_sender_and_come_back_when_consumed() {
+        let (mut c, mut s) = pair();
+        let id = c.open_stream().unwrap();
+        let mut sent = 0;
+        while let Some(n) = c.take_send_credit(id, 8, 100, 100).unwrap() {
+            deliver(&mut s, message_frame(id, b"", 100, &vec![0; n as usize])).unwrap();
+            sent += 1;
+            if sent > 100 {
+                panic!("credit never ran out");
+            }
+        }
+        assert_eq!(sent, 9); // 9 * 108 bytes fit in a 1000-byte window
+        // Too much data is a protocol error on the receiving side.
+        assert!(matches!(
+            deliver(
+                &mut Session::new(Role::Server, P, P),
+                message_frame(1, b"", 2000, &[0; 1000])
+            ),
+            Err(Error::Protocol(_))
+        ));
+        s.poll_accept();
+        for _ in 0..4 {
+            s.poll_recv(id).unwrap().unwrap(); // 216 bytes: under a quarter window, no grant yet
+        }
+        assert!(!s.has_transmit());
+        for _ in 0..2 {
+            s.poll_recv(id).unwrap().unwrap();
+        }
+        pump(&mut s, &mut c);
+        assert!(c.take_send_credit(id, 8, 100, 100).unwrap().is_some());
+    }
+
+    #[test]
+    fn interleaved_streams_stay_apart() {
+        let (mut c, mut s) = pair();
+        let a = c.open_stream().unwrap();
+        let b = c.open_stream().unwrap();
+        deliver(&mut s, message_frame(a, b"a", 4, &[1, 1])).unwrap();
+        deliver(&mut s, message_frame(b, b"b", 2, &[2, 2])).unwrap();
+        deliver(&mut s, data_frame(a, &[1, 1])).unwrap();
+        let mut finish = FrameHeader::new(Kind::Finish, b);
+        finish.len = 0;
+        s.on_frame(&finish, &[], Buf::empty()).unwrap();
+        assert!(matches!(s.poll_recv(b), Some(Ok(RecvEvent::Message { .. }))));
+        assert!(matches!(s.poll_recv(b), Some(Ok(RecvEvent::Chunk(x))) if *x == [2, 2]));
+        assert!(matches!(s.poll_recv(b), Some(Ok(RecvEvent::Finished))));
+        assert!(matches!(s.poll_recv(a), Some(Ok(RecvEvent::Message { .. }))));
+        assert!(matches!(s.poll_recv(a), Some(Ok(RecvEvent::Chunk(x))) if *x == [1, 1]));
+        assert!(matches!(s.poll_recv(a), Some(Ok(RecvEvent::Chunk(x))) if *x == [1, 1]));
+    }
+
+    #[test]
+    fn reset_reaches_both_sides_and_late_frames_are_dropped() {
+        let (mut c, mut s) = pair();
+        let id = c.open_stream().unwrap();
+        deliver(&mut s, message_frame(id, b"", 10, &[0; 5])).unwrap();
+        s.poll_accept();
+        s.reset(id, ErrorCode::CANCELLED);
+        assert!(matches!(
+            s.poll_recv(id),
+            Some(Err(Error::Reset {
+                code: ErrorCode::CANCELLED,
+                ..
+            }))
+        ));
+        pump(&mut s, &mut c);
+        assert!(matches!(c.take_send_credit(id, 0, 5, 5), Err(Error::Reset { .. })));
+        s.release(id);
+        deliver(&mut s, data_frame(id, &[0; 5])).unwrap();
+        assert!(!s.has_transmit());
+    }
+
+    #[test]
+    fn dropping_an_open_stream_cancels_it() {
+        let (mut c, mut s) = pair();
+        let id = c.open_stream().unwrap();
+        deliver(&mut s, message_frame(id, b"", 0, &[])).unwrap();
+        c.release(id);
+        pump(&mut c, &mut s);
+        s.poll_accept();
+        assert!(matches!(
+            s.poll_recv(id),
+            Some(Err(Error::Reset {
+                code: ErrorCode::CANCELLED,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn protocol_violations_are_errors() {
+        let (_, mut s) = pair();
+        assert!(deliver(&mut s, data_frame(1, &[1])).is_err()); // data before a message
+        let (_, mut s) = pair();
+        assert!(deliver(&mut s, message_frame(2, b"", 0, &[])).is_err()); // server's own id
+        let (_, mut s) = pair();
+        let (h, mut m, p) = message_frame(1, b"", 1, &[1, 2]);
+        m.truncate(8);
+        assert!(s.on_frame(&h, &m, p).is_err()); // payload longer than body
+    }
+
+    #[test]
+    fn too_many_streams_are_refused() {
+        let (_, mut s) = pair();
+        for id in [1, 3, 5, 7] {
+            deliver(&mut s, message_frame(id, b"", 0, &[])).unwrap();
+        }
+        deliver(&mut s, message_frame(9, b"", 0, &[])).unwrap();
+        assert_eq!(s.accept_queue.len(), 4);
+        let t = s.poll_transmit();
+        assert_eq!((t[0], t[4]), (Kind::Reset as u8, 9));
+    }
+}

@@ -1,0 +1,437 @@
+//! The engine every backend shares: a [`Session`] behind a lock, driven by whichever waiting
+//! thread gets there first (leader/follower), so one reader needs no hand-off between threads.
+
+use std::io::IoSlice;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{Config, FrameRx, FrameTx};
+use crate::error::{Error, ErrorCode, Result};
+use crate::mem::{Body, Buf};
+use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
+use crate::proto::handshake::error_frame;
+use crate::proto::session::{RecvEvent, Session};
+
+/// An authenticated connection carrying many concurrent streams. Cheap to clone; the
+/// connection closes when the last clone and stream are gone.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    state: Mutex<Shared>,
+    cv: Condvar,
+    rx: Mutex<Box<dyn FrameRx>>,
+    tx: Mutex<Box<dyn FrameTx>>,
+    timeout: Duration,
+    max_chunk: u64,
+    zero_copy_limit: u64,
+    peer: String,
+}
+
+struct Shared {
+    session: Session,
+    /// A thread is inside `rx.read_frame`.
+    driving: bool,
+    /// Threads blocked on `cv`; notify only when there are some.
+    waiters: usize,
+}
+
+/// A message received whole.
+#[derive(Debug)]
+pub struct Message {
+    pub header: Vec<u8>,
+    pub body: Body,
+}
+
+/// The start of a message whose body is read chunk by chunk ([`Stream::read_chunk`]).
+#[derive(Debug)]
+pub struct Incoming {
+    pub header: Vec<u8>,
+    pub body_len: u64,
+}
+
+impl Connection {
+    pub(crate) fn new(
+        session: Session,
+        rx: Box<dyn FrameRx>,
+        tx: Box<dyn FrameTx>,
+        config: &Config,
+        peer: String,
+    ) -> Self {
+        let max_chunk = config.max_chunk.min(tx.max_payload()) as u64;
+        let zero_copy_limit = rx.zero_copy_limit();
+        Connection {
+            inner: Arc::new(Inner {
+                state: Mutex::new(Shared {
+                    session,
+                    driving: false,
+                    waiters: 0,
+                }),
+                cv: Condvar::new(),
+                rx: Mutex::new(rx),
+                tx: Mutex::new(tx),
+                timeout: config.timeout,
+                max_chunk,
+                zero_copy_limit,
+                peer,
+            }),
+        }
+    }
+
+    /// Who is on the other end, for messages.
+    pub fn peer(&self) -> &str {
+        &self.inner.peer
+    }
+
+    /// Opens a new stream; the peer sees it with its first message.
+    pub fn open_stream(&self) -> Result<Stream> {
+        let id = self.inner.lock().session.open_stream()?;
+        Ok(Stream::new(self.inner.clone(), id))
+    }
+
+    /// Waits for a stream the peer opened.
+    pub fn accept_stream(&self) -> Result<Stream> {
+        self.accept_stream_timeout(self.inner.timeout)
+    }
+
+    pub fn accept_stream_timeout(&self, timeout: Duration) -> Result<Stream> {
+        let id = self.inner.wait_for(timeout, |s| s.poll_accept())?;
+        Ok(Stream::new(self.inner.clone(), id))
+    }
+
+    /// Closes gracefully: the peer reads what was sent, then sees the connection closed.
+    pub fn close(&self) {
+        self.inner.close();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tx(&self) -> MutexGuard<'_, Box<dyn FrameTx>> {
+        self.tx.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn close(&self) {
+        let mut g = self.lock();
+        if g.session.terminal_error().is_some() {
+            return;
+        }
+        g.session.close_locally();
+        drop(g);
+        let frame = FrameHeader::new(Kind::Close, 0).encode();
+        let mut tx = self.tx();
+        let _ = tx.write_frame(&frame, &[], Instant::now() + Duration::from_secs(1));
+        tx.shutdown();
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        let g = self.lock();
+        if g.waiters > 0 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Waits until `ready` yields, reading frames meanwhile if no other thread is.
+    fn wait_for<R>(&self, timeout: Duration, mut ready: impl FnMut(&mut Session) -> Option<Result<R>>) -> Result<R> {
+        let deadline = Instant::now() + timeout;
+        let mut g = self.lock();
+        loop {
+            if let Some(r) = ready(&mut g.session) {
+                let flush = g.session.has_transmit();
+                drop(g);
+                if flush {
+                    self.flush_control();
+                }
+                return r;
+            }
+            if let Some(e) = g.session.terminal_error() {
+                return Err(e);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout(timeout));
+            }
+            if !g.driving {
+                g.driving = true;
+                drop(g);
+                let res = self.drive_once(deadline);
+                g = self.lock();
+                g.driving = false;
+                if let Err(e) = res {
+                    drop(g);
+                    self.fail(e);
+                    g = self.lock();
+                }
+                if g.waiters > 0 {
+                    self.cv.notify_all();
+                }
+            } else {
+                g.waiters += 1;
+                g = self
+                    .cv
+                    .wait_timeout(g, deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+                g.waiters -= 1;
+            }
+        }
+    }
+
+    fn drive_once(&self, deadline: Instant) -> Result<()> {
+        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+        rx.read_frame(deadline, &mut |h, meta, payload| {
+            self.lock().session.on_frame(h, meta, payload)
+        })?;
+        if rx.under_pressure() {
+            self.lock().session.detach_queued();
+        }
+        Ok(())
+    }
+
+    /// Fails the connection: every stream sees `e`, and the peer gets an Error frame if it
+    /// broke the protocol.
+    fn fail(&self, e: Error) {
+        let report = matches!(e, Error::Frame(_) | Error::Protocol(_) | Error::Limit(_));
+        let frame = report.then(|| error_frame(e.code(), &e.to_string()));
+        self.lock().session.fail(e);
+        let mut tx = self.tx();
+        if let Some(frame) = frame {
+            let _ = tx.write_frame(&frame, &[], Instant::now() + Duration::from_secs(1));
+        }
+        tx.shutdown();
+        drop(tx);
+        self.wake_all();
+    }
+
+    /// Sends the control frames (credit, reset) the session has queued.
+    fn flush_control(&self) {
+        let bytes = self.lock().session.poll_transmit();
+        if bytes.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + self.timeout;
+        let mut tx = self.tx();
+        let mut rest = &bytes[..];
+        while rest.len() >= HEADER_LEN {
+            let head: &[u8; HEADER_LEN] = rest[..HEADER_LEN].try_into().expect("header length");
+            let meta = FrameHeader::decode(head, &Limits::default())
+                .map(|h| h.meta_len as usize)
+                .unwrap_or(0);
+            let (frame, tail) = rest.split_at((HEADER_LEN + meta).min(rest.len()));
+            if let Err(e) = tx.write_frame(frame, &[], deadline) {
+                drop(tx);
+                self.fail(e);
+                return;
+            }
+            rest = tail;
+        }
+    }
+
+    fn write(&self, head: &[u8], payload: &[IoSlice<'_>]) -> Result<()> {
+        let res = self.tx().write_frame(head, payload, Instant::now() + self.timeout);
+        if let Err(e) = res {
+            let copy = e.duplicate();
+            self.fail(e);
+            return Err(copy);
+        }
+        Ok(())
+    }
+}
+
+/// One ordered sequence of messages in each direction. Dropping a stream that is still open
+/// resets it (the peer sees it cancelled).
+pub struct Stream {
+    inner: Arc<Inner>,
+    id: u32,
+    /// Serialises senders so a message's frames stay together; holds the meta scratch.
+    send: Mutex<Vec<u8>>,
+    /// Body bytes of the message being read that the application has not taken yet.
+    body_left: Mutex<u64>,
+    timeout: Duration,
+}
+
+impl Stream {
+    fn new(inner: Arc<Inner>, id: u32) -> Self {
+        let timeout = inner.timeout;
+        Stream {
+            inner,
+            id,
+            send: Mutex::new(Vec::new()),
+            body_left: Mutex::new(0),
+            timeout,
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Sets how long each wait on this stream may last.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// Sends one message: `header` plus a body made of `body` buffers, written straight from
+    /// them (no concatenation). Blocks while the peer has granted no credit.
+    pub fn send(&self, header: &[u8], body: &[&[u8]]) -> Result<()> {
+        let mut meta = self.send.lock().unwrap_or_else(|p| p.into_inner());
+        let total: u64 = body.iter().map(|b| b.len() as u64).sum();
+        meta.clear();
+        meta.extend_from_slice(&[0; HEADER_LEN]);
+        meta.extend_from_slice(&total.to_le_bytes());
+        meta.extend_from_slice(header);
+        let mut cursor = BodyCursor {
+            bufs: body,
+            index: 0,
+            offset: 0,
+        };
+        let mut remaining = total;
+        let mut first = true;
+        let mut slices = Vec::new();
+        loop {
+            let meta_len = if first { (meta.len() - HEADER_LEN) as u64 } else { 0 };
+            let take = self.inner.wait_for(self.timeout, |s| {
+                s.take_send_credit(self.id, meta_len, remaining, self.inner.max_chunk)
+                    .transpose()
+            })?;
+            let mut h = FrameHeader::new(if first { Kind::Message } else { Kind::Data }, self.id);
+            h.meta_len = meta_len as u32;
+            h.len = take;
+            meta[..HEADER_LEN].copy_from_slice(&h.encode());
+            let head = if first { &meta[..] } else { &meta[..HEADER_LEN] };
+            cursor.take(take as usize, &mut slices);
+            self.inner.write(head, &slices)?;
+            slices.clear();
+            remaining -= take;
+            first = false;
+            if remaining == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Tells the peer no more messages follow on this stream.
+    pub fn finish(&self) -> Result<()> {
+        let _serialised = self.send.lock().unwrap_or_else(|p| p.into_inner());
+        self.inner.lock().session.finish(self.id)?;
+        self.inner.write(&FrameHeader::new(Kind::Finish, self.id).encode(), &[])
+    }
+
+    /// Aborts the stream in both directions with `code`.
+    pub fn reset(&self, code: ErrorCode) {
+        self.inner.lock().session.reset(self.id, code);
+        self.inner.flush_control();
+    }
+
+    /// Receives the next whole message, or `None` once the peer finished the stream.
+    /// Bodies up to the transport's zero-copy limit stay views of transport memory.
+    pub fn recv(&self) -> Result<Option<Message>> {
+        let Some(start) = self.recv_start()? else {
+            return Ok(None);
+        };
+        let mut chunks = Vec::new();
+        let mut gathered: Option<Vec<u8>> = None;
+        if start.body_len > self.inner.zero_copy_limit {
+            let mut v = Vec::new();
+            v.try_reserve_exact(start.body_len as usize)
+                .map_err(|_| Error::Limit(format!("cannot hold a {}-byte body in memory", start.body_len)))?;
+            gathered = Some(v);
+        }
+        while let Some(chunk) = self.read_chunk()? {
+            match &mut gathered {
+                Some(v) => v.extend_from_slice(&chunk),
+                None => chunks.push(chunk),
+            }
+        }
+        if let Some(v) = gathered {
+            chunks.push(Buf::from(v));
+        }
+        Ok(Some(Message {
+            header: start.header,
+            body: Body::new(chunks),
+        }))
+    }
+
+    /// Receives the next message's header; read its body with [`Stream::read_chunk`].
+    pub fn recv_start(&self) -> Result<Option<Incoming>> {
+        let mut left = self.body_left.lock().unwrap_or_else(|p| p.into_inner());
+        while *left > 0 {
+            // Skip the unread rest of the previous message.
+            *left -= self.next_chunk_locked()?.len() as u64;
+        }
+        match self.next_event()? {
+            RecvEvent::Message { header, body_len } => {
+                *left = body_len;
+                Ok(Some(Incoming { header, body_len }))
+            }
+            RecvEvent::Finished => Ok(None),
+            RecvEvent::Chunk(_) => Err(Error::Protocol("body bytes without a message".into())),
+        }
+    }
+
+    /// The next piece of the current message's body, or `None` when it is complete.
+    pub fn read_chunk(&self) -> Result<Option<Buf>> {
+        let mut left = self.body_left.lock().unwrap_or_else(|p| p.into_inner());
+        if *left == 0 {
+            return Ok(None);
+        }
+        let chunk = self.next_chunk_locked()?;
+        *left -= chunk.len() as u64;
+        Ok(Some(chunk))
+    }
+
+    fn next_chunk_locked(&self) -> Result<Buf> {
+        match self.next_event()? {
+            RecvEvent::Chunk(b) => Ok(b),
+            _ => Err(Error::Protocol("message body ended early".into())),
+        }
+    }
+
+    fn next_event(&self) -> Result<RecvEvent> {
+        self.inner.wait_for(self.timeout, |s| s.poll_recv(self.id))
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.inner.lock().session.release(self.id);
+        self.inner.flush_control();
+    }
+}
+
+/// Walks a list of buffers, handing out the next `n` bytes as slices.
+struct BodyCursor<'a> {
+    bufs: &'a [&'a [u8]],
+    index: usize,
+    offset: usize,
+}
+
+impl<'a> BodyCursor<'a> {
+    fn take(&mut self, mut n: usize, out: &mut Vec<IoSlice<'a>>) {
+        while n > 0 {
+            let buf = self.bufs[self.index];
+            let k = (buf.len() - self.offset).min(n);
+            if k > 0 {
+                out.push(IoSlice::new(&buf[self.offset..self.offset + k]));
+            }
+            self.offset += k;
+            n -= k;
+            if self.offset == buf.len() {
+                self.index += 1;
+                self.offset = 0;
+            }
+        }
+    }
+}

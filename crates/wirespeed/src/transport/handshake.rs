@@ -1,0 +1,150 @@
+//! Runs the sans-IO handshake over a blocking socket with an overall deadline.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use super::Config;
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
+use crate::proto::handshake::{Handshake, Params};
+
+/// Handshake frames are small; anything bigger is refused before it is read.
+const HANDSHAKE_LIMITS: Limits = Limits {
+    max_meta: 1024,
+    max_payload: 0,
+};
+
+/// A socket whose reads and writes can be bounded by a deadline.
+pub(crate) trait DeadlineIo: Read + Write {
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()>;
+}
+
+impl DeadlineIo for TcpStream {
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(t)?;
+        self.set_write_timeout(t)
+    }
+}
+
+impl DeadlineIo for UnixStream {
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(t)?;
+        self.set_write_timeout(t)
+    }
+}
+
+pub(crate) fn our_params(config: &Config) -> Params {
+    Params {
+        caps: 0,
+        max_streams: config.max_streams,
+        stream_window: config.stream_window,
+    }
+}
+
+fn nonce() -> Result<[u8; 32]> {
+    let mut n = [0u8; 32];
+    getrandom::fill(&mut n).map_err(|e| Error::Io(io::Error::other(e.to_string())))?;
+    Ok(n)
+}
+
+/// Authenticates as the client; returns the server's parameters.
+pub(crate) fn client(io: &mut impl DeadlineIo, key: &Key, config: &Config) -> Result<Params> {
+    let (hs, hello) = Handshake::client(key.as_bytes(), our_params(config), nonce()?);
+    drive(io, hs, hello, config)
+}
+
+/// Authenticates as the server; returns the client's parameters.
+pub(crate) fn server(io: &mut impl DeadlineIo, key: &Key, config: &Config) -> Result<Params> {
+    let hs = Handshake::server(key.as_bytes(), our_params(config), nonce()?);
+    drive(io, hs, Vec::new(), config)
+}
+
+fn drive(io: &mut impl DeadlineIo, mut hs: Handshake, first: Vec<u8>, config: &Config) -> Result<Params> {
+    let deadline = Instant::now() + config.handshake_timeout;
+    write_by(io, &first, deadline)?;
+    loop {
+        let (h, meta) = match read_frame(io, deadline) {
+            Ok(f) => f,
+            Err(Error::Frame(e)) => {
+                // Garbage: tell the peer why before hanging up.
+                let err = Error::Frame(e);
+                let _ = write_by(
+                    io,
+                    &crate::proto::handshake::error_frame(err.code(), &err.to_string()),
+                    deadline,
+                );
+                return Err(err);
+            }
+            Err(e) => return Err(e),
+        };
+        match hs.on_frame(&h, &meta) {
+            Ok(p) => {
+                write_by(io, &p.send, deadline)?;
+                if let Some(peer) = p.done {
+                    io.set_timeouts(None)?;
+                    return Ok(peer);
+                }
+            }
+            Err(f) => {
+                let _ = write_by(io, &f.send, deadline);
+                return Err(f.error);
+            }
+        }
+    }
+}
+
+fn remaining(deadline: Instant, total: Duration) -> Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Error::Timeout(total));
+    }
+    Ok(left)
+}
+
+fn write_by(io: &mut impl DeadlineIo, bytes: &[u8], deadline: Instant) -> Result<()> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    io.set_timeouts(Some(remaining(deadline, Duration::ZERO)?))?;
+    io.write_all(bytes).map_err(|e| io_error(e, deadline))
+}
+
+/// Reads exactly one frame, never past it: the shared-memory rendezvous sends file
+/// descriptors right after, and they must not be swallowed by a read-ahead.
+fn read_frame(io: &mut impl DeadlineIo, deadline: Instant) -> Result<(FrameHeader, Vec<u8>)> {
+    let mut head = [0u8; HEADER_LEN];
+    read_exact_by(io, &mut head, deadline)?;
+    let h = FrameHeader::decode(&head, &HANDSHAKE_LIMITS)?;
+    if h.payload_len() != 0 {
+        return Err(Error::Protocol(format!("{:?} frame during the handshake", h.kind)));
+    }
+    let mut meta = vec![0u8; h.meta_len as usize];
+    read_exact_by(io, &mut meta, deadline)?;
+    Ok((h, meta))
+}
+
+fn read_exact_by(io: &mut impl DeadlineIo, mut buf: &mut [u8], deadline: Instant) -> Result<()> {
+    while !buf.is_empty() {
+        io.set_timeouts(Some(remaining(deadline, Duration::ZERO)?))?;
+        match io.read(buf) {
+            Ok(0) => return Err(Error::ConnectionLost("the peer hung up during the handshake".into())),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_error(e, deadline)),
+        }
+    }
+    Ok(())
+}
+
+fn io_error(e: io::Error, deadline: Instant) -> Error {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut if Instant::now() >= deadline => {
+            Error::Timeout(Duration::ZERO)
+        }
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout(Duration::ZERO),
+        _ => Error::ConnectionLost(e.to_string()),
+    }
+}

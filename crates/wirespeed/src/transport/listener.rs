@@ -1,0 +1,127 @@
+//! Accepts sockets on a background thread and authenticates each on its own thread, so a
+//! silent or hostile client never delays the others.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::thread;
+use std::time::Duration;
+
+use super::conn::Connection;
+use crate::error::{Error, Result};
+
+/// Most handshakes in progress at once; more clients wait in the kernel's backlog.
+const MAX_PENDING_HANDSHAKES: usize = 64;
+
+/// Yields authenticated connections; dropping it stops listening.
+pub struct Listener {
+    url: String,
+    incoming: Receiver<Result<Connection>>,
+    stop: Arc<AtomicBool>,
+    timeout: Duration,
+    on_drop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// What a backend hands the listener: a way to take the next raw client and to
+/// authenticate one.
+pub(crate) trait Acceptor: Send + 'static {
+    type Socket: Send + 'static;
+    /// The next client, or `None` if none arrived within `wait`.
+    fn accept(&self, wait: Duration) -> std::io::Result<Option<(Self::Socket, String)>>;
+    /// Runs the server handshake and builds the connection.
+    fn establish(socket: Self::Socket, peer: String, shared: &Self::Shared) -> Result<Connection>;
+    type Shared: Send + Sync + 'static;
+}
+
+impl Listener {
+    pub(crate) fn spawn<A: Acceptor>(acceptor: A, shared: A::Shared, url: String, timeout: Duration) -> Self {
+        let (tx, incoming) = sync_channel(MAX_PENDING_HANDSHAKES);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let shared = Arc::new(shared);
+        thread::Builder::new()
+            .name("wirespeed-accept".into())
+            .spawn(move || accept_loop(acceptor, shared, tx, stop2))
+            .expect("spawn the accept thread");
+        Listener {
+            url,
+            incoming,
+            stop,
+            timeout,
+            on_drop: None,
+        }
+    }
+
+    pub(crate) fn on_drop(mut self, f: impl FnOnce() + Send + 'static) -> Self {
+        self.on_drop = Some(Box::new(f));
+        self
+    }
+
+    /// The URL clients connect to (with the real port if 0 was asked for).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The next authenticated connection. A client that failed its handshake comes back as
+    /// [`Error::Rejected`]; the listener keeps serving after it.
+    pub fn accept(&self) -> Result<Connection> {
+        self.accept_timeout(self.timeout)
+    }
+
+    pub fn accept_timeout(&self, timeout: Duration) -> Result<Connection> {
+        match self.incoming.recv_timeout(timeout) {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Timeout) => Err(Error::Timeout(timeout)),
+            Err(RecvTimeoutError::Disconnected) => Err(Error::Closed),
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(f) = self.on_drop.take() {
+            f();
+        }
+    }
+}
+
+fn accept_loop<A: Acceptor>(
+    acceptor: A,
+    shared: Arc<A::Shared>,
+    tx: SyncSender<Result<Connection>>,
+    stop: Arc<AtomicBool>,
+) {
+    let pending = Arc::new(AtomicUsize::new(0));
+    while !stop.load(Ordering::Relaxed) {
+        let (socket, peer) = match acceptor.accept(Duration::from_millis(100)) {
+            Ok(Some(s)) => s,
+            Ok(None) => continue,
+            Err(e) => {
+                // Out of descriptors and the like: report, back off, keep going.
+                let _ = tx.try_send(Err(Error::Io(e)));
+                thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if pending.load(Ordering::Relaxed) >= MAX_PENDING_HANDSHAKES {
+            drop(socket);
+            continue;
+        }
+        pending.fetch_add(1, Ordering::Relaxed);
+        let (tx, shared, pending) = (tx.clone(), shared.clone(), pending.clone());
+        let spawned = thread::Builder::new()
+            .name("wirespeed-handshake".into())
+            .spawn(move || {
+                let result = A::establish(socket, peer.clone(), &shared).map_err(|reason| Error::Rejected {
+                    peer,
+                    reason: Box::new(reason),
+                });
+                pending.fetch_sub(1, Ordering::Relaxed);
+                let _ = tx.send(result);
+            });
+        if spawned.is_err() {
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

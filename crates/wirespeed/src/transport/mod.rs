@@ -1,0 +1,103 @@
+//! Transports: one connection and stream API over pluggable fabrics. Each backend only moves
+//! frames ([`FrameRx`], [`FrameTx`]); streams, credits and errors live in the shared engine.
+
+mod conn;
+mod handshake;
+mod listener;
+pub mod shm;
+mod sys;
+pub mod tcp;
+
+use std::io::IoSlice;
+use std::time::{Duration, Instant};
+
+pub use conn::{Connection, Incoming, Message, Stream};
+pub use listener::Listener;
+
+use crate::error::Result;
+use crate::key::Key;
+use crate::mem::Buf;
+use crate::proto::frame::{FrameHeader, Limits};
+use crate::url::Endpoint;
+
+/// Tunables shared by every transport.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The longest any single wait may last (credit, data, ring space, a write).
+    pub timeout: Duration,
+    /// The longest a handshake may take; a silent peer is dropped after it.
+    pub handshake_timeout: Duration,
+    /// Credit, in bytes, granted to the peer on each stream.
+    pub stream_window: u64,
+    /// Most concurrent streams accepted from the peer.
+    pub max_streams: u32,
+    /// Size limits on received frames.
+    pub limits: Limits,
+    /// Largest body chunk per frame, so streams interleave fairly.
+    pub max_chunk: usize,
+    /// Bytes in each shared-memory ring (one per direction); a power of two.
+    pub shm_ring_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+            stream_window: 16 << 20,
+            max_streams: 1024,
+            limits: Limits::default(),
+            max_chunk: 1 << 20,
+            shm_ring_bytes: 16 << 20,
+        }
+    }
+}
+
+/// Connects to `url` and authenticates with `key`.
+pub fn connect(url: &str, key: &Key, config: &Config) -> Result<Connection> {
+    match Endpoint::parse(url)? {
+        Endpoint::Tcp(addr) => tcp::connect(&addr, key, config),
+        Endpoint::Shm(path) => shm::connect(&path, key, config),
+    }
+}
+
+/// Listens on `url`; [`Listener::accept`] yields authenticated connections.
+pub fn listen(url: &str, key: &Key, config: &Config) -> Result<Listener> {
+    match Endpoint::parse(url)? {
+        Endpoint::Tcp(addr) => tcp::listen(&addr, key, config),
+        Endpoint::Shm(path) => shm::listen(&path, key, config),
+    }
+}
+
+/// Receiving half of a backend: yields whole frames.
+pub(crate) trait FrameRx: Send {
+    /// Reads one frame and hands it to `sink`; `Ok(false)` if `deadline` passed first.
+    /// A partly read frame is kept for the next call.
+    fn read_frame(
+        &mut self,
+        deadline: Instant,
+        sink: &mut dyn FnMut(&FrameHeader, &[u8], Buf) -> Result<()>,
+    ) -> Result<bool>;
+
+    /// True when queued lent buffers should be copied out so the transport can reuse memory.
+    fn under_pressure(&self) -> bool {
+        false
+    }
+
+    /// Bodies larger than this are gathered onto the heap rather than held as lent views.
+    fn zero_copy_limit(&self) -> u64 {
+        u64::MAX
+    }
+}
+
+/// Sending half of a backend.
+pub(crate) trait FrameTx: Send {
+    /// Writes one frame: `head` is the encoded header plus meta, `payload` the body bytes.
+    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], deadline: Instant) -> Result<()>;
+
+    /// Largest payload this backend takes in one frame.
+    fn max_payload(&self) -> usize;
+
+    /// Stops both directions, waking a reader blocked on this connection.
+    fn shutdown(&mut self);
+}

@@ -1,0 +1,509 @@
+//! Same-host shared memory. The two sides meet on a unix socket and authenticate there; the
+//! server then sends a memfd holding one ring per direction, plus eventfds for wake-ups, with
+//! SCM_RIGHTS. Frames are copied into the ring once by the sender; the receiver gets views of
+//! the ring (zero copy) that go back to the sender when dropped.
+
+mod ring;
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering, fence};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr, recvmsg, sendmsg};
+
+use self::ring::{CTL_BYTES, Ring, align};
+use super::conn::Connection;
+use super::listener::{Acceptor, Listener};
+use super::sys::{ms_until, wait_fd};
+use super::{Config, FrameRx, FrameTx, handshake};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::mem::{Buf, Lender};
+use crate::proto::frame::{FrameHeader, Limits};
+use crate::proto::handshake::Params;
+use crate::proto::session::{Role, Session};
+
+/// How long a waiting side polls shared memory before it sleeps on its eventfd.
+const SPIN: Duration = Duration::from_micros(50);
+/// Offset of the data areas: the first page holds the two control blocks.
+const DATA_AT: usize = 4096;
+const MIN_RING: usize = 8 << 20;
+const MAX_RING: usize = 1 << 30;
+
+pub fn connect(path: &Path, key: &Key, config: &Config) -> Result<Connection> {
+    let mut sock = UnixStream::connect(path)
+        .map_err(|e| Error::ConnectionLost(format!("cannot connect to shm://{}: {e}", path.display())))?;
+    let peer = handshake::client(&mut sock, key, config)?;
+    sock.set_read_timeout(Some(config.handshake_timeout))?;
+    let (cap, fds) = recv_fds(&sock)?;
+    sock.set_read_timeout(None)?;
+    let [memfd, a_data, a_space, b_data, b_space] = fds;
+    let map = Mapping::map(&memfd, cap)?;
+    let (a, b) = map.rings(cap);
+    // The client sends on ring A and receives on ring B.
+    build(
+        sock,
+        Role::Client,
+        peer,
+        config,
+        map,
+        (a, a_data, a_space),
+        (b, b_data, b_space),
+        format!("shm://{}", path.display()),
+    )
+}
+
+pub fn listen(path: &Path, key: &Key, config: &Config) -> Result<Listener> {
+    if !config.shm_ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&config.shm_ring_bytes) {
+        return Err(Error::Limit(format!(
+            "shm_ring_bytes must be a power of two from {MIN_RING} to {MAX_RING}"
+        )));
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(Error::Io(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{} is in use", path.display()),
+            )));
+        }
+        let _ = std::fs::remove_file(path); // stale socket of a dead listener
+    }
+    let l = UnixListener::bind(path).map_err(|e| {
+        Error::Io(io::Error::new(
+            e.kind(),
+            format!("cannot listen on {}: {e}", path.display()),
+        ))
+    })?;
+    l.set_nonblocking(true)?;
+    let url = format!("shm://{}", path.display());
+    let owned = path.to_path_buf();
+    Ok(
+        Listener::spawn(ShmAcceptor(l), (key.clone(), config.clone()), url, config.timeout)
+            .on_drop(move || drop(std::fs::remove_file(owned))),
+    )
+}
+
+struct ShmAcceptor(UnixListener);
+
+impl Acceptor for ShmAcceptor {
+    type Socket = UnixStream;
+    type Shared = (Key, Config);
+
+    fn accept(&self, wait: Duration) -> io::Result<Option<(UnixStream, String)>> {
+        if wait_fd(self.0.as_fd(), PollFlags::POLLIN, Instant::now() + wait)?.is_none() {
+            return Ok(None);
+        }
+        match self.0.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                let who = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+                    .map(|c| format!("shm peer pid {}", c.pid()))
+                    .unwrap_or_else(|_| "shm peer".into());
+                Ok(Some((s, who)))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn establish(mut sock: UnixStream, peer: String, (key, config): &(Key, Config)) -> Result<Connection> {
+        let params = handshake::server(&mut sock, key, config)?;
+        let cap = config.shm_ring_bytes;
+        let memfd = memfd_create("wirespeed-shm", MFdFlags::MFD_CLOEXEC).map_err(io::Error::from)?;
+        nix::unistd::ftruncate(&memfd, (DATA_AT + 2 * cap) as i64).map_err(io::Error::from)?;
+        let efd = || -> Result<OwnedFd> {
+            Ok(
+                EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                    .map_err(io::Error::from)?
+                    .into(),
+            )
+        };
+        let fds = [memfd, efd()?, efd()?, efd()?, efd()?];
+        send_fds(&sock, cap, &fds)?;
+        let [memfd, a_data, a_space, b_data, b_space] = fds;
+        let map = Mapping::map(&memfd, cap)?;
+        let (a, b) = map.rings(cap);
+        build(
+            sock,
+            Role::Server,
+            params,
+            config,
+            map,
+            (b, b_data, b_space),
+            (a, a_data, a_space),
+            peer,
+        )
+    }
+}
+
+type Side = (Ring, OwnedFd, OwnedFd);
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    sock: UnixStream,
+    role: Role,
+    peer: Params,
+    config: &Config,
+    map: Mapping,
+    send: Side,
+    recv: Side,
+    name: String,
+) -> Result<Connection> {
+    let map = Arc::new(map);
+    let (tx_ring, tx_data, tx_space) = send;
+    let (rx_ring, rx_data, rx_space) = recv;
+    let lender = Arc::new(RingLender {
+        ring: rx_ring,
+        _map: map.clone(),
+        space: rx_space,
+        track: Mutex::new(Track {
+            base: 0,
+            ends: VecDeque::new(),
+        }),
+    });
+    let rx = ShmRx {
+        ring: rx_ring,
+        pos: 0,
+        limits: config.limits,
+        lender,
+        wake: Waker {
+            efd: rx_data,
+            sock: sock.try_clone()?,
+        },
+    };
+    let tx = ShmTx {
+        ring: tx_ring,
+        head: 0,
+        notify: tx_data,
+        wake: Waker { efd: tx_space, sock },
+        _map: map,
+    };
+    let session = Session::new(role, handshake::our_params(config), peer);
+    Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
+}
+
+fn send_fds(sock: &UnixStream, cap: usize, fds: &[OwnedFd; 5]) -> Result<()> {
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let bytes = (cap as u64).to_le_bytes();
+    sendmsg::<UnixAddr>(
+        sock.as_raw_fd(),
+        &[IoSlice::new(&bytes)],
+        &[ControlMessage::ScmRights(&raw)],
+        MsgFlags::empty(),
+        None,
+    )
+    .map_err(|e| Error::ConnectionLost(format!("cannot hand over the shared memory: {e}")))?;
+    Ok(())
+}
+
+fn recv_fds(sock: &UnixStream) -> Result<(usize, [OwnedFd; 5])> {
+    let mut bytes = [0u8; 8];
+    let mut iov = [IoSliceMut::new(&mut bytes)];
+    let mut space = nix::cmsg_space!([RawFd; 5]);
+    let msg = recvmsg::<UnixAddr>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+        .map_err(|e| Error::ConnectionLost(format!("no shared memory from the server: {e}")))?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: the kernel just installed these descriptors for us; we own them now.
+            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    let got = msg.bytes;
+    let fds: [OwnedFd; 5] = fds
+        .try_into()
+        .map_err(|_| Error::Protocol("the server sent the wrong descriptors".into()))?;
+    let cap = u64::from_le_bytes(bytes) as usize;
+    if got != 8 || !cap.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&cap) {
+        return Err(Error::Protocol(format!("the server offered a ring of {cap} bytes")));
+    }
+    Ok((cap, fds))
+}
+
+/// The shared mapping; unmapped when the last ring user and lent view are gone.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; concurrent access goes through the ring protocol.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn map(memfd: &OwnedFd, cap: usize) -> Result<Self> {
+        let len = DATA_AT + 2 * cap;
+        let st = nix::sys::stat::fstat(memfd).map_err(io::Error::from)?;
+        if st.st_size as usize != len {
+            return Err(Error::Protocol("the shared memory has the wrong size".into()));
+        }
+        // SAFETY: a fresh shared mapping of a memfd we hold, of exactly its size.
+        let ptr = unsafe {
+            mmap(
+                None,
+                NonZeroUsize::new(len).expect("non-zero"),
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE,
+                memfd,
+                0,
+            )
+        }
+        .map_err(io::Error::from)?;
+        Ok(Mapping { ptr: ptr.cast(), len })
+    }
+
+    /// Ring A (client to server) and ring B (server to client).
+    fn rings(&self, cap: usize) -> (Ring, Ring) {
+        let base = self.ptr.as_ptr();
+        // SAFETY: both control blocks fit in the first page, both data areas follow it.
+        unsafe {
+            (
+                Ring::new(base.cast(), base.add(DATA_AT), cap as u64),
+                Ring::new(base.add(2 * CTL_BYTES).cast(), base.add(DATA_AT + cap), cap as u64),
+            )
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we mapped exactly this range, and nothing uses it any more.
+        unsafe {
+            let _ = munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+/// Sleeps on an eventfd after a bounded spin; the unix socket reports a dead peer.
+struct Waker {
+    efd: OwnedFd,
+    sock: UnixStream,
+}
+
+impl Waker {
+    fn wait(&self, sleeping: &AtomicU32, deadline: Instant, ready: impl Fn() -> bool) -> Result<bool> {
+        let spin_end = Instant::now() + SPIN;
+        let mut i = 0u32;
+        loop {
+            if ready() {
+                return Ok(true);
+            }
+            i = i.wrapping_add(1);
+            if i % 64 == 0 && Instant::now() >= spin_end {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        sleeping.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let result = loop {
+            if ready() {
+                break Ok(true);
+            }
+            if Instant::now() >= deadline {
+                break Ok(false);
+            }
+            let mut fds = [
+                PollFd::new(self.efd.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.sock.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::from(ms_until(deadline, 100))) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => break Err(Error::Io(e.into())),
+            }
+            if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                let mut b = [0u8; 8];
+                let _ = nix::unistd::read(&self.efd, &mut b);
+            }
+            if fds[1].revents().is_some_and(|r| !r.is_empty()) && !ready() {
+                break Err(Error::ConnectionLost("the peer went away".into()));
+            }
+        };
+        sleeping.store(0, Ordering::Relaxed);
+        result
+    }
+}
+
+/// Wakes the other side if it is asleep on `efd`.
+fn notify(sleeping: &AtomicU32, efd: &OwnedFd) {
+    fence(Ordering::SeqCst);
+    if sleeping.load(Ordering::Relaxed) != 0 {
+        let _ = nix::unistd::write(efd, &1u64.to_ne_bytes());
+    }
+}
+
+struct ShmTx {
+    ring: Ring,
+    head: u64,
+    notify: OwnedFd,
+    wake: Waker,
+    _map: Arc<Mapping>,
+}
+
+impl FrameTx for ShmTx {
+    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], deadline: Instant) -> Result<()> {
+        let plen: usize = payload.iter().map(|s| s.len()).sum();
+        let total = Ring::frame_bytes(head.len(), plen as u64);
+        if total > self.ring.cap() / 2 {
+            return Err(Error::Limit(format!(
+                "a {total}-byte frame does not fit the shared-memory ring"
+            )));
+        }
+        let (pad, at) = loop {
+            if let Some(r) = self.ring.reserve(self.head, total) {
+                break r;
+            }
+            let (ring, h) = (self.ring, self.head);
+            if !self
+                .wake
+                .wait(ring.producer_sleeping(), deadline, || ring.reserve(h, total).is_some())?
+            {
+                return Err(Error::Timeout(Duration::ZERO));
+            }
+        };
+        if pad > 0 {
+            self.ring.write_pad(self.head, pad);
+        }
+        // SAFETY: `reserve` gave us `total` free bytes at `at`, before the ring's end.
+        unsafe {
+            std::ptr::copy_nonoverlapping(head.as_ptr(), self.ring.data_ptr(at), head.len());
+            let mut dst = self.ring.data_ptr(at + align(head.len() as u64));
+            for s in payload {
+                std::ptr::copy_nonoverlapping(s.as_ptr(), dst, s.len());
+                dst = dst.add(s.len());
+            }
+        }
+        self.head = at + total;
+        self.ring.publish(self.head);
+        notify(self.ring.consumer_sleeping(), &self.notify);
+        Ok(())
+    }
+
+    fn max_payload(&self) -> usize {
+        (self.ring.cap() / 4) as usize
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.wake.sock.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+struct ShmRx {
+    ring: Ring,
+    /// Next byte to read; between the lender's tail and the producer's head.
+    pos: u64,
+    limits: Limits,
+    lender: Arc<RingLender>,
+    wake: Waker,
+}
+
+impl FrameRx for ShmRx {
+    fn read_frame(
+        &mut self,
+        deadline: Instant,
+        sink: &mut dyn FnMut(&FrameHeader, &[u8], Buf) -> Result<()>,
+    ) -> Result<bool> {
+        loop {
+            let Some(f) = self.ring.locate(self.pos, self.ring.head(), &self.limits)? else {
+                let (ring, pos) = (self.ring, self.pos);
+                if !self
+                    .wake
+                    .wait(ring.consumer_sleeping(), deadline, || ring.head() != pos)?
+                {
+                    return Ok(false);
+                }
+                continue;
+            };
+            let end = self.pos + f.total;
+            self.pos = end;
+            if f.header.kind == crate::proto::frame::Kind::Pad {
+                self.lender.push(end, true);
+                continue;
+            }
+            let plen = f.header.payload_len() as usize;
+            let payload = if plen > 0 {
+                let token = self.lender.push(end, false);
+                let ptr = NonNull::new(self.ring.data_ptr(f.payload_at)).expect("mapped memory");
+                // SAFETY: the bytes stay in place until the lender gets the token back.
+                unsafe { Buf::lent(ptr, plen, self.lender.clone(), token) }
+            } else {
+                self.lender.push(end, true);
+                Buf::empty()
+            };
+            // SAFETY: validated by `locate` to lie inside the data area.
+            let meta = unsafe { std::slice::from_raw_parts(self.ring.data_ptr(f.meta_at), f.header.meta_len as usize) };
+            sink(&f.header, meta, payload)?;
+            return Ok(true);
+        }
+    }
+
+    fn under_pressure(&self) -> bool {
+        self.pos.wrapping_sub(self.ring.tail()) > self.ring.cap() / 2
+    }
+
+    fn zero_copy_limit(&self) -> u64 {
+        self.ring.cap() / 4
+    }
+}
+
+/// Takes views of the receive ring back, in any order, and frees ring space in order.
+struct RingLender {
+    ring: Ring,
+    _map: Arc<Mapping>,
+    space: OwnedFd,
+    track: Mutex<Track>,
+}
+
+struct Track {
+    /// Token of `ends[0]`.
+    base: u64,
+    /// Ring position after each consumed frame, and whether it is released.
+    ends: VecDeque<(u64, bool)>,
+}
+
+impl RingLender {
+    fn push(&self, end: u64, released: bool) -> u64 {
+        let mut t = self.track.lock().unwrap_or_else(|p| p.into_inner());
+        let token = t.base + t.ends.len() as u64;
+        t.ends.push_back((end, released));
+        if released {
+            self.advance(&mut t);
+        }
+        token
+    }
+
+    fn advance(&self, t: &mut Track) {
+        let mut tail = None;
+        while let Some(&(end, true)) = t.ends.front() {
+            tail = Some(end);
+            t.ends.pop_front();
+            t.base += 1;
+        }
+        if let Some(end) = tail {
+            self.ring.release_to(end);
+            notify(self.ring.producer_sleeping(), &self.space);
+        }
+    }
+}
+
+impl Lender for RingLender {
+    fn release(&self, token: u64) {
+        let mut t = self.track.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = token.checked_sub(t.base) else { return };
+        if let Some(e) = t.ends.get_mut(i as usize) {
+            e.1 = true;
+        }
+        self.advance(&mut t);
+    }
+}

@@ -1,0 +1,239 @@
+//! One direction of the shared-memory channel: a byte ring of 64-byte-aligned frames.
+//!
+//! The producer owns `head`, the consumer owns `tail` (bytes released). A frame never wraps:
+//! when it does not fit before the end, the producer writes a Pad frame to the end and starts
+//! again at offset 0. Both sides validate everything they read from shared memory.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::error::{Error, FrameError, Result};
+use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
+
+pub const ALIGN: u64 = 64;
+
+pub fn align(n: u64) -> u64 {
+    n.div_ceil(ALIGN) * ALIGN
+}
+
+#[repr(C, align(64))]
+struct Line<T>(T);
+
+/// Control block at the start of each ring's page, one field per cache line.
+#[repr(C)]
+pub struct Ctl {
+    head: Line<AtomicU64>,
+    tail: Line<AtomicU64>,
+    consumer_sleeping: Line<AtomicU32>,
+    producer_sleeping: Line<AtomicU32>,
+}
+
+pub const CTL_BYTES: usize = std::mem::size_of::<Ctl>();
+
+/// Raw access to one ring inside a shared mapping. Copyable; the mapping outlives it.
+#[derive(Clone, Copy)]
+pub struct Ring {
+    ctl: *const Ctl,
+    data: *mut u8,
+    cap: u64,
+}
+
+// SAFETY: all shared fields are atomics; data bytes are handed over through head/tail with
+// release/acquire ordering.
+unsafe impl Send for Ring {}
+unsafe impl Sync for Ring {}
+
+/// Where a frame sits in the ring, once validated.
+pub struct Located {
+    pub header: FrameHeader,
+    /// Offset of the meta within the data area.
+    pub meta_at: u64,
+    /// Offset of the payload within the data area.
+    pub payload_at: u64,
+    /// Bytes the frame occupies, padding included.
+    pub total: u64,
+}
+
+impl Ring {
+    /// # Safety
+    /// `ctl` must point to a `Ctl` and `data` to `cap` bytes, both inside a live shared mapping.
+    pub unsafe fn new(ctl: *const Ctl, data: *mut u8, cap: u64) -> Self {
+        Ring { ctl, data, cap }
+    }
+
+    fn ctl(&self) -> &Ctl {
+        // SAFETY: guaranteed by `Ring::new`.
+        unsafe { &*self.ctl }
+    }
+
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    pub fn head(&self) -> u64 {
+        self.ctl().head.0.load(Ordering::Acquire)
+    }
+
+    pub fn tail(&self) -> u64 {
+        self.ctl().tail.0.load(Ordering::Acquire)
+    }
+
+    pub fn consumer_sleeping(&self) -> &AtomicU32 {
+        &self.ctl().consumer_sleeping.0
+    }
+
+    pub fn producer_sleeping(&self) -> &AtomicU32 {
+        &self.ctl().producer_sleeping.0
+    }
+
+    pub fn data_ptr(&self, at: u64) -> *mut u8 {
+        // SAFETY: callers keep `at` within the data area.
+        unsafe { self.data.add((at % self.cap) as usize) }
+    }
+
+    /// Bytes a frame with this head and payload occupies.
+    pub fn frame_bytes(head_len: usize, payload: u64) -> u64 {
+        align(head_len as u64) + align(payload)
+    }
+
+    /// Producer: where a frame of `total` bytes goes, given our `head`; `None` if it does not
+    /// fit yet. Returns (pad bytes to skip first, start position).
+    pub fn reserve(&self, head: u64, total: u64) -> Option<(u64, u64)> {
+        let tail = self.tail();
+        let used = head.wrapping_sub(tail);
+        if used > self.cap {
+            return None; // a corrupt tail: never write over unreleased data
+        }
+        let to_end = self.cap - head % self.cap;
+        let pad = if total <= to_end { 0 } else { to_end };
+        (self.cap - used >= pad + total).then_some((pad, head + pad))
+    }
+
+    /// Producer: writes a Pad frame covering `pad` bytes at `head`.
+    pub fn write_pad(&self, head: u64, pad: u64) {
+        let mut h = FrameHeader::new(Kind::Pad, 0);
+        h.len = pad - HEADER_LEN as u64;
+        let bytes = h.encode();
+        // SAFETY: `pad` >= 64 bytes lie free at `head` (reserve checked) before the ring's end.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.data_ptr(head), HEADER_LEN) };
+    }
+
+    /// Producer: makes everything before `head` visible to the consumer.
+    pub fn publish(&self, head: u64) {
+        self.ctl().head.0.store(head, Ordering::Release);
+    }
+
+    /// Consumer: gives back everything before `tail`.
+    pub fn release_to(&self, tail: u64) {
+        self.ctl().tail.0.store(tail, Ordering::Release);
+    }
+
+    /// Consumer: validates the frame at `pos` given the producer's `head`. Returns `None` for
+    /// nothing there yet.
+    pub fn locate(&self, pos: u64, head: u64, limits: &Limits) -> Result<Option<Located>> {
+        let avail = head.wrapping_sub(pos);
+        if avail == 0 {
+            return Ok(None);
+        }
+        let at = pos % self.cap;
+        let to_end = self.cap - at;
+        if avail > self.cap || avail < HEADER_LEN as u64 || at % ALIGN != 0 {
+            return Err(corrupt("ring positions"));
+        }
+        let mut raw = [0u8; HEADER_LEN];
+        // SAFETY: `at` is 64-aligned inside the data area, so 24 bytes follow it.
+        unsafe { std::ptr::copy_nonoverlapping(self.data_ptr(pos), raw.as_mut_ptr(), HEADER_LEN) };
+        let header = FrameHeader::decode(&raw, limits)?;
+        let total = if header.kind == Kind::Pad {
+            header
+                .len
+                .checked_add(HEADER_LEN as u64)
+                .ok_or_else(|| corrupt("pad"))?
+        } else {
+            Ring::frame_bytes(HEADER_LEN + header.meta_len as usize, header.payload_len())
+        };
+        if header.kind == Kind::Pad && total != to_end {
+            return Err(corrupt("pad length"));
+        }
+        if total > avail || total > to_end {
+            return Err(corrupt("frame length"));
+        }
+        Ok(Some(Located {
+            header,
+            meta_at: pos + HEADER_LEN as u64,
+            payload_at: pos + align((HEADER_LEN + header.meta_len as usize) as u64),
+            total,
+        }))
+    }
+}
+
+fn corrupt(what: &'static str) -> Error {
+    Error::Frame(FrameError::Malformed(what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Mem {
+        ctl: Box<Ctl>,
+        data: Vec<u8>,
+    }
+
+    fn ring(cap: usize) -> (Mem, Ring) {
+        let mut m = Mem {
+            ctl: Box::new(Ctl {
+                head: Line(AtomicU64::new(0)),
+                tail: Line(AtomicU64::new(0)),
+                consumer_sleeping: Line(AtomicU32::new(0)),
+                producer_sleeping: Line(AtomicU32::new(0)),
+            }),
+            data: vec![0; cap],
+        };
+        let r = unsafe { Ring::new(&*m.ctl, m.data.as_mut_ptr(), cap as u64) };
+        (m, r)
+    }
+
+    fn put(r: &Ring, head: &mut u64, payload: u64) -> Option<u64> {
+        let mut h = FrameHeader::new(Kind::Data, 1);
+        h.len = payload;
+        let total = Ring::frame_bytes(HEADER_LEN, payload);
+        let (pad, at) = r.reserve(*head, total)?;
+        if pad > 0 {
+            r.write_pad(*head, pad);
+        }
+        unsafe { std::ptr::copy_nonoverlapping(h.encode().as_ptr(), r.data_ptr(at), HEADER_LEN) };
+        *head = at + total;
+        r.publish(*head);
+        Some(at)
+    }
+
+    #[test]
+    fn frames_wrap_with_a_pad_and_respect_the_tail() {
+        let (_m, r) = ring(1024);
+        let mut head = 0;
+        let l = Limits::default();
+        assert_eq!(put(&r, &mut head, 400), Some(0)); // 64 + 448 = 512 bytes
+        assert_eq!(put(&r, &mut head, 200), Some(512)); // 64 + 256 = 320 bytes
+        let first = r.locate(0, head, &l).unwrap().unwrap();
+        assert_eq!((first.total, first.payload_at), (512, 64));
+        assert_eq!(put(&r, &mut head, 200), None); // would need a pad of 192 plus 320
+        r.release_to(512);
+        assert_eq!(put(&r, &mut head, 200), Some(1024)); // padded to the end, then at offset 0
+        let pad = r.locate(832, head, &l).unwrap().unwrap();
+        assert_eq!((pad.header.kind, pad.total), (Kind::Pad, 192));
+        assert!(r.locate(1024 + 320, head, &l).unwrap().is_none());
+    }
+
+    #[test]
+    fn corrupt_frames_are_errors_not_crashes() {
+        let (mut m, r) = ring(1024);
+        let mut h = FrameHeader::new(Kind::Data, 1);
+        h.len = 5000; // longer than the ring
+        m.data[..HEADER_LEN].copy_from_slice(&h.encode());
+        assert!(r.locate(0, 5064, &Limits::default()).is_err());
+        assert!(r.locate(0, 100, &Limits::default()).is_err());
+        assert!(r.locate(8, 72, &Limits::default()).is_err());
+        m.data[..HEADER_LEN].copy_from_slice(&[0xff; HEADER_LEN]);
+        assert!(r.locate(0, 64, &Limits::default()).is_err());
+    }
+}

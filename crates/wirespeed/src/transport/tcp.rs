@@ -1,0 +1,201 @@
+//! TCP: frames written with vectored writes straight from the caller's buffers, read through
+//! a staging buffer for small frames and directly into the body buffer for large ones.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant};
+
+use nix::poll::PollFlags;
+
+use super::conn::Connection;
+use super::listener::{Acceptor, Listener};
+use super::sys::wait_fd;
+use super::{Config, FrameRx, FrameTx, handshake};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::mem::Buf;
+use crate::proto::decoder::FrameDecoder;
+use crate::proto::frame::FrameHeader;
+use crate::proto::session::{Role, Session};
+
+/// Bytes staged per read; payloads bigger than this bypass it.
+const STAGING: usize = 256 << 10;
+
+pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
+    let mut last = None;
+    let addrs = addr
+        .to_socket_addrs()
+        .map_err(|e| Error::ConnectionLost(format!("cannot resolve {addr}: {e}")))?;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, config.handshake_timeout) {
+            Ok(mut s) => {
+                let peer = handshake::client(&mut s, key, config)?;
+                return establish(s, Role::Client, peer, config, format!("tcp://{a}"));
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Error::ConnectionLost(format!(
+        "cannot connect to {addr}: {}",
+        last.map_or("no address".to_string(), |e| e.to_string())
+    )))
+}
+
+pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
+    let l = TcpListener::bind(addr)
+        .map_err(|e| Error::Io(io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))))?;
+    let url = format!("tcp://{}", l.local_addr()?);
+    Ok(Listener::spawn(
+        TcpAcceptor(l),
+        (key.clone(), config.clone()),
+        url,
+        config.timeout,
+    ))
+}
+
+struct TcpAcceptor(TcpListener);
+
+impl Acceptor for TcpAcceptor {
+    type Socket = TcpStream;
+    type Shared = (Key, Config);
+
+    fn accept(&self, wait: Duration) -> io::Result<Option<(TcpStream, String)>> {
+        if wait_fd(self.0.as_fd(), PollFlags::POLLIN, Instant::now() + wait)?.is_none() {
+            return Ok(None);
+        }
+        match self.0.accept() {
+            Ok((s, a)) => Ok(Some((s, format!("tcp://{a}")))),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn establish(mut s: TcpStream, peer: String, (key, config): &(Key, Config)) -> Result<Connection> {
+        let params = handshake::server(&mut s, key, config)?;
+        establish(s, Role::Server, params, config, peer)
+    }
+}
+
+fn establish(
+    s: TcpStream,
+    role: Role,
+    peer: crate::proto::handshake::Params,
+    config: &Config,
+    name: String,
+) -> Result<Connection> {
+    s.set_nodelay(true)?;
+    s.set_nonblocking(true)?;
+    let rx = TcpRx {
+        sock: s.try_clone()?,
+        decoder: FrameDecoder::new(config.limits),
+        staging: vec![0; STAGING].into_boxed_slice(),
+        lo: 0,
+        hi: 0,
+    };
+    let tx = TcpTx {
+        sock: s,
+        max_payload: config.limits.max_payload as usize,
+    };
+    let session = Session::new(role, handshake::our_params(config), peer);
+    Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
+}
+
+struct TcpRx {
+    sock: TcpStream,
+    decoder: FrameDecoder,
+    staging: Box<[u8]>,
+    lo: usize,
+    hi: usize,
+}
+
+impl FrameRx for TcpRx {
+    fn read_frame(
+        &mut self,
+        deadline: Instant,
+        sink: &mut dyn FnMut(&FrameHeader, &[u8], Buf) -> Result<()>,
+    ) -> Result<bool> {
+        loop {
+            if let Some(f) = self.decoder.take_frame() {
+                sink(&f.header, &f.meta, Buf::from(f.payload))?;
+                return Ok(true);
+            }
+            if self.lo < self.hi {
+                self.lo += self.decoder.feed(&self.staging[self.lo..self.hi])?;
+                continue;
+            }
+            let missing = self.decoder.payload_missing();
+            let direct = missing >= STAGING / 4;
+            let res = if direct {
+                let spare = self.decoder.payload_spare();
+                // SAFETY: recv writes at most `spare.len()` bytes into memory we own.
+                let n = unsafe { libc::recv(self.sock.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), 0) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            } else {
+                self.lo = 0;
+                self.hi = 0;
+                (&self.sock).read(&mut self.staging)
+            };
+            match res {
+                Ok(0) => {
+                    let what = if self.decoder.is_idle() {
+                        "the peer hung up"
+                    } else {
+                        "the peer hung up in the middle of a frame"
+                    };
+                    return Err(Error::ConnectionLost(what.into()));
+                }
+                // SAFETY: recv initialised `n` bytes of the spare payload.
+                Ok(n) if direct => unsafe { self.decoder.payload_filled(n) },
+                Ok(n) => self.hi = n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if wait_fd(self.sock.as_fd(), PollFlags::POLLIN, deadline)?.is_none() {
+                        return Ok(false);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::ConnectionLost(e.to_string())),
+            }
+        }
+    }
+}
+
+struct TcpTx {
+    sock: TcpStream,
+    max_payload: usize,
+}
+
+impl FrameTx for TcpTx {
+    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], deadline: Instant) -> Result<()> {
+        let mut iov = Vec::with_capacity(payload.len() + 1);
+        iov.push(IoSlice::new(head));
+        iov.extend_from_slice(payload);
+        let mut bufs = &mut iov[..];
+        while !bufs.is_empty() {
+            match (&self.sock).write_vectored(bufs) {
+                Ok(0) => return Err(Error::ConnectionLost("the socket accepts no more data".into())),
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if wait_fd(self.sock.as_fd(), PollFlags::POLLOUT, deadline)?.is_none() {
+                        return Err(Error::Timeout(deadline.saturating_duration_since(Instant::now())));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::ConnectionLost(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.sock.shutdown(Shutdown::Both);
+    }
+}
