@@ -5,7 +5,7 @@
 //! ([`Session::poll_recv`]). Control frames it wants sent (credit grants, resets) wait in
 //! [`Session::poll_transmit`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::frame::{FrameHeader, Kind, encode_control};
 use super::handshake::Params;
@@ -52,7 +52,11 @@ pub struct Session {
     peer: Params,
     streams: HashMap<u32, StreamState>,
     next_local: u32,
-    max_peer: u32,
+    /// The lowest peer stream id not seen yet.
+    next_peer: u32,
+    /// Peer ids below `next_peer` not seen yet: streams the peer opened whose first frame
+    /// was overtaken by a later stream's (threads race to the socket).
+    skipped: HashSet<u32>,
     accept_queue: VecDeque<u32>,
     transmit: Vec<u8>,
     failed: Option<Error>,
@@ -68,7 +72,8 @@ impl Session {
             peer,
             streams: HashMap::new(),
             next_local: if role == Role::Client { 1 } else { 2 },
-            max_peer: 0,
+            next_peer: if role == Role::Client { 2 } else { 1 },
+            skipped: HashSet::new(),
             accept_queue: VecDeque::new(),
             transmit: Vec::new(),
             failed: None,
@@ -256,10 +261,22 @@ impl Session {
             }
             return Ok(self.streams.get_mut(&id));
         }
-        if id <= self.max_peer {
-            return Ok(self.streams.get_mut(&id));
+        if id < self.next_peer {
+            if !self.skipped.remove(&id) {
+                return Ok(self.streams.get_mut(&id));
+            }
+        } else {
+            let gap = (id - self.next_peer) / 2;
+            if self.skipped.len() as u64 + gap as u64 > self.ours.max_streams as u64 {
+                return Err(Error::Protocol(format!(
+                    "stream {id} skips more ids than the stream limit"
+                )));
+            }
+            self.skipped.extend((self.next_peer..id).step_by(2));
+            self.next_peer = id
+                .checked_add(2)
+                .ok_or_else(|| Error::Protocol("stream ids exhausted".into()))?;
         }
-        self.max_peer = id;
         let peer_open = self.streams.keys().filter(|&&k| !self.is_local(k)).count();
         if self.local_closed || peer_open >= self.ours.max_streams as usize {
             self.queue_control(Kind::Reset, id, ErrorCode::REFUSED.0, 0);
@@ -578,6 +595,17 @@ mod tests {
         let (h, mut m, p) = message_frame(1, b"", 1, &[1, 2]);
         m.truncate(8);
         assert!(s.on_frame(&h, &m, p).is_err()); // payload longer than body
+    }
+
+    #[test]
+    fn streams_may_start_out_of_order() {
+        let (_, mut s) = pair();
+        deliver(&mut s, message_frame(5, b"", 0, &[])).unwrap();
+        deliver(&mut s, message_frame(1, b"", 0, &[])).unwrap();
+        deliver(&mut s, message_frame(3, b"", 0, &[])).unwrap();
+        let accepted: Vec<u32> = std::iter::from_fn(|| s.poll_accept().and_then(|r| r.ok())).collect();
+        assert_eq!(accepted, [5, 1, 3]);
+        assert!(deliver(&mut s, message_frame(1001, b"", 0, &[])).is_err()); // skips 497 ids
     }
 
     #[test]

@@ -1,0 +1,521 @@
+//! One transport-independent suite, run against every backend (see the `conformance!` calls
+//! at the bottom). Real sockets, real shared memory, real child processes.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use wirespeed::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
+use wirespeed::proto::handshake::{Handshake, Params};
+use wirespeed::{Config, Connection, Error, ErrorCode, Key, Listener, connect, listen};
+
+fn key() -> Key {
+    Key::new("conformance key").unwrap()
+}
+
+fn fresh_url(scheme: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    match scheme {
+        "tcp" => "tcp://127.0.0.1:0".into(),
+        "shm" => format!(
+            "shm://{}/wirespeed-test-{}-{}.sock",
+            std::env::temp_dir().display(),
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ),
+        _ => unreachable!(),
+    }
+}
+
+fn pair_with(scheme: &str, config: &Config) -> (Listener, Connection, Connection) {
+    let l = listen(&fresh_url(scheme), &key(), config).unwrap();
+    let c = connect(l.url(), &key(), config).unwrap();
+    let s = l.accept().unwrap();
+    (l, c, s)
+}
+
+fn pair(scheme: &str) -> (Listener, Connection, Connection) {
+    pair_with(scheme, &Config::default())
+}
+
+/// Deterministic pseudo-random bytes.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A socket to the listener that speaks raw bytes.
+fn raw(url: &str) -> Box<dyn ReadWrite> {
+    let (scheme, addr) = url.split_once("://").unwrap();
+    let s: Box<dyn ReadWrite> = match scheme {
+        "tcp" => Box::new(TcpStream::connect(addr).unwrap()),
+        _ => Box::new(UnixStream::connect(addr).unwrap()),
+    };
+    s
+}
+
+trait ReadWrite: Read + Write + Send {}
+impl<T: Read + Write + Send> ReadWrite for T {}
+
+fn expect_rejected(l: &Listener) -> Error {
+    match l.accept_timeout(Duration::from_secs(10)) {
+        Err(Error::Rejected { reason, .. }) => *reason,
+        Err(e) => panic!("expected a rejected client, got {e}"),
+        Ok(c) => panic!("expected a rejected client, got a connection from {}", c.peer()),
+    }
+}
+
+/// The listener still serves a well-behaved client.
+fn still_serves(l: &Listener) {
+    let c = connect(l.url(), &key(), &Config::default()).unwrap();
+    let s = l.accept().unwrap();
+    let st = c.open_stream().unwrap();
+    st.send(b"ping", &[b"body"]).unwrap();
+    let m = s.accept_stream().unwrap().recv().unwrap().unwrap();
+    assert_eq!((m.header.as_slice(), m.body.to_vec()), (&b"ping"[..], b"body".to_vec()));
+}
+
+/// Reads frames until an Error frame and returns its code, or None if the peer just closed.
+fn read_error_code(s: &mut dyn ReadWrite) -> Option<u32> {
+    let mut head = [0u8; HEADER_LEN];
+    loop {
+        s.read_exact(&mut head).ok()?;
+        let h = FrameHeader::decode(&head, &Limits::default()).ok()?;
+        let mut rest = vec![0u8; h.meta_len as usize + h.payload_len() as usize];
+        s.read_exact(&mut rest).ok()?;
+        if h.kind == Kind::Error {
+            return Some(h.aux);
+        }
+    }
+}
+
+fn round_trip(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let a = c.open_stream().unwrap();
+    a.send(b"header", &[b"hello ", b"", b"world"]).unwrap();
+    a.send(b"", &[]).unwrap();
+    a.finish().unwrap();
+    let b = s.accept_stream().unwrap();
+    let m = b.recv().unwrap().unwrap();
+    assert_eq!(m.header, b"header");
+    assert_eq!(m.body.to_vec(), b"hello world");
+    let m = b.recv().unwrap().unwrap();
+    assert!(m.header.is_empty() && m.body.is_empty());
+    assert!(b.recv().unwrap().is_none(), "finish ends the stream");
+    // And back the other way on the same stream.
+    b.send(b"reply", &[&pattern(1, 70_000)]).unwrap();
+    let m = a.recv().unwrap().unwrap();
+    assert_eq!(m.body.to_vec(), pattern(1, 70_000));
+}
+
+fn many_concurrent_streams(scheme: &str) {
+    const STREAMS: usize = 64;
+    const MESSAGES: usize = 24;
+    let (_l, c, s) = pair(scheme);
+    std::thread::scope(|scope| {
+        for i in 0..STREAMS {
+            let c = &c;
+            scope.spawn(move || {
+                let st = c.open_stream().unwrap();
+                for m in 0..MESSAGES {
+                    let seed = (i * 1000 + m) as u64;
+                    let body = pattern(seed, (seed as usize * 7919) % (300 << 10));
+                    let digest = blake3::hash(&body);
+                    st.send(digest.as_bytes(), &[&body[..body.len() / 3], &body[body.len() / 3..]])
+                        .unwrap();
+                }
+                st.finish().unwrap();
+                let ack = st.recv().unwrap().unwrap();
+                assert_eq!(ack.header, (MESSAGES as u32).to_le_bytes());
+                assert!(st.recv().unwrap().is_none(), "the server finishes after its ack");
+            });
+        }
+        for _ in 0..STREAMS {
+            let st = s.accept_stream().unwrap();
+            scope.spawn(move || {
+                let mut n = 0u32;
+                while let Some(m) = st.recv().unwrap() {
+                    let body = m.body.to_vec();
+                    assert_eq!(
+                        m.header,
+                        blake3::hash(&body).as_bytes(),
+                        "checksum on stream {}",
+                        st.id()
+                    );
+                    n += 1;
+                }
+                st.send(&n.to_le_bytes(), &[]).unwrap();
+                st.finish().unwrap();
+            });
+        }
+    });
+}
+
+fn body_larger_than_4_gib(scheme: &str) {
+    const PIECE: usize = 64 << 20;
+    let total: u64 = (4u64 << 30) + 12_345;
+    let piece = pattern(42, PIECE);
+    let (_l, c, s) = pair(scheme);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut parts: Vec<&[u8]> = vec![&piece[..]; (total / PIECE as u64) as usize];
+            parts.push(&piece[..(total % PIECE as u64) as usize]);
+            let st = c.open_stream().unwrap();
+            st.send(b"big", &parts).unwrap();
+            st.finish().unwrap();
+        });
+        let st = s.accept_stream().unwrap();
+        let start = st.recv_start().unwrap().unwrap();
+        assert_eq!((start.header.as_slice(), start.body_len), (&b"big"[..], total));
+        let mut off = 0u64;
+        while let Some(chunk) = st.read_chunk().unwrap() {
+            let mut at = 0;
+            while at < chunk.len() {
+                let p = (off % PIECE as u64) as usize;
+                let n = (PIECE - p).min(chunk.len() - at);
+                assert!(chunk[at..at + n] == piece[p..p + n], "body differs at byte {off}");
+                at += n;
+                off += n as u64;
+            }
+        }
+        assert_eq!(off, total);
+        assert!(st.recv().unwrap().is_none());
+    });
+}
+
+fn slow_reader_does_not_stall_others(scheme: &str) {
+    let config = Config {
+        stream_window: 1 << 20,
+        ..Config::default()
+    };
+    let (_l, c, s) = pair_with(scheme, &config);
+    let sent_on_slow = AtomicUsize::new(0);
+    let body = pattern(7, 256 << 10);
+    let (body, sent_on_slow) = (&body, &sent_on_slow);
+    let slow = c.open_stream().unwrap();
+    slow.send(b"slow", &[]).unwrap();
+    let slow_rx = s.accept_stream().unwrap();
+    assert_eq!(slow_rx.recv().unwrap().unwrap().header, b"slow");
+    let slow = &slow;
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            for _ in 0..100 {
+                slow.send(b"", &[body]).unwrap();
+                sent_on_slow.fetch_add(1, Ordering::SeqCst);
+            }
+            slow.finish().unwrap();
+        });
+        // The fast stream moves 100 MiB while nobody reads the slow one.
+        let fast = c.open_stream().unwrap();
+        scope.spawn(move || {
+            for _ in 0..400 {
+                fast.send(b"", &[body]).unwrap();
+            }
+            fast.finish().unwrap();
+        });
+        let fast_rx = s.accept_stream().unwrap();
+        let mut n = 0;
+        while let Some(m) = fast_rx.recv().unwrap() {
+            assert_eq!(m.body.len(), body.len() as u64);
+            n += 1;
+        }
+        assert_eq!(n, 400);
+        // The slow stream's sender is held to its 1 MiB window.
+        let sent = sent_on_slow.load(Ordering::SeqCst);
+        assert!(sent <= 5, "the unread stream buffered {sent} messages of 256 KiB");
+        let mut m = 0;
+        while slow_rx.recv().unwrap().is_some() {
+            m += 1;
+        }
+        assert_eq!(m, 100);
+    });
+}
+
+fn reset_reaches_the_peer(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let a = c.open_stream().unwrap();
+    a.send(b"x", &[]).unwrap();
+    let b = s.accept_stream().unwrap();
+    b.recv().unwrap().unwrap();
+    b.reset(ErrorCode(ErrorCode::APP_BASE + 5));
+    let err = a.recv().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Reset {
+                code: ErrorCode(0x1005),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Dropping an open stream cancels it.
+    let a2 = c.open_stream().unwrap();
+    a2.send(b"y", &[]).unwrap();
+    let b2 = s.accept_stream().unwrap();
+    drop(a2);
+    b2.recv().unwrap().unwrap();
+    let err = b2.recv().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Reset {
+                code: ErrorCode::CANCELLED,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Other streams carry on.
+    let a3 = c.open_stream().unwrap();
+    a3.send(b"z", &[]).unwrap();
+    assert_eq!(s.accept_stream().unwrap().recv().unwrap().unwrap().header, b"z");
+}
+
+fn recv_times_out_on_a_silent_peer(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let mut a = c.open_stream().unwrap();
+    a.send(b"hi", &[]).unwrap();
+    let b = s.accept_stream().unwrap();
+    b.recv().unwrap().unwrap();
+    a.set_timeout(Duration::from_millis(200));
+    let t = Instant::now();
+    assert!(matches!(a.recv(), Err(Error::Timeout(_))));
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // A timeout is not fatal.
+    b.send(b"late", &[]).unwrap();
+    a.set_timeout(Duration::from_secs(10));
+    assert_eq!(a.recv().unwrap().unwrap().header, b"late");
+}
+
+fn wrong_key_is_rejected(scheme: &str) {
+    let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
+    let err = connect(l.url(), &Key::new("wrong").unwrap(), &Config::default())
+        .err()
+        .unwrap();
+    assert!(matches!(err, Error::Auth(_)), "client saw {err}");
+    assert!(matches!(expect_rejected(&l), Error::Auth(_)));
+    still_serves(&l);
+}
+
+fn wrong_version_is_rejected(scheme: &str) {
+    let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
+    let mut s = raw(l.url());
+    let (_, mut hello) = Handshake::client(
+        b"k",
+        Params {
+            caps: 0,
+            max_streams: 1,
+            stream_window: 1,
+        },
+        [0; 32],
+    );
+    hello[HEADER_LEN + 4] = 99; // version field of the Hello
+    s.write_all(&hello).unwrap();
+    assert_eq!(read_error_code(&mut *s), Some(ErrorCode::VERSION.0));
+    assert!(matches!(expect_rejected(&l), Error::Version { theirs: 99, .. }));
+    still_serves(&l);
+}
+
+fn garbage_is_rejected(scheme: &str) {
+    let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
+    for seed in 0..3 {
+        let mut s = raw(l.url());
+        let _ = s.write_all(&pattern(seed, 4096));
+        assert_eq!(read_error_code(&mut *s), Some(ErrorCode::PROTOCOL.0));
+        assert!(matches!(
+            expect_rejected(&l),
+            Error::Frame(_) | Error::BadMagic | Error::Protocol(_)
+        ));
+    }
+    still_serves(&l);
+}
+
+fn truncated_frame_is_rejected(scheme: &str) {
+    let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
+    let (_, hello) = Handshake::client(
+        b"k",
+        Params {
+            caps: 0,
+            max_streams: 1,
+            stream_window: 1,
+        },
+        [0; 32],
+    );
+    let mut s = raw(l.url());
+    s.write_all(&hello[..hello.len() / 2]).unwrap();
+    drop(s);
+    assert!(matches!(expect_rejected(&l), Error::ConnectionLost(_)));
+    still_serves(&l);
+}
+
+fn oversized_header_is_rejected(scheme: &str) {
+    let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
+    let mut h = FrameHeader::new(Kind::Hello, 0);
+    h.meta_len = 1 << 30;
+    let mut s = raw(l.url());
+    s.write_all(&h.encode()).unwrap();
+    assert_eq!(read_error_code(&mut *s), Some(ErrorCode::PROTOCOL.0));
+    assert!(matches!(expect_rejected(&l), Error::Frame(_)));
+    still_serves(&l);
+}
+
+fn silent_peer_does_not_block_others(scheme: &str) {
+    let config = Config {
+        handshake_timeout: Duration::from_millis(500),
+        ..Config::default()
+    };
+    let l = listen(&fresh_url(scheme), &key(), &config).unwrap();
+    let _silent = raw(l.url());
+    // A good client is served while the silent one is still pending.
+    let c = connect(l.url(), &key(), &config).unwrap();
+    let first = l.accept_timeout(Duration::from_secs(5));
+    assert!(first.is_ok(), "the silent client delayed a good one: {:?}", first.err());
+    drop(c);
+    assert!(matches!(expect_rejected(&l), Error::Timeout(_)));
+}
+
+fn killed_peer_mid_message(scheme: &str) {
+    let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_sends_forever", "--nocapture", "--test-threads=1"])
+        .env("WS_CHILD_URL", l.url())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let conn = l.accept().unwrap();
+    let st = conn.accept_stream().unwrap();
+    let start = st.recv_start().unwrap().unwrap();
+    assert_eq!(start.body_len, 1 << 40);
+    st.read_chunk().unwrap().unwrap();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let err = loop {
+        match st.read_chunk() {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("an incomplete body looked complete"),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::ConnectionLost(_)), "{err}");
+    still_serves(&l);
+}
+
+/// Runs in a child process for `killed_peer_mid_message`: starts a 1 TiB message.
+#[test]
+fn child_sends_forever() {
+    let Ok(url) = std::env::var("WS_CHILD_URL") else { return };
+    let c = connect(&url, &key(), &Config::default()).unwrap();
+    let st = c.open_stream().unwrap();
+    let piece = vec![1u8; 1 << 20];
+    let parts: Vec<&[u8]> = vec![&piece[..]; 1 << 20];
+    let _ = st.send(b"", &parts);
+    unreachable!("the parent kills us first");
+}
+
+/// Data-phase bad input needs a raw authenticated client; over TCP we can be one.
+#[test]
+fn tcp_oversized_frame_after_auth_fails_the_connection_only() {
+    let l = listen(&fresh_url("tcp"), &key(), &Config::default()).unwrap();
+    let mut s = TcpStream::connect(l.url().trim_start_matches("tcp://")).unwrap();
+    let (mut hs, hello) = Handshake::client(
+        key().as_bytes(),
+        Params {
+            caps: 0,
+            max_streams: 8,
+            stream_window: 1 << 20,
+        },
+        [3; 32],
+    );
+    s.write_all(&hello).unwrap();
+    while !hs.is_done() {
+        let mut head = [0u8; HEADER_LEN];
+        s.read_exact(&mut head).unwrap();
+        let h = FrameHeader::decode(&head, &Limits::default()).unwrap();
+        let mut meta = vec![0; h.meta_len as usize];
+        s.read_exact(&mut meta).unwrap();
+        let p = hs.on_frame(&h, &meta).unwrap();
+        s.write_all(&p.send).unwrap();
+    }
+    let conn = l.accept().unwrap();
+    let mut h = FrameHeader::new(Kind::Message, 1);
+    h.meta_len = u32::MAX;
+    s.write_all(&h.encode()).unwrap();
+    let err = conn.accept_stream().err().unwrap();
+    assert!(matches!(err, Error::Frame(_)), "{err}");
+    assert_eq!(read_error_code(&mut s), Some(ErrorCode::PROTOCOL.0));
+    still_serves(&l);
+}
+
+macro_rules! conformance {
+    ($scheme:ident) => {
+        mod $scheme {
+            const S: &str = stringify!($scheme);
+            #[test]
+            fn round_trip() {
+                super::round_trip(S)
+            }
+            #[test]
+            fn many_concurrent_streams() {
+                super::many_concurrent_streams(S)
+            }
+            #[test]
+            fn body_larger_than_4_gib() {
+                super::body_larger_than_4_gib(S)
+            }
+            #[test]
+            fn slow_reader_does_not_stall_others() {
+                super::slow_reader_does_not_stall_others(S)
+            }
+            #[test]
+            fn reset_reaches_the_peer() {
+                super::reset_reaches_the_peer(S)
+            }
+            #[test]
+            fn recv_times_out_on_a_silent_peer() {
+                super::recv_times_out_on_a_silent_peer(S)
+            }
+            #[test]
+            fn wrong_key_is_rejected() {
+                super::wrong_key_is_rejected(S)
+            }
+            #[test]
+            fn wrong_version_is_rejected() {
+                super::wrong_version_is_rejected(S)
+            }
+            #[test]
+            fn garbage_is_rejected() {
+                super::garbage_is_rejected(S)
+            }
+            #[test]
+            fn truncated_frame_is_rejected() {
+                super::truncated_frame_is_rejected(S)
+            }
+            #[test]
+            fn oversized_header_is_rejected() {
+                super::oversized_header_is_rejected(S)
+            }
+            #[test]
+            fn silent_peer_does_not_block_others() {
+                super::silent_peer_does_not_block_others(S)
+            }
+            #[test]
+            fn killed_peer_mid_message() {
+                super::killed_peer_mid_message(S)
+            }
+        }
+    };
+}
+
+conformance!(tcp);
+conformance!(shm);
