@@ -1,0 +1,32 @@
+//! `wirespeed bench`: raw transport throughput and latency, and reference figures.
+
+mod memcpy;
+mod raw;
+mod report;
+
+use clap::{Args, Subcommand};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Send N messages of SIZE bytes to a receiver in a separate process on loopback.
+    Raw(raw::RawArgs),
+    /// The receiving side of `bench raw` (started by it).
+    #[command(hide = true)]
+    RawServer(raw::ServerArgs),
+    /// Single-core memcpy speed, the ceiling for one-copy transports.
+    Memcpy(memcpy::MemcpyArgs),
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.what {
+        Bench::Raw(a) => raw::run(a),
+        Bench::RawServer(a) => raw::serve(a),
+        Bench::Memcpy(a) => memcpy::run(a),
+    }
+}

@@ -1,0 +1,195 @@
+//! `bench raw`: a receiver process on loopback, N messages of SIZE bytes over S streams.
+//! Each message carries its send time (CLOCK_MONOTONIC, shared by both processes); the
+//! receiver notes when the whole message arrived and sends the latencies back at the end.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use wirespeed::{Config, Connection, Key, key::KEY_ENV};
+
+use super::report::Report;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Transport {
+    Tcp,
+    Shm,
+}
+
+#[derive(Args)]
+pub struct RawArgs {
+    #[arg(long, value_enum)]
+    transport: Transport,
+    /// Bytes per message body.
+    #[arg(long, default_value_t = 1 << 20)]
+    size: usize,
+    /// Messages in all (default: about 4 GB worth, from 2,000 to 2,000,000).
+    #[arg(long)]
+    count: Option<u64>,
+    /// Concurrent streams on the one connection.
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ServerArgs {
+    #[arg(long)]
+    listen: String,
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc_timespec();
+    // SAFETY: clock_gettime writes one timespec into memory we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn libc_timespec() -> libc::timespec {
+    libc::timespec { tv_sec: 0, tv_nsec: 0 }
+}
+
+pub fn run(a: RawArgs) -> Result<()> {
+    if a.size == 0 || a.streams == 0 {
+        bail!("--size and --streams must be at least 1");
+    }
+    let count = a
+        .count
+        .unwrap_or_else(|| (4_000_000_000 / a.size as u64).clamp(2_000, 2_000_000));
+    let (key, text) = Key::generate()?;
+    let (name, url) = match a.transport {
+        Transport::Tcp => ("tcp", "tcp://127.0.0.1:0".to_string()),
+        Transport::Shm => (
+            "shm",
+            format!(
+                "shm://{}/wirespeed-bench-{}.sock",
+                std::env::temp_dir().display(),
+                std::process::id()
+            ),
+        ),
+    };
+    let mut server = Server::spawn(&url, &text)?;
+    let conn = wirespeed::connect(&server.url, &key, &Config::default()).context("connecting to the receiver")?;
+    let body = vec![0x5au8; a.size];
+    let t0 = now_ns();
+    let results: Vec<Result<(u64, Vec<u64>)>> = thread::scope(|s| {
+        let handles: Vec<_> = (0..a.streams)
+            .map(|i| {
+                let n = count / a.streams as u64 + u64::from((i as u64) < count % a.streams as u64);
+                let (conn, body) = (&conn, &body);
+                s.spawn(move || send_stream(conn, body, n))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("sender thread")).collect()
+    });
+    let mut last = 0;
+    let mut latencies_ns = Vec::with_capacity(count as usize);
+    for r in results {
+        let (end, mut l) = r?;
+        last = last.max(end);
+        latencies_ns.append(&mut l);
+    }
+    conn.close();
+    server.wait()?;
+    Report {
+        transport: name.into(),
+        message_bytes: a.size,
+        messages: count,
+        streams: a.streams,
+        seconds: (last.saturating_sub(t0)) as f64 / 1e9,
+        latencies_ns,
+    }
+    .print(a.json);
+    Ok(())
+}
+
+/// Sends `n` messages and returns when the receiver got the last one, with every latency.
+fn send_stream(conn: &Connection, body: &[u8], n: u64) -> Result<(u64, Vec<u64>)> {
+    let st = conn.open_stream()?;
+    for _ in 0..n {
+        st.send(&now_ns().to_le_bytes(), &[body])?;
+    }
+    st.finish()?;
+    let reply = st.recv()?.context("the receiver sent no results")?;
+    let last = u64::from_le_bytes(reply.header.as_slice().try_into().context("bad result header")?);
+    let bytes = reply.body.to_vec();
+    let lat = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    Ok((last, lat))
+}
+
+/// The receiver process.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn spawn(url: &str, key_text: &str) -> Result<Server> {
+        let exe = std::env::current_exe()?;
+        let mut child = Command::new(exe)
+            .args(["bench", "raw-server", "--listen", url])
+            .env(KEY_ENV, key_text)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting the receiver process")?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+        let Some(url) = line.trim().strip_prefix("listening ") else {
+            let _ = child.kill();
+            bail!("the receiver did not start");
+        };
+        Ok(Server {
+            url: url.to_string(),
+            child,
+        })
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("the receiver failed: {status}");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn serve(a: ServerArgs) -> Result<()> {
+    let key = Key::from_env_or_file(None)?.context("set WIRESPEED_KEY")?;
+    let listener = wirespeed::listen(&a.listen, &key, &Config::default())?;
+    println!("listening {}", listener.url());
+    let conn = listener.accept()?;
+    thread::scope(|s| {
+        let mut workers = Vec::new();
+        while let Ok(st) = conn.accept_stream() {
+            workers.push(s.spawn(move || -> Result<()> {
+                let mut lat = Vec::new();
+                let mut last = 0;
+                while let Some(m) = st.recv()? {
+                    last = now_ns();
+                    let sent = u64::from_le_bytes(m.header.as_slice().try_into().context("bad message header")?);
+                    lat.extend_from_slice(&last.saturating_sub(sent).to_le_bytes());
+                }
+                st.send(&last.to_le_bytes(), &[&lat])?;
+                st.finish()?;
+                Ok(())
+            }));
+        }
+        workers.into_iter().try_for_each(|w| w.join().expect("receiver thread"))
+    })
+}
