@@ -121,6 +121,10 @@ fn send_stream(conn: &Connection, body: &[u8], n: u64) -> Result<(u64, Vec<u64>)
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
         .collect();
+    // Read to the end: dropping a stream the peer has not finished cancels it.
+    if st.recv()?.is_some() {
+        bail!("the receiver sent more than its results");
+    }
     Ok((last, lat))
 }
 
