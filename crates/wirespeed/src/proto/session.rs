@@ -338,14 +338,14 @@ impl Session {
 
     /// Aborts `id` in both directions and tells the peer.
     pub fn reset(&mut self, id: u32, code: ErrorCode) {
-        if let Some(s) = self.streams.get_mut(&id) {
-            if s.reset.is_none() {
-                s.reset = Some(code);
-                s.queue.clear();
-                s.send_open = false;
-                s.recv_open = false;
-                self.queue_control(Kind::Reset, id, code.0, 0);
-            }
+        if let Some(s) = self.streams.get_mut(&id)
+            && s.reset.is_none()
+        {
+            s.reset = Some(code);
+            s.queue.clear();
+            s.send_open = false;
+            s.recv_open = false;
+            self.queue_control(Kind::Reset, id, code.0, 0);
         }
     }
 

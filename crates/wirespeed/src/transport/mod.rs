@@ -69,15 +69,14 @@ pub fn listen(url: &str, key: &Key, config: &Config) -> Result<Listener> {
     }
 }
 
+/// Takes one received frame: its header, meta, and payload.
+pub(crate) type FrameSink<'a> = dyn FnMut(&FrameHeader, &[u8], Buf) -> Result<()> + 'a;
+
 /// Receiving half of a backend: yields whole frames.
 pub(crate) trait FrameRx: Send {
     /// Reads one frame and hands it to `sink`; `Ok(false)` if `deadline` passed first.
     /// A partly read frame is kept for the next call.
-    fn read_frame(
-        &mut self,
-        deadline: Instant,
-        sink: &mut dyn FnMut(&FrameHeader, &[u8], Buf) -> Result<()>,
-    ) -> Result<bool>;
+    fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool>;
 
     /// True when queued lent buffers should be copied out so the transport can reuse memory.
     fn under_pressure(&self) -> bool {

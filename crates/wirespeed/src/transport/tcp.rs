@@ -11,12 +11,11 @@ use nix::poll::PollFlags;
 use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
 use super::sys::wait_fd;
-use super::{Config, FrameRx, FrameTx, handshake};
+use super::{Config, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::mem::Buf;
 use crate::proto::decoder::FrameDecoder;
-use crate::proto::frame::FrameHeader;
 use crate::proto::session::{Role, Session};
 
 /// Bytes staged per read; payloads bigger than this bypass it.
@@ -110,11 +109,7 @@ struct TcpRx {
 }
 
 impl FrameRx for TcpRx {
-    fn read_frame(
-        &mut self,
-        deadline: Instant,
-        sink: &mut dyn FnMut(&FrameHeader, &[u8], Buf) -> Result<()>,
-    ) -> Result<bool> {
+    fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
         loop {
             if let Some(f) = self.decoder.take_frame() {
                 sink(&f.header, &f.meta, Buf::from(f.payload))?;

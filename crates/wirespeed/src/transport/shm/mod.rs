@@ -26,11 +26,11 @@ use self::ring::{CTL_BYTES, Ring, align};
 use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
 use super::sys::{ms_until, wait_fd};
-use super::{Config, FrameRx, FrameTx, handshake};
+use super::{Config, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::mem::{Buf, Lender};
-use crate::proto::frame::{FrameHeader, Limits};
+use crate::proto::frame::{Kind, Limits};
 use crate::proto::handshake::Params;
 use crate::proto::session::{Role, Session};
 
@@ -300,7 +300,7 @@ impl Waker {
                 return Ok(true);
             }
             i = i.wrapping_add(1);
-            if i % 64 == 0 && Instant::now() >= spin_end {
+            if i.is_multiple_of(64) && Instant::now() >= spin_end {
                 break;
             }
             std::hint::spin_loop();
@@ -409,11 +409,7 @@ struct ShmRx {
 }
 
 impl FrameRx for ShmRx {
-    fn read_frame(
-        &mut self,
-        deadline: Instant,
-        sink: &mut dyn FnMut(&FrameHeader, &[u8], Buf) -> Result<()>,
-    ) -> Result<bool> {
+    fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
         loop {
             let Some(f) = self.ring.locate(self.pos, self.ring.head(), &self.limits)? else {
                 let (ring, pos) = (self.ring, self.pos);
@@ -427,7 +423,7 @@ impl FrameRx for ShmRx {
             };
             let end = self.pos + f.total;
             self.pos = end;
-            if f.header.kind == crate::proto::frame::Kind::Pad {
+            if f.header.kind == Kind::Pad {
                 self.lender.push(end, true);
                 continue;
             }

@@ -136,7 +136,7 @@ impl Ring {
         }
         let at = pos % self.cap;
         let to_end = self.cap - at;
-        if avail > self.cap || avail < HEADER_LEN as u64 || at % ALIGN != 0 {
+        if avail > self.cap || avail < HEADER_LEN as u64 || !at.is_multiple_of(ALIGN) {
             return Err(corrupt("ring positions"));
         }
         let mut raw = [0u8; HEADER_LEN];

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# wirespeed against its peers, in one run on this machine, at the same sizes:
+#   tcp  vs iperf3 (one stream, loopback)
+#   shm  vs ucx_perftest -t ucp_am_bw with UCX_TLS=posix,cma,self
+#   and a single-core memcpy figure as the ceiling for one-copy transports.
+# Every figure is the median of RUNS runs (default 3); MB = 10^6 bytes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-target/release/wirespeed}
+RUNS=${RUNS:-3}
+PORT=${PORT:-5301}
+
+median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
+
+ws() { # transport size -> MB/s
+  "$BIN" bench raw --transport "$1" --size "$2" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
+}
+
+ws_msgs() { # transport size -> messages/s
+  "$BIN" bench raw --transport "$1" --size "$2" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["msgs_per_s"])'
+}
+
+iperf() { # -> MB/s, one TCP stream on loopback for 5 s
+  iperf3 -s -1 -p "$PORT" >/dev/null 2>&1 &
+  local srv=$!
+  sleep 0.3
+  iperf3 -c 127.0.0.1 -p "$PORT" -t 5 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e6)'
+  wait "$srv" 2>/dev/null || true
+}
+
+ucx_am_bw() { # size -> MB/s (ucx_perftest reports MiB/s; converted)
+  local size=$1 n=$(( 4000000000 / $1 ))
+  [ "$n" -gt 200000 ] && n=200000
+  UCX_TLS=posix,cma,self ucx_perftest -t ucp_am_bw -s "$size" -n "$n" -p "$PORT" >/dev/null 2>&1 &
+  local srv=$!
+  sleep 0.5
+  UCX_TLS=posix,cma,self ucx_perftest 127.0.0.1 -t ucp_am_bw -s "$size" -n "$n" -p "$PORT" 2>/dev/null |
+    awk '/Final:/ { print $(NF-2) * 1.048576 }'
+  wait "$srv" 2>/dev/null || true
+}
+
+runs() { local out=(); for _ in $(seq "$RUNS"); do out+=("$("$@")"); done; median "${out[@]}"; }
+ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
+
+printf '%-44s %12s %12s %8s\n' "case" "wirespeed" "peer" "ratio"
+line() { printf '%-44s %12.0f %12.0f %8s\n' "$1" "$2" "$3" "$(ratio "$2" "$3")"; }
+
+peer=$(runs iperf); mine=$(runs ws tcp 1048576)
+line "tcp 1 MiB vs iperf3 (MB/s)" "$mine" "$peer"
+for size in 131072 1048576; do
+  peer=$(runs ucx_am_bw "$size"); mine=$(runs ws shm "$size")
+  line "shm $((size >> 10)) KiB vs ucx am_bw posix,cma (MB/s)" "$mine" "$peer"
+done
+peer=$(runs ucx_am_bw 4096); mine=$(runs ws shm 4096)
+line "shm 4 KiB vs ucx am_bw posix,cma (MB/s)" "$mine" "$peer"
+mine=$(runs ws_msgs shm 4096)
+printf '%-44s %12.0f %12s %8s\n' "shm 4 KiB (messages/s, target 1e6)" "$mine" "-" "$(ratio "$mine" 1000000)"
+mcp=$(runs bash -c "\"$BIN\" bench memcpy --size 1048576 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"mb_per_s\"])'")
+mine=$(runs ws shm 1048576)
+line "shm 1 MiB vs one-core memcpy 1 MiB (MB/s)" "$mine" "$mcp"
