@@ -49,6 +49,11 @@ impl Key {
         }
     }
 
+    /// Like [`Key::from_env_or_file`], but a missing key is an error.
+    pub fn require(file: Option<&Path>) -> Result<Self> {
+        Key::from_env_or_file(file)?.ok_or_else(|| Error::Key(format!("no key: set {KEY_ENV} or give a key file")))
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }

@@ -174,7 +174,7 @@ impl Drop for Server {
 }
 
 pub fn serve(a: ServerArgs) -> Result<()> {
-    let key = Key::from_env_or_file(None)?.context("set WIRESPEED_KEY")?;
+    let key = Key::require(None)?;
     let listener = wirespeed::listen(&a.listen, &key, &Config::default())?;
     println!("listening {}", listener.url());
     let conn = listener.accept()?;
