@@ -6,11 +6,7 @@ mod exit;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "wirespeed",
-    version,
-    about = "Move bytes between processes and hosts at fabric speed"
-)]
+#[command(name = "wirespeed", version, about = "Move bytes between processes and hosts at fabric speed")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -3,10 +3,7 @@
 use std::process::Command;
 
 fn wirespeed(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_wirespeed"))
-        .args(args)
-        .output()
-        .expect("run wirespeed")
+    Command::new(env!("CARGO_BIN_EXE_wirespeed")).args(args).output().expect("run wirespeed")
 }
 
 #[test]
@@ -29,11 +26,7 @@ fn bench_raw_prints_json_for_every_transport() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
         assert_eq!(v["transport"], transport);
         assert_eq!(
-            (
-                v["messages"].as_u64(),
-                v["streams"].as_u64(),
-                v["message_bytes"].as_u64()
-            ),
+            (v["messages"].as_u64(), v["streams"].as_u64(), v["message_bytes"].as_u64()),
             (Some(300), Some(3), Some(65536))
         );
         assert!(v["mb_per_s"].as_f64().unwrap() > 0.0);
@@ -45,16 +38,7 @@ fn bench_raw_prints_json_for_every_transport() {
 
 #[test]
 fn bench_raw_text_has_the_flight_benchmark_lines() {
-    let out = wirespeed(&[
-        "bench",
-        "raw",
-        "--transport",
-        "tcp",
-        "--size",
-        "4096",
-        "--count",
-        "1000",
-    ]);
+    let out = wirespeed(&["bench", "raw", "--transport", "tcp", "--size", "4096", "--count", "1000"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     for line in [
@@ -82,7 +66,7 @@ fn bad_arguments_give_one_line_and_a_failure_code() {
 #[test]
 fn raw_server_without_a_key_fails_with_the_auth_code() {
     let out = Command::new(env!("CARGO_BIN_EXE_wirespeed"))
-        .args(["bench", "raw-server", "--listen", "tcp://127.0.0.1:0"])
+        .args(["bench", "raw-server", "--listen", "tcp://127.0.0.1:0", "--streams", "1", "--count", "1"])
         .env_remove("WIRESPEED_KEY")
         .output()
         .unwrap();

@@ -112,14 +112,8 @@ impl Error {
     pub(crate) fn duplicate(&self) -> Error {
         match self {
             Error::Io(e) => Error::ConnectionLost(e.to_string()),
-            Error::Remote { code, message } => Error::Remote {
-                code: *code,
-                message: message.clone(),
-            },
-            Error::Version { ours, theirs } => Error::Version {
-                ours: *ours,
-                theirs: *theirs,
-            },
+            Error::Remote { code, message } => Error::Remote { code: *code, message: message.clone() },
+            Error::Version { ours, theirs } => Error::Version { ours: *ours, theirs: *theirs },
             Error::Auth(s) => Error::Auth(s),
             Error::Frame(f) => Error::Frame(f.clone()),
             Error::Protocol(s) => Error::Protocol(s.clone()),
@@ -127,10 +121,7 @@ impl Error {
             Error::Closed => Error::Closed,
             Error::Timeout(d) => Error::Timeout(*d),
             Error::Limit(s) => Error::Limit(s.clone()),
-            Error::Reset { stream, code } => Error::Reset {
-                stream: *stream,
-                code: *code,
-            },
+            Error::Reset { stream, code } => Error::Reset { stream: *stream, code: *code },
             other => Error::ConnectionLost(other.to_string()),
         }
     }

@@ -16,12 +16,7 @@ pub struct Buf(Inner);
 
 enum Inner {
     Owned(Vec<u8>),
-    Lent {
-        ptr: NonNull<u8>,
-        len: usize,
-        lender: Arc<dyn Lender>,
-        token: u64,
-    },
+    Lent { ptr: NonNull<u8>, len: usize, lender: Arc<dyn Lender>, token: u64 },
 }
 
 // SAFETY: lent memory is read-only while lent and stays mapped while the lender lives (the
@@ -39,12 +34,7 @@ impl Buf {
     /// # Safety
     /// `ptr..ptr+len` must stay valid and unmodified until `lender.release(token)` runs.
     pub unsafe fn lent(ptr: NonNull<u8>, len: usize, lender: Arc<dyn Lender>, token: u64) -> Self {
-        Buf(Inner::Lent {
-            ptr,
-            len,
-            lender,
-            token,
-        })
+        Buf(Inner::Lent { ptr, len, lender, token })
     }
 
     /// True if this buffer is a view of transport memory (zero-copy).
@@ -101,12 +91,7 @@ impl Drop for Buf {
 
 impl std::fmt::Debug for Buf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Buf({} bytes{})",
-            self.len(),
-            if self.is_lent() { ", lent" } else { "" }
-        )
+        write!(f, "Buf({} bytes{})", self.len(), if self.is_lent() { ", lent" } else { "" })
     }
 }
 

@@ -14,10 +14,7 @@ pub enum Endpoint {
 
 impl Endpoint {
     pub fn parse(url: &str) -> Result<Self> {
-        let bad = |reason| Error::Url {
-            url: url.to_string(),
-            reason,
-        };
+        let bad = |reason| Error::Url { url: url.to_string(), reason };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("expected scheme://address"))?;
         match scheme {
             "tcp" => {
@@ -25,8 +22,7 @@ impl Endpoint {
                 if host.is_empty() {
                     return Err(bad("missing host"));
                 }
-                port.parse::<u16>()
-                    .map_err(|_| bad("the port is not a number from 0 to 65535"))?;
+                port.parse::<u16>().map_err(|_| bad("the port is not a number from 0 to 65535"))?;
                 Ok(Endpoint::Tcp(rest.to_string()))
             }
             "shm" => {
@@ -65,14 +61,7 @@ mod tests {
         for u in ["tcp://127.0.0.1:7000", "tcp://[::1]:0", "shm:///tmp/ws.sock"] {
             assert_eq!(Endpoint::parse(u).unwrap().to_string(), u);
         }
-        for u in [
-            "tcp://host",
-            "tcp://:80",
-            "udp://x:1",
-            "shm://",
-            "nonsense",
-            "tcp://h:99999",
-        ] {
+        for u in ["tcp://host", "tcp://:80", "udp://x:1", "shm://", "nonsense", "tcp://h:99999"] {
             assert!(Endpoint::parse(u).is_err(), "{u}");
         }
     }

@@ -131,8 +131,7 @@ fn many_concurrent_streams(scheme: &str) {
                     let seed = (i * 1000 + m) as u64;
                     let body = pattern(seed, (seed as usize * 7919) % (300 << 10));
                     let digest = blake3::hash(&body);
-                    st.send(digest.as_bytes(), &[&body[..body.len() / 3], &body[body.len() / 3..]])
-                        .unwrap();
+                    st.send(digest.as_bytes(), &[&body[..body.len() / 3], &body[body.len() / 3..]]).unwrap();
                 }
                 st.finish().unwrap();
                 let ack = st.recv().unwrap().unwrap();
@@ -146,12 +145,7 @@ fn many_concurrent_streams(scheme: &str) {
                 let mut n = 0u32;
                 while let Some(m) = st.recv().unwrap() {
                     let body = m.body.to_vec();
-                    assert_eq!(
-                        m.header,
-                        blake3::hash(&body).as_bytes(),
-                        "checksum on stream {}",
-                        st.id()
-                    );
+                    assert_eq!(m.header, blake3::hash(&body).as_bytes(), "checksum on stream {}", st.id());
                     n += 1;
                 }
                 st.send(&n.to_le_bytes(), &[]).unwrap();
@@ -194,10 +188,7 @@ fn body_larger_than_4_gib(scheme: &str) {
 }
 
 fn slow_reader_does_not_stall_others(scheme: &str) {
-    let config = Config {
-        stream_window: 1 << 20,
-        ..Config::default()
-    };
+    let config = Config { stream_window: 1 << 20, ..Config::default() };
     let (_l, c, s) = pair_with(scheme, &config);
     let sent_on_slow = AtomicUsize::new(0);
     let body = pattern(7, 256 << 10);
@@ -241,6 +232,29 @@ fn slow_reader_does_not_stall_others(scheme: &str) {
     });
 }
 
+fn accepts_while_other_streams_sit_idle(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    std::thread::scope(|scope| {
+        let acceptor = scope.spawn(|| {
+            let first = s.accept_stream().unwrap();
+            assert_eq!(first.recv().unwrap().unwrap().header, b"one");
+            // `first` stays open and unread while a second stream arrives.
+            let second = s.accept_stream().unwrap();
+            assert_eq!(second.recv().unwrap().unwrap().header, b"two");
+            (first, second)
+        });
+        let one = c.open_stream().unwrap();
+        one.send(b"one", &[]).unwrap();
+        let two = c.open_stream().unwrap();
+        two.send(b"two", &[]).unwrap();
+        let (first, second) = acceptor.join().unwrap();
+        for (tx, rx) in [(&one, &first), (&two, &second)] {
+            tx.send(b"again", &[b"x"]).unwrap();
+            assert_eq!(rx.recv().unwrap().unwrap().header, b"again");
+        }
+    });
+}
+
 fn reset_reaches_the_peer(scheme: &str) {
     let (_l, c, s) = pair(scheme);
     let a = c.open_stream().unwrap();
@@ -249,16 +263,7 @@ fn reset_reaches_the_peer(scheme: &str) {
     b.recv().unwrap().unwrap();
     b.reset(ErrorCode(ErrorCode::APP_BASE + 5));
     let err = a.recv().unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Reset {
-                code: ErrorCode(0x1005),
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, Error::Reset { code: ErrorCode(0x1005), .. }), "{err}");
     // Dropping an open stream cancels it.
     let a2 = c.open_stream().unwrap();
     a2.send(b"y", &[]).unwrap();
@@ -266,16 +271,7 @@ fn reset_reaches_the_peer(scheme: &str) {
     drop(a2);
     b2.recv().unwrap().unwrap();
     let err = b2.recv().unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Reset {
-                code: ErrorCode::CANCELLED,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, Error::Reset { code: ErrorCode::CANCELLED, .. }), "{err}");
     // Other streams carry on.
     let a3 = c.open_stream().unwrap();
     a3.send(b"z", &[]).unwrap();
@@ -300,9 +296,7 @@ fn recv_times_out_on_a_silent_peer(scheme: &str) {
 
 fn wrong_key_is_rejected(scheme: &str) {
     let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
-    let err = connect(l.url(), &Key::new("wrong").unwrap(), &Config::default())
-        .err()
-        .unwrap();
+    let err = connect(l.url(), &Key::new("wrong").unwrap(), &Config::default()).err().unwrap();
     assert!(matches!(err, Error::Auth(_)), "client saw {err}");
     assert!(matches!(expect_rejected(&l), Error::Auth(_)));
     still_serves(&l);
@@ -311,15 +305,7 @@ fn wrong_key_is_rejected(scheme: &str) {
 fn wrong_version_is_rejected(scheme: &str) {
     let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
     let mut s = raw(l.url());
-    let (_, mut hello) = Handshake::client(
-        b"k",
-        Params {
-            caps: 0,
-            max_streams: 1,
-            stream_window: 1,
-        },
-        [0; 32],
-    );
+    let (_, mut hello) = Handshake::client(b"k", Params { caps: 0, max_streams: 1, stream_window: 1 }, [0; 32]);
     hello[HEADER_LEN + 4] = 99; // version field of the Hello
     s.write_all(&hello).unwrap();
     assert_eq!(read_error_code(&mut *s), Some(ErrorCode::VERSION.0));
@@ -333,25 +319,14 @@ fn garbage_is_rejected(scheme: &str) {
         let mut s = raw(l.url());
         let _ = s.write_all(&pattern(seed, 4096));
         assert_eq!(read_error_code(&mut *s), Some(ErrorCode::PROTOCOL.0));
-        assert!(matches!(
-            expect_rejected(&l),
-            Error::Frame(_) | Error::BadMagic | Error::Protocol(_)
-        ));
+        assert!(matches!(expect_rejected(&l), Error::Frame(_) | Error::BadMagic | Error::Protocol(_)));
     }
     still_serves(&l);
 }
 
 fn truncated_frame_is_rejected(scheme: &str) {
     let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
-    let (_, hello) = Handshake::client(
-        b"k",
-        Params {
-            caps: 0,
-            max_streams: 1,
-            stream_window: 1,
-        },
-        [0; 32],
-    );
+    let (_, hello) = Handshake::client(b"k", Params { caps: 0, max_streams: 1, stream_window: 1 }, [0; 32]);
     let mut s = raw(l.url());
     s.write_all(&hello[..hello.len() / 2]).unwrap();
     drop(s);
@@ -371,10 +346,7 @@ fn oversized_header_is_rejected(scheme: &str) {
 }
 
 fn silent_peer_does_not_block_others(scheme: &str) {
-    let config = Config {
-        handshake_timeout: Duration::from_millis(500),
-        ..Config::default()
-    };
+    let config = Config { handshake_timeout: Duration::from_millis(500), ..Config::default() };
     let l = listen(&fresh_url(scheme), &key(), &config).unwrap();
     let _silent = raw(l.url());
     // A good client is served while the silent one is still pending.
@@ -428,15 +400,8 @@ fn child_sends_forever() {
 fn tcp_oversized_frame_after_auth_fails_the_connection_only() {
     let l = listen(&fresh_url("tcp"), &key(), &Config::default()).unwrap();
     let mut s = TcpStream::connect(l.url().trim_start_matches("tcp://")).unwrap();
-    let (mut hs, hello) = Handshake::client(
-        key().as_bytes(),
-        Params {
-            caps: 0,
-            max_streams: 8,
-            stream_window: 1 << 20,
-        },
-        [3; 32],
-    );
+    let (mut hs, hello) =
+        Handshake::client(key().as_bytes(), Params { caps: 0, max_streams: 8, stream_window: 1 << 20 }, [3; 32]);
     s.write_all(&hello).unwrap();
     while !hs.is_done() {
         let mut head = [0u8; HEADER_LEN];
@@ -476,6 +441,10 @@ macro_rules! conformance {
             #[test]
             fn slow_reader_does_not_stall_others() {
                 super::slow_reader_does_not_stall_others(S)
+            }
+            #[test]
+            fn accepts_while_other_streams_sit_idle() {
+                super::accepts_while_other_streams_sit_idle(S)
             }
             #[test]
             fn reset_reaches_the_peer() {

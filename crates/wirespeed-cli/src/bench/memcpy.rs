@@ -26,10 +26,7 @@ pub fn run(a: MemcpyArgs) -> anyhow::Result<()> {
     }
     let mb_per_s = (rounds * a.size as u64) as f64 / t.elapsed().as_secs_f64() / 1e6;
     if a.json {
-        println!(
-            "{}",
-            serde_json::json!({ "memcpy_bytes": a.size, "mb_per_s": mb_per_s })
-        );
+        println!("{}", serde_json::json!({ "memcpy_bytes": a.size, "mb_per_s": mb_per_s }));
     } else {
         println!("memcpy {} bytes: {:.0} MB/s", a.size, mb_per_s);
     }

@@ -31,6 +31,9 @@ pub struct RawArgs {
     /// Concurrent streams on the one connection.
     #[arg(long, default_value_t = 1)]
     streams: usize,
+    /// Bytes in each shared-memory ring (a power of two, at least 8 MiB).
+    #[arg(long, default_value_t = Config::default().shm_ring_bytes)]
+    shm_ring_bytes: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -40,6 +43,14 @@ pub struct RawArgs {
 pub struct ServerArgs {
     #[arg(long)]
     listen: String,
+    /// Streams the sender will open.
+    #[arg(long)]
+    streams: usize,
+    /// Messages the sender will send in all (sizes the latency record up front).
+    #[arg(long)]
+    count: u64,
+    #[arg(long, default_value_t = Config::default().shm_ring_bytes)]
+    shm_ring_bytes: usize,
 }
 
 fn now_ns() -> u64 {
@@ -57,22 +68,15 @@ pub fn run(a: RawArgs) -> Result<()> {
     if a.size == 0 || a.streams == 0 {
         bail!("--size and --streams must be at least 1");
     }
-    let count = a
-        .count
-        .unwrap_or_else(|| (4_000_000_000 / a.size as u64).clamp(2_000, 2_000_000));
+    let count = a.count.unwrap_or_else(|| (4_000_000_000 / a.size as u64).clamp(2_000, 2_000_000));
     let (key, text) = Key::generate()?;
     let (name, url) = match a.transport {
         Transport::Tcp => ("tcp", "tcp://127.0.0.1:0".to_string()),
-        Transport::Shm => (
-            "shm",
-            format!(
-                "shm://{}/wirespeed-bench-{}.sock",
-                std::env::temp_dir().display(),
-                std::process::id()
-            ),
-        ),
+        Transport::Shm => {
+            ("shm", format!("shm://{}/wirespeed-bench-{}.sock", std::env::temp_dir().display(), std::process::id()))
+        }
     };
-    let mut server = Server::spawn(&url, &text)?;
+    let mut server = Server::spawn(&url, &text, &a, count)?;
     let conn = wirespeed::connect(&server.url, &key, &Config::default()).context("connecting to the receiver")?;
     let body = vec![0x5au8; a.size];
     let t0 = now_ns();
@@ -117,10 +121,7 @@ fn send_stream(conn: &Connection, body: &[u8], n: u64) -> Result<(u64, Vec<u64>)
     let reply = st.recv()?.context("the receiver sent no results")?;
     let last = u64::from_le_bytes(reply.header.as_slice().try_into().context("bad result header")?);
     let bytes = reply.body.to_vec();
-    let lat = bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect();
+    let lat = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
     // Read to the end: dropping a stream the peer has not finished cancels it.
     if st.recv()?.is_some() {
         bail!("the receiver sent more than its results");
@@ -135,10 +136,12 @@ struct Server {
 }
 
 impl Server {
-    fn spawn(url: &str, key_text: &str) -> Result<Server> {
+    fn spawn(url: &str, key_text: &str, a: &RawArgs, count: u64) -> Result<Server> {
         let exe = std::env::current_exe()?;
         let mut child = Command::new(exe)
             .args(["bench", "raw-server", "--listen", url])
+            .args(["--streams", &a.streams.to_string(), "--count", &count.to_string()])
+            .args(["--shm-ring-bytes", &a.shm_ring_bytes.to_string()])
             .env(KEY_ENV, key_text)
             .stdout(Stdio::piped())
             .spawn()
@@ -149,10 +152,7 @@ impl Server {
             let _ = child.kill();
             bail!("the receiver did not start");
         };
-        Ok(Server {
-            url: url.to_string(),
-            child,
-        })
+        Ok(Server { url: url.to_string(), child })
     }
 
     fn wait(&mut self) -> Result<()> {
@@ -175,14 +175,17 @@ impl Drop for Server {
 
 pub fn serve(a: ServerArgs) -> Result<()> {
     let key = Key::require(None)?;
-    let listener = wirespeed::listen(&a.listen, &key, &Config::default())?;
+    let config = Config { shm_ring_bytes: a.shm_ring_bytes, ..Config::default() };
+    let listener = wirespeed::listen(&a.listen, &key, &config)?;
     println!("listening {}", listener.url());
     let conn = listener.accept()?;
+    let per_stream = (a.count / a.streams.max(1) as u64 + 1) as usize;
     thread::scope(|s| {
         let mut workers = Vec::new();
-        while let Ok(st) = conn.accept_stream() {
+        for _ in 0..a.streams {
+            let st = conn.accept_stream()?;
             workers.push(s.spawn(move || -> Result<()> {
-                let mut lat = Vec::new();
+                let mut lat = Vec::with_capacity(per_stream * 8);
                 let mut last = 0;
                 while let Some(m) = st.recv()? {
                     last = now_ns();
@@ -194,6 +197,9 @@ pub fn serve(a: ServerArgs) -> Result<()> {
                 Ok(())
             }));
         }
+        // Like any server, keep accepting; this thread must not slow the readers down.
+        let conn = &conn;
+        s.spawn(move || while conn.accept_stream().is_ok() {});
         workers.into_iter().try_for_each(|w| w.join().expect("receiver thread"))
     })
 }

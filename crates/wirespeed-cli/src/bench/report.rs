@@ -33,13 +33,7 @@ impl Report {
         let l = &mut self.latencies_ns;
         l.sort_unstable();
         if l.is_empty() {
-            return Latency {
-                mean: 0.0,
-                p50: 0.0,
-                p95: 0.0,
-                p99: 0.0,
-                max: 0.0,
-            };
+            return Latency { mean: 0.0, p50: 0.0, p95: 0.0, p99: 0.0, max: 0.0 };
         }
         let us = |ns: u64| ns as f64 / 1000.0;
         let q = |p: f64| us(l[((l.len() - 1) as f64 * p).round() as usize]);

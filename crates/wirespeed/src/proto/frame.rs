@@ -68,10 +68,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_meta: 1 << 20,
-            max_payload: 64 << 20,
-        }
+        Limits { max_meta: 1 << 20, max_payload: 64 << 20 }
     }
 }
 
@@ -90,14 +87,7 @@ pub struct FrameHeader {
 
 impl FrameHeader {
     pub fn new(kind: Kind, stream: u32) -> Self {
-        FrameHeader {
-            kind,
-            flags: 0,
-            stream,
-            meta_len: 0,
-            aux: 0,
-            len: 0,
-        }
+        FrameHeader { kind, flags: 0, stream, meta_len: 0, aux: 0, len: 0 }
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
@@ -129,16 +119,10 @@ impl FrameHeader {
             len: u64::from_le_bytes(len_bytes),
         };
         if h.meta_len > limits.max_meta {
-            return Err(FrameError::HeaderTooLarge {
-                got: h.meta_len.into(),
-                limit: limits.max_meta.into(),
-            });
+            return Err(FrameError::HeaderTooLarge { got: h.meta_len.into(), limit: limits.max_meta.into() });
         }
         if kind.has_payload() && h.len > limits.max_payload {
-            return Err(FrameError::PayloadTooLarge {
-                got: h.len,
-                limit: limits.max_payload,
-            });
+            return Err(FrameError::PayloadTooLarge { got: h.len, limit: limits.max_payload });
         }
         Ok(h)
     }
@@ -162,18 +146,8 @@ mod tests {
 
     #[test]
     fn header_round_trip() {
-        let h = FrameHeader {
-            kind: Kind::Message,
-            flags: 0,
-            stream: 7,
-            meta_len: 9,
-            aux: 3,
-            len: u64::MAX >> 1,
-        };
-        let l = Limits {
-            max_meta: 100,
-            max_payload: u64::MAX,
-        };
+        let h = FrameHeader { kind: Kind::Message, flags: 0, stream: 7, meta_len: 9, aux: 3, len: u64::MAX >> 1 };
+        let l = Limits { max_meta: 100, max_payload: u64::MAX };
         assert_eq!(FrameHeader::decode(&h.encode(), &l).unwrap(), h);
     }
 
@@ -182,32 +156,18 @@ mod tests {
         // Kept in step with docs/PROTOCOL.md.
         let mut h = FrameHeader::new(Kind::Credit, 3);
         h.len = 0x0010_0000;
-        assert_eq!(
-            h.encode(),
-            [
-                6, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0
-            ]
-        );
+        assert_eq!(h.encode(), [6, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0]);
     }
 
     #[test]
     fn rejects_oversized_and_unknown() {
-        let l = Limits {
-            max_meta: 16,
-            max_payload: 1024,
-        };
+        let l = Limits { max_meta: 16, max_payload: 1024 };
         let mut h = FrameHeader::new(Kind::Message, 1);
         h.meta_len = 17;
-        assert!(matches!(
-            FrameHeader::decode(&h.encode(), &l),
-            Err(FrameError::HeaderTooLarge { .. })
-        ));
+        assert!(matches!(FrameHeader::decode(&h.encode(), &l), Err(FrameError::HeaderTooLarge { .. })));
         h.meta_len = 8;
         h.len = 1025;
-        assert!(matches!(
-            FrameHeader::decode(&h.encode(), &l),
-            Err(FrameError::PayloadTooLarge { .. })
-        ));
+        assert!(matches!(FrameHeader::decode(&h.encode(), &l), Err(FrameError::PayloadTooLarge { .. })));
         let mut b = h.encode();
         b[0] = 200;
         assert_eq!(FrameHeader::decode(&b, &l), Err(FrameError::UnknownKind(200)));

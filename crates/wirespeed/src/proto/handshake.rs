@@ -112,10 +112,7 @@ impl Handshake {
                 ErrorCode::AUTH => Error::Auth("the peer does not share our key"),
                 _ => Error::Remote { code, message },
             };
-            return Err(Failure {
-                error,
-                send: Vec::new(),
-            });
+            return Err(Failure { error, send: Vec::new() });
         }
         match (self.state, h.kind) {
             (State::ServerAwaitHello, Kind::Hello) if meta.len() == HELLO_LEN => {
@@ -152,10 +149,7 @@ impl Handshake {
             }
             (State::ClientAwaitOk, Kind::AuthOk) if meta.is_empty() => {
                 self.state = State::Done;
-                Ok(Progress {
-                    send: Vec::new(),
-                    done: self.peer,
-                })
+                Ok(Progress { send: Vec::new(), done: self.peer })
             }
             _ => Err(fail_with_frame(Error::Protocol(format!(
                 "unexpected {:?} frame ({} meta bytes) during the handshake",
@@ -200,10 +194,7 @@ fn decode_hello(b: &[u8]) -> Result<Params, Error> {
     }
     let version = u16::from_le_bytes([b[4], b[5]]);
     if version != VERSION {
-        return Err(Error::Version {
-            ours: VERSION,
-            theirs: version,
-        });
+        return Err(Error::Version { ours: VERSION, theirs: version });
     }
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
     let params = Params {
@@ -231,10 +222,7 @@ fn fail_with_frame(error: Error) -> Failure {
         Error::Version { ours, theirs } => format!("unsupported version {theirs}; this peer speaks {ours}"),
         other => other.to_string(),
     };
-    Failure {
-        send: error_frame(error.code(), &message),
-        error,
-    }
+    Failure { send: error_frame(error.code(), &message), error }
 }
 
 #[cfg(test)]
@@ -243,11 +231,7 @@ mod tests {
     use crate::proto::decoder::FrameDecoder;
     use crate::proto::frame::Limits;
 
-    const P: Params = Params {
-        caps: 0,
-        max_streams: 16,
-        stream_window: 1 << 20,
-    };
+    const P: Params = Params { caps: 0, max_streams: 16, stream_window: 1 << 20 };
 
     fn frames(bytes: &[u8]) -> Vec<(FrameHeader, Vec<u8>)> {
         let mut d = FrameDecoder::new(Limits::default());
@@ -340,11 +324,6 @@ mod tests {
     fn test_vector_hello() {
         // Kept in step with docs/PROTOCOL.md.
         let b = encode_hello(&P, &[0xAB; 32]);
-        assert_eq!(
-            &b[..24],
-            &[
-                b'W', b'S', b'P', b'D', 1, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0
-            ]
-        );
+        assert_eq!(&b[..24], &[b'W', b'S', b'P', b'D', 1, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0]);
     }
 }

@@ -20,6 +20,19 @@ pub enum Role {
     Server,
 }
 
+/// Whom a received frame concerns, so the driver wakes only the threads that care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Touched {
+    /// Nothing anyone waits for (a late frame for a closed stream).
+    Nobody,
+    /// Readers or senders of this stream.
+    Stream(u32),
+    /// The peer opened a stream: whoever waits to accept.
+    Accept,
+    /// The whole connection (an error or a close).
+    All,
+}
+
 /// What the application receives on a stream, in order.
 #[derive(Debug)]
 pub enum RecvEvent {
@@ -138,15 +151,10 @@ impl Session {
         }
         let open = self.streams.keys().filter(|&&id| self.is_local(id)).count();
         if open >= self.peer.max_streams as usize {
-            return Err(Error::Limit(format!(
-                "the peer accepts at most {} streams",
-                self.peer.max_streams
-            )));
+            return Err(Error::Limit(format!("the peer accepts at most {} streams", self.peer.max_streams)));
         }
         let id = self.next_local;
-        self.next_local = id
-            .checked_add(2)
-            .ok_or_else(|| Error::Limit("stream ids exhausted".into()))?;
+        self.next_local = id.checked_add(2).ok_or_else(|| Error::Limit("stream ids exhausted".into()))?;
         let s = self.new_stream();
         self.streams.insert(id, s);
         Ok(id)
@@ -167,32 +175,28 @@ impl Session {
     }
 
     /// Feeds one received frame. An error is fatal: report it to the peer and close.
-    pub fn on_frame(&mut self, h: &FrameHeader, meta: &[u8], payload: Buf) -> Result<(), Error> {
+    pub fn on_frame(&mut self, h: &FrameHeader, meta: &[u8], payload: Buf) -> Result<Touched, Error> {
         if self.peer_closed {
             return Err(Error::Protocol(format!("{:?} frame after Close", h.kind)));
         }
         match h.kind {
             Kind::Error => {
                 let message = String::from_utf8_lossy(meta).into_owned();
-                self.fail(Error::Remote {
-                    code: ErrorCode(h.aux),
-                    message,
-                });
-                return Ok(());
+                self.fail(Error::Remote { code: ErrorCode(h.aux), message });
+                return Ok(Touched::All);
             }
             Kind::Close => {
                 self.peer_closed = true;
-                return Ok(());
+                return Ok(Touched::All);
             }
             Kind::Message | Kind::Data | Kind::Credit | Kind::Finish | Kind::Reset => {}
             other => {
-                return Err(Error::Protocol(format!(
-                    "unexpected {other:?} frame after the handshake"
-                )));
+                return Err(Error::Protocol(format!("unexpected {other:?} frame after the handshake")));
             }
         }
+        let accepted = self.accept_queue.len();
         let Some(s) = self.stream_for_frame(h.stream)? else {
-            return Ok(()); // a stream we already closed: late frames are dropped
+            return Ok(Touched::Nobody); // a stream we already closed: late frames are dropped
         };
         match h.kind {
             Kind::Message => {
@@ -208,10 +212,7 @@ impl Session {
                 }
                 charge(s, h.stream, meta.len() as u64 + payload.len() as u64)?;
                 s.body_left = body_len - payload.len() as u64;
-                s.queue.push_back(RecvEvent::Message {
-                    header: meta[8..].to_vec(),
-                    body_len,
-                });
+                s.queue.push_back(RecvEvent::Message { header: meta[8..].to_vec(), body_len });
                 if !payload.is_empty() {
                     s.queue.push_back(RecvEvent::Chunk(payload));
                 }
@@ -225,17 +226,12 @@ impl Session {
                 s.queue.push_back(RecvEvent::Chunk(payload));
             }
             Kind::Credit => {
-                s.send_credit = s
-                    .send_credit
-                    .checked_add(h.len)
-                    .ok_or_else(|| Error::Protocol("credit overflow".into()))?;
+                s.send_credit =
+                    s.send_credit.checked_add(h.len).ok_or_else(|| Error::Protocol("credit overflow".into()))?;
             }
             Kind::Finish => {
                 if s.body_left != 0 || !s.recv_open {
-                    return Err(Error::Protocol(format!(
-                        "finish in the middle of a message on stream {}",
-                        h.stream
-                    )));
+                    return Err(Error::Protocol(format!("finish in the middle of a message on stream {}", h.stream)));
                 }
                 s.recv_open = false;
             }
@@ -247,7 +243,7 @@ impl Session {
             }
             _ => unreachable!("filtered above"),
         }
-        Ok(())
+        Ok(if self.accept_queue.len() > accepted { Touched::Accept } else { Touched::Stream(h.stream) })
     }
 
     /// Finds or opens the stream a frame belongs to; `None` for streams already closed.
@@ -268,14 +264,10 @@ impl Session {
         } else {
             let gap = (id - self.next_peer) / 2;
             if self.skipped.len() as u64 + gap as u64 > self.ours.max_streams as u64 {
-                return Err(Error::Protocol(format!(
-                    "stream {id} skips more ids than the stream limit"
-                )));
+                return Err(Error::Protocol(format!("stream {id} skips more ids than the stream limit")));
             }
             self.skipped.extend((self.next_peer..id).step_by(2));
-            self.next_peer = id
-                .checked_add(2)
-                .ok_or_else(|| Error::Protocol("stream ids exhausted".into()))?;
+            self.next_peer = id.checked_add(2).ok_or_else(|| Error::Protocol("stream ids exhausted".into()))?;
         }
         let peer_open = self.streams.keys().filter(|&&k| !self.is_local(k)).count();
         if self.local_closed || peer_open >= self.ours.max_streams as usize {
@@ -302,9 +294,7 @@ impl Session {
         }
         let window = self.peer.stream_window;
         if meta_len > window {
-            return Err(Error::Limit(format!(
-                "a {meta_len}-byte header exceeds the peer's {window}-byte window"
-            )));
+            return Err(Error::Limit(format!("a {meta_len}-byte header exceeds the peer's {window}-byte window")));
         }
         let s = self.streams.get_mut(&id).ok_or(Error::Closed)?;
         if let Some(code) = s.reset {
@@ -388,9 +378,7 @@ impl Session {
             return Some(Err(e));
         }
         if self.peer_closed {
-            return Some(Err(Error::ConnectionLost(
-                "the peer closed the connection with the stream open".into(),
-            )));
+            return Some(Err(Error::ConnectionLost("the peer closed the connection with the stream open".into())));
         }
         None
     }
@@ -438,11 +426,7 @@ fn charge(s: &mut StreamState, id: u32, cost: u64) -> Result<(), Error> {
 mod tests {
     use super::*;
 
-    const P: Params = Params {
-        caps: 0,
-        max_streams: 4,
-        stream_window: 1000,
-    };
+    const P: Params = Params { caps: 0, max_streams: 4, stream_window: 1000 };
 
     fn pair() -> (Session, Session) {
         (Session::new(Role::Client, P, P), Session::new(Role::Server, P, P))
@@ -463,7 +447,7 @@ mod tests {
         (h, vec![], Buf::from(payload.to_vec()))
     }
 
-    fn deliver(s: &mut Session, f: (FrameHeader, Vec<u8>, Buf)) -> Result<(), Error> {
+    fn deliver(s: &mut Session, f: (FrameHeader, Vec<u8>, Buf)) -> Result<Touched, Error> {
         s.on_frame(&f.0, &f.1, f.2)
     }
 
@@ -510,10 +494,7 @@ mod tests {
         assert_eq!(sent, 9); // 9 * 108 bytes fit in a 1000-byte window
         // Too much data is a protocol error on the receiving side.
         assert!(matches!(
-            deliver(
-                &mut Session::new(Role::Server, P, P),
-                message_frame(1, b"", 2000, &[0; 1000])
-            ),
+            deliver(&mut Session::new(Role::Server, P, P), message_frame(1, b"", 2000, &[0; 1000])),
             Err(Error::Protocol(_))
         ));
         s.poll_accept();
@@ -554,13 +535,7 @@ mod tests {
         deliver(&mut s, message_frame(id, b"", 10, &[0; 5])).unwrap();
         s.poll_accept();
         s.reset(id, ErrorCode::CANCELLED);
-        assert!(matches!(
-            s.poll_recv(id),
-            Some(Err(Error::Reset {
-                code: ErrorCode::CANCELLED,
-                ..
-            }))
-        ));
+        assert!(matches!(s.poll_recv(id), Some(Err(Error::Reset { code: ErrorCode::CANCELLED, .. }))));
         pump(&mut s, &mut c);
         assert!(matches!(c.take_send_credit(id, 0, 5, 5), Err(Error::Reset { .. })));
         s.release(id);
@@ -576,13 +551,7 @@ mod tests {
         c.release(id);
         pump(&mut c, &mut s);
         s.poll_accept();
-        assert!(matches!(
-            s.poll_recv(id),
-            Some(Err(Error::Reset {
-                code: ErrorCode::CANCELLED,
-                ..
-            }))
-        ));
+        assert!(matches!(s.poll_recv(id), Some(Err(Error::Reset { code: ErrorCode::CANCELLED, .. }))));
     }
 
     #[test]
@@ -595,6 +564,9 @@ mod tests {
         let (h, mut m, p) = message_frame(1, b"", 1, &[1, 2]);
         m.truncate(8);
         assert!(s.on_frame(&h, &m, p).is_err()); // payload longer than body
+        let (_, mut s) = pair();
+        assert_eq!(deliver(&mut s, message_frame(1, b"", 0, &[])).unwrap(), Touched::Accept);
+        assert_eq!(deliver(&mut s, message_frame(1, b"", 0, &[])).unwrap(), Touched::Stream(1));
     }
 
     #[test]

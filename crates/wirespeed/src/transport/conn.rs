@@ -10,7 +10,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::mem::{Body, Buf};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
 use crate::proto::handshake::error_frame;
-use crate::proto::session::{RecvEvent, Session};
+use crate::proto::session::{RecvEvent, Session, Touched};
 
 /// An authenticated connection carrying many concurrent streams. Cheap to clone; the
 /// connection closes when the last clone and stream are gone.
@@ -36,7 +36,25 @@ struct Shared {
     driving: bool,
     /// Threads blocked on `cv`; notify only when there are some.
     waiters: usize,
+    /// Of those, threads waiting on a stream (not for a new stream to accept).
+    stream_waiters: usize,
+    /// Live `Stream` handles.
+    handles: usize,
+    /// Frames read so far; tells an accepting thread whether anyone else is reading.
+    drives: u64,
 }
+
+/// What a waiting thread waits for. A thread waiting to accept reads the connection only
+/// when no stream could have a reader of its own, or nobody read for a whole slice: it must
+/// never sit between a stream and its reader, or every frame would cost a thread wake-up.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Waiting {
+    OnStream(u32),
+    ForAccept,
+}
+
+/// How long an accepting thread lets other readers be before it reads itself.
+const ACCEPT_SLICE: Duration = Duration::from_millis(10);
 
 /// A message received whole.
 #[derive(Debug)]
@@ -68,6 +86,9 @@ impl Connection {
                     session,
                     driving: false,
                     waiters: 0,
+                    stream_waiters: 0,
+                    handles: 0,
+                    drives: 0,
                 }),
                 cv: Condvar::new(),
                 rx: Mutex::new(rx),
@@ -97,7 +118,7 @@ impl Connection {
     }
 
     pub fn accept_stream_timeout(&self, timeout: Duration) -> Result<Stream> {
-        let id = self.inner.wait_for(timeout, |s| s.poll_accept())?;
+        let id = self.inner.wait_for(timeout, Waiting::ForAccept, |s| s.poll_accept())?;
         Ok(Stream::new(self.inner.clone(), id))
     }
 
@@ -131,7 +152,7 @@ impl Inner {
         drop(g);
         let frame = FrameHeader::new(Kind::Close, 0).encode();
         let mut tx = self.tx();
-        let _ = tx.write_frame(&frame, &[], Instant::now() + Duration::from_secs(1));
+        let _ = tx.write_frame(&frame, &[], Duration::from_secs(1));
         tx.shutdown();
         self.wake_all();
     }
@@ -144,8 +165,15 @@ impl Inner {
     }
 
     /// Waits until `ready` yields, reading frames meanwhile if no other thread is.
-    fn wait_for<R>(&self, timeout: Duration, mut ready: impl FnMut(&mut Session) -> Option<Result<R>>) -> Result<R> {
-        let deadline = Instant::now() + timeout;
+    fn wait_for<R>(
+        &self,
+        timeout: Duration,
+        who: Waiting,
+        mut ready: impl FnMut(&mut Session) -> Option<Result<R>>,
+    ) -> Result<R> {
+        // The clock is read only once we actually have to wait.
+        let mut deadline = None;
+        let mut idle_slices = 0;
         let mut g = self.lock();
         loop {
             if let Some(r) = ready(&mut g.session) {
@@ -160,44 +188,65 @@ impl Inner {
                 return Err(e);
             }
             let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + timeout);
             if now >= deadline {
                 return Err(Error::Timeout(timeout));
             }
-            if !g.driving {
+            let may_drive = match who {
+                Waiting::OnStream(_) => true,
+                Waiting::ForAccept => g.stream_waiters == 0 && (g.handles == 0 || idle_slices > 0),
+            };
+            if !g.driving && may_drive {
                 g.driving = true;
                 drop(g);
                 let res = self.drive_once(deadline);
                 g = self.lock();
                 g.driving = false;
-                if let Err(e) = res {
-                    drop(g);
-                    self.fail(e);
-                    g = self.lock();
-                }
-                if g.waiters > 0 {
+                g.drives += 1;
+                let touched = match res {
+                    Ok(t) => t,
+                    Err(e) => {
+                        drop(g);
+                        self.fail(e);
+                        g = self.lock();
+                        Touched::All
+                    }
+                };
+                // Wake the others unless the frame was ours alone.
+                let ours_alone = match touched {
+                    Touched::Nobody => true,
+                    Touched::Stream(id) => who == Waiting::OnStream(id) && g.stream_waiters == 0,
+                    Touched::Accept | Touched::All => false,
+                };
+                if g.waiters > 0 && !ours_alone {
                     self.cv.notify_all();
                 }
             } else {
+                let on_stream = usize::from(who != Waiting::ForAccept);
+                let slice = if who == Waiting::ForAccept { ACCEPT_SLICE } else { deadline - now };
+                let drives = g.drives;
                 g.waiters += 1;
-                g = self
-                    .cv
-                    .wait_timeout(g, deadline - now)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                g.stream_waiters += on_stream;
+                g = self.cv.wait_timeout(g, slice.min(deadline - now)).unwrap_or_else(|p| p.into_inner()).0;
                 g.waiters -= 1;
+                g.stream_waiters -= on_stream;
+                idle_slices = if g.drives == drives && !g.driving { idle_slices + 1 } else { 0 };
             }
         }
     }
 
-    fn drive_once(&self, deadline: Instant) -> Result<()> {
+    /// Reads one frame (or times out) and says whom it concerns.
+    fn drive_once(&self, deadline: Instant) -> Result<Touched> {
         let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+        let mut touched = Touched::Nobody;
         rx.read_frame(deadline, &mut |h, meta, payload| {
-            self.lock().session.on_frame(h, meta, payload)
+            touched = self.lock().session.on_frame(h, meta, payload)?;
+            Ok(())
         })?;
         if rx.under_pressure() {
             self.lock().session.detach_queued();
         }
-        Ok(())
+        Ok(touched)
     }
 
     /// Fails the connection: every stream sees `e`, and the peer gets an Error frame if it
@@ -208,7 +257,7 @@ impl Inner {
         self.lock().session.fail(e);
         let mut tx = self.tx();
         if let Some(frame) = frame {
-            let _ = tx.write_frame(&frame, &[], Instant::now() + Duration::from_secs(1));
+            let _ = tx.write_frame(&frame, &[], Duration::from_secs(1));
         }
         tx.shutdown();
         drop(tx);
@@ -221,16 +270,13 @@ impl Inner {
         if bytes.is_empty() {
             return;
         }
-        let deadline = Instant::now() + self.timeout;
         let mut tx = self.tx();
         let mut rest = &bytes[..];
         while rest.len() >= HEADER_LEN {
             let head: &[u8; HEADER_LEN] = rest[..HEADER_LEN].try_into().expect("header length");
-            let meta = FrameHeader::decode(head, &Limits::default())
-                .map(|h| h.meta_len as usize)
-                .unwrap_or(0);
+            let meta = FrameHeader::decode(head, &Limits::default()).map(|h| h.meta_len as usize).unwrap_or(0);
             let (frame, tail) = rest.split_at((HEADER_LEN + meta).min(rest.len()));
-            if let Err(e) = tx.write_frame(frame, &[], deadline) {
+            if let Err(e) = tx.write_frame(frame, &[], self.timeout) {
                 drop(tx);
                 self.fail(e);
                 return;
@@ -240,7 +286,7 @@ impl Inner {
     }
 
     fn write(&self, head: &[u8], payload: &[IoSlice<'_>]) -> Result<()> {
-        let res = self.tx().write_frame(head, payload, Instant::now() + self.timeout);
+        let res = self.tx().write_frame(head, payload, self.timeout);
         if let Err(e) = res {
             let copy = e.duplicate();
             self.fail(e);
@@ -264,14 +310,9 @@ pub struct Stream {
 
 impl Stream {
     fn new(inner: Arc<Inner>, id: u32) -> Self {
+        inner.lock().handles += 1;
         let timeout = inner.timeout;
-        Stream {
-            inner,
-            id,
-            send: Mutex::new(Vec::new()),
-            body_left: Mutex::new(0),
-            timeout,
-        }
+        Stream { inner, id, send: Mutex::new(Vec::new()), body_left: Mutex::new(0), timeout }
     }
 
     pub fn id(&self) -> u32 {
@@ -292,19 +333,14 @@ impl Stream {
         meta.extend_from_slice(&[0; HEADER_LEN]);
         meta.extend_from_slice(&total.to_le_bytes());
         meta.extend_from_slice(header);
-        let mut cursor = BodyCursor {
-            bufs: body,
-            index: 0,
-            offset: 0,
-        };
+        let mut cursor = BodyCursor { bufs: body, index: 0, offset: 0 };
         let mut remaining = total;
         let mut first = true;
         let mut slices = Vec::new();
         loop {
             let meta_len = if first { (meta.len() - HEADER_LEN) as u64 } else { 0 };
-            let take = self.inner.wait_for(self.timeout, |s| {
-                s.take_send_credit(self.id, meta_len, remaining, self.inner.max_chunk)
-                    .transpose()
+            let take = self.inner.wait_for(self.timeout, Waiting::OnStream(self.id), |s| {
+                s.take_send_credit(self.id, meta_len, remaining, self.inner.max_chunk).transpose()
             })?;
             let mut h = FrameHeader::new(if first { Kind::Message } else { Kind::Data }, self.id);
             h.meta_len = meta_len as u32;
@@ -358,10 +394,7 @@ impl Stream {
         if let Some(v) = gathered {
             chunks.push(Buf::from(v));
         }
-        Ok(Some(Message {
-            header: start.header,
-            body: Body::new(chunks),
-        }))
+        Ok(Some(Message { header: start.header, body: Body::new(chunks) }))
     }
 
     /// Receives the next message's header; read its body with [`Stream::read_chunk`].
@@ -400,13 +433,16 @@ impl Stream {
     }
 
     fn next_event(&self) -> Result<RecvEvent> {
-        self.inner.wait_for(self.timeout, |s| s.poll_recv(self.id))
+        self.inner.wait_for(self.timeout, Waiting::OnStream(self.id), |s| s.poll_recv(self.id))
     }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        self.inner.lock().session.release(self.id);
+        let mut g = self.inner.lock();
+        g.handles -= 1;
+        g.session.release(self.id);
+        drop(g);
         self.inner.flush_control();
     }
 }

@@ -12,10 +12,7 @@ use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
 use crate::proto::handshake::{Handshake, Params};
 
 /// Handshake frames are small; anything bigger is refused before it is read.
-const HANDSHAKE_LIMITS: Limits = Limits {
-    max_meta: 1024,
-    max_payload: 0,
-};
+const HANDSHAKE_LIMITS: Limits = Limits { max_meta: 1024, max_payload: 0 };
 
 /// A socket whose reads and writes can be bounded by a deadline.
 pub(crate) trait DeadlineIo: Read + Write {
@@ -37,11 +34,7 @@ impl DeadlineIo for UnixStream {
 }
 
 pub(crate) fn our_params(config: &Config) -> Params {
-    Params {
-        caps: 0,
-        max_streams: config.max_streams,
-        stream_window: config.stream_window,
-    }
+    Params { caps: 0, max_streams: config.max_streams, stream_window: config.stream_window }
 }
 
 fn nonce() -> Result<[u8; 32]> {
@@ -71,11 +64,7 @@ fn drive(io: &mut impl DeadlineIo, mut hs: Handshake, first: Vec<u8>, config: &C
             Err(Error::Frame(e)) => {
                 // Garbage: tell the peer why before hanging up.
                 let err = Error::Frame(e);
-                let _ = write_by(
-                    io,
-                    &crate::proto::handshake::error_frame(err.code(), &err.to_string()),
-                    deadline,
-                );
+                let _ = write_by(io, &crate::proto::handshake::error_frame(err.code(), &err.to_string()), deadline);
                 return Err(err);
             }
             Err(e) => return Err(e),

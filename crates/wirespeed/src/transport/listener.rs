@@ -43,13 +43,7 @@ impl Listener {
             .name("wirespeed-accept".into())
             .spawn(move || accept_loop(acceptor, shared, tx, stop2))
             .expect("spawn the accept thread");
-        Listener {
-            url,
-            incoming,
-            stop,
-            timeout,
-            on_drop: None,
-        }
+        Listener { url, incoming, stop, timeout, on_drop: None }
     }
 
     pub(crate) fn on_drop(mut self, f: impl FnOnce() + Send + 'static) -> Self {
@@ -110,16 +104,12 @@ fn accept_loop<A: Acceptor>(
         }
         pending.fetch_add(1, Ordering::Relaxed);
         let (tx, shared, pending) = (tx.clone(), shared.clone(), pending.clone());
-        let spawned = thread::Builder::new()
-            .name("wirespeed-handshake".into())
-            .spawn(move || {
-                let result = A::establish(socket, peer.clone(), &shared).map_err(|reason| Error::Rejected {
-                    peer,
-                    reason: Box::new(reason),
-                });
-                pending.fetch_sub(1, Ordering::Relaxed);
-                let _ = tx.send(result);
-            });
+        let spawned = thread::Builder::new().name("wirespeed-handshake".into()).spawn(move || {
+            let result = A::establish(socket, peer.clone(), &shared)
+                .map_err(|reason| Error::Rejected { peer, reason: Box::new(reason) });
+            pending.fetch_sub(1, Ordering::Relaxed);
+            let _ = tx.send(result);
+        });
         if spawned.is_err() {
             thread::sleep(Duration::from_millis(50));
         }

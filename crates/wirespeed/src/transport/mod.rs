@@ -92,7 +92,8 @@ pub(crate) trait FrameRx: Send {
 /// Sending half of a backend.
 pub(crate) trait FrameTx: Send {
     /// Writes one frame: `head` is the encoded header plus meta, `payload` the body bytes.
-    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], deadline: Instant) -> Result<()>;
+    /// Blocking for room lasts at most `timeout`.
+    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()>;
 
     /// Largest payload this backend takes in one frame.
     fn max_payload(&self) -> usize;

@@ -23,9 +23,7 @@ const STAGING: usize = 256 << 10;
 
 pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
     let mut last = None;
-    let addrs = addr
-        .to_socket_addrs()
-        .map_err(|e| Error::ConnectionLost(format!("cannot resolve {addr}: {e}")))?;
+    let addrs = addr.to_socket_addrs().map_err(|e| Error::ConnectionLost(format!("cannot resolve {addr}: {e}")))?;
     for a in addrs {
         match TcpStream::connect_timeout(&a, config.handshake_timeout) {
             Ok(mut s) => {
@@ -45,12 +43,7 @@ pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
     let l = TcpListener::bind(addr)
         .map_err(|e| Error::Io(io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))))?;
     let url = format!("tcp://{}", l.local_addr()?);
-    Ok(Listener::spawn(
-        TcpAcceptor(l),
-        (key.clone(), config.clone()),
-        url,
-        config.timeout,
-    ))
+    Ok(Listener::spawn(TcpAcceptor(l), (key.clone(), config.clone()), url, config.timeout))
 }
 
 struct TcpAcceptor(TcpListener);
@@ -92,10 +85,7 @@ fn establish(
         lo: 0,
         hi: 0,
     };
-    let tx = TcpTx {
-        sock: s,
-        max_payload: config.limits.max_payload as usize,
-    };
+    let tx = TcpTx { sock: s, max_payload: config.limits.max_payload as usize };
     let session = Session::new(role, handshake::our_params(config), peer);
     Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
 }
@@ -125,11 +115,7 @@ impl FrameRx for TcpRx {
                 let spare = self.decoder.payload_spare();
                 // SAFETY: recv writes at most `spare.len()` bytes into memory we own.
                 let n = unsafe { libc::recv(self.sock.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), 0) };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
+                if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
             } else {
                 self.lo = 0;
                 self.hi = 0;
@@ -165,18 +151,20 @@ struct TcpTx {
 }
 
 impl FrameTx for TcpTx {
-    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], deadline: Instant) -> Result<()> {
+    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
         let mut iov = Vec::with_capacity(payload.len() + 1);
         iov.push(IoSlice::new(head));
         iov.extend_from_slice(payload);
         let mut bufs = &mut iov[..];
+        let mut deadline = None;
         while !bufs.is_empty() {
             match (&self.sock).write_vectored(bufs) {
                 Ok(0) => return Err(Error::ConnectionLost("the socket accepts no more data".into())),
                 Ok(n) => IoSlice::advance_slices(&mut bufs, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
                     if wait_fd(self.sock.as_fd(), PollFlags::POLLOUT, deadline)?.is_none() {
-                        return Err(Error::Timeout(deadline.saturating_duration_since(Instant::now())));
+                        return Err(Error::Timeout(timeout));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -66,32 +66,21 @@ pub fn connect(path: &Path, key: &Key, config: &Config) -> Result<Connection> {
 
 pub fn listen(path: &Path, key: &Key, config: &Config) -> Result<Listener> {
     if !config.shm_ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&config.shm_ring_bytes) {
-        return Err(Error::Limit(format!(
-            "shm_ring_bytes must be a power of two from {MIN_RING} to {MAX_RING}"
-        )));
+        return Err(Error::Limit(format!("shm_ring_bytes must be a power of two from {MIN_RING} to {MAX_RING}")));
     }
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
-            return Err(Error::Io(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("{} is in use", path.display()),
-            )));
+            return Err(Error::Io(io::Error::new(io::ErrorKind::AddrInUse, format!("{} is in use", path.display()))));
         }
         let _ = std::fs::remove_file(path); // stale socket of a dead listener
     }
-    let l = UnixListener::bind(path).map_err(|e| {
-        Error::Io(io::Error::new(
-            e.kind(),
-            format!("cannot listen on {}: {e}", path.display()),
-        ))
-    })?;
+    let l = UnixListener::bind(path)
+        .map_err(|e| Error::Io(io::Error::new(e.kind(), format!("cannot listen on {}: {e}", path.display()))))?;
     l.set_nonblocking(true)?;
     let url = format!("shm://{}", path.display());
     let owned = path.to_path_buf();
-    Ok(
-        Listener::spawn(ShmAcceptor(l), (key.clone(), config.clone()), url, config.timeout)
-            .on_drop(move || drop(std::fs::remove_file(owned))),
-    )
+    Ok(Listener::spawn(ShmAcceptor(l), (key.clone(), config.clone()), url, config.timeout)
+        .on_drop(move || drop(std::fs::remove_file(owned))))
 }
 
 struct ShmAcceptor(UnixListener);
@@ -123,27 +112,16 @@ impl Acceptor for ShmAcceptor {
         let memfd = memfd_create("wirespeed-shm", MFdFlags::MFD_CLOEXEC).map_err(io::Error::from)?;
         nix::unistd::ftruncate(&memfd, (DATA_AT + 2 * cap) as i64).map_err(io::Error::from)?;
         let efd = || -> Result<OwnedFd> {
-            Ok(
-                EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-                    .map_err(io::Error::from)?
-                    .into(),
-            )
+            Ok(EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(io::Error::from)?
+                .into())
         };
         let fds = [memfd, efd()?, efd()?, efd()?, efd()?];
         send_fds(&sock, cap, &fds)?;
         let [memfd, a_data, a_space, b_data, b_space] = fds;
         let map = Mapping::map(&memfd, cap)?;
         let (a, b) = map.rings(cap);
-        build(
-            sock,
-            Role::Server,
-            params,
-            config,
-            map,
-            (b, b_data, b_space),
-            (a, a_data, a_space),
-            peer,
-        )
+        build(sock, Role::Server, params, config, map, (b, b_data, b_space), (a, a_data, a_space), peer)
     }
 }
 
@@ -167,28 +145,16 @@ fn build(
         ring: rx_ring,
         _map: map.clone(),
         space: rx_space,
-        track: Mutex::new(Track {
-            base: 0,
-            ends: VecDeque::new(),
-        }),
+        track: Mutex::new(Track { base: 0, ends: VecDeque::new() }),
     });
     let rx = ShmRx {
         ring: rx_ring,
         pos: 0,
         limits: config.limits,
         lender,
-        wake: Waker {
-            efd: rx_data,
-            sock: sock.try_clone()?,
-        },
+        wake: Waker { efd: rx_data, sock: sock.try_clone()? },
     };
-    let tx = ShmTx {
-        ring: tx_ring,
-        head: 0,
-        notify: tx_data,
-        wake: Waker { efd: tx_space, sock },
-        _map: map,
-    };
+    let tx = ShmTx { ring: tx_ring, head: 0, notify: tx_data, wake: Waker { efd: tx_space, sock }, _map: map };
     let session = Session::new(role, handshake::our_params(config), peer);
     Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
 }
@@ -221,9 +187,8 @@ fn recv_fds(sock: &UnixStream) -> Result<(usize, [OwnedFd; 5])> {
         }
     }
     let got = msg.bytes;
-    let fds: [OwnedFd; 5] = fds
-        .try_into()
-        .map_err(|_| Error::Protocol("the server sent the wrong descriptors".into()))?;
+    let fds: [OwnedFd; 5] =
+        fds.try_into().map_err(|_| Error::Protocol("the server sent the wrong descriptors".into()))?;
     let cap = u64::from_le_bytes(bytes) as usize;
     if got != 8 || !cap.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&cap) {
         return Err(Error::Protocol(format!("the server offered a ring of {cap} bytes")));
@@ -293,6 +258,9 @@ struct Waker {
 
 impl Waker {
     fn wait(&self, sleeping: &AtomicU32, deadline: Instant, ready: impl Fn() -> bool) -> Result<bool> {
+        if ready() {
+            return Ok(true);
+        }
         let spin_end = Instant::now() + SPIN;
         let mut i = 0u32;
         loop {
@@ -314,10 +282,8 @@ impl Waker {
             if Instant::now() >= deadline {
                 break Ok(false);
             }
-            let mut fds = [
-                PollFd::new(self.efd.as_fd(), PollFlags::POLLIN),
-                PollFd::new(self.sock.as_fd(), PollFlags::POLLIN),
-            ];
+            let mut fds =
+                [PollFd::new(self.efd.as_fd(), PollFlags::POLLIN), PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
             match poll(&mut fds, PollTimeout::from(ms_until(deadline, 100))) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => break Err(Error::Io(e.into())),
@@ -352,24 +318,20 @@ struct ShmTx {
 }
 
 impl FrameTx for ShmTx {
-    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], deadline: Instant) -> Result<()> {
+    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
         let plen: usize = payload.iter().map(|s| s.len()).sum();
         let total = Ring::frame_bytes(head.len(), plen as u64);
         if total > self.ring.cap() / 2 {
-            return Err(Error::Limit(format!(
-                "a {total}-byte frame does not fit the shared-memory ring"
-            )));
+            return Err(Error::Limit(format!("a {total}-byte frame does not fit the shared-memory ring")));
         }
         let (pad, at) = loop {
             if let Some(r) = self.ring.reserve(self.head, total) {
                 break r;
             }
             let (ring, h) = (self.ring, self.head);
-            if !self
-                .wake
-                .wait(ring.producer_sleeping(), deadline, || ring.reserve(h, total).is_some())?
-            {
-                return Err(Error::Timeout(Duration::ZERO));
+            let deadline = Instant::now() + timeout;
+            if !self.wake.wait(ring.producer_sleeping(), deadline, || ring.reserve(h, total).is_some())? {
+                return Err(Error::Timeout(timeout));
             }
         };
         if pad > 0 {
@@ -413,10 +375,7 @@ impl FrameRx for ShmRx {
         loop {
             let Some(f) = self.ring.locate(self.pos, self.ring.head(), &self.limits)? else {
                 let (ring, pos) = (self.ring, self.pos);
-                if !self
-                    .wake
-                    .wait(ring.consumer_sleeping(), deadline, || ring.head() != pos)?
-                {
+                if !self.wake.wait(ring.consumer_sleeping(), deadline, || ring.head() != pos)? {
                     return Ok(false);
                 }
                 continue;

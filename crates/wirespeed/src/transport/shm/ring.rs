@@ -144,10 +144,7 @@ impl Ring {
         unsafe { std::ptr::copy_nonoverlapping(self.data_ptr(pos), raw.as_mut_ptr(), HEADER_LEN) };
         let header = FrameHeader::decode(&raw, limits)?;
         let total = if header.kind == Kind::Pad {
-            header
-                .len
-                .checked_add(HEADER_LEN as u64)
-                .ok_or_else(|| corrupt("pad"))?
+            header.len.checked_add(HEADER_LEN as u64).ok_or_else(|| corrupt("pad"))?
         } else {
             Ring::frame_bytes(HEADER_LEN + header.meta_len as usize, header.payload_len())
         };
