@@ -229,7 +229,7 @@ fn fail_with_frame(error: Error) -> Failure {
 mod tests {
     use super::*;
     use crate::proto::decoder::FrameDecoder;
-    use crate::proto::frame::Limits;
+    use crate::proto::frame::{HEADER_LEN, Limits};
 
     const P: Params = Params { caps: 0, max_streams: 16, stream_window: 1 << 20 };
 
@@ -320,6 +320,38 @@ mod tests {
         assert!(matches!(f.error, Error::Protocol(_)));
     }
 
+    /// The full handshake of docs/PROTOCOL.md: key "key", nonces of 0x01 and 0x02 bytes.
+    #[test]
+    fn test_vector_handshake() {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let p = Params { caps: 0, max_streams: 16, stream_window: 1 << 20 };
+        let (mut c, hello) = Handshake::client(b"key", p, [1; 32]);
+        let mut s = Handshake::server(b"key", p, [2; 32]);
+        assert_eq!(
+            hex(&hello),
+            "010000000000000038000000000000000000000000000000\
+             57535044010000000000000010000000000010000000000001010101010101010101010101010101\
+             01010101010101010101010101010101"
+        );
+        let (h, m) = &frames(&hello)[0];
+        let server_hello = s.on_frame(h, m).unwrap().send;
+        assert_eq!(
+            hex(&server_hello[HEADER_LEN + HELLO_LEN..]),
+            "3cf81d85fcdfdb35171c7183ad59e43812a650adad2c06c3198a5d7b1544bb9a"
+        );
+        let (h, m) = &frames(&server_hello)[0];
+        let auth = c.on_frame(h, m).unwrap().send;
+        assert_eq!(
+            hex(&auth),
+            "020000000000000020000000000000000000000000000000\
+             b451efbe9978d34aedec9da7dce7da37d70b9bc7b5c70352c7b63592701fc86f"
+        );
+        let (h, m) = &frames(&auth)[0];
+        let ok = s.on_frame(h, m).unwrap();
+        assert_eq!(hex(&ok.send), "030000000000000000000000000000000000000000000000");
+        assert_eq!(ok.done, Some(p));
+    }
+
     #[test]
     fn test_vector_hello() {
         // Kept in step with docs/PROTOCOL.md.
@@ -327,3 +359,4 @@ mod tests {
         assert_eq!(&b[..24], &[b'W', b'S', b'P', b'D', 1, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0]);
     }
 }
+
