@@ -346,7 +346,7 @@ fn oversized_header_is_rejected(scheme: &str) {
 }
 
 fn silent_peer_does_not_block_others(scheme: &str) {
-    let config = Config { handshake_timeout: Duration::from_millis(500), ..Config::default() };
+    let config = Config { handshake_timeout: Duration::from_secs(3), ..Config::default() };
     let l = listen(&fresh_url(scheme), &key(), &config).unwrap();
     let _silent = raw(l.url());
     // A good client is served while the silent one is still pending.

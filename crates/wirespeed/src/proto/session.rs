@@ -580,6 +580,34 @@ mod tests {
         assert!(deliver(&mut s, message_frame(1001, b"", 0, &[])).is_err()); // skips 497 ids
     }
 
+    proptest::proptest! {
+        // Whatever frames a peer sends, the session never panics and stays bounded.
+        #[test]
+        fn arbitrary_frames_never_panic(frames in proptest::collection::vec(
+            (1u8..=11, 0u32..12, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24), 0usize..3000, proptest::prelude::any::<u64>(), proptest::prelude::any::<u32>()),
+            0..40,
+        )) {
+            let mut s = Session::new(Role::Server, P, P);
+            for (kind, stream, meta, payload, len, aux) in frames {
+                let Ok(kind) = Kind::from_u8(kind) else { continue };
+                let mut h = FrameHeader::new(kind, stream);
+                h.meta_len = meta.len() as u32;
+                h.aux = aux;
+                h.len = if kind.has_payload() { payload as u64 } else { len };
+                let body = if kind.has_payload() { Buf::from(vec![0; payload]) } else { Buf::empty() };
+                if s.on_frame(&h, &meta, body).is_err() {
+                    break; // fatal: the driver would close here
+                }
+                while let Some(Ok(id)) = s.poll_accept() {
+                    // Finished repeats once reached, so stop there.
+                    while let Some(Ok(RecvEvent::Message { .. } | RecvEvent::Chunk(_))) = s.poll_recv(id) {}
+                }
+                s.poll_transmit();
+            }
+            proptest::prop_assert!(s.streams.len() <= P.max_streams as usize);
+        }
+    }
+
     #[test]
     fn too_many_streams_are_refused() {
         let (_, mut s) = pair();

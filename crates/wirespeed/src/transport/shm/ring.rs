@@ -221,6 +221,22 @@ mod tests {
         assert!(r.locate(1024 + 320, head, &l).unwrap().is_none());
     }
 
+    proptest::proptest! {
+        // A hostile peer controls both the ring bytes and the head: locate never panics and
+        // never points outside the ring.
+        #[test]
+        fn locate_survives_any_ring(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 1024),
+                                    pos in 0u64..4096, head in proptest::prelude::any::<u64>()) {
+            let (mut m, r) = ring(1024);
+            m.data.copy_from_slice(&bytes);
+            if let Ok(Some(f)) = r.locate(pos * 64, head, &Limits::default()) {
+                let start = (pos * 64) % 1024;
+                proptest::prop_assert!(start + f.total <= 1024);
+                proptest::prop_assert!(f.payload_at - pos * 64 + f.header.payload_len() <= f.total);
+            }
+        }
+    }
+
     #[test]
     fn corrupt_frames_are_errors_not_crashes() {
         let (mut m, r) = ring(1024);
