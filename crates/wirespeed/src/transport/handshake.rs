@@ -56,7 +56,7 @@ pub(crate) fn server(io: &mut impl DeadlineIo, key: &Key, config: &Config) -> Re
 }
 
 fn drive(io: &mut impl DeadlineIo, mut hs: Handshake, first: Vec<u8>, config: &Config) -> Result<Params> {
-    let deadline = Instant::now() + config.handshake_timeout;
+    let deadline = Deadline { at: Instant::now() + config.handshake_timeout, total: config.handshake_timeout };
     write_by(io, &first, deadline)?;
     loop {
         let (h, meta) = match read_frame(io, deadline) {
@@ -85,25 +85,40 @@ fn drive(io: &mut impl DeadlineIo, mut hs: Handshake, first: Vec<u8>, config: &C
     }
 }
 
-fn remaining(deadline: Instant, total: Duration) -> Result<Duration> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(Error::Timeout(total));
-    }
-    Ok(left)
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    total: Duration,
 }
 
-fn write_by(io: &mut impl DeadlineIo, bytes: &[u8], deadline: Instant) -> Result<()> {
+impl Deadline {
+    fn remaining(self) -> Result<Duration> {
+        let left = self.at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout(self.total));
+        }
+        Ok(left)
+    }
+
+    fn io_error(self, e: io::Error) -> Error {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout(self.total),
+            _ => Error::ConnectionLost(e.to_string()),
+        }
+    }
+}
+
+fn write_by(io: &mut impl DeadlineIo, bytes: &[u8], deadline: Deadline) -> Result<()> {
     if bytes.is_empty() {
         return Ok(());
     }
-    io.set_timeouts(Some(remaining(deadline, Duration::ZERO)?))?;
-    io.write_all(bytes).map_err(|e| io_error(e, deadline))
+    io.set_timeouts(Some(deadline.remaining()?))?;
+    io.write_all(bytes).map_err(|e| deadline.io_error(e))
 }
 
 /// Reads exactly one frame, never past it: the shared-memory rendezvous sends file
 /// descriptors right after, and they must not be swallowed by a read-ahead.
-fn read_frame(io: &mut impl DeadlineIo, deadline: Instant) -> Result<(FrameHeader, Vec<u8>)> {
+fn read_frame(io: &mut impl DeadlineIo, deadline: Deadline) -> Result<(FrameHeader, Vec<u8>)> {
     let mut head = [0u8; HEADER_LEN];
     read_exact_by(io, &mut head, deadline)?;
     let h = FrameHeader::decode(&head, &HANDSHAKE_LIMITS)?;
@@ -115,25 +130,15 @@ fn read_frame(io: &mut impl DeadlineIo, deadline: Instant) -> Result<(FrameHeade
     Ok((h, meta))
 }
 
-fn read_exact_by(io: &mut impl DeadlineIo, mut buf: &mut [u8], deadline: Instant) -> Result<()> {
+fn read_exact_by(io: &mut impl DeadlineIo, mut buf: &mut [u8], deadline: Deadline) -> Result<()> {
     while !buf.is_empty() {
-        io.set_timeouts(Some(remaining(deadline, Duration::ZERO)?))?;
+        io.set_timeouts(Some(deadline.remaining()?))?;
         match io.read(buf) {
             Ok(0) => return Err(Error::ConnectionLost("the peer hung up during the handshake".into())),
             Ok(n) => buf = &mut buf[n..],
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io_error(e, deadline)),
+            Err(e) => return Err(deadline.io_error(e)),
         }
     }
     Ok(())
-}
-
-fn io_error(e: io::Error, deadline: Instant) -> Error {
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut if Instant::now() >= deadline => {
-            Error::Timeout(Duration::ZERO)
-        }
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout(Duration::ZERO),
-        _ => Error::ConnectionLost(e.to_string()),
-    }
 }

@@ -37,6 +37,8 @@ pub struct Config {
     pub max_chunk: usize,
     /// Bytes in each shared-memory ring (one per direction); a power of two.
     pub shm_ring_bytes: usize,
+    /// TCP send and receive buffer sizes; 0 leaves the kernel's autotuning alone.
+    pub tcp_buffer_bytes: usize,
 }
 
 impl Default for Config {
@@ -49,6 +51,7 @@ impl Default for Config {
             limits: Limits::default(),
             max_chunk: 1 << 20,
             shm_ring_bytes: 16 << 20,
+            tcp_buffer_bytes: 4 << 20,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use nix::poll::PollFlags;
+use nix::sys::socket::{setsockopt, sockopt};
 
 use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
@@ -77,6 +78,11 @@ fn establish(
     name: String,
 ) -> Result<Connection> {
     s.set_nodelay(true)?;
+    if config.tcp_buffer_bytes > 0 {
+        // Best effort: the kernel caps these at net.core.{w,r}mem_max.
+        let _ = setsockopt(&s, sockopt::SndBuf, &config.tcp_buffer_bytes);
+        let _ = setsockopt(&s, sockopt::RcvBuf, &config.tcp_buffer_bytes);
+    }
     s.set_nonblocking(true)?;
     let rx = TcpRx {
         sock: s.try_clone()?,
