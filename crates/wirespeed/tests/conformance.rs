@@ -255,6 +255,34 @@ fn accepts_while_other_streams_sit_idle(scheme: &str) {
     });
 }
 
+fn close_delivers_everything_sent_before_it(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let body = pattern(9, 256 << 10);
+    std::thread::scope(|scope| {
+        let body = &body;
+        scope.spawn(move || {
+            let st = c.open_stream().unwrap();
+            for i in 0..200u32 {
+                st.send(&i.to_le_bytes(), &[body]).unwrap();
+            }
+            st.finish().unwrap();
+            // Close at once, with credit frames from the reader still unread.
+            drop(st);
+            c.close();
+        });
+        let st = s.accept_stream().unwrap();
+        for i in 0..200u32 {
+            let m = st.recv().unwrap().unwrap();
+            assert_eq!(m.header, i.to_le_bytes());
+            assert!(m.body.to_vec() == *body);
+            if i % 50 == 0 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        assert!(st.recv().unwrap().is_none());
+    });
+}
+
 fn reset_reaches_the_peer(scheme: &str) {
     let (_l, c, s) = pair(scheme);
     let a = c.open_stream().unwrap();
@@ -445,6 +473,10 @@ macro_rules! conformance {
             #[test]
             fn accepts_while_other_streams_sit_idle() {
                 super::accepts_while_other_streams_sit_idle(S)
+            }
+            #[test]
+            fn close_delivers_everything_sent_before_it() {
+                super::close_delivers_everything_sent_before_it(S)
             }
             #[test]
             fn reset_reaches_the_peer() {

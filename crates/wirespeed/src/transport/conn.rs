@@ -153,7 +153,8 @@ impl Inner {
         let frame = FrameHeader::new(Kind::Close, 0).encode();
         let mut tx = self.tx();
         let _ = tx.write_frame(&frame, &[], Duration::from_secs(1));
-        tx.shutdown();
+        tx.shutdown(true);
+        drop(tx);
         self.wake_all();
     }
 
@@ -259,7 +260,7 @@ impl Inner {
         if let Some(frame) = frame {
             let _ = tx.write_frame(&frame, &[], Duration::from_secs(1));
         }
-        tx.shutdown();
+        tx.shutdown(false);
         drop(tx);
         self.wake_all();
     }

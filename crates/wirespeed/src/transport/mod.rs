@@ -101,6 +101,7 @@ pub(crate) trait FrameTx: Send {
     /// Largest payload this backend takes in one frame.
     fn max_payload(&self) -> usize;
 
-    /// Stops both directions, waking a reader blocked on this connection.
-    fn shutdown(&mut self);
+    /// Ends the connection. Graceful: everything written still arrives (TCP sends FIN after
+    /// it); otherwise both directions stop at once, waking a reader blocked on them.
+    fn shutdown(&mut self, graceful: bool);
 }

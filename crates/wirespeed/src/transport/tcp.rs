@@ -86,6 +86,7 @@ fn establish(
     s.set_nonblocking(true)?;
     let rx = TcpRx {
         sock: s.try_clone()?,
+        eof: false,
         decoder: FrameDecoder::new(config.limits),
         staging: vec![0; STAGING].into_boxed_slice(),
         lo: 0,
@@ -96,8 +97,14 @@ fn establish(
     Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
 }
 
+/// How long a closed connection keeps reading what the peer still sends, so that closing the
+/// socket with unread bytes (which makes the kernel send a reset) cannot destroy data of ours
+/// the peer has not read yet.
+const LINGER: Duration = Duration::from_secs(5);
+
 struct TcpRx {
     sock: TcpStream,
+    eof: bool,
     decoder: FrameDecoder,
     staging: Box<[u8]>,
     lo: usize,
@@ -129,6 +136,7 @@ impl FrameRx for TcpRx {
             };
             match res {
                 Ok(0) => {
+                    self.eof = true;
                     let what = if self.decoder.is_idle() {
                         "the peer hung up"
                     } else {
@@ -148,6 +156,27 @@ impl FrameRx for TcpRx {
                 Err(e) => return Err(Error::ConnectionLost(e.to_string())),
             }
         }
+    }
+}
+
+impl Drop for TcpRx {
+    fn drop(&mut self) {
+        if self.eof {
+            return;
+        }
+        let Ok(sock) = self.sock.try_clone() else { return };
+        let _ = std::thread::Builder::new().name("wirespeed-linger".into()).spawn(move || {
+            let deadline = Instant::now() + LINGER;
+            let mut sink = [0u8; 16 << 10];
+            while let Ok(Some(_)) = wait_fd(sock.as_fd(), PollFlags::POLLIN, deadline) {
+                match (&sock).read(&mut sink) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
+            }
+        });
     }
 }
 
@@ -184,7 +213,7 @@ impl FrameTx for TcpTx {
         self.max_payload
     }
 
-    fn shutdown(&mut self) {
-        let _ = self.sock.shutdown(Shutdown::Both);
+    fn shutdown(&mut self, graceful: bool) {
+        let _ = self.sock.shutdown(if graceful { Shutdown::Write } else { Shutdown::Both });
     }
 }

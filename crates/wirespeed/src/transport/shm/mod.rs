@@ -356,7 +356,9 @@ impl FrameTx for ShmTx {
         (self.ring.cap() / 4) as usize
     }
 
-    fn shutdown(&mut self) {
+    fn shutdown(&mut self, _graceful: bool) {
+        // Frames already in the ring stay readable: the peer drains it before it looks at
+        // the socket.
         let _ = self.wake.sock.shutdown(std::net::Shutdown::Both);
     }
 }
