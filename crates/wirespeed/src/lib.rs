@@ -1,5 +1,27 @@
 //! wirespeed core: endpoint URLs, keys, message memory, the sans-IO protocol, and the
 //! transports that drive it (tcp, shm). Nothing here knows about Arrow, files or schedulers.
+//!
+//! ```
+//! use wirespeed::{Config, Key, connect, listen};
+//!
+//! # fn main() -> wirespeed::Result<()> {
+//! let key = Key::new("a shared secret")?; // or Key::require(None) for WIRESPEED_KEY
+//! let listener = listen("tcp://127.0.0.1:0", &key, &Config::default())?;
+//! let client = connect(listener.url(), &key, &Config::default())?;
+//! let server = listener.accept()?;
+//!
+//! let out = client.open_stream()?;
+//! out.send(b"header", &[b"body in ", b"two buffers"])?; // written without concatenating
+//! out.finish()?;
+//!
+//! let inc = server.accept_stream()?;
+//! let msg = inc.recv()?.expect("one message");
+//! assert_eq!(msg.header, b"header");
+//! assert_eq!(msg.body.to_vec(), b"body in two buffers");
+//! assert!(inc.recv()?.is_none()); // the client finished the stream
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod error;
 pub mod key;
