@@ -375,36 +375,73 @@ impl Stream {
     /// Receives the next whole message, or `None` once the peer finished the stream.
     /// Bodies up to the transport's zero-copy limit stay views of transport memory.
     pub fn recv(&self) -> Result<Option<Message>> {
-        let Some(start) = self.recv_start()? else {
-            return Ok(None);
-        };
-        let mut chunks = Vec::new();
-        let mut gathered: Option<Vec<u8>> = None;
-        if start.body_len > self.inner.zero_copy_limit {
-            let mut v = Vec::new();
-            v.try_reserve_exact(start.body_len as usize)
-                .map_err(|_| Error::Limit(format!("cannot hold a {}-byte body in memory", start.body_len)))?;
-            gathered = Some(v);
-        }
-        while let Some(chunk) = self.read_chunk()? {
-            match &mut gathered {
-                Some(v) => v.extend_from_slice(&chunk),
-                None => chunks.push(chunk),
+        let mut left = self.body_left.lock().unwrap_or_else(|p| p.into_inner());
+        self.skip_rest(&mut left)?;
+        // One wait takes the message and as much of its body as has arrived: a small message
+        // costs one lock, not one per event.
+        let limit = self.inner.zero_copy_limit;
+        let mut start: Option<(Vec<u8>, u64)> = None;
+        let mut chunks = Vec::with_capacity(1);
+        let mut got = 0u64;
+        let waited = self.inner.wait_for(self.timeout, Waiting::OnStream(self.id), |s| {
+            loop {
+                if let Some((_, len)) = &start
+                    && (got == *len || *len > limit)
+                {
+                    return Some(Ok(()));
+                }
+                match s.poll_recv(self.id)? {
+                    Err(e) => return Some(Err(e)),
+                    Ok(RecvEvent::Message { header, body_len }) if start.is_none() => start = Some((header, body_len)),
+                    Ok(RecvEvent::Chunk(b)) if start.is_some() => {
+                        got += b.len() as u64;
+                        chunks.push(b);
+                    }
+                    Ok(RecvEvent::Finished) if start.is_none() => return Some(Ok(())),
+                    Ok(_) => return Some(Err(Error::Protocol("message events out of order".into()))),
+                }
             }
+        });
+        if let Err(e) = waited {
+            // A message cut short by a timeout is dropped; the next recv skips its rest.
+            if let Some((_, len)) = start {
+                *left = len - got;
+            }
+            return Err(e);
         }
-        if let Some(v) = gathered {
+        let Some((header, body_len)) = start else { return Ok(None) };
+        if got < body_len {
+            // Too big to hold as lent views: gather on the heap, giving transport memory back
+            // as we go.
+            let mut v = Vec::new();
+            v.try_reserve_exact(body_len as usize)
+                .map_err(|_| Error::Limit(format!("cannot hold a {body_len}-byte body in memory")))?;
+            *left = body_len;
+            for c in chunks.drain(..) {
+                *left -= c.len() as u64;
+                v.extend_from_slice(&c);
+            }
+            while *left > 0 {
+                let c = self.next_chunk_locked()?;
+                *left -= c.len() as u64;
+                v.extend_from_slice(&c);
+            }
             chunks.push(Buf::from(v));
         }
-        Ok(Some(Message { header: start.header, body: Body::new(chunks) }))
+        Ok(Some(Message { header, body: Body::new(chunks) }))
+    }
+
+    fn skip_rest(&self, left: &mut u64) -> Result<()> {
+        while *left > 0 {
+            *left -= self.next_chunk_locked()?.len() as u64;
+        }
+        Ok(())
     }
 
     /// Receives the next message's header; read its body with [`Stream::read_chunk`].
     pub fn recv_start(&self) -> Result<Option<Incoming>> {
         let mut left = self.body_left.lock().unwrap_or_else(|p| p.into_inner());
-        while *left > 0 {
-            // Skip the unread rest of the previous message.
-            *left -= self.next_chunk_locked()?.len() as u64;
-        }
+        self.skip_rest(&mut left)?;
         match self.next_event()? {
             RecvEvent::Message { header, body_len } => {
                 *left = body_len;

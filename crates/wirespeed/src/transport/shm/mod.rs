@@ -143,6 +143,7 @@ fn build(
     let (rx_ring, rx_data, rx_space) = recv;
     let lender = Arc::new(RingLender {
         ring: rx_ring,
+        released: Default::default(),
         _map: map.clone(),
         space: rx_space,
         track: Mutex::new(Track { base: 0, ends: VecDeque::new() }),
@@ -150,11 +151,12 @@ fn build(
     let rx = ShmRx {
         ring: rx_ring,
         pos: 0,
+        head: 0,
         limits: config.limits,
         lender,
         wake: Waker { efd: rx_data, sock: sock.try_clone()? },
     };
-    let tx = ShmTx { ring: tx_ring, head: 0, notify: tx_data, wake: Waker { efd: tx_space, sock }, _map: map };
+    let tx = ShmTx { ring: tx_ring, head: 0, tail: 0, notify: tx_data, wake: Waker { efd: tx_space, sock }, _map: map };
     let session = Session::new(role, handshake::our_params(config), peer);
     Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
 }
@@ -312,6 +314,8 @@ fn notify(sleeping: &AtomicU32, efd: &OwnedFd) {
 struct ShmTx {
     ring: Ring,
     head: u64,
+    /// The consumer's tail as we last read it.
+    tail: u64,
     notify: OwnedFd,
     wake: Waker,
     _map: Arc<Mapping>,
@@ -325,12 +329,13 @@ impl FrameTx for ShmTx {
             return Err(Error::Limit(format!("a {total}-byte frame does not fit the shared-memory ring")));
         }
         let (pad, at) = loop {
-            if let Some(r) = self.ring.reserve(self.head, total) {
+            if let Some(r) = self.ring.reserve(self.head, &mut self.tail, total) {
                 break r;
             }
             let (ring, h) = (self.ring, self.head);
             let deadline = Instant::now() + timeout;
-            if !self.wake.wait(ring.producer_sleeping(), deadline, || ring.reserve(h, total).is_some())? {
+            let fits = || ring.reserve(h, &mut 0, total).is_some();
+            if !self.wake.wait(ring.producer_sleeping(), deadline, fits)? {
                 return Err(Error::Timeout(timeout));
             }
         };
@@ -367,6 +372,8 @@ struct ShmRx {
     ring: Ring,
     /// Next byte to read; between the lender's tail and the producer's head.
     pos: u64,
+    /// The producer's head as we last read it.
+    head: u64,
     limits: Limits,
     lender: Arc<RingLender>,
     wake: Waker,
@@ -375,7 +382,10 @@ struct ShmRx {
 impl FrameRx for ShmRx {
     fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
         loop {
-            let Some(f) = self.ring.locate(self.pos, self.ring.head(), &self.limits)? else {
+            if self.pos == self.head {
+                self.head = self.ring.head();
+            }
+            let Some(f) = self.ring.locate(self.pos, self.head, &self.limits)? else {
                 let (ring, pos) = (self.ring, self.pos);
                 if !self.wake.wait(ring.consumer_sleeping(), deadline, || ring.head() != pos)? {
                     return Ok(false);
@@ -406,7 +416,7 @@ impl FrameRx for ShmRx {
     }
 
     fn under_pressure(&self) -> bool {
-        self.pos.wrapping_sub(self.ring.tail()) > self.ring.cap() / 2
+        self.pos.wrapping_sub(self.lender.released.load(Ordering::Relaxed)) > self.ring.cap() / 2
     }
 
     fn zero_copy_limit(&self) -> u64 {
@@ -417,6 +427,8 @@ impl FrameRx for ShmRx {
 /// Takes views of the receive ring back, in any order, and frees ring space in order.
 struct RingLender {
     ring: Ring,
+    /// Our own copy of the tail we published, so checks need not touch the shared line.
+    released: std::sync::atomic::AtomicU64,
     _map: Arc<Mapping>,
     space: OwnedFd,
     track: Mutex<Track>,
@@ -448,6 +460,7 @@ impl RingLender {
             t.base += 1;
         }
         if let Some(end) = tail {
+            self.released.store(end, Ordering::Relaxed);
             self.ring.release_to(end);
             notify(self.ring.producer_sleeping(), &self.space);
         }

@@ -95,17 +95,25 @@ impl Ring {
         align(head_len as u64) + align(payload)
     }
 
-    /// Producer: where a frame of `total` bytes goes, given our `head`; `None` if it does not
-    /// fit yet. Returns (pad bytes to skip first, start position).
-    pub fn reserve(&self, head: u64, total: u64) -> Option<(u64, u64)> {
-        let tail = self.tail();
-        let used = head.wrapping_sub(tail);
-        if used > self.cap {
-            return None; // a corrupt tail: never write over unreleased data
-        }
+    /// Producer: where a frame of `total` bytes goes, given our `head` and the last `tail` we
+    /// read; `None` if it does not fit yet. Returns (pad bytes to skip first, start position).
+    /// The shared tail is read only when the cached one says the frame does not fit, so the
+    /// consumer's cache line is not pulled over on every frame.
+    pub fn reserve(&self, head: u64, tail: &mut u64, total: u64) -> Option<(u64, u64)> {
         let to_end = self.cap - head % self.cap;
         let pad = if total <= to_end { 0 } else { to_end };
-        (self.cap - used >= pad + total).then_some((pad, head + pad))
+        let fits = |tail: u64| {
+            let used = head.wrapping_sub(tail);
+            // A corrupt tail (used > cap) never lets us write over unreleased data.
+            used <= self.cap && self.cap - used >= pad + total
+        };
+        if !fits(*tail) {
+            *tail = self.tail();
+            if !fits(*tail) {
+                return None;
+            }
+        }
+        Some((pad, head + pad))
     }
 
     /// Producer: writes a Pad frame covering `pad` bytes at `head`.
@@ -194,7 +202,7 @@ mod tests {
         let mut h = FrameHeader::new(Kind::Data, 1);
         h.len = payload;
         let total = Ring::frame_bytes(HEADER_LEN, payload);
-        let (pad, at) = r.reserve(*head, total)?;
+        let (pad, at) = r.reserve(*head, &mut 0, total)?;
         if pad > 0 {
             r.write_pad(*head, pad);
         }
