@@ -118,6 +118,36 @@ fn round_trip(scheme: &str) {
     assert_eq!(m.body.to_vec(), pattern(1, 70_000));
 }
 
+fn bodies_of_every_size_around_the_thresholds(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let mut sizes = vec![0, 1, 63, 64, 65, 4095, 4096, 4097];
+    for edge in [64 << 10, 128 << 10, 1 << 20, 4 << 20] {
+        sizes.extend([edge - 65, edge - 1, edge, edge + 1, edge + 64]);
+    }
+    let data = pattern(11, (4 << 20) + 64);
+    std::thread::scope(|scope| {
+        let (sizes, data) = (&sizes, &data);
+        scope.spawn(move || {
+            let st = c.open_stream().unwrap();
+            for &n in sizes {
+                // Three slices of uneven lengths, so splits land inside and between them.
+                let (a, b) = (n / 3, n / 3 + n / 5);
+                st.send(&(n as u64).to_le_bytes(), &[&data[..a], &data[a..b], &data[b..n]]).unwrap();
+            }
+            st.finish().unwrap();
+            assert!(st.recv().unwrap().is_none());
+        });
+        let st = s.accept_stream().unwrap();
+        for &n in sizes {
+            let m = st.recv().unwrap().unwrap();
+            assert_eq!(m.header, (n as u64).to_le_bytes());
+            assert!(m.body.to_vec() == data[..n], "body of {n} bytes differs");
+        }
+        assert!(st.recv().unwrap().is_none());
+        st.finish().unwrap();
+    });
+}
+
 fn many_concurrent_streams(scheme: &str) {
     const STREAMS: usize = 64;
     const MESSAGES: usize = 24;
@@ -457,6 +487,10 @@ macro_rules! conformance {
             #[test]
             fn round_trip() {
                 super::round_trip(S)
+            }
+            #[test]
+            fn bodies_of_every_size_around_the_thresholds() {
+                super::bodies_of_every_size_around_the_thresholds(S)
             }
             #[test]
             fn many_concurrent_streams() {

@@ -5,6 +5,10 @@ use crate::error::FrameError;
 /// Bytes in every frame header.
 pub const HEADER_LEN: usize = 24;
 
+/// Shared-memory rings only, on Message and Data frames: the receiver pulls the payload's tail
+/// from the sender's memory (see docs/PROTOCOL.md); `aux` holds the number of segments.
+pub const FLAG_PULL: u8 = 1;
+
 /// What a frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -104,7 +108,8 @@ impl FrameHeader {
     /// Parses and validates a header against `limits`; never panics on any input.
     pub fn decode(b: &[u8; HEADER_LEN], limits: &Limits) -> Result<Self, FrameError> {
         let kind = Kind::from_u8(b[0])?;
-        if b[1] != 0 || b[2] != 0 || b[3] != 0 {
+        let flags_ok = b[1] == 0 || (b[1] == FLAG_PULL && kind.has_payload());
+        if !flags_ok || b[2] != 0 || b[3] != 0 {
             return Err(FrameError::Reserved);
         }
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);

@@ -13,7 +13,7 @@ use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
 use super::sys::wait_fd;
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake};
-use crate::error::{Error, Result};
+use crate::error::{Error, FrameError, Result};
 use crate::key::Key;
 use crate::mem::Buf;
 use crate::proto::decoder::FrameDecoder;
@@ -115,6 +115,9 @@ impl FrameRx for TcpRx {
     fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
         loop {
             if let Some(f) = self.decoder.take_frame() {
+                if f.header.flags != 0 {
+                    return Err(Error::Frame(FrameError::Reserved)); // flags belong to rings
+                }
                 sink(&f.header, &f.meta, Buf::from(f.payload))?;
                 return Ok(true);
             }

@@ -3,6 +3,7 @@
 //! SCM_RIGHTS. Frames are copied into the ring once by the sender; the receiver gets views of
 //! the ring (zero copy) that go back to the sender when dropped.
 
+mod pull;
 mod ring;
 
 use std::collections::VecDeque;
@@ -30,7 +31,7 @@ use super::{Config, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::mem::{Buf, Lender};
-use crate::proto::frame::{Kind, Limits};
+use crate::proto::frame::{FLAG_PULL, Kind, Limits};
 use crate::proto::handshake::Params;
 use crate::proto::session::{Role, Session};
 
@@ -148,15 +149,26 @@ fn build(
         space: rx_space,
         track: Mutex::new(Track { base: 0, ends: VecDeque::new() }),
     });
+    let peer_pid =
+        nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::PeerCredentials).ok().map(|c| c.pid());
     let rx = ShmRx {
         ring: rx_ring,
+        peer_pid,
         pos: 0,
         head: 0,
         limits: config.limits,
         lender,
         wake: Waker { efd: rx_data, sock: sock.try_clone()? },
     };
-    let tx = ShmTx { ring: tx_ring, head: 0, tail: 0, notify: tx_data, wake: Waker { efd: tx_space, sock }, _map: map };
+    let tx = ShmTx {
+        ring: tx_ring,
+        head: 0,
+        split: true,
+        tail: 0,
+        notify: tx_data,
+        wake: Waker { efd: tx_space, sock },
+        _map: map,
+    };
     let session = Session::new(role, handshake::our_params(config), peer);
     Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
 }
@@ -311,9 +323,48 @@ fn notify(sleeping: &AtomicU32, efd: &OwnedFd) {
     }
 }
 
+/// Copies bytes `from..to` of the concatenated `payload` to `dst`.
+///
+/// # Safety
+/// `dst` must have room for `to - from` bytes.
+unsafe fn copy_range(payload: &[IoSlice<'_>], from: usize, to: usize, mut dst: *mut u8) {
+    let mut off = 0;
+    for s in payload {
+        let (lo, hi) = (from.max(off), to.min(off + s.len()));
+        if lo < hi {
+            // SAFETY: in bounds of `s`, and `dst` has room by the caller's contract.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.as_ptr().add(lo - off), dst, hi - lo);
+                dst = dst.add(hi - lo);
+            }
+        }
+        off += s.len();
+    }
+}
+
+/// The payload from byte `at` on as slices, if few enough to describe for a pull.
+fn split_tail<'a>(payload: &[IoSlice<'a>], at: usize) -> Option<(usize, Vec<IoSlice<'a>>)> {
+    let at = at - at % 64;
+    let mut off = 0;
+    let mut tail = Vec::new();
+    for s in payload {
+        let end = off + s.len();
+        if end > at {
+            let start = at.saturating_sub(off);
+            // SAFETY: a sub-slice of the caller's buffer, which lives for 'a.
+            let bytes: &'a [u8] = unsafe { std::slice::from_raw_parts(s.as_ptr().add(start), s.len() - start) };
+            tail.push(IoSlice::new(bytes));
+        }
+        off = end;
+    }
+    (!tail.is_empty() && tail.len() <= pull::MAX_SEGMENTS).then_some((at, tail))
+}
+
 struct ShmTx {
     ring: Ring,
     head: u64,
+    /// Split large frames with the receiver (until it refuses once).
+    split: bool,
     /// The consumer's tail as we last read it.
     tail: u64,
     notify: OwnedFd,
@@ -324,7 +375,10 @@ struct ShmTx {
 impl FrameTx for ShmTx {
     fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
         let plen: usize = payload.iter().map(|s| s.len()).sum();
-        let total = Ring::frame_bytes(head.len(), plen as u64);
+        let split =
+            if self.split && plen >= pull::MIN_SPLIT { split_tail(payload, pull::sender_share(plen)) } else { None };
+        let body = Ring::frame_bytes(head.len(), plen as u64);
+        let total = body + split.as_ref().map_or(0, |(_, tail)| pull::descriptor_bytes(tail.len()));
         if total > self.ring.cap() / 2 {
             return Err(Error::Limit(format!("a {total}-byte frame does not fit the shared-memory ring")));
         }
@@ -342,18 +396,55 @@ impl FrameTx for ShmTx {
         if pad > 0 {
             self.ring.write_pad(self.head, pad);
         }
+        let frame = self.ring.data_ptr(at);
+        let payload_at = self.ring.data_ptr(at + align(head.len() as u64));
         // SAFETY: `reserve` gave us `total` free bytes at `at`, before the ring's end.
-        unsafe {
-            std::ptr::copy_nonoverlapping(head.as_ptr(), self.ring.data_ptr(at), head.len());
-            let mut dst = self.ring.data_ptr(at + align(head.len() as u64));
-            for s in payload {
-                std::ptr::copy_nonoverlapping(s.as_ptr(), dst, s.len());
-                dst = dst.add(s.len());
-            }
-        }
+        unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), frame, head.len()) };
         self.head = at + total;
+        let Some((split, tail)) = split else {
+            // SAFETY: as above; the payload area follows the header and meta.
+            unsafe { copy_range(payload, 0, plen, payload_at) };
+            self.ring.publish(self.head);
+            notify(self.ring.consumer_sleeping(), &self.notify);
+            return Ok(());
+        };
+        // A split frame is published before its payload is in place, so the receiver pulls
+        // the tail while we copy the head.
+        // SAFETY: the descriptor's room was reserved after the payload; the header bytes are ours.
+        let desc = unsafe {
+            *frame.add(1) = FLAG_PULL;
+            std::ptr::copy_nonoverlapping((tail.len() as u32).to_le_bytes().as_ptr(), frame.add(12), 4);
+            pull::Descriptor::new(self.ring.data_ptr(at + body))
+        };
+        desc.write(split, &tail);
         self.ring.publish(self.head);
         notify(self.ring.consumer_sleeping(), &self.notify);
+        // SAFETY: the head of the payload area is ours to fill.
+        unsafe { copy_range(payload, 0, split, payload_at) };
+        desc.copied().store(pull::HEAD_COPIED, Ordering::Release);
+        notify(self.ring.consumer_sleeping(), &self.notify);
+        // Our caller may reuse its buffers once we return. A receiver that has not started
+        // pulling yet never will: take the tail back and copy it ourselves.
+        let pulled = desc.pulled();
+        let state = match pulled.compare_exchange(pull::IDLE, pull::TAKEN_BACK, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => pull::TAKEN_BACK,
+            Err(pull::PULLING) => {
+                let taken = || pulled.load(Ordering::Acquire) != pull::PULLING;
+                if !self.wake.wait(self.ring.producer_sleeping(), Instant::now() + timeout, taken)? {
+                    return Err(Error::Timeout(timeout));
+                }
+                pulled.load(Ordering::Acquire)
+            }
+            Err(other) => other,
+        };
+        if state != pull::DONE {
+            // The receiver refused (ptrace policy: stop splitting) or was not reading.
+            self.split &= state != pull::REFUSED;
+            // SAFETY: the tail of the payload area is ours again.
+            unsafe { copy_range(payload, split, plen, payload_at.add(split)) };
+            desc.copied().store(pull::ALL_COPIED, Ordering::Release);
+            notify(self.ring.consumer_sleeping(), &self.notify);
+        }
         Ok(())
     }
 
@@ -370,6 +461,8 @@ impl FrameTx for ShmTx {
 
 struct ShmRx {
     ring: Ring,
+    /// The sender's pid as the kernel reports it, for pulling split frames.
+    peer_pid: Option<libc::pid_t>,
     /// Next byte to read; between the lender's tail and the producer's head.
     pos: u64,
     /// The producer's head as we last read it.
@@ -392,6 +485,11 @@ impl FrameRx for ShmRx {
                 }
                 continue;
             };
+            if let Some((desc_at, segments)) = f.pull
+                && !self.complete_split(&f, desc_at, segments, deadline)?
+            {
+                return Ok(false);
+            }
             let end = self.pos + f.total;
             self.pos = end;
             if f.header.kind == Kind::Pad {
@@ -415,12 +513,39 @@ impl FrameRx for ShmRx {
         }
     }
 
+    fn zero_copy_limit(&self) -> u64 {
+        self.ring.cap() / 4
+    }
+
     fn under_pressure(&self) -> bool {
         self.pos.wrapping_sub(self.lender.released.load(Ordering::Relaxed)) > self.ring.cap() / 2
     }
+}
 
-    fn zero_copy_limit(&self) -> u64 {
-        self.ring.cap() / 4
+impl ShmRx {
+    /// Pulls a split frame's tail from the sender and waits for the sender's part; `false` if
+    /// the deadline passed first (the next call resumes).
+    fn complete_split(&mut self, f: &ring::Located, desc_at: u64, segments: usize, deadline: Instant) -> Result<bool> {
+        // SAFETY: `locate` checked that the descriptor lies inside the frame.
+        let desc = unsafe { pull::Descriptor::new(self.ring.data_ptr(desc_at)) };
+        let pulled = desc.pulled();
+        // Otherwise the sender took the tail back, or an earlier call pulled it.
+        if pulled.compare_exchange(pull::IDLE, pull::PULLING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let payload = self.ring.data_ptr(f.payload_at);
+            let len = f.header.payload_len() as usize;
+            let result = match self.peer_pid {
+                Some(pid) => desc.pull(pid, payload, len, segments),
+                None => Err(Error::Io(io::Error::from(io::ErrorKind::PermissionDenied))),
+            };
+            pulled.store(if result.is_ok() { pull::DONE } else { pull::REFUSED }, Ordering::Release);
+            notify(self.ring.producer_sleeping(), &self.lender.space);
+            if let Err(e @ Error::Frame(_)) = result {
+                return Err(e);
+            }
+        }
+        let need = if pulled.load(Ordering::Acquire) == pull::DONE { pull::HEAD_COPIED } else { pull::ALL_COPIED };
+        let copied = desc.copied();
+        self.wake.wait(self.ring.consumer_sleeping(), deadline, || copied.load(Ordering::Acquire) >= need)
     }
 }
 

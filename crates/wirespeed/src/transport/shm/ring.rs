@@ -6,8 +6,9 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::pull::{MAX_SEGMENTS, descriptor_bytes};
 use crate::error::{Error, FrameError, Result};
-use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
+use crate::proto::frame::{FLAG_PULL, FrameHeader, HEADER_LEN, Kind, Limits};
 
 pub const ALIGN: u64 = 64;
 
@@ -51,6 +52,8 @@ pub struct Located {
     pub payload_at: u64,
     /// Bytes the frame occupies, padding included.
     pub total: u64,
+    /// Split frames: where the pull descriptor is, and how many segments it has.
+    pub pull: Option<(u64, usize)>,
 }
 
 impl Ring {
@@ -151,11 +154,20 @@ impl Ring {
         // SAFETY: `at` is 64-aligned inside the data area, so 24 bytes follow it.
         unsafe { std::ptr::copy_nonoverlapping(self.data_ptr(pos), raw.as_mut_ptr(), HEADER_LEN) };
         let header = FrameHeader::decode(&raw, limits)?;
-        let total = if header.kind == Kind::Pad {
+        let mut pull = None;
+        let mut total = if header.kind == Kind::Pad {
             header.len.checked_add(HEADER_LEN as u64).ok_or_else(|| corrupt("pad"))?
         } else {
             Ring::frame_bytes(HEADER_LEN + header.meta_len as usize, header.payload_len())
         };
+        if header.flags & FLAG_PULL != 0 {
+            let segments = header.aux as usize;
+            if segments == 0 || segments > MAX_SEGMENTS {
+                return Err(corrupt("pull segments"));
+            }
+            pull = Some((pos + total, segments));
+            total += descriptor_bytes(segments);
+        }
         if header.kind == Kind::Pad && total != to_end {
             return Err(corrupt("pad length"));
         }
@@ -167,6 +179,7 @@ impl Ring {
             meta_at: pos + HEADER_LEN as u64,
             payload_at: pos + align((HEADER_LEN + header.meta_len as usize) as u64),
             total,
+            pull,
         }))
     }
 }
