@@ -29,8 +29,8 @@ iperf() { # -> MB/s, one TCP stream on loopback for 5 s
 }
 
 ucx_am_bw() { # size -> MB/s (ucx_perftest reports MiB/s; converted)
-  local size=$1 n=$(( 4000000000 / $1 ))
-  [ "$n" -gt 200000 ] && n=200000
+  local size=$1 n=$(( 16000000000 / $1 ))   # the same volume as `bench raw` moves
+  [ "$n" -gt 2000000 ] && n=2000000
   UCX_TLS=posix,cma,self ucx_perftest -t ucp_am_bw -s "$size" -n "$n" -p "$PORT" >/dev/null 2>&1 &
   local srv=$!
   sleep 0.5

@@ -25,7 +25,7 @@ pub struct RawArgs {
     /// Bytes per message body.
     #[arg(long, default_value_t = 1 << 20)]
     size: usize,
-    /// Messages in all (default: about 4 GB worth, from 2,000 to 2,000,000).
+    /// Messages in all (default: about 16 GB worth, from 2,000 to 2,000,000).
     #[arg(long)]
     count: Option<u64>,
     /// Concurrent streams on the one connection.
@@ -68,7 +68,7 @@ pub fn run(a: RawArgs) -> Result<()> {
     if a.size == 0 || a.streams == 0 {
         bail!("--size and --streams must be at least 1");
     }
-    let count = a.count.unwrap_or_else(|| (4_000_000_000 / a.size as u64).clamp(2_000, 2_000_000));
+    let count = a.count.unwrap_or_else(|| (16_000_000_000 / a.size as u64).clamp(2_000, 2_000_000));
     let (key, text) = Key::generate()?;
     let (name, url) = match a.transport {
         Transport::Tcp => ("tcp", "tcp://127.0.0.1:0".to_string()),
