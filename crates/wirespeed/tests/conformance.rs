@@ -453,6 +453,24 @@ fn child_sends_forever() {
     unreachable!("the parent kills us first");
 }
 
+#[test]
+fn shm_listen_never_clobbers_a_file_or_a_live_listener() {
+    let url = fresh_url("shm");
+    let path = url.trim_start_matches("shm://").to_string();
+    std::fs::write(&path, b"precious").unwrap();
+    let err = listen(&url, &key(), &Config::default()).err().unwrap();
+    assert!(err.to_string().contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+    std::fs::remove_file(&path).unwrap();
+    let live = listen(&url, &key(), &Config::default()).unwrap();
+    assert!(listen(&url, &key(), &Config::default()).err().unwrap().to_string().contains("in use"));
+    drop(live);
+    // A stale socket left by a dead listener is replaced.
+    let stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    drop(stale);
+    still_serves(&listen(&url, &key(), &Config::default()).unwrap());
+}
+
 /// Data-phase bad input needs a raw authenticated client; over TCP we can be one.
 #[test]
 fn tcp_oversized_frame_after_auth_fails_the_connection_only() {

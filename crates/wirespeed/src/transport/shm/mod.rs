@@ -69,11 +69,17 @@ pub fn listen(path: &Path, key: &Key, config: &Config) -> Result<Listener> {
     if !config.shm_ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&config.shm_ring_bytes) {
         return Err(Error::Limit(format!("shm_ring_bytes must be a power of two from {MIN_RING} to {MAX_RING}")));
     }
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(Error::Io(io::Error::new(io::ErrorKind::AddrInUse, format!("{} is in use", path.display()))));
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        let in_use =
+            |what: &str| Error::Io(io::Error::new(io::ErrorKind::AddrInUse, format!("{} {what}", path.display())));
+        if !meta.file_type().is_socket() {
+            return Err(in_use("exists and is not a socket"));
         }
-        let _ = std::fs::remove_file(path); // stale socket of a dead listener
+        if UnixStream::connect(path).is_ok() {
+            return Err(in_use("is in use"));
+        }
+        let _ = std::fs::remove_file(path); // the stale socket of a dead listener
     }
     let l = UnixListener::bind(path)
         .map_err(|e| Error::Io(io::Error::new(e.kind(), format!("cannot listen on {}: {e}", path.display()))))?;
