@@ -103,14 +103,16 @@ fn accept_loop<A: Acceptor>(
             continue;
         }
         pending.fetch_add(1, Ordering::Relaxed);
-        let (tx, shared, pending) = (tx.clone(), shared.clone(), pending.clone());
+        let (tx, shared, counter) = (tx.clone(), shared.clone(), pending.clone());
         let spawned = thread::Builder::new().name("wirespeed-handshake".into()).spawn(move || {
             let result = A::establish(socket, peer.clone(), &shared)
                 .map_err(|reason| Error::Rejected { peer, reason: Box::new(reason) });
-            pending.fetch_sub(1, Ordering::Relaxed);
+            counter.fetch_sub(1, Ordering::Relaxed);
             let _ = tx.send(result);
         });
         if spawned.is_err() {
+            // The socket went with the failed closure; back off and keep serving.
+            pending.fetch_sub(1, Ordering::Relaxed);
             thread::sleep(Duration::from_millis(50));
         }
     }

@@ -26,3 +26,19 @@ pub(crate) fn wait_fd(fd: BorrowedFd<'_>, events: PollFlags, deadline: Instant) 
         }
     }
 }
+
+/// Waits up to `wait` for a client on a non-blocking listener, then takes it.
+pub(crate) fn accept_within<T>(
+    fd: BorrowedFd<'_>,
+    wait: std::time::Duration,
+    accept: impl FnOnce() -> std::io::Result<T>,
+) -> std::io::Result<Option<T>> {
+    if wait_fd(fd, PollFlags::POLLIN, Instant::now() + wait)?.is_none() {
+        return Ok(None);
+    }
+    match accept() {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
+}

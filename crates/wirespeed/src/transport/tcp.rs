@@ -11,7 +11,7 @@ use nix::sys::socket::{setsockopt, sockopt};
 
 use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
-use super::sys::wait_fd;
+use super::sys::{accept_within, wait_fd};
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, FrameError, Result};
 use crate::key::Key;
@@ -43,6 +43,7 @@ pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
 pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
     let l = TcpListener::bind(addr)
         .map_err(|e| Error::Io(io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))))?;
+    l.set_nonblocking(true)?; // a client that vanishes between poll and accept must not block us
     let url = format!("tcp://{}", l.local_addr()?);
     Ok(Listener::spawn(TcpAcceptor(l), (key.clone(), config.clone()), url, config.timeout))
 }
@@ -54,14 +55,8 @@ impl Acceptor for TcpAcceptor {
     type Shared = (Key, Config);
 
     fn accept(&self, wait: Duration) -> io::Result<Option<(TcpStream, String)>> {
-        if wait_fd(self.0.as_fd(), PollFlags::POLLIN, Instant::now() + wait)?.is_none() {
-            return Ok(None);
-        }
-        match self.0.accept() {
-            Ok((s, a)) => Ok(Some((s, format!("tcp://{a}")))),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
-        }
+        let client = accept_within(self.0.as_fd(), wait, || self.0.accept())?;
+        Ok(client.map(|(s, a)| (s, format!("tcp://{a}"))))
     }
 
     fn establish(mut s: TcpStream, peer: String, (key, config): &(Key, Config)) -> Result<Connection> {

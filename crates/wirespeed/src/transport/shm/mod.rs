@@ -26,7 +26,7 @@ use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr, 
 use self::ring::{CTL_BYTES, Ring, align};
 use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
-use super::sys::{ms_until, wait_fd};
+use super::sys::{accept_within, ms_until};
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -97,20 +97,12 @@ impl Acceptor for ShmAcceptor {
     type Shared = (Key, Config);
 
     fn accept(&self, wait: Duration) -> io::Result<Option<(UnixStream, String)>> {
-        if wait_fd(self.0.as_fd(), PollFlags::POLLIN, Instant::now() + wait)?.is_none() {
-            return Ok(None);
-        }
-        match self.0.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false)?;
-                let who = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
-                    .map(|c| format!("shm peer pid {}", c.pid()))
-                    .unwrap_or_else(|_| "shm peer".into());
-                Ok(Some((s, who)))
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
-        }
+        let Some((s, _)) = accept_within(self.0.as_fd(), wait, || self.0.accept())? else { return Ok(None) };
+        s.set_nonblocking(false)?;
+        let who = nix::sys::socket::getsockopt(&s, nix::sys::socket::sockopt::PeerCredentials)
+            .map(|c| format!("shm peer pid {}", c.pid()))
+            .unwrap_or_else(|_| "shm peer".into());
+        Ok(Some((s, who)))
     }
 
     fn establish(mut sock: UnixStream, peer: String, (key, config): &(Key, Config)) -> Result<Connection> {
