@@ -2,7 +2,8 @@
 //! thread gets there first (leader/follower), so one reader needs no hand-off between threads.
 
 use std::io::IoSlice;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use super::{Config, FrameRx, FrameTx};
@@ -21,7 +22,6 @@ pub struct Connection {
 
 struct Inner {
     state: Mutex<Shared>,
-    cv: Condvar,
     rx: Mutex<Box<dyn FrameRx>>,
     tx: Mutex<Box<dyn FrameTx>>,
     timeout: Duration,
@@ -34,10 +34,8 @@ struct Shared {
     session: Session,
     /// A thread is inside `rx.read_frame`.
     driving: bool,
-    /// Threads blocked on `cv`; notify only when there are some.
-    waiters: usize,
-    /// Of those, threads waiting on a stream (not for a new stream to accept).
-    stream_waiters: usize,
+    /// Parked threads and what each waits for, so a frame wakes only those it concerns.
+    waiters: Vec<(Waiting, Thread)>,
     /// Live `Stream` handles.
     handles: usize,
     /// Frames read so far; tells an accepting thread whether anyone else is reading.
@@ -82,15 +80,7 @@ impl Connection {
         let zero_copy_limit = rx.zero_copy_limit();
         Connection {
             inner: Arc::new(Inner {
-                state: Mutex::new(Shared {
-                    session,
-                    driving: false,
-                    waiters: 0,
-                    stream_waiters: 0,
-                    handles: 0,
-                    drives: 0,
-                }),
-                cv: Condvar::new(),
+                state: Mutex::new(Shared { session, driving: false, waiters: Vec::new(), handles: 0, drives: 0 }),
                 rx: Mutex::new(rx),
                 tx: Mutex::new(tx),
                 timeout: config.timeout,
@@ -134,6 +124,35 @@ impl Drop for Inner {
     }
 }
 
+impl Shared {
+    fn stream_waiters(&self) -> usize {
+        self.waiters.iter().filter(|(w, _)| *w != Waiting::ForAccept).count()
+    }
+
+    /// Wakes the parked threads a frame concerns.
+    fn wake(&self, touched: Touched) {
+        for (w, t) in &self.waiters {
+            let concerned = match touched {
+                Touched::Nobody => false,
+                Touched::Stream(id) => *w == Waiting::OnStream(id),
+                Touched::Accept => *w == Waiting::ForAccept,
+                Touched::All => true,
+            };
+            if concerned {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Someone stops reading: wake one stream waiter to read next. Accepting threads are not
+    /// woken for this; they look for themselves every slice.
+    fn hand_on_reading(&self) {
+        if let Some((_, t)) = self.waiters.iter().find(|(w, _)| *w != Waiting::ForAccept) {
+            t.unpark();
+        }
+    }
+}
+
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, Shared> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -159,10 +178,7 @@ impl Inner {
     }
 
     fn wake_all(&self) {
-        let g = self.lock();
-        if g.waiters > 0 {
-            self.cv.notify_all();
-        }
+        self.lock().wake(Touched::All);
     }
 
     /// Waits until `ready` yields, reading frames meanwhile if no other thread is.
@@ -178,6 +194,9 @@ impl Inner {
         let mut g = self.lock();
         loop {
             if let Some(r) = ready(&mut g.session) {
+                if !g.driving {
+                    g.hand_on_reading();
+                }
                 let flush = g.session.has_transmit();
                 drop(g);
                 if flush {
@@ -191,11 +210,14 @@ impl Inner {
             let now = Instant::now();
             let deadline = *deadline.get_or_insert(now + timeout);
             if now >= deadline {
+                if !g.driving {
+                    g.hand_on_reading();
+                }
                 return Err(Error::Timeout(timeout));
             }
             let may_drive = match who {
                 Waiting::OnStream(_) => true,
-                Waiting::ForAccept => g.stream_waiters == 0 && (g.handles == 0 || idle_slices > 0),
+                Waiting::ForAccept => g.stream_waiters() == 0 && (g.handles == 0 || idle_slices > 0),
             };
             if !g.driving && may_drive {
                 g.driving = true;
@@ -213,24 +235,18 @@ impl Inner {
                         Touched::All
                     }
                 };
-                // Wake the others unless the frame was ours alone.
-                let ours_alone = match touched {
-                    Touched::Nobody => true,
-                    Touched::Stream(id) => who == Waiting::OnStream(id) && g.stream_waiters == 0,
-                    Touched::Accept | Touched::All => false,
-                };
-                if g.waiters > 0 && !ours_alone {
-                    self.cv.notify_all();
-                }
+                g.wake(touched);
             } else {
-                let on_stream = usize::from(who != Waiting::ForAccept);
                 let slice = if who == Waiting::ForAccept { ACCEPT_SLICE } else { deadline - now };
                 let drives = g.drives;
-                g.waiters += 1;
-                g.stream_waiters += on_stream;
-                g = self.cv.wait_timeout(g, slice.min(deadline - now)).unwrap_or_else(|p| p.into_inner()).0;
-                g.waiters -= 1;
-                g.stream_waiters -= on_stream;
+                let me = thread::current();
+                g.waiters.push((who, me.clone()));
+                drop(g);
+                thread::park_timeout(slice.min(deadline - now));
+                g = self.lock();
+                if let Some(i) = g.waiters.iter().position(|(_, t)| t.id() == me.id()) {
+                    g.waiters.swap_remove(i);
+                }
                 idle_slices = if g.drives == drives && !g.driving { idle_slices + 1 } else { 0 };
             }
         }

@@ -447,7 +447,7 @@ impl FrameTx for ShmTx {
     }
 
     fn max_payload(&self) -> usize {
-        (self.ring.cap() / 4) as usize
+        (self.ring.cap() / 8) as usize
     }
 
     fn shutdown(&mut self, _graceful: bool) {
@@ -515,8 +515,12 @@ impl FrameRx for ShmRx {
         self.ring.cap() / 4
     }
 
+    /// Space frees in order, so an unread frame near the tail blocks all space behind it.
+    /// Past three quarters, queued views are copied out; with frames of at most an eighth of
+    /// the ring, a frame and its padding then always fit, unless the application itself holds
+    /// the views.
     fn under_pressure(&self) -> bool {
-        self.pos.wrapping_sub(self.lender.released.load(Ordering::Relaxed)) > self.ring.cap() / 2
+        self.pos.wrapping_sub(self.lender.released.load(Ordering::Relaxed)) > self.ring.cap() / 4 * 3
     }
 }
 
