@@ -247,7 +247,7 @@ impl Mapping {
         unsafe {
             (
                 Ring::new(base.cast(), base.add(DATA_AT), cap as u64),
-                Ring::new(base.add(2 * CTL_BYTES).cast(), base.add(DATA_AT + cap), cap as u64),
+                Ring::new(base.add(CTL_BYTES).cast(), base.add(DATA_AT + cap), cap as u64),
             )
         }
     }
