@@ -54,14 +54,10 @@ pub struct ServerArgs {
 }
 
 fn now_ns() -> u64 {
-    let mut ts = libc_timespec();
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec into memory we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn libc_timespec() -> libc::timespec {
-    libc::timespec { tv_sec: 0, tv_nsec: 0 }
 }
 
 pub fn run(a: RawArgs) -> Result<()> {

@@ -405,7 +405,7 @@ impl Session {
         !self.transmit.is_empty()
     }
 
-    /// Encoded control frames to send, in order.
+    /// Encoded control frames to send, in order: header-only frames of `HEADER_LEN` bytes.
     pub fn poll_transmit(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.transmit)
     }

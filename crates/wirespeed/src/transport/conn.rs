@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::{Config, FrameRx, FrameTx};
 use crate::error::{Error, ErrorCode, Result};
 use crate::mem::{Body, Buf};
-use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
+use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
 use crate::proto::handshake::error_frame;
 use crate::proto::session::{RecvEvent, Session, Touched};
 
@@ -281,24 +281,13 @@ impl Inner {
         self.wake_all();
     }
 
-    /// Sends the control frames (credit, reset) the session has queued.
+    /// Sends the control frames (credit, reset) the session has queued; they have no meta.
     fn flush_control(&self) {
         let bytes = self.lock().session.poll_transmit();
-        if bytes.is_empty() {
-            return;
-        }
-        let mut tx = self.tx();
-        let mut rest = &bytes[..];
-        while rest.len() >= HEADER_LEN {
-            let head: &[u8; HEADER_LEN] = rest[..HEADER_LEN].try_into().expect("header length");
-            let meta = FrameHeader::decode(head, &Limits::default()).map(|h| h.meta_len as usize).unwrap_or(0);
-            let (frame, tail) = rest.split_at((HEADER_LEN + meta).min(rest.len()));
-            if let Err(e) = tx.write_frame(frame, &[], self.timeout) {
-                drop(tx);
-                self.fail(e);
-                return;
+        for frame in bytes.chunks_exact(HEADER_LEN) {
+            if self.write(frame, &[]).is_err() {
+                return; // `write` failed the connection
             }
-            rest = tail;
         }
     }
 

@@ -9,7 +9,7 @@ use super::Config;
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
-use crate::proto::handshake::{Handshake, Params};
+use crate::proto::handshake::{Handshake, Params, error_frame};
 
 /// Handshake frames are small; anything bigger is refused before it is read.
 const HANDSHAKE_LIMITS: Limits = Limits { max_meta: 1024, max_payload: 0 };
@@ -61,11 +61,10 @@ fn drive(io: &mut impl DeadlineIo, mut hs: Handshake, first: Vec<u8>, config: &C
     loop {
         let (h, meta) = match read_frame(io, deadline) {
             Ok(f) => f,
-            Err(Error::Frame(e)) => {
+            Err(e @ Error::Frame(_)) => {
                 // Garbage: tell the peer why before hanging up.
-                let err = Error::Frame(e);
-                let _ = write_by(io, &crate::proto::handshake::error_frame(err.code(), &err.to_string()), deadline);
-                return Err(err);
+                let _ = write_by(io, &error_frame(e.code(), &e.to_string()), deadline);
+                return Err(e);
             }
             Err(e) => return Err(e),
         };
