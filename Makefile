@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: run test bootstrap build lint unit bench-compare
+.PHONY: run test bootstrap build lint unit conformance-ucx bench-compare
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -21,7 +21,13 @@ lint: bootstrap
 unit: bootstrap
 	cargo test --locked --workspace
 
-test: lint unit
+# The conformance suite over UCX once more per transport selection: TCP with UCX's own peer
+# failure handling (as between hosts), and shared memory with cross-memory attach.
+conformance-ucx: bootstrap
+	UCX_TLS=tcp WIRESPEED_UCX_ERROR_MODE=peer cargo test --locked -p wirespeed --test conformance ucx::
+	UCX_TLS=posix,cma,self cargo test --locked -p wirespeed --test conformance ucx::
+
+test: lint unit conformance-ucx
 
 # Peers in the same run: iperf3, ucx_perftest, memcpy.
 bench-compare: build

@@ -3,7 +3,8 @@
 # Idempotent: every step checks first, so a warm machine pays almost nothing.
 set -euo pipefail
 
-APT_PACKAGES=(pkg-config iperf3 ucx-utils libucx-dev)
+# libclang-dev: bindgen generates the UCX bindings (crates/ucx-sys) from the system headers.
+APT_PACKAGES=(pkg-config iperf3 ucx-utils libucx-dev libclang-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

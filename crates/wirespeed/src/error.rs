@@ -87,6 +87,8 @@ pub enum Error {
     Closed,
     #[error("limit exceeded: {0}")]
     Limit(String),
+    #[error("fabric: {op} failed: {status}")]
+    Fabric { op: &'static str, status: String },
     #[error("rejected a client {peer}: {reason}")]
     Rejected { peer: String, reason: Box<Error> },
     #[error("I/O: {0}")]
@@ -121,6 +123,7 @@ impl Error {
             Error::Closed => Error::Closed,
             Error::Timeout(d) => Error::Timeout(*d),
             Error::Limit(s) => Error::Limit(s.clone()),
+            Error::Fabric { op, status } => Error::Fabric { op, status: status.clone() },
             Error::Reset { stream, code } => Error::Reset { stream: *stream, code: *code },
             other => Error::ConnectionLost(other.to_string()),
         }

@@ -20,6 +20,7 @@ fn fresh_url(scheme: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     match scheme {
         "tcp" => "tcp://127.0.0.1:0".into(),
+        "ucx" => "ucx://127.0.0.1:0".into(),
         "shm" => format!(
             "shm://{}/wirespeed-test-{}-{}.sock",
             std::env::temp_dir().display(),
@@ -58,7 +59,7 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 fn raw(url: &str) -> Box<dyn ReadWrite> {
     let (scheme, addr) = url.split_once("://").unwrap();
     let s: Box<dyn ReadWrite> = match scheme {
-        "tcp" => Box::new(TcpStream::connect(addr).unwrap()),
+        "tcp" | "ucx" => Box::new(TcpStream::connect(addr).unwrap()),
         _ => Box::new(UnixStream::connect(addr).unwrap()),
     };
     s
@@ -572,3 +573,4 @@ macro_rules! conformance {
 
 conformance!(tcp);
 conformance!(shm);
+conformance!(ucx);

@@ -16,6 +16,8 @@ use super::report::Report;
 enum Transport {
     Tcp,
     Shm,
+    /// UCX with whatever `UCX_TLS` selects.
+    Ucx,
 }
 
 #[derive(Args)]
@@ -71,6 +73,7 @@ pub fn run(a: RawArgs) -> Result<()> {
         Transport::Shm => {
             ("shm", format!("shm://{}/wirespeed-bench-{}.sock", std::env::temp_dir().display(), std::process::id()))
         }
+        Transport::Ucx => ("ucx", "ucx://127.0.0.1:0".to_string()),
     };
     let mut server = Server::spawn(&url, &text, &a, count)?;
     let conn = wirespeed::connect(&server.url, &key, &Config::default()).context("connecting to the receiver")?;

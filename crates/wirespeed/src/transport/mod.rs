@@ -7,6 +7,8 @@ mod listener;
 pub mod shm;
 mod sys;
 pub mod tcp;
+#[cfg(feature = "ucx")]
+pub mod ucx;
 
 use std::io::IoSlice;
 use std::time::{Duration, Instant};
@@ -61,6 +63,10 @@ pub fn connect(url: &str, key: &Key, config: &Config) -> Result<Connection> {
     match Endpoint::parse(url)? {
         Endpoint::Tcp(addr) => tcp::connect(&addr, key, config),
         Endpoint::Shm(path) => shm::connect(&path, key, config),
+        #[cfg(feature = "ucx")]
+        Endpoint::Ucx(addr) => ucx::connect(&addr, key, config),
+        #[cfg(not(feature = "ucx"))]
+        Endpoint::Ucx(_) => Err(no_ucx()),
     }
 }
 
@@ -69,7 +75,16 @@ pub fn listen(url: &str, key: &Key, config: &Config) -> Result<Listener> {
     match Endpoint::parse(url)? {
         Endpoint::Tcp(addr) => tcp::listen(&addr, key, config),
         Endpoint::Shm(path) => shm::listen(&path, key, config),
+        #[cfg(feature = "ucx")]
+        Endpoint::Ucx(addr) => ucx::listen(&addr, key, config),
+        #[cfg(not(feature = "ucx"))]
+        Endpoint::Ucx(_) => Err(no_ucx()),
     }
+}
+
+#[cfg(not(feature = "ucx"))]
+fn no_ucx() -> crate::error::Error {
+    crate::error::Error::Fabric { op: "ucx://", status: "this build has no UCX support (feature \"ucx\")".into() }
 }
 
 /// Takes one received frame: its header, meta, and payload.

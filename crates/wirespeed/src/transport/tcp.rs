@@ -2,7 +2,7 @@
 //! a staging buffer for small frames and directly into the body buffer for large ones.
 
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
@@ -23,14 +23,25 @@ use crate::proto::session::{Role, Session};
 const STAGING: usize = 256 << 10;
 
 pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
+    let (mut s, a) = dial(addr, config.handshake_timeout)?;
+    let peer = handshake::client(&mut s, key, config)?;
+    establish(s, Role::Client, peer, config, format!("tcp://{a}"))
+}
+
+pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
+    listen_with("tcp", addr, key, config, |mut s, peer, key, config| {
+        let params = handshake::server(&mut s, key, config)?;
+        establish(s, Role::Server, params, config, peer)
+    })
+}
+
+/// Connects a TCP socket to the first address of `addr` that answers.
+pub(crate) fn dial(addr: &str, timeout: Duration) -> Result<(TcpStream, SocketAddr)> {
     let mut last = None;
     let addrs = addr.to_socket_addrs().map_err(|e| Error::ConnectionLost(format!("cannot resolve {addr}: {e}")))?;
     for a in addrs {
-        match TcpStream::connect_timeout(&a, config.handshake_timeout) {
-            Ok(mut s) => {
-                let peer = handshake::client(&mut s, key, config)?;
-                return establish(s, Role::Client, peer, config, format!("tcp://{a}"));
-            }
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(s) => return Ok((s, a)),
             Err(e) => last = Some(e),
         }
     }
@@ -40,28 +51,46 @@ pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
     )))
 }
 
-pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
+/// Authenticates an accepted socket and builds the connection over it.
+pub(crate) type Establish = fn(TcpStream, String, &Key, &Config) -> Result<Connection>;
+
+/// Listens on a TCP socket whose clients `establish` turns into connections (`scheme` names
+/// them in URLs).
+pub(crate) fn listen_with(
+    scheme: &'static str,
+    addr: &str,
+    key: &Key,
+    config: &Config,
+    establish: Establish,
+) -> Result<Listener> {
     let l = TcpListener::bind(addr)
         .map_err(|e| Error::Io(io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))))?;
     l.set_nonblocking(true)?; // a client that vanishes between poll and accept must not block us
-    let url = format!("tcp://{}", l.local_addr()?);
-    Ok(Listener::spawn(TcpAcceptor(l), (key.clone(), config.clone()), url, config.timeout))
+    let url = format!("{scheme}://{}", l.local_addr()?);
+    let acceptor = TcpAcceptor { listener: l, scheme };
+    Ok(Listener::spawn(acceptor, (key.clone(), config.clone(), establish), url, config.timeout))
 }
 
-struct TcpAcceptor(TcpListener);
+struct TcpAcceptor {
+    listener: TcpListener,
+    scheme: &'static str,
+}
 
 impl Acceptor for TcpAcceptor {
     type Socket = TcpStream;
-    type Shared = (Key, Config);
+    type Shared = (Key, Config, Establish);
 
     fn accept(&self, wait: Duration) -> io::Result<Option<(TcpStream, String)>> {
-        let client = accept_within(self.0.as_fd(), wait, || self.0.accept())?;
-        Ok(client.map(|(s, a)| (s, format!("tcp://{a}"))))
+        let client = accept_within(self.listener.as_fd(), wait, || self.listener.accept())?;
+        Ok(client.map(|(s, a)| (s, format!("{}://{a}", self.scheme))))
     }
 
-    fn establish(mut s: TcpStream, peer: String, (key, config): &(Key, Config)) -> Result<Connection> {
-        let params = handshake::server(&mut s, key, config)?;
-        establish(s, Role::Server, params, config, peer)
+    fn establish(
+        s: TcpStream,
+        peer: String,
+        (key, config, establish): &(Key, Config, Establish),
+    ) -> Result<Connection> {
+        establish(s, peer, key, config)
     }
 }
 

@@ -1,0 +1,206 @@
+//! UCX: one code path for InfiniBand, RoCE, shared memory and TCP, whichever `UCX_TLS` picks.
+//!
+//! A TCP socket authenticates the peers with the usual handshake; only then do they swap
+//! UCP worker addresses over it and connect an endpoint each way. Frames then travel as
+//! Active Messages (see `worker`), and the socket stays open as a liveness signal: its
+//! hang-up means the peer is gone, whatever the fabric noticed.
+
+mod context;
+mod pool;
+mod worker;
+
+use std::io::{IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use self::worker::{Core, Shared};
+use super::conn::Connection;
+use super::listener::Listener;
+use super::{Config, FrameRx, FrameSink, FrameTx, handshake, tcp};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::proto::handshake::Params;
+use crate::proto::session::{Role, Session};
+
+/// Worker addresses are a few hundred bytes; anything near this is not one.
+const MAX_ADDRESS: usize = 64 << 10;
+/// How long a graceful close may take to flush what is in flight.
+const FLUSH_LIMIT: Duration = Duration::from_secs(2);
+
+pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
+    let (mut s, a) = tcp::dial(addr, config.handshake_timeout)?;
+    let peer = handshake::client(&mut s, key, config)?;
+    establish(s, Role::Client, peer, config, format!("ucx://{a}"))
+}
+
+pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
+    tcp::listen_with("ucx", addr, key, config, |mut s, peer, key, config| {
+        let params = handshake::server(&mut s, key, config)?;
+        establish(s, Role::Server, params, config, peer)
+    })
+}
+
+fn establish(mut s: TcpStream, role: Role, peer: Params, config: &Config, name: String) -> Result<Connection> {
+    let mut core = Core::new(config.limits)?;
+    let ours = core.address()?;
+    let theirs = swap_addresses(&mut s, &ours, config.handshake_timeout)?;
+    core.connect(&theirs, peer_failure_handling(&s)?)?;
+    let shared = Shared::new(core, s)?;
+    let progress = shared.clone();
+    let thread =
+        std::thread::Builder::new().name("wirespeed-ucx-progress".into()).spawn(move || progress.run_progress())?;
+    let handle =
+        Arc::new(Handle { shared, thread: Mutex::new(Some(thread)), closed_gracefully: AtomicBool::new(false) });
+    let rx = UcxRx { h: handle.clone() };
+    let tx = UcxTx { h: handle, max_payload: config.limits.max_payload as usize, iov: Vec::new() };
+    let session = Session::new(role, handshake::our_params(config), peer);
+    Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
+}
+
+/// Overrides the choice of UCX error handling: `peer` or `none`.
+pub const ERROR_MODE_ENV: &str = "WIRESPEED_UCX_ERROR_MODE";
+
+/// Whether UCX should detect a failed peer itself. Between hosts it should. On one host it
+/// must not: shared memory cannot report peer failures, so UCX would fall back to TCP.
+/// Either way the bootstrap socket reports a peer that dies. Both sides decide alike.
+fn peer_failure_handling(s: &TcpStream) -> Result<bool> {
+    match std::env::var(ERROR_MODE_ENV).as_deref() {
+        Ok("peer") => return Ok(true),
+        Ok("none") => return Ok(false),
+        Ok(other) => {
+            return Err(Error::Fabric { op: ERROR_MODE_ENV, status: format!("{other:?} is neither peer nor none") });
+        }
+        Err(_) => {}
+    }
+    let (local, peer) = (s.local_addr()?.ip(), s.peer_addr()?.ip());
+    Ok(!(local == peer || peer.is_loopback()))
+}
+
+/// Sends our worker address and reads the peer's: a little-endian u32 length, then the bytes.
+fn swap_addresses(s: &mut TcpStream, ours: &[u8], timeout: Duration) -> Result<Vec<u8>> {
+    let lost = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Timeout(timeout),
+        _ => Error::ConnectionLost(format!("swapping UCX worker addresses: {e}")),
+    };
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let mut msg = (ours.len() as u32).to_le_bytes().to_vec();
+    msg.extend_from_slice(ours);
+    s.write_all(&msg).map_err(lost)?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).map_err(lost)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 || len > MAX_ADDRESS {
+        return Err(Error::Protocol(format!("a UCX worker address of {len} bytes")));
+    }
+    let mut theirs = vec![0u8; len];
+    s.read_exact(&mut theirs).map_err(lost)?;
+    s.set_read_timeout(None)?;
+    s.set_write_timeout(None)?;
+    Ok(theirs)
+}
+
+/// Owns the progress thread; the last half of the connection to go stops it. After a
+/// graceful close the thread lingers on its own until the peer has read everything and hung
+/// up, since tearing the worker down earlier can reset transfers still in the peer's queues.
+struct Handle {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    closed_gracefully: AtomicBool,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let linger = self.closed_gracefully.load(Ordering::SeqCst);
+        self.shared.stop(linger);
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread
+            && !linger
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+struct UcxRx {
+    h: Arc<Handle>,
+}
+
+impl FrameRx for UcxRx {
+    fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
+        match self.h.shared.wait(Some(deadline), true, |core| core.pop_frame())? {
+            None => Ok(false),
+            Some(frame) => {
+                let (header, meta, payload) = frame?;
+                sink(&header, &meta, payload)?;
+                Ok(true)
+            }
+        }
+    }
+}
+
+struct UcxTx {
+    h: Arc<Handle>,
+    max_payload: usize,
+    /// The gather list of the frame being sent; UCX reads it until the send completes.
+    iov: Vec<ucx_sys::ucp_dt_iov_t>,
+}
+
+// SAFETY: `iov` holds pointers only while `write_frame` runs, which waits for UCX to finish.
+unsafe impl Send for UcxTx {}
+
+impl FrameTx for UcxTx {
+    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
+        let shared = &self.h.shared;
+        let mut done = Box::new(None);
+        let slot: *mut Option<ucx_sys::ucs_status_t> = &mut *done;
+        // SAFETY: whatever happens below, we return only once the request has completed.
+        let pending = unsafe { shared.lock().start_send(head, payload, &mut self.iov, slot)? };
+        if !pending {
+            return Ok(());
+        }
+        // SAFETY (reads of `slot`): UCX writes it only from callbacks run under the lock that
+        // `wait` holds while it calls us.
+        let outcome = shared.wait(Some(Instant::now() + timeout), true, |_| unsafe { *slot });
+        let status = match outcome {
+            Ok(Some(status)) => status,
+            other => {
+                // Timed out or failed: cancel the send, then wait until UCX lets go of the
+                // caller's buffers (a forced close completes every request).
+                shared.lock().close_ep(true, Duration::ZERO);
+                let _ = shared.wait(None, false, |_| unsafe { *slot });
+                shared.lock().sends_in_flight -= 1;
+                return Err(match other {
+                    Err(e) => e,
+                    _ => Error::Timeout(timeout),
+                });
+            }
+        };
+        shared.lock().sends_in_flight -= 1;
+        drop(done);
+        if status != ucx_sys::UCS_OK {
+            return Err(Error::ConnectionLost(format!("sending: {}", context::status_string(status))));
+        }
+        Ok(())
+    }
+
+    fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    fn shutdown(&mut self, graceful: bool) {
+        let shared = &self.h.shared;
+        if graceful {
+            self.h.closed_gracefully.store(true, Ordering::SeqCst);
+            shared.lock().close_ep(false, FLUSH_LIMIT);
+            let _ = shared.sock().shutdown(Shutdown::Write);
+        } else {
+            shared.lock().close_ep(true, Duration::ZERO);
+            shared.fail(Error::ConnectionLost("the connection was shut down".into()));
+            let _ = shared.sock().shutdown(Shutdown::Both);
+        }
+    }
+}

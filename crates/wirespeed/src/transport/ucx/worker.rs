@@ -1,0 +1,658 @@
+//! One UCP worker per connection, and the waiting around it.
+//!
+//! Every frame travels as one Active Message: the frame header (and meta, when it fits) is the
+//! AM header, the payload is the AM data. A callback turns each arrival into a queued frame;
+//! rendezvous bodies are pulled with `ucp_am_recv_data_nbx` straight into pooled buffers.
+//!
+//! Only the thread holding the `Core` lock calls into UCX, so callbacks run under that lock.
+//! A waiting thread spins on progress for a bounded time, then parks; a background progress
+//! thread then sleeps on the worker's event fd and wakes it. The same thread keeps
+//! rendezvous transfers moving while the application is busy elsewhere, and watches the
+//! bootstrap socket, whose hang-up means the peer is gone.
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::io::{self, Read};
+use std::net::TcpStream;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use ucx_sys::*;
+
+use super::context::{check, context, status_string};
+use super::pool::{Pool, PoolBuf};
+use crate::error::{Error, FrameError, Result};
+use crate::mem::Buf;
+use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
+use crate::transport::sys::ms_until;
+
+/// Active Message id of wirespeed frames.
+const AM_ID: u32 = 0x77;
+/// How long a waiting thread drives progress itself after the last event before it parks.
+const SPIN: Duration = Duration::from_micros(500);
+/// How long nobody may drive progress before the progress thread takes over.
+const HANDOVER: Duration = Duration::from_millis(2);
+/// After the bootstrap socket hangs up, how long frames already on their way may still arrive.
+const HANGUP_GRACE: Duration = Duration::from_millis(250);
+/// Bounds on how long the progress thread sleeps between looks at the worker.
+const MIN_POLL: Duration = Duration::from_millis(1);
+const MAX_POLL: Duration = Duration::from_secs(1);
+/// Receive buffers kept for reuse, per connection.
+const POOL_KEEP: usize = 64 << 20;
+/// Payloads start on this boundary in receive buffers (Arrow wants 64-byte alignment).
+const PAYLOAD_ALIGN: usize = 64;
+
+/// What the UCX lock protects: the worker, our endpoint to the peer, and what has arrived.
+pub(super) struct Core {
+    worker: ucp_worker_h,
+    ep: ucp_ep_h,
+    inbox: Box<Inbox>,
+    max_am_header: usize,
+    /// Sends started and not yet seen complete by their sender.
+    pub(super) sends_in_flight: usize,
+}
+
+// SAFETY: the worker is created SERIALIZED and only touched with the Core lock held.
+unsafe impl Send for Core {}
+
+/// Arrivals in order. Callbacks reach it through a raw pointer while their caller holds the
+/// Core lock, so it is never touched concurrently.
+struct Inbox {
+    worker: ucp_worker_h,
+    pool: Arc<Pool>,
+    limits: Limits,
+    arrivals: VecDeque<Arrival>,
+    /// Bumped by every callback, so progress can tell whether to wake parked threads.
+    events: u64,
+    /// The first failure; later arrivals are dropped.
+    failure: Option<Error>,
+    /// When and why the peer seemed to go (its socket hung up, or our endpoint failed).
+    /// Frames already on their way may still arrive for `HANGUP_GRACE`, then this fails.
+    peer_gone: Option<(Instant, String)>,
+}
+
+struct Arrival {
+    header: FrameHeader,
+    /// Meta that came in the AM header.
+    meta: Vec<u8>,
+    /// Meta bytes at the start of the AM data (when it was too big for the AM header).
+    data_meta: usize,
+    /// Offset of the data in `buf`, so that the payload starts aligned.
+    pad: usize,
+    buf: Option<PoolBuf>,
+    /// Where a rendezvous receive reports its completion; `None` while in flight.
+    done: Box<Option<ucs_status_t>>,
+}
+
+/// State shared by the connection's halves and its progress thread.
+pub(super) struct Shared {
+    core: Mutex<Core>,
+    wake: Condvar,
+    /// Threads parked on `wake`.
+    parked: AtomicUsize,
+    /// Nanoseconds after `born` when an application thread last drove progress.
+    app_at: AtomicU64,
+    born: Instant,
+    /// Wakes the progress thread.
+    kick: EventFd,
+    kicked: AtomicBool,
+    efd: RawFd,
+    /// `RUN`, `LINGER` (the application is gone but the peer may still be reading what we
+    /// sent: keep serving it until it hangs up) or `STOP`.
+    state: AtomicU8,
+    sock: TcpStream,
+}
+
+const RUN: u8 = 0;
+const LINGER: u8 = 1;
+const STOP: u8 = 2;
+/// How long a closed connection keeps its worker for a peer still reading.
+const LINGER_LIMIT: Duration = Duration::from_secs(5);
+
+impl Shared {
+    /// Wraps a connected `core`; `sock` is the authenticated bootstrap socket.
+    pub(super) fn new(core: Core, sock: TcpStream) -> Result<Arc<Self>> {
+        let mut efd = -1;
+        // SAFETY: live worker; out-pointer to a local. The fd belongs to the worker.
+        check("getting the worker's event fd", unsafe { ucp_worker_get_efd(core.worker, &mut efd) })?;
+        let kick = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(io::Error::from)?;
+        sock.set_nonblocking(true)?;
+        Ok(Arc::new(Shared {
+            core: Mutex::new(core),
+            wake: Condvar::new(),
+            parked: AtomicUsize::new(0),
+            app_at: AtomicU64::new(0),
+            born: Instant::now(),
+            kick,
+            kicked: AtomicBool::new(false),
+            efd,
+            state: AtomicU8::new(RUN),
+            sock,
+        }))
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until `ready` yields something, `deadline` passes (`Ok(None)`), or, if
+    /// `stop_on_failure`, the connection fails. Spins on progress first, then parks.
+    pub(super) fn wait<T>(
+        &self,
+        deadline: Option<Instant>,
+        stop_on_failure: bool,
+        mut ready: impl FnMut(&mut Core) -> Option<T>,
+    ) -> Result<Option<T>> {
+        let mut core = self.lock();
+        let mut spin_end = None;
+        loop {
+            if let Some(t) = ready(&mut core) {
+                return Ok(Some(t));
+            }
+            core.inbox.expire_peer_gone();
+            if stop_on_failure && let Some(e) = &core.inbox.failure {
+                return Err(e.duplicate());
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            let end = *spin_end.get_or_insert(now + SPIN);
+            if now < end {
+                let events = core.progress();
+                self.app_at.store(now.duration_since(self.born).as_nanos() as u64, Ordering::Relaxed);
+                if events > 0 {
+                    spin_end = Some(now + SPIN);
+                    // What we just progressed may be what a parked thread waits for.
+                    if self.parked.load(Ordering::SeqCst) > 0 {
+                        self.wake.notify_all();
+                    }
+                } else {
+                    drop(core);
+                    std::hint::spin_loop();
+                    core = self.lock();
+                }
+                continue;
+            }
+            self.parked.fetch_add(1, Ordering::SeqCst);
+            self.kick();
+            let slice = deadline.map_or(Duration::from_secs(1), |d| d - now);
+            core = self.wake.wait_timeout(core, slice).unwrap_or_else(|p| p.into_inner()).0;
+            self.parked.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Fails the connection: parked threads wake and see `e`.
+    pub(super) fn fail(&self, e: Error) {
+        let mut core = self.lock();
+        core.inbox.fail(e);
+        self.wake.notify_all();
+    }
+
+    pub(super) fn sock(&self) -> &TcpStream {
+        &self.sock
+    }
+
+    fn kick(&self) {
+        if !self.kicked.swap(true, Ordering::SeqCst) {
+            let _ = self.kick.write(1);
+        }
+    }
+
+    /// Ends the progress thread: at once, or (`linger`) once the peer hangs up.
+    pub(super) fn stop(&self, linger: bool) {
+        self.state.store(if linger { LINGER } else { STOP }, Ordering::SeqCst);
+        self.kick();
+    }
+
+    /// The progress thread: drives the worker whenever no application thread does, sleeping
+    /// on the worker's event fd, the kick fd and the bootstrap socket.
+    pub(super) fn run_progress(&self) {
+        let mut sock_open = true;
+        let mut linger_end = None;
+        let mut last_event = Instant::now();
+        loop {
+            let now = Instant::now();
+            match self.state.load(Ordering::SeqCst) {
+                RUN => {}
+                LINGER if sock_open && now < *linger_end.get_or_insert(now + LINGER_LIMIT) => {}
+                _ => return,
+            }
+            let app_at = self.born + Duration::from_nanos(self.app_at.load(Ordering::Relaxed));
+            let idle = now.saturating_duration_since(app_at);
+            if self.parked.load(Ordering::SeqCst) == 0 && idle < HANDOVER {
+                // An application thread is driving; stay out of its way unless kicked.
+                self.sleep(false, false, now + (HANDOVER - idle));
+                continue;
+            }
+            let until = {
+                let mut core = self.lock();
+                let before = core.inbox.events;
+                let mut events = 0;
+                loop {
+                    match core.progress() {
+                        0 => break,
+                        n => events += n,
+                    }
+                }
+                core.inbox.expire_peer_gone();
+                let armed = core.arm();
+                // Send completions show only in the event count, arrivals in the inbox's.
+                if (events > 0 || core.inbox.events != before) && self.parked.load(Ordering::SeqCst) > 0 {
+                    self.wake.notify_all();
+                }
+                match armed {
+                    Ok(false) => continue, // more events are pending
+                    Ok(true) => {}
+                    Err(e) => {
+                        core.inbox.fail(e);
+                        self.wake.notify_all();
+                    }
+                }
+                if events > 0 || core.inbox.events != before || core.outstanding() {
+                    last_event = now;
+                }
+                // UCX may hold work of its own (a queued acknowledgement, say) that no event
+                // fd announces, so never sleep long after activity: poll at 1 ms, backing
+                // off as the connection stays quiet.
+                let quiet = now.saturating_duration_since(last_event);
+                let mut wake_at = now + (quiet / 8).clamp(MIN_POLL, MAX_POLL);
+                if let Some((t, _)) = &core.inbox.peer_gone {
+                    wake_at = wake_at.min(*t + HANGUP_GRACE);
+                }
+                linger_end.map_or(wake_at, |l| l.min(wake_at))
+            };
+            if self.sleep(true, sock_open, until) {
+                match (&self.sock).read(&mut [0u8; 64]) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+                    Ok(0) | Err(_) => {
+                        sock_open = false;
+                        self.lock().inbox.peer_going("the peer hung up".into());
+                    }
+                    Ok(_) => self.fail(Error::Protocol("unexpected bytes on the bootstrap socket".into())),
+                }
+            }
+        }
+    }
+
+    /// Sleeps on the kick fd, and optionally on the worker's event fd and the bootstrap
+    /// socket, until one fires or `until`; true if the socket has something.
+    fn sleep(&self, worker: bool, sock: bool, until: Instant) -> bool {
+        // SAFETY: the worker's fd lives as long as the worker, which outlives this call.
+        let efd = unsafe { BorrowedFd::borrow_raw(self.efd) };
+        let mut fds = vec![PollFd::new(self.kick.as_fd(), PollFlags::POLLIN)];
+        if worker {
+            fds.push(PollFd::new(efd, PollFlags::POLLIN));
+        }
+        if sock {
+            fds.push(PollFd::new(self.sock.as_fd(), PollFlags::POLLIN));
+        }
+        let _ = poll(&mut fds, PollTimeout::from(ms_until(until, 1000)));
+        let sock_ready = sock && fds.last().and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
+        if fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+            self.kicked.store(false, Ordering::SeqCst);
+            let _ = self.kick.read();
+        }
+        sock_ready
+    }
+}
+
+impl Core {
+    /// Creates a worker whose arrivals are checked against `limits`.
+    pub(super) fn new(limits: Limits) -> Result<Core> {
+        let ctx = context()?;
+        let params = ucp_worker_params_t {
+            field_mask: UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
+            thread_mode: UCS_THREAD_MODE_SERIALIZED,
+            ..Default::default()
+        };
+        let mut worker = std::ptr::null_mut();
+        // SAFETY: valid context and params; out-pointer to a local.
+        check("creating a worker", unsafe { ucp_worker_create(ctx, &params, &mut worker) })?;
+        let inbox = Box::new(Inbox {
+            worker,
+            pool: Pool::new(POOL_KEEP),
+            limits,
+            arrivals: VecDeque::new(),
+            events: 0,
+            failure: None,
+            peer_gone: None,
+        });
+        // From here on, dropping `core` destroys the worker.
+        let mut core = Core { worker, ep: std::ptr::null_mut(), inbox, max_am_header: 0, sends_in_flight: 0 };
+        let mut attr =
+            ucp_worker_attr_t { field_mask: UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER as u64, ..Default::default() };
+        // SAFETY: live worker, out-pointer to a local.
+        check("querying the worker", unsafe { ucp_worker_query(worker, &mut attr) })?;
+        core.max_am_header = attr.max_am_header;
+        let handler = ucp_am_handler_param_t {
+            field_mask: (UCP_AM_HANDLER_PARAM_FIELD_ID
+                | UCP_AM_HANDLER_PARAM_FIELD_FLAGS
+                | UCP_AM_HANDLER_PARAM_FIELD_CB
+                | UCP_AM_HANDLER_PARAM_FIELD_ARG) as u64,
+            id: AM_ID,
+            flags: UCP_AM_FLAG_WHOLE_MSG,
+            cb: Some(on_am),
+            arg: (&mut *core.inbox as *mut Inbox).cast(),
+        };
+        // SAFETY: the inbox is boxed, so `arg` stays valid as long as the worker.
+        check("setting the message handler", unsafe { ucp_worker_set_am_recv_handler(worker, &handler) })?;
+        Ok(core)
+    }
+
+    /// Our worker's address, for the peer to connect its endpoint to.
+    pub(super) fn address(&self) -> Result<Vec<u8>> {
+        let (mut addr, mut len) = (std::ptr::null_mut(), 0usize);
+        // SAFETY: live worker; out-pointers to locals.
+        check("getting the worker address", unsafe { ucp_worker_get_address(self.worker, &mut addr, &mut len) })?;
+        // SAFETY: UCX returned `len` readable bytes at `addr`, released right after the copy.
+        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len).to_vec() };
+        // SAFETY: returned by ucp_worker_get_address on this worker.
+        unsafe { ucp_worker_release_address(self.worker, addr) };
+        Ok(bytes)
+    }
+
+    /// Connects our endpoint to the peer's worker.
+    /// `peer_failure`: ask UCX to report a failed peer through the endpoint's error handler.
+    /// Shared-memory transports cannot, so UCX would pick a slower one when it is asked.
+    pub(super) fn connect(&mut self, peer: &[u8], peer_failure: bool) -> Result<()> {
+        let params = ucp_ep_params_t {
+            field_mask: (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+                | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+                | UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64,
+            address: peer.as_ptr().cast(),
+            err_mode: if peer_failure { UCP_ERR_HANDLING_MODE_PEER } else { UCP_ERR_HANDLING_MODE_NONE },
+            err_handler: ucp_err_handler_t { cb: Some(on_ep_error), arg: (&mut *self.inbox as *mut Inbox).cast() },
+            ..Default::default()
+        };
+        let mut ep = std::ptr::null_mut();
+        // SAFETY: UCX parses the address bytes we pass (it validates them); out-pointer to a
+        // local; the inbox outlives the endpoint.
+        check("connecting to the peer's worker", unsafe { ucp_ep_create(self.worker, &params, &mut ep) })?;
+        self.ep = ep;
+        Ok(())
+    }
+
+    fn progress(&mut self) -> u32 {
+        // SAFETY: live worker, lock held.
+        unsafe { ucp_worker_progress(self.worker) }
+    }
+
+    /// Arms the event fd; false if events are pending (progress again first).
+    fn arm(&mut self) -> Result<bool> {
+        // SAFETY: live worker, lock held.
+        match unsafe { ucp_worker_arm(self.worker) } {
+            UCS_OK => Ok(true),
+            UCS_ERR_BUSY => Ok(false),
+            s => check("arming the worker", s).map(|_| false),
+        }
+    }
+
+    /// Transfers in flight: a send not yet complete, or a rendezvous body still arriving.
+    fn outstanding(&self) -> bool {
+        self.sends_in_flight > 0 || self.inbox.arrivals.iter().any(|a| a.done.is_none())
+    }
+
+    pub(super) fn failure(&self) -> Option<Error> {
+        self.inbox.failure.as_ref().map(Error::duplicate)
+    }
+
+    /// Takes the oldest arrival if it is complete: header, meta and payload.
+    pub(super) fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Vec<u8>, Buf)>> {
+        let front = self.inbox.arrivals.front()?;
+        match *front.done {
+            None => return None,
+            Some(UCS_OK) => {}
+            Some(s) => {
+                let e = Error::ConnectionLost(format!("receiving a message body: {}", status_string(s)));
+                self.inbox.fail(e.duplicate());
+                return Some(Err(e));
+            }
+        }
+        let a = self.inbox.arrivals.pop_front()?;
+        let payload_len = a.header.payload_len() as usize;
+        let (meta, payload) = match a.buf {
+            None => (a.meta, Buf::empty()),
+            Some(buf) => {
+                let meta = if a.data_meta > 0 { buf.as_slice(a.pad, a.data_meta).to_vec() } else { a.meta };
+                let payload = if payload_len > 0 { buf.lend(a.pad + a.data_meta, payload_len) } else { Buf::empty() };
+                (meta, payload)
+            }
+        };
+        Some(Ok((a.header, meta, payload)))
+    }
+
+    /// Starts sending one frame. `None`: sent already; otherwise the request to wait for,
+    /// whose completion lands in `done`.
+    ///
+    /// # Safety
+    /// `head`, the payload, `iov` (scratch for the gather list) and `done` must stay valid
+    /// and untouched until the request completes.
+    pub(super) unsafe fn start_send(
+        &mut self,
+        head: &[u8],
+        payload: &[std::io::IoSlice<'_>],
+        iov: &mut Vec<ucp_dt_iov_t>,
+        done: *mut Option<ucs_status_t>,
+    ) -> Result<bool> {
+        if let Some(e) = self.failure() {
+            return Err(e);
+        }
+        if self.ep.is_null() {
+            return Err(Error::Closed);
+        }
+        // Meta too big for the AM header goes at the start of the data instead.
+        let (am_header, data_meta) =
+            if head.len() <= self.max_am_header { (head, &[][..]) } else { head.split_at(HEADER_LEN) };
+        iov.clear();
+        for s in std::iter::once(data_meta).chain(payload.iter().map(|s| &s[..])) {
+            if !s.is_empty() {
+                iov.push(ucp_dt_iov_t { buffer: s.as_ptr() as *mut c_void, length: s.len() });
+            }
+        }
+        let (buffer, count, datatype) = match iov.len() {
+            0 => (std::ptr::null(), 0, UCP_DT_BYTES),
+            1 => (iov[0].buffer as *const c_void, iov[0].length, UCP_DT_BYTES),
+            n => (iov.as_ptr().cast(), n, UCP_DT_IOV),
+        };
+        let mut params = ucp_request_param_t {
+            op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
+            datatype,
+            user_data: done.cast(),
+            ..Default::default()
+        };
+        params.cb.send = Some(on_send_done);
+        // SAFETY: live endpoint; the caller keeps the buffers and the gather list valid until
+        // completion.
+        let req = unsafe {
+            ucp_am_send_nbx(self.ep, AM_ID, am_header.as_ptr().cast(), am_header.len(), buffer, count, &params)
+        };
+        if req.is_null() {
+            return Ok(false);
+        }
+        if ucs_ptr_is_err(req) {
+            return Err(Error::Fabric { op: "sending", status: status_string(ucs_ptr_status(req)) });
+        }
+        self.sends_in_flight += 1;
+        Ok(true)
+    }
+
+    /// Closes our endpoint: `force` drops what is in flight (failing those requests),
+    /// otherwise it is flushed first, for at most `limit`.
+    pub(super) fn close_ep(&mut self, force: bool, limit: Duration) {
+        if self.ep.is_null() {
+            return;
+        }
+        let params = ucp_request_param_t {
+            op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
+            flags: if force { UCP_EP_CLOSE_FLAG_FORCE } else { 0 },
+            ..Default::default()
+        };
+        // SAFETY: live endpoint, closed once (the pointer is cleared below).
+        let req = unsafe { ucp_ep_close_nbx(self.ep, &params) };
+        self.ep = std::ptr::null_mut();
+        if ucs_ptr_is_ptr(req) {
+            let deadline = Instant::now() + limit;
+            // SAFETY: `req` is a live request until freed below.
+            while unsafe { ucp_request_check_status(req) } == UCS_INPROGRESS && Instant::now() < deadline {
+                self.progress();
+            }
+            // SAFETY: as above; freed once.
+            unsafe { ucp_request_free(req) };
+        }
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        self.close_ep(true, Duration::from_secs(1));
+        // SAFETY: created in `Core::new`, destroyed once. The inbox and the buffers of
+        // receives still in flight drop after this, once UCX can no longer write to them.
+        unsafe { ucp_worker_destroy(self.worker) };
+    }
+}
+
+impl Inbox {
+    fn fail(&mut self, e: Error) {
+        self.events += 1;
+        if self.failure.is_none() {
+            self.failure = Some(e);
+        }
+    }
+
+    fn peer_going(&mut self, why: String) {
+        self.events += 1;
+        self.peer_gone.get_or_insert((Instant::now(), why));
+    }
+
+    fn expire_peer_gone(&mut self) {
+        if let Some((t, why)) = &self.peer_gone
+            && self.failure.is_none()
+            && t.elapsed() >= HANGUP_GRACE
+        {
+            let e = Error::ConnectionLost(why.clone());
+            self.fail(e);
+        }
+    }
+
+    /// Queues one arriving message as a frame.
+    ///
+    /// # Safety
+    /// `data` holds `length` bytes (or is a rendezvous descriptor when `rndv`).
+    unsafe fn arrive(&mut self, header: &[u8], data: *mut c_void, length: usize, rndv: bool) -> Result<()> {
+        let fixed: &[u8; HEADER_LEN] =
+            header.get(..HEADER_LEN).and_then(|h| h.try_into().ok()).ok_or(FrameError::Malformed("UCX message"))?;
+        let h = FrameHeader::decode(fixed, &self.limits)?;
+        if h.flags != 0 {
+            return Err(FrameError::Reserved.into()); // flags belong to rings
+        }
+        let meta_len = h.meta_len as usize;
+        let data_meta = match header.len() - HEADER_LEN {
+            0 => meta_len,
+            n if n == meta_len => 0,
+            _ => return Err(FrameError::Malformed("UCX message header").into()),
+        };
+        if length as u64 != data_meta as u64 + h.payload_len() {
+            return Err(FrameError::Malformed("UCX message length").into());
+        }
+        let pad = (PAYLOAD_ALIGN - data_meta % PAYLOAD_ALIGN) % PAYLOAD_ALIGN;
+        let mut a = Arrival {
+            header: h,
+            meta: header[HEADER_LEN..].to_vec(),
+            data_meta,
+            pad,
+            buf: None,
+            done: Box::new(Some(UCS_OK)),
+        };
+        if length > 0 {
+            let mut buf = self.pool.take(pad + length)?;
+            // SAFETY: the buffer holds at least pad + length bytes.
+            let dst = unsafe { buf.as_mut_ptr().add(pad) };
+            if rndv {
+                *a.done = None;
+                let mut params = ucp_request_param_t {
+                    op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
+                    datatype: UCP_DT_BYTES,
+                    user_data: (&mut *a.done as *mut Option<ucs_status_t>).cast(),
+                    ..Default::default()
+                };
+                params.cb.recv_am = Some(on_recv_done);
+                // SAFETY: `data` is the descriptor UCX handed us; `dst` has room for
+                // `length` bytes and, like `done`, lives until the worker is destroyed.
+                let req = unsafe { ucp_am_recv_data_nbx(self.worker, data, dst.cast(), length, &params) };
+                if req.is_null() {
+                    *a.done = Some(UCS_OK);
+                } else if ucs_ptr_is_err(req) {
+                    return Err(Error::Fabric {
+                        op: "receiving a message body",
+                        status: status_string(ucs_ptr_status(req)),
+                    });
+                }
+            } else {
+                // SAFETY: eager data is `length` readable bytes for the callback's duration.
+                unsafe { std::ptr::copy_nonoverlapping(data as *const u8, dst, length) };
+            }
+            a.buf = Some(buf);
+        }
+        self.arrivals.push_back(a);
+        Ok(())
+    }
+}
+
+unsafe extern "C" fn on_am(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const ucp_am_recv_param_t,
+) -> ucs_status_t {
+    // SAFETY: `arg` is the connection's inbox, and our caller holds the Core lock.
+    let inbox = unsafe { &mut *(arg as *mut Inbox) };
+    inbox.events += 1;
+    if inbox.failure.is_some() {
+        return UCS_OK; // the connection is failing; drop what still comes
+    }
+    let header: &[u8] = if header_length == 0 {
+        &[]
+    } else {
+        // SAFETY: UCX passes `header_length` readable bytes.
+        unsafe { std::slice::from_raw_parts(header as *const u8, header_length) }
+    };
+    // SAFETY: UCX passes a valid param.
+    let rndv = unsafe { (*param).recv_attr } & UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
+    // SAFETY: `data` and `length` as UCX passed them.
+    if let Err(e) = unsafe { inbox.arrive(header, data, length, rndv) } {
+        inbox.fail(e);
+    }
+    UCS_OK
+}
+
+unsafe extern "C" fn on_recv_done(request: *mut c_void, status: ucs_status_t, _len: usize, user_data: *mut c_void) {
+    // SAFETY: `user_data` is the arrival's completion slot, alive until the worker is
+    // destroyed; our caller holds the Core lock. The request is ours to free.
+    unsafe {
+        *(user_data as *mut Option<ucs_status_t>) = Some(status);
+        ucp_request_free(request);
+    }
+}
+
+unsafe extern "C" fn on_send_done(request: *mut c_void, status: ucs_status_t, user_data: *mut c_void) {
+    // SAFETY: `user_data` is the sender's completion slot, which it keeps until this runs.
+    unsafe {
+        *(user_data as *mut Option<ucs_status_t>) = Some(status);
+        ucp_request_free(request);
+    }
+}
+
+unsafe extern "C" fn on_ep_error(arg: *mut c_void, _ep: ucp_ep_h, status: ucs_status_t) {
+    // SAFETY: `arg` is the connection's inbox, and our caller holds the Core lock.
+    let inbox = unsafe { &mut *(arg as *mut Inbox) };
+    // Our endpoint failing does not stop the peer's frames already on their way to us.
+    inbox.peer_going(format!("the UCX endpoint failed: {}", status_string(status)));
+}
