@@ -30,6 +30,7 @@ pub mod proto;
 pub mod transport;
 pub mod url;
 
+pub use bytes::Bytes;
 pub use error::{Error, ErrorCode, Result};
 pub use key::Key;
 pub use mem::{Body, Buf};

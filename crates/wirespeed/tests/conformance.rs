@@ -119,6 +119,38 @@ fn round_trip(scheme: &str) {
     assert_eq!(m.body.to_vec(), pattern(1, 70_000));
 }
 
+/// Owned bodies may still be in flight when `send_bytes` returns; they arrive whole and in
+/// order, across frames, sizes and body pieces.
+fn owned_bodies_arrive_in_order(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let data = wirespeed::Bytes::from(pattern(5, 3 << 20));
+    let sizes = [0usize, 1, 4096, 200_000, 1 << 20, (3 << 20) - 7];
+    std::thread::scope(|scope| {
+        let data = &data;
+        scope.spawn(move || {
+            let st = c.open_stream().unwrap();
+            for round in 0..20u32 {
+                for &n in &sizes {
+                    let (a, b) = (data.slice(..n / 3), data.slice(n / 3..n));
+                    st.send_bytes(&round.to_le_bytes(), &[a, b]).unwrap();
+                }
+            }
+            st.finish().unwrap();
+            assert!(st.recv().unwrap().is_none());
+        });
+        let st = s.accept_stream().unwrap();
+        for round in 0..20u32 {
+            for &n in &sizes {
+                let m = st.recv().unwrap().unwrap();
+                assert_eq!(m.header, round.to_le_bytes());
+                assert!(m.body.to_vec() == data[..n], "round {round}, {n} bytes");
+            }
+        }
+        assert!(st.recv().unwrap().is_none());
+        st.finish().unwrap();
+    });
+}
+
 fn bodies_of_every_size_around_the_thresholds(scheme: &str) {
     let (_l, c, s) = pair(scheme);
     let mut sizes = vec![0, 1, 63, 64, 65, 4095, 4096, 4097];
@@ -506,6 +538,10 @@ macro_rules! conformance {
             #[test]
             fn round_trip() {
                 super::round_trip(S)
+            }
+            #[test]
+            fn owned_bodies_arrive_in_order() {
+                super::owned_bodies_arrive_in_order(S)
             }
             #[test]
             fn bodies_of_every_size_around_the_thresholds() {

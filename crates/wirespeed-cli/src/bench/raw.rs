@@ -77,7 +77,7 @@ pub fn run(a: RawArgs) -> Result<()> {
     };
     let mut server = Server::spawn(&url, &text, &a, count)?;
     let conn = wirespeed::connect(&server.url, &key, &Config::default()).context("connecting to the receiver")?;
-    let body = vec![0x5au8; a.size];
+    let body = wirespeed::Bytes::from(vec![0x5au8; a.size]);
     let t0 = now_ns();
     let results: Vec<Result<(u64, Vec<u64>)>> = thread::scope(|s| {
         let handles: Vec<_> = (0..a.streams)
@@ -111,10 +111,10 @@ pub fn run(a: RawArgs) -> Result<()> {
 }
 
 /// Sends `n` messages and returns when the receiver got the last one, with every latency.
-fn send_stream(conn: &Connection, body: &[u8], n: u64) -> Result<(u64, Vec<u64>)> {
+fn send_stream(conn: &Connection, body: &wirespeed::Bytes, n: u64) -> Result<(u64, Vec<u64>)> {
     let st = conn.open_stream()?;
     for _ in 0..n {
-        st.send(&now_ns().to_le_bytes(), &[body])?;
+        st.send_bytes(&now_ns().to_le_bytes(), std::slice::from_ref(body))?;
     }
     st.finish()?;
     let reply = st.recv()?.context("the receiver sent no results")?;

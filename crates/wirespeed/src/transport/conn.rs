@@ -2,6 +2,8 @@
 //! thread gets there first (leader/follower), so one reader needs no hand-off between threads.
 
 use std::io::IoSlice;
+
+use bytes::Bytes;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
@@ -293,6 +295,16 @@ impl Inner {
 
     fn write(&self, head: &[u8], payload: &[IoSlice<'_>]) -> Result<()> {
         let res = self.tx().write_frame(head, payload, self.timeout);
+        self.check_write(res)
+    }
+
+    fn write_owned(&self, head: &[u8], payload: &[Bytes]) -> Result<()> {
+        let res = self.tx().write_frame_owned(head, payload, self.timeout);
+        self.check_write(res)
+    }
+
+    /// A failed write fails the connection.
+    fn check_write(&self, res: Result<()>) -> Result<()> {
         if let Err(e) = res {
             let copy = e.duplicate();
             self.fail(e);
@@ -331,18 +343,55 @@ impl Stream {
     }
 
     /// Sends one message: `header` plus a body made of `body` buffers, written straight from
-    /// them (no concatenation). Blocks while the peer has granted no credit.
+    /// them (no concatenation). Blocks while the peer has granted no credit, and until the
+    /// transport is done with the buffers.
     pub fn send(&self, header: &[u8], body: &[&[u8]]) -> Result<()> {
+        let total = body.iter().map(|b| b.len() as u64).sum();
+        let mut cursor = BodyCursor { bufs: body, index: 0, offset: 0 };
+        let mut slices = Vec::new();
+        self.send_frames(header, total, |head, take| {
+            cursor.take(take, &mut slices);
+            let r = self.inner.write(head, &slices);
+            slices.clear();
+            r
+        })
+    }
+
+    /// Like [`Stream::send`], but the transport may hold on to the body (it is reference
+    /// counted) and return before it is on the wire, so several frames can be in flight at
+    /// once. Still zero-copy: wrap existing memory with [`Bytes::from_owner`].
+    pub fn send_bytes(&self, header: &[u8], body: &[Bytes]) -> Result<()> {
+        let total = body.iter().map(|b| b.len() as u64).sum();
+        let (mut index, mut offset) = (0, 0);
+        let mut parts = Vec::new();
+        self.send_frames(header, total, |head, mut take| {
+            while take > 0 {
+                let b = &body[index];
+                let k = (b.len() - offset).min(take);
+                if k > 0 {
+                    parts.push(b.slice(offset..offset + k));
+                }
+                (offset, take) = (offset + k, take - k);
+                if offset == b.len() {
+                    (index, offset) = (index + 1, 0);
+                }
+            }
+            let r = self.inner.write_owned(head, &parts);
+            parts.clear();
+            r
+        })
+    }
+
+    /// Splits a message of `total` body bytes into frames as credit allows; `write` sends one
+    /// frame given its encoded head and how many body bytes follow the previous ones.
+    fn send_frames(&self, header: &[u8], total: u64, mut write: impl FnMut(&[u8], usize) -> Result<()>) -> Result<()> {
         let mut meta = self.send.lock().unwrap_or_else(|p| p.into_inner());
-        let total: u64 = body.iter().map(|b| b.len() as u64).sum();
         meta.clear();
         meta.extend_from_slice(&[0; HEADER_LEN]);
         meta.extend_from_slice(&total.to_le_bytes());
         meta.extend_from_slice(header);
-        let mut cursor = BodyCursor { bufs: body, index: 0, offset: 0 };
         let mut remaining = total;
         let mut first = true;
-        let mut slices = Vec::new();
         loop {
             let meta_len = if first { (meta.len() - HEADER_LEN) as u64 } else { 0 };
             let take = self.inner.wait_for(self.timeout, Waiting::OnStream(self.id), |s| {
@@ -353,9 +402,7 @@ impl Stream {
             h.len = take;
             meta[..HEADER_LEN].copy_from_slice(&h.encode());
             let head = if first { &meta[..] } else { &meta[..HEADER_LEN] };
-            cursor.take(take as usize, &mut slices);
-            self.inner.write(head, &slices)?;
-            slices.clear();
+            write(head, take as usize)?;
             remaining -= take;
             first = false;
             if remaining == 0 {

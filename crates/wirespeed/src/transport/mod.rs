@@ -13,6 +13,8 @@ pub mod ucx;
 use std::io::IoSlice;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 pub use conn::{Connection, Incoming, Message, Stream};
 pub use listener::Listener;
 
@@ -112,6 +114,13 @@ pub(crate) trait FrameTx: Send {
     /// Writes one frame: `head` is the encoded header plus meta, `payload` the body bytes.
     /// Blocking for room lasts at most `timeout`.
     fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()>;
+
+    /// Writes one frame whose payload the backend may keep (reference counted) and send
+    /// later, so frames can be in flight together. Backends that copy anyway write at once.
+    fn write_frame_owned(&mut self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {
+        let slices: Vec<IoSlice<'_>> = payload.iter().map(|b| IoSlice::new(b)).collect();
+        self.write_frame(head, &slices, timeout)
+    }
 
     /// Largest payload this backend takes in one frame.
     fn max_payload(&self) -> usize;

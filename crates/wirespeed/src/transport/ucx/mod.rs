@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use self::worker::{Core, Shared};
 use super::conn::Connection;
 use super::listener::Listener;
@@ -185,6 +187,23 @@ impl FrameTx for UcxTx {
             return Err(Error::ConnectionLost(format!("sending: {}", context::status_string(status))));
         }
         Ok(())
+    }
+
+    fn write_frame_owned(&mut self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {
+        let shared = &self.h.shared;
+        let bytes = payload.iter().map(|b| b.len()).sum();
+        let room = shared.wait(Some(Instant::now() + timeout), true, |core| {
+            core.reap();
+            core.has_room(bytes).then_some(())
+        })?;
+        if room.is_none() {
+            return Err(Error::Timeout(timeout));
+        }
+        let mut core = shared.lock();
+        if let Some(e) = core.failure() {
+            return Err(e);
+        }
+        core.post_owned(head, payload)
     }
 
     fn max_payload(&self) -> usize {

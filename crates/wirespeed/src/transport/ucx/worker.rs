@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use ucx_sys::*;
@@ -34,6 +35,8 @@ use crate::transport::sys::ms_until;
 const AM_ID: u32 = 0x77;
 /// How long a waiting thread drives progress itself after the last event before it parks.
 const SPIN: Duration = Duration::from_micros(500);
+/// Idle spins between clock reads.
+const CLOCK_EVERY: u32 = 32;
 /// How long nobody may drive progress before the progress thread takes over.
 const HANDOVER: Duration = Duration::from_millis(2);
 /// After the bootstrap socket hangs up, how long frames already on their way may still arrive.
@@ -41,6 +44,9 @@ const HANGUP_GRACE: Duration = Duration::from_millis(250);
 /// Bounds on how long the progress thread sleeps between looks at the worker.
 const MIN_POLL: Duration = Duration::from_millis(1);
 const MAX_POLL: Duration = Duration::from_secs(1);
+/// Owned sends in flight at most, by count and by bytes, before a sender waits.
+const MAX_INFLIGHT: usize = 64;
+const MAX_INFLIGHT_BYTES: usize = 16 << 20;
 /// Receive buffers kept for reuse, per connection.
 const POOL_KEEP: usize = 64 << 20;
 /// Payloads start on this boundary in receive buffers (Arrow wants 64-byte alignment).
@@ -54,6 +60,18 @@ pub(super) struct Core {
     max_am_header: usize,
     /// Sends started and not yet seen complete by their sender.
     pub(super) sends_in_flight: usize,
+    /// Sends whose buffers UCX may still read, oldest first (see `post_owned`).
+    inflight: VecDeque<InFlight>,
+    inflight_bytes: usize,
+}
+
+/// A send that owns what UCX reads: the frame head, the payload and the gather list.
+struct InFlight {
+    head: Vec<u8>,
+    payload: Vec<Bytes>,
+    iov: Vec<ucp_dt_iov_t>,
+    done: Box<Option<ucs_status_t>>,
+    bytes: usize,
 }
 
 // SAFETY: the worker is created SERIALIZED and only touched with the Core lock held.
@@ -149,7 +167,9 @@ impl Shared {
         mut ready: impl FnMut(&mut Core) -> Option<T>,
     ) -> Result<Option<T>> {
         let mut core = self.lock();
-        let mut spin_end = None;
+        let mut now = Instant::now();
+        let mut spin_end = now + SPIN;
+        let mut idle_spins = 0u32;
         loop {
             if let Some(t) = ready(&mut core) {
                 return Ok(Some(t));
@@ -158,21 +178,24 @@ impl Shared {
             if stop_on_failure && let Some(e) = &core.inbox.failure {
                 return Err(e.duplicate());
             }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Ok(None);
-            }
-            let end = *spin_end.get_or_insert(now + SPIN);
-            if now < end {
-                let events = core.progress();
+            // The clock is read once per few idle spins: reading it costs more than a spin.
+            if idle_spins % CLOCK_EVERY == 0 {
+                now = Instant::now();
                 self.app_at.store(now.duration_since(self.born).as_nanos() as u64, Ordering::Relaxed);
-                if events > 0 {
-                    spin_end = Some(now + SPIN);
+                if deadline.is_some_and(|d| now >= d) {
+                    return Ok(None);
+                }
+            }
+            if now < spin_end {
+                if core.progress() > 0 {
+                    spin_end = now + SPIN;
+                    idle_spins = 0;
                     // What we just progressed may be what a parked thread waits for.
                     if self.parked.load(Ordering::SeqCst) > 0 {
                         self.wake.notify_all();
                     }
                 } else {
+                    idle_spins += 1;
                     drop(core);
                     std::hint::spin_loop();
                     core = self.lock();
@@ -181,9 +204,10 @@ impl Shared {
             }
             self.parked.fetch_add(1, Ordering::SeqCst);
             self.kick();
-            let slice = deadline.map_or(Duration::from_secs(1), |d| d - now);
+            let slice = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
             core = self.wake.wait_timeout(core, slice).unwrap_or_else(|p| p.into_inner()).0;
             self.parked.fetch_sub(1, Ordering::SeqCst);
+            idle_spins = 0;
         }
     }
 
@@ -324,7 +348,15 @@ impl Core {
             peer_gone: None,
         });
         // From here on, dropping `core` destroys the worker.
-        let mut core = Core { worker, ep: std::ptr::null_mut(), inbox, max_am_header: 0, sends_in_flight: 0 };
+        let mut core = Core {
+            worker,
+            ep: std::ptr::null_mut(),
+            inbox,
+            max_am_header: 0,
+            sends_in_flight: 0,
+            inflight: VecDeque::new(),
+            inflight_bytes: 0,
+        };
         let mut attr =
             ucp_worker_attr_t { field_mask: UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER as u64, ..Default::default() };
         // SAFETY: live worker, out-pointer to a local.
@@ -395,7 +427,47 @@ impl Core {
 
     /// Transfers in flight: a send not yet complete, or a rendezvous body still arriving.
     fn outstanding(&self) -> bool {
-        self.sends_in_flight > 0 || self.inbox.arrivals.iter().any(|a| a.done.is_none())
+        self.sends_in_flight > 0 || !self.inflight.is_empty() || self.inbox.arrivals.iter().any(|a| a.done.is_none())
+    }
+
+    /// Forgets owned sends that completed; a failed one fails the connection.
+    pub(super) fn reap(&mut self) {
+        while let Some(f) = self.inflight.front()
+            && let Some(status) = *f.done
+        {
+            if status != UCS_OK {
+                self.inbox.fail(Error::ConnectionLost(format!("sending: {}", status_string(status))));
+            }
+            self.inflight_bytes -= f.bytes;
+            self.inflight.pop_front();
+        }
+    }
+
+    /// Whether an owned send of `bytes` fits under the in-flight limits.
+    pub(super) fn has_room(&self, bytes: usize) -> bool {
+        self.inflight.is_empty()
+            || (self.inflight.len() < MAX_INFLIGHT && self.inflight_bytes + bytes <= MAX_INFLIGHT_BYTES)
+    }
+
+    /// Starts sending a frame whose payload we keep until UCX is done with it; returns
+    /// without waiting for that.
+    pub(super) fn post_owned(&mut self, head: &[u8], payload: &[Bytes]) -> Result<()> {
+        let bytes = payload.iter().map(|b| b.len()).sum();
+        let mut f =
+            InFlight { head: head.to_vec(), payload: payload.to_vec(), iov: Vec::new(), done: Box::new(None), bytes };
+        let slices: Vec<std::io::IoSlice<'_>> = f.payload.iter().map(|b| std::io::IoSlice::new(b)).collect();
+        let slot: *mut Option<ucs_status_t> = &mut *f.done;
+        // SAFETY: the head, payload, gather list and slot are heap memory owned by `f`, which
+        // stays in `inflight` (moving it does not move them) until the send completes or the
+        // worker is destroyed.
+        let pending = unsafe { self.start_send(&f.head, &slices, &mut f.iov, slot)? };
+        drop(slices);
+        if pending {
+            self.sends_in_flight -= 1; // counted in `inflight` instead
+            self.inflight_bytes += f.bytes;
+            self.inflight.push_back(f);
+        }
+        Ok(())
     }
 
     pub(super) fn failure(&self) -> Option<Error> {
