@@ -2,6 +2,8 @@
 # wirespeed against its peers, in one run on this machine, at the same sizes:
 #   tcp  vs iperf3 (one stream, loopback)
 #   shm  vs ucx_perftest -t ucp_am_bw with UCX_TLS=posix,cma,self
+#   ucx  vs ucx_perftest -t ucp_am_bw with the same UCX_TLS (tcp, and posix,cma,self)
+#   ucx  with 64 streams vs 1 stream on one connection
 #   and a single-core memcpy figure as the ceiling for one-copy transports.
 # Every figure is the median of RUNS runs (default 3); MB = 10^6 bytes.
 set -euo pipefail
@@ -12,8 +14,9 @@ PORT=${PORT:-5301}
 
 median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
-ws() { # transport size -> MB/s
-  "$BIN" bench raw --transport "$1" --size "$2" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
+ws() { # transport size [streams] -> MB/s
+  "$BIN" bench raw --transport "$1" --size "$2" --streams "${3:-1}" --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
 }
 
 ws_msgs() { # transport size -> messages/s
@@ -28,15 +31,19 @@ iperf() { # -> MB/s, one TCP stream on loopback for 5 s
   wait "$srv" 2>/dev/null || true
 }
 
-ucx_am_bw() { # size -> MB/s (ucx_perftest reports MiB/s; converted)
-  local size=$1 n=$(( 16000000000 / $1 ))   # the same volume as `bench raw` moves
+ucx_am_bw() { # size [tls] -> MB/s (ucx_perftest reports MiB/s; converted)
+  local size=$1 tls=${2:-posix,cma,self} n=$(( 16000000000 / $1 ))   # the volume `bench raw` moves
   [ "$n" -gt 2000000 ] && n=2000000
-  UCX_TLS=posix,cma,self ucx_perftest -t ucp_am_bw -s "$size" -n "$n" -p "$PORT" >/dev/null 2>&1 &
+  UCX_TLS=$tls ucx_perftest -t ucp_am_bw -s "$size" -n "$n" -p "$PORT" >/dev/null 2>&1 &
   local srv=$!
   sleep 0.5
-  UCX_TLS=posix,cma,self ucx_perftest 127.0.0.1 -t ucp_am_bw -s "$size" -n "$n" -p "$PORT" 2>/dev/null |
+  UCX_TLS=$tls ucx_perftest 127.0.0.1 -t ucp_am_bw -s "$size" -n "$n" -p "$PORT" 2>/dev/null |
     awk '/Final:/ { print $(NF-2) * 1.048576 }'
   wait "$srv" 2>/dev/null || true
+}
+
+ws_ucx() { # tls size [streams] -> MB/s
+  UCX_TLS=$1 ws ucx "$2" "${3:-1}"
 }
 
 runs() { local out=(); for _ in $(seq "$RUNS"); do out+=("$("$@")"); done; median "${out[@]}"; }
@@ -55,6 +62,14 @@ peer=$(runs ucx_am_bw 4096); mine=$(runs ws shm 4096)
 line "shm 4 KiB vs ucx am_bw posix,cma (MB/s)" "$mine" "$peer"
 mine=$(runs ws_msgs shm 4096)
 printf '%-44s %12.0f %12s %8s\n' "shm 4 KiB (messages/s, target 1e6)" "$mine" "-" "$(ratio "$mine" 1000000)"
+for tls in tcp posix,cma,self; do
+  for size in 131072 1048576; do
+    peer=$(runs ucx_am_bw "$size" "$tls"); mine=$(runs ws_ucx "$tls" "$size")
+    line "ucx $((size >> 10)) KiB vs ucx am_bw, UCX_TLS=$tls (MB/s)" "$mine" "$peer"
+  done
+done
+one=$(runs ws_ucx posix,cma,self 1048576 1); many=$(runs ws_ucx posix,cma,self 1048576 64)
+line "ucx 1 MiB, 64 streams vs 1 stream (MB/s)" "$many" "$one"
 mcp=$(runs bash -c "\"$BIN\" bench memcpy --size 1048576 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"mb_per_s\"])'")
 mine=$(runs ws shm 1048576)
 line "shm 1 MiB vs one-core memcpy 1 MiB (MB/s)" "$mine" "$mcp"

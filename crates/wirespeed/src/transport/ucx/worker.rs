@@ -179,7 +179,7 @@ impl Shared {
                 return Err(e.duplicate());
             }
             // The clock is read once per few idle spins: reading it costs more than a spin.
-            if idle_spins % CLOCK_EVERY == 0 {
+            if idle_spins.is_multiple_of(CLOCK_EVERY) {
                 now = Instant::now();
                 self.app_at.store(now.duration_since(self.born).as_nanos() as u64, Ordering::Relaxed);
                 if deadline.is_some_and(|d| now >= d) {
