@@ -548,7 +548,8 @@ impl Core {
             return Ok(false);
         }
         if ucs_ptr_is_err(req) {
-            return Err(Error::Fabric { op: "sending", status: status_string(ucs_ptr_status(req)) });
+            // The endpoint cannot carry frames any more (its peer is gone, most often).
+            return Err(Error::ConnectionLost(format!("sending: {}", status_string(ucs_ptr_status(req)))));
         }
         self.sends_in_flight += 1;
         Ok(true)
@@ -660,10 +661,8 @@ impl Inbox {
                 if req.is_null() {
                     *a.done = Some(UCS_OK);
                 } else if ucs_ptr_is_err(req) {
-                    return Err(Error::Fabric {
-                        op: "receiving a message body",
-                        status: status_string(ucs_ptr_status(req)),
-                    });
+                    let status = status_string(ucs_ptr_status(req));
+                    return Err(Error::ConnectionLost(format!("receiving a message body: {status}")));
                 }
             } else {
                 // SAFETY: eager data is `length` readable bytes for the callback's duration.
