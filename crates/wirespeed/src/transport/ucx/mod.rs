@@ -57,7 +57,8 @@ fn establish(mut s: TcpStream, role: Role, peer: Params, config: &Config, name: 
     let handle =
         Arc::new(Handle { shared, thread: Mutex::new(Some(thread)), closed_gracefully: AtomicBool::new(false) });
     let rx = UcxRx { h: handle.clone() };
-    let tx = UcxTx { h: handle, max_payload: config.limits.max_payload as usize, iov: Vec::new() };
+    let tx =
+        UcxTx { h: handle, max_payload: config.limits.max_payload as usize, iov: Vec::new(), done: Box::new(None) };
     let session = Session::new(role, handshake::our_params(config), peer);
     Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
 }
@@ -149,6 +150,8 @@ struct UcxTx {
     max_payload: usize,
     /// The gather list of the frame being sent; UCX reads it until the send completes.
     iov: Vec<ucx_sys::ucp_dt_iov_t>,
+    /// Where that send reports completion. Reused: `write_frame` has one send at a time.
+    done: Box<Option<ucx_sys::ucs_status_t>>,
 }
 
 // SAFETY: `iov` holds pointers only while `write_frame` runs, which waits for UCX to finish.
@@ -157,36 +160,31 @@ unsafe impl Send for UcxTx {}
 impl FrameTx for UcxTx {
     fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
         let shared = &self.h.shared;
-        let mut done = Box::new(None);
-        let slot: *mut Option<ucx_sys::ucs_status_t> = &mut *done;
-        // SAFETY: whatever happens below, we return only once the request has completed.
-        let pending = unsafe { shared.lock().start_send(head, payload, &mut self.iov, slot)? };
-        if !pending {
-            return Ok(());
+        *self.done = None;
+        let slot: *mut Option<ucx_sys::ucs_status_t> = &mut *self.done;
+        {
+            let mut core = shared.lock();
+            // SAFETY: whatever happens below, we return only once the request has completed.
+            if !unsafe { core.start_send(head, payload, &mut self.iov, slot)? } {
+                return Ok(());
+            }
+            core.sends_in_flight += 1;
         }
         // SAFETY (reads of `slot`): UCX writes it only from callbacks run under the lock that
         // `wait` holds while it calls us.
-        let outcome = shared.wait(Some(Instant::now() + timeout), true, |_| unsafe { *slot });
-        let status = match outcome {
-            Ok(Some(status)) => status,
+        let outcome = match shared.wait(Some(Instant::now() + timeout), true, |_| unsafe { *slot }) {
+            Ok(Some(ucx_sys::UCS_OK)) => Ok(()),
+            Ok(Some(status)) => Err(Error::ConnectionLost(format!("sending: {}", context::status_string(status)))),
             other => {
                 // Timed out or failed: cancel the send, then wait until UCX lets go of the
                 // caller's buffers (a forced close completes every request).
                 shared.lock().close_ep(true, Duration::ZERO);
                 let _ = shared.wait(None, false, |_| unsafe { *slot });
-                shared.lock().sends_in_flight -= 1;
-                return Err(match other {
-                    Err(e) => e,
-                    _ => Error::Timeout(timeout),
-                });
+                Err(other.err().unwrap_or(Error::Timeout(timeout)))
             }
         };
         shared.lock().sends_in_flight -= 1;
-        drop(done);
-        if status != ucx_sys::UCS_OK {
-            return Err(Error::ConnectionLost(format!("sending: {}", context::status_string(status))));
-        }
-        Ok(())
+        outcome
     }
 
     fn write_frame_owned(&mut self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {
@@ -199,11 +197,7 @@ impl FrameTx for UcxTx {
         if room.is_none() {
             return Err(Error::Timeout(timeout));
         }
-        let mut core = shared.lock();
-        if let Some(e) = core.failure() {
-            return Err(e);
-        }
-        core.post_owned(head, payload)
+        shared.lock().post_owned(head, payload)
     }
 
     fn max_payload(&self) -> usize {

@@ -58,7 +58,7 @@ pub(super) struct Core {
     ep: ucp_ep_h,
     inbox: Box<Inbox>,
     max_am_header: usize,
-    /// Sends started and not yet seen complete by their sender.
+    /// Borrowed-buffer sends whose sender is still waiting for them (see `UcxTx::write_frame`).
     pub(super) sends_in_flight: usize,
     /// Sends whose buffers UCX may still read, oldest first (see `post_owned`).
     inflight: VecDeque<InFlight>,
@@ -102,8 +102,16 @@ struct Arrival {
     /// Offset of the data in `buf`, so that the payload starts aligned.
     pad: usize,
     buf: Option<PoolBuf>,
-    /// Where a rendezvous receive reports its completion; `None` while in flight.
-    done: Box<Option<ucs_status_t>>,
+    /// For a rendezvous body, where its receive reports completion (`None` while in flight);
+    /// eager data is complete on arrival and needs no slot.
+    rndv: Option<Box<Option<ucs_status_t>>>,
+}
+
+impl Arrival {
+    /// The receive's status: `None` while a rendezvous body is still arriving.
+    fn status(&self) -> Option<ucs_status_t> {
+        self.rndv.as_deref().map_or(Some(UCS_OK), |s| *s)
+    }
 }
 
 /// State shared by the connection's halves and its progress thread.
@@ -267,7 +275,8 @@ impl Shared {
                 core.inbox.expire_peer_gone();
                 let armed = core.arm();
                 // Send completions show only in the event count, arrivals in the inbox's.
-                if (events > 0 || core.inbox.events != before) && self.parked.load(Ordering::SeqCst) > 0 {
+                let active = events > 0 || core.inbox.events != before;
+                if active && self.parked.load(Ordering::SeqCst) > 0 {
                     self.wake.notify_all();
                 }
                 match armed {
@@ -278,7 +287,7 @@ impl Shared {
                         self.wake.notify_all();
                     }
                 }
-                if events > 0 || core.inbox.events != before || core.outstanding() {
+                if active || core.outstanding() {
                     last_event = now;
                 }
                 // UCX may hold work of its own (a queued acknowledgement, say) that no event
@@ -427,7 +436,9 @@ impl Core {
 
     /// Transfers in flight: a send not yet complete, or a rendezvous body still arriving.
     fn outstanding(&self) -> bool {
-        self.sends_in_flight > 0 || !self.inflight.is_empty() || self.inbox.arrivals.iter().any(|a| a.done.is_none())
+        self.sends_in_flight > 0
+            || !self.inflight.is_empty()
+            || self.inbox.arrivals.iter().any(|a| a.status().is_none())
     }
 
     /// Forgets owned sends that completed; a failed one fails the connection.
@@ -463,7 +474,6 @@ impl Core {
         let pending = unsafe { self.start_send(&f.head, &slices, &mut f.iov, slot)? };
         drop(slices);
         if pending {
-            self.sends_in_flight -= 1; // counted in `inflight` instead
             self.inflight_bytes += f.bytes;
             self.inflight.push_back(f);
         }
@@ -476,8 +486,7 @@ impl Core {
 
     /// Takes the oldest arrival if it is complete: header, meta and payload.
     pub(super) fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Vec<u8>, Buf)>> {
-        let front = self.inbox.arrivals.front()?;
-        match *front.done {
+        match self.inbox.arrivals.front()?.status() {
             None => return None,
             Some(UCS_OK) => {}
             Some(s) => {
@@ -551,7 +560,6 @@ impl Core {
             // The endpoint cannot carry frames any more (its peer is gone, most often).
             return Err(Error::ConnectionLost(format!("sending: {}", status_string(ucs_ptr_status(req)))));
         }
-        self.sends_in_flight += 1;
         Ok(true)
     }
 
@@ -634,32 +642,25 @@ impl Inbox {
             return Err(FrameError::Malformed("UCX message length").into());
         }
         let pad = (PAYLOAD_ALIGN - data_meta % PAYLOAD_ALIGN) % PAYLOAD_ALIGN;
-        let mut a = Arrival {
-            header: h,
-            meta: header[HEADER_LEN..].to_vec(),
-            data_meta,
-            pad,
-            buf: None,
-            done: Box::new(Some(UCS_OK)),
-        };
+        let mut a = Arrival { header: h, meta: header[HEADER_LEN..].to_vec(), data_meta, pad, buf: None, rndv: None };
         if length > 0 {
             let mut buf = self.pool.take(pad + length)?;
             // SAFETY: the buffer holds at least pad + length bytes.
             let dst = unsafe { buf.as_mut_ptr().add(pad) };
             if rndv {
-                *a.done = None;
+                let slot: *mut Option<ucs_status_t> = &mut **a.rndv.insert(Box::new(None));
                 let mut params = ucp_request_param_t {
                     op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
                     datatype: UCP_DT_BYTES,
-                    user_data: (&mut *a.done as *mut Option<ucs_status_t>).cast(),
+                    user_data: slot.cast(),
                     ..Default::default()
                 };
                 params.cb.recv_am = Some(on_recv_done);
                 // SAFETY: `data` is the descriptor UCX handed us; `dst` has room for
-                // `length` bytes and, like `done`, lives until the worker is destroyed.
+                // `length` bytes and, like the slot, lives until the worker is destroyed.
                 let req = unsafe { ucp_am_recv_data_nbx(self.worker, data, dst.cast(), length, &params) };
                 if req.is_null() {
-                    *a.done = Some(UCS_OK);
+                    a.rndv = None; // done already
                 } else if ucs_ptr_is_err(req) {
                     let status = status_string(ucs_ptr_status(req));
                     return Err(Error::ConnectionLost(format!("receiving a message body: {status}")));
@@ -705,16 +706,13 @@ unsafe extern "C" fn on_am(
 }
 
 unsafe extern "C" fn on_recv_done(request: *mut c_void, status: ucs_status_t, _len: usize, user_data: *mut c_void) {
-    // SAFETY: `user_data` is the arrival's completion slot, alive until the worker is
-    // destroyed; our caller holds the Core lock. The request is ours to free.
-    unsafe {
-        *(user_data as *mut Option<ucs_status_t>) = Some(status);
-        ucp_request_free(request);
-    }
+    // SAFETY: as `on_send_done`; the arrival's slot lives until the worker is destroyed.
+    unsafe { on_send_done(request, status, user_data) }
 }
 
 unsafe extern "C" fn on_send_done(request: *mut c_void, status: ucs_status_t, user_data: *mut c_void) {
-    // SAFETY: `user_data` is the sender's completion slot, which it keeps until this runs.
+    // SAFETY: `user_data` is the request's completion slot, which its owner keeps until this
+    // has run; our caller holds the Core lock. The request is ours to free.
     unsafe {
         *(user_data as *mut Option<ucs_status_t>) = Some(status);
         ucp_request_free(request);
