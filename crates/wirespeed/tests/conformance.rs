@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use wirespeed::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
 use wirespeed::proto::handshake::{Handshake, Params};
-use wirespeed::{Config, Connection, Error, ErrorCode, Key, Listener, connect, listen};
+use wirespeed::{Bytes, Config, Connection, Error, ErrorCode, Key, Listener, Ready, connect, listen};
 
 fn key() -> Key {
     Key::new("conformance key").unwrap()
@@ -214,6 +214,59 @@ fn many_concurrent_streams(scheme: &str) {
                 st.send(&n.to_le_bytes(), &[]).unwrap();
                 st.finish().unwrap();
             });
+        }
+    });
+}
+
+/// The server reads 32 streams from one thread with `next_ready`, the client writes them from
+/// one thread in turns; every message arrives whole, checksummed and in order per stream.
+fn one_thread_serves_many_streams(scheme: &str) {
+    const STREAMS: usize = 32;
+    const MESSAGES: usize = 16;
+    let (_l, c, s) = pair(scheme);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let streams: Vec<_> = (0..STREAMS).map(|_| c.open_stream().unwrap()).collect();
+            for m in 0..MESSAGES {
+                for (i, st) in streams.iter().enumerate() {
+                    let seed = (i * 1000 + m) as u64;
+                    let body = pattern(seed, (seed as usize * 7919) % (300 << 10));
+                    let mut header = (m as u32).to_le_bytes().to_vec();
+                    header.extend_from_slice(blake3::hash(&body).as_bytes());
+                    st.send_bytes(&header, &[Bytes::from(body)]).unwrap();
+                }
+            }
+            for st in &streams {
+                st.finish().unwrap();
+                assert_eq!(st.recv().unwrap().unwrap().header, (MESSAGES as u32).to_le_bytes());
+                assert!(st.recv().unwrap().is_none());
+            }
+        });
+        let mut open = std::collections::HashMap::new();
+        let mut done = 0;
+        while done < STREAMS {
+            match s.next_ready().unwrap() {
+                Ready::Accept => {
+                    let st = s.accept_stream().unwrap();
+                    open.insert(st.id(), (st, 0u32));
+                }
+                Ready::Stream(id) => {
+                    let (st, n) = open.get_mut(&id).expect("ready streams were accepted first");
+                    match st.recv().unwrap() {
+                        Some(m) => {
+                            assert_eq!(m.header[..4], n.to_le_bytes(), "order on stream {id}");
+                            assert_eq!(&m.header[4..], blake3::hash(&m.body.to_vec()).as_bytes());
+                            *n += 1;
+                        }
+                        None => {
+                            let (st, n) = open.remove(&id).unwrap();
+                            st.send(&n.to_le_bytes(), &[]).unwrap();
+                            st.finish().unwrap();
+                            done += 1;
+                        }
+                    }
+                }
+            }
         }
     });
 }
@@ -551,6 +604,11 @@ macro_rules! conformance {
             fn many_concurrent_streams() {
                 super::many_concurrent_streams(S)
             }
+            #[test]
+            fn one_thread_serves_many_streams() {
+                super::one_thread_serves_many_streams(stringify!($scheme));
+            }
+
             #[test]
             fn body_larger_than_4_gib() {
                 super::body_larger_than_4_gib(S)

@@ -1,14 +1,15 @@
-//! `bench raw`: a receiver process on loopback, N messages of SIZE bytes over S streams.
+//! `bench raw`: a receiver process on loopback, N messages of SIZE bytes over S streams,
+//! one thread on each side serving every stream.
 //! Each message carries its send time (CLOCK_MONOTONIC, shared by both processes); the
 //! receiver notes when the whole message arrived and sends the latencies back at the end.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::thread;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use wirespeed::{Config, Connection, Key, key::KEY_ENV};
+use wirespeed::{Config, Connection, Key, Ready, key::KEY_ENV};
 
 use super::report::Report;
 
@@ -79,23 +80,7 @@ pub fn run(a: RawArgs) -> Result<()> {
     let conn = wirespeed::connect(&server.url, &key, &Config::default()).context("connecting to the receiver")?;
     let body = wirespeed::Bytes::from(vec![0x5au8; a.size]);
     let t0 = now_ns();
-    let results: Vec<Result<(u64, Vec<u64>)>> = thread::scope(|s| {
-        let handles: Vec<_> = (0..a.streams)
-            .map(|i| {
-                let n = count / a.streams as u64 + u64::from((i as u64) < count % a.streams as u64);
-                let (conn, body) = (&conn, &body);
-                s.spawn(move || send_stream(conn, body, n))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("sender thread")).collect()
-    });
-    let mut last = 0;
-    let mut latencies_ns = Vec::with_capacity(count as usize);
-    for r in results {
-        let (end, mut l) = r?;
-        last = last.max(end);
-        latencies_ns.append(&mut l);
-    }
+    let (last, latencies_ns) = send_all(&conn, &body, a.streams, count)?;
     conn.close();
     server.wait()?;
     Report {
@@ -110,22 +95,28 @@ pub fn run(a: RawArgs) -> Result<()> {
     Ok(())
 }
 
-/// Sends `n` messages and returns when the receiver got the last one, with every latency.
-fn send_stream(conn: &Connection, body: &wirespeed::Bytes, n: u64) -> Result<(u64, Vec<u64>)> {
-    let st = conn.open_stream()?;
-    for _ in 0..n {
-        st.send_bytes(&now_ns().to_le_bytes(), std::slice::from_ref(body))?;
+/// Sends `count` messages from this one thread, taking the streams in turns, and returns when
+/// the receiver got the last one, with every latency.
+fn send_all(conn: &Connection, body: &wirespeed::Bytes, streams: usize, count: u64) -> Result<(u64, Vec<u64>)> {
+    let streams = (0..streams).map(|_| conn.open_stream()).collect::<wirespeed::Result<Vec<_>>>()?;
+    for i in 0..count {
+        streams[i as usize % streams.len()].send_bytes(&now_ns().to_le_bytes(), std::slice::from_ref(body))?;
     }
-    st.finish()?;
-    let reply = st.recv()?.context("the receiver sent no results")?;
-    let last = u64::from_le_bytes(reply.header.as_slice().try_into().context("bad result header")?);
-    let bytes = reply.body.to_vec();
-    let lat = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
-    // Read to the end: dropping a stream the peer has not finished cancels it.
-    if st.recv()?.is_some() {
-        bail!("the receiver sent more than its results");
+    let (mut last, mut latencies) = (0, Vec::with_capacity(count as usize));
+    for st in &streams {
+        st.finish()?;
     }
-    Ok((last, lat))
+    for st in &streams {
+        let reply = st.recv()?.context("the receiver sent no results")?;
+        last = last.max(u64::from_le_bytes(reply.header.as_slice().try_into().context("bad result header")?));
+        let bytes = reply.body.to_vec();
+        latencies.extend(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))));
+        // Read to the end: dropping a stream the peer has not finished cancels it.
+        if st.recv()?.is_some() {
+            bail!("the receiver sent more than its results");
+        }
+    }
+    Ok((last, latencies))
 }
 
 /// The receiver process.
@@ -172,6 +163,7 @@ impl Drop for Server {
     }
 }
 
+/// The receiver: one thread serves every stream, as `next_ready` hands them out.
 pub fn serve(a: ServerArgs) -> Result<()> {
     let key = Key::require(None)?;
     let config = Config { shm_ring_bytes: a.shm_ring_bytes, ..Config::default() };
@@ -179,26 +171,29 @@ pub fn serve(a: ServerArgs) -> Result<()> {
     println!("listening {}", listener.url());
     let conn = listener.accept()?;
     let per_stream = (a.count / a.streams.max(1) as u64 + 1) as usize;
-    thread::scope(|s| {
-        let mut workers = Vec::new();
-        for _ in 0..a.streams {
-            let st = conn.accept_stream()?;
-            workers.push(s.spawn(move || -> Result<()> {
-                let mut lat = Vec::with_capacity(per_stream * 8);
-                let mut last = 0;
-                while let Some(m) = st.recv()? {
-                    last = now_ns();
+    // Per stream: the stream, the latencies so far, and when its last message arrived.
+    let mut open = HashMap::new();
+    let mut done = 0;
+    while done < a.streams {
+        match conn.next_ready()? {
+            Ready::Accept => {
+                let st = conn.accept_stream()?;
+                open.insert(st.id(), (st, Vec::with_capacity(per_stream * 8), 0));
+            }
+            Ready::Stream(id) => {
+                let (st, lat, last) = open.get_mut(&id).context("a stream was ready before it was accepted")?;
+                if let Some(m) = st.recv()? {
+                    *last = now_ns();
                     let sent = u64::from_le_bytes(m.header.as_slice().try_into().context("bad message header")?);
                     lat.extend_from_slice(&last.saturating_sub(sent).to_le_bytes());
+                } else {
+                    let (st, lat, last) = open.remove(&id).expect("present");
+                    st.send(&last.to_le_bytes(), &[&lat])?;
+                    st.finish()?;
+                    done += 1;
                 }
-                st.send(&last.to_le_bytes(), &[&lat])?;
-                st.finish()?;
-                Ok(())
-            }));
+            }
         }
-        // Like any server, keep accepting; this thread must not slow the readers down.
-        let conn = &conn;
-        s.spawn(move || while conn.accept_stream().is_ok() {});
-        workers.into_iter().try_for_each(|w| w.join().expect("receiver thread"))
-    })
+    }
+    Ok(())
 }

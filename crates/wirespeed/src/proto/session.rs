@@ -33,6 +33,15 @@ pub enum Touched {
     All,
 }
 
+/// What [`Session::poll_ready`] reports: where a receive would not wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ready {
+    /// The peer opened a stream that waits to be accepted.
+    Accept,
+    /// This stream has something to receive: a message, body bytes, its end, or a reset.
+    Stream(u32),
+}
+
 /// What the application receives on a stream, in order.
 #[derive(Debug)]
 pub enum RecvEvent {
@@ -57,6 +66,8 @@ struct StreamState {
     recv_window: u64,
     /// Bytes the application consumed that we have not granted back yet.
     unacked: u64,
+    /// Listed in `Session::ready`.
+    listed: bool,
 }
 
 pub struct Session {
@@ -71,6 +82,8 @@ pub struct Session {
     /// was overtaken by a later stream's (threads race to the socket).
     skipped: HashSet<u32>,
     accept_queue: VecDeque<u32>,
+    /// Streams that received something since [`Session::poll_ready`] last found them empty.
+    ready: VecDeque<u32>,
     transmit: Vec<u8>,
     failed: Option<Error>,
     peer_closed: bool,
@@ -88,6 +101,7 @@ impl Session {
             next_peer: if role == Role::Client { 2 } else { 1 },
             skipped: HashSet::new(),
             accept_queue: VecDeque::new(),
+            ready: VecDeque::new(),
             transmit: Vec::new(),
             failed: None,
             peer_closed: false,
@@ -109,6 +123,7 @@ impl Session {
             body_left: 0,
             recv_window: self.ours.stream_window,
             unacked: 0,
+            listed: false,
         }
     }
 
@@ -164,6 +179,31 @@ impl Session {
     pub fn poll_accept(&mut self) -> Option<Result<u32, Error>> {
         if let Some(id) = self.accept_queue.pop_front() {
             return Some(Ok(id));
+        }
+        if let Some(e) = self.terminal_error() {
+            return Some(Err(e));
+        }
+        if self.peer_closed {
+            return Some(Err(Error::Closed));
+        }
+        None
+    }
+
+    /// Where a receive would not wait, level-triggered: a stream stays ready, taking its turn
+    /// with the others, until a receive finds it empty; a finished or reset stream stays ready
+    /// until it is released. Errors once the connection is gone and nothing is left.
+    pub fn poll_ready(&mut self) -> Option<Result<Ready, Error>> {
+        if !self.accept_queue.is_empty() {
+            return Some(Ok(Ready::Accept));
+        }
+        while let Some(id) = self.ready.pop_front() {
+            let Some(s) = self.streams.get_mut(&id) else { continue };
+            if s.queue.is_empty() && s.recv_open && s.reset.is_none() {
+                s.listed = false;
+                continue;
+            }
+            self.ready.push_back(id);
+            return Some(Ok(Ready::Stream(id)));
         }
         if let Some(e) = self.terminal_error() {
             return Some(Err(e));
@@ -242,6 +282,10 @@ impl Session {
                 s.send_open = false;
             }
             _ => unreachable!("filtered above"),
+        }
+        if h.kind != Kind::Credit && !s.listed {
+            s.listed = true;
+            self.ready.push_back(h.stream);
         }
         Ok(if self.accept_queue.len() > accepted { Touched::Accept } else { Touched::Stream(h.stream) })
     }
@@ -567,6 +611,33 @@ mod tests {
         let (_, mut s) = pair();
         assert_eq!(deliver(&mut s, message_frame(1, b"", 0, &[])).unwrap(), Touched::Accept);
         assert_eq!(deliver(&mut s, message_frame(1, b"", 0, &[])).unwrap(), Touched::Stream(1));
+    }
+
+    #[test]
+    fn ready_streams_take_turns_until_drained_or_released() {
+        let (_, mut s) = pair();
+        assert!(s.poll_ready().is_none());
+        deliver(&mut s, message_frame(1, b"", 0, &[])).unwrap();
+        deliver(&mut s, message_frame(3, b"", 0, &[])).unwrap();
+        deliver(&mut s, message_frame(1, b"", 0, &[])).unwrap();
+        assert_eq!(s.poll_ready().unwrap().unwrap(), Ready::Accept);
+        while s.poll_accept().is_some_and(|r| r.is_ok()) {}
+        // Level-triggered and fair: 1 has two messages, yet 3 gets its turn in between.
+        let order: Vec<_> = (0..3).map(|_| s.poll_ready().unwrap().unwrap()).collect();
+        assert_eq!(order, [Ready::Stream(1), Ready::Stream(3), Ready::Stream(1)]);
+        for id in [1, 1, 3] {
+            assert!(matches!(s.poll_recv(id), Some(Ok(RecvEvent::Message { .. }))));
+        }
+        assert!(s.poll_ready().is_none()); // drained: nothing waits
+        let mut finish = FrameHeader::new(Kind::Finish, 3);
+        finish.len = 0;
+        s.on_frame(&finish, &[], Buf::empty()).unwrap();
+        assert_eq!(s.poll_ready().unwrap().unwrap(), Ready::Stream(3));
+        assert_eq!(s.poll_ready().unwrap().unwrap(), Ready::Stream(3)); // its end stays readable
+        s.release(3);
+        assert!(s.poll_ready().is_none());
+        s.fail(Error::Closed);
+        assert!(matches!(s.poll_ready(), Some(Err(Error::Closed))));
     }
 
     #[test]

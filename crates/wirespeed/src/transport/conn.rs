@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::mem::{Body, Buf};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
 use crate::proto::handshake::error_frame;
-use crate::proto::session::{RecvEvent, Session, Touched};
+use crate::proto::session::{Ready, RecvEvent, Session, Touched};
 
 /// An authenticated connection carrying many concurrent streams. Cheap to clone; the
 /// connection closes when the last clone and stream are gone.
@@ -51,6 +51,8 @@ struct Shared {
 enum Waiting {
     OnStream(u32),
     ForAccept,
+    /// [`Connection::next_ready`]: any stream, or a stream to accept.
+    ForAny,
 }
 
 /// How long an accepting thread lets other readers be before it reads itself.
@@ -114,6 +116,19 @@ impl Connection {
         Ok(Stream::new(self.inner.clone(), id))
     }
 
+    /// Waits until a receive would not wait: one thread can serve many streams this way
+    /// instead of a thread per stream. [`Ready::Stream`] names a stream with a message, body
+    /// bytes, its end or a reset waiting; receive from it, and drop it once it is finished.
+    /// [`Ready::Accept`] means [`Connection::accept_stream`] returns at once. Streams take
+    /// turns, so a busy one does not starve the rest.
+    pub fn next_ready(&self) -> Result<Ready> {
+        self.next_ready_timeout(self.inner.timeout)
+    }
+
+    pub fn next_ready_timeout(&self, timeout: Duration) -> Result<Ready> {
+        self.inner.wait_for(timeout, Waiting::ForAny, |s| s.poll_ready())
+    }
+
     /// Closes gracefully: the peer reads what was sent, then sees the connection closed.
     pub fn close(&self) {
         self.inner.close();
@@ -136,8 +151,8 @@ impl Shared {
         for (w, t) in &self.waiters {
             let concerned = match touched {
                 Touched::Nobody => false,
-                Touched::Stream(id) => *w == Waiting::OnStream(id),
-                Touched::Accept => *w == Waiting::ForAccept,
+                Touched::Stream(id) => *w == Waiting::OnStream(id) || *w == Waiting::ForAny,
+                Touched::Accept => *w == Waiting::ForAccept || *w == Waiting::ForAny,
                 Touched::All => true,
             };
             if concerned {
@@ -218,7 +233,7 @@ impl Inner {
                 return Err(Error::Timeout(timeout));
             }
             let may_drive = match who {
-                Waiting::OnStream(_) => true,
+                Waiting::OnStream(_) | Waiting::ForAny => true,
                 Waiting::ForAccept => g.stream_waiters() == 0 && (g.handles == 0 || idle_slices > 0),
             };
             if !g.driving && may_drive {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+pub use crate::proto::session::Ready;
 pub use conn::{Connection, Incoming, Message, Stream};
 pub use listener::Listener;
 

@@ -47,6 +47,10 @@ const MAX_POLL: Duration = Duration::from_secs(1);
 /// Owned sends in flight at most, by count and by bytes, before a sender waits.
 const MAX_INFLIGHT: usize = 64;
 const MAX_INFLIGHT_BYTES: usize = 16 << 20;
+/// Received bytes waiting to be read, at most, before rendezvous bodies wait at the sender:
+/// the receiver pulls no further ahead than it reads, like a socket buffer, so buffers stay
+/// few (and warm in cache) however many streams have credit.
+const RECV_WINDOW: usize = 8 << 20;
 /// Receive buffers kept for reuse, per connection.
 const POOL_KEEP: usize = 64 << 20;
 /// Payloads start on this boundary in receive buffers (Arrow wants 64-byte alignment).
@@ -84,6 +88,10 @@ struct Inbox {
     pool: Arc<Pool>,
     limits: Limits,
     arrivals: VecDeque<Arrival>,
+    /// Payload bytes of `arrivals` being or already received (not deferred ones).
+    held: usize,
+    /// Arrivals whose rendezvous body waits for room under `RECV_WINDOW`.
+    deferred: usize,
     /// Bumped by every callback, so progress can tell whether to wake parked threads.
     events: u64,
     /// The first failure; later arrivals are dropped.
@@ -105,9 +113,16 @@ struct Arrival {
     /// For a rendezvous body, where its receive reports completion (`None` while in flight);
     /// eager data is complete on arrival and needs no slot.
     rndv: Option<Box<Option<ucs_status_t>>>,
+    /// A rendezvous body not pulled yet: UCX's descriptor for it, and its length.
+    deferred: Option<(*mut c_void, usize)>,
 }
 
 impl Arrival {
+    /// Bytes of receive buffer it counts against `RECV_WINDOW`.
+    fn held_bytes(&self) -> usize {
+        if self.buf.is_none() { 0 } else { self.pad + self.data_meta + self.header.payload_len() as usize }
+    }
+
     /// The receive's status: `None` while a rendezvous body is still arriving.
     fn status(&self) -> Option<ucs_status_t> {
         self.rndv.as_deref().map_or(Some(UCS_OK), |s| *s)
@@ -352,6 +367,8 @@ impl Core {
             pool: Pool::new(POOL_KEEP),
             limits,
             arrivals: VecDeque::new(),
+            held: 0,
+            deferred: 0,
             events: 0,
             failure: None,
             peer_gone: None,
@@ -496,6 +513,12 @@ impl Core {
             }
         }
         let a = self.inbox.arrivals.pop_front()?;
+        self.inbox.held -= a.held_bytes();
+        if self.inbox.deferred > 0
+            && let Err(e) = self.inbox.pull_deferred()
+        {
+            self.inbox.fail(e);
+        }
         let payload_len = a.header.payload_len() as usize;
         let (meta, payload) = match a.buf {
             None => (a.meta, Buf::empty()),
@@ -591,6 +614,7 @@ impl Core {
 
 impl Drop for Core {
     fn drop(&mut self) {
+        self.inbox.release_deferred();
         self.close_ep(true, Duration::from_secs(1));
         // SAFETY: created in `Core::new`, destroyed once. The inbox and the buffers of
         // receives still in flight drop after this, once UCX can no longer write to them.
@@ -604,6 +628,7 @@ impl Inbox {
         if self.failure.is_none() {
             self.failure = Some(e);
         }
+        self.release_deferred();
     }
 
     fn peer_going(&mut self, why: String) {
@@ -621,11 +646,12 @@ impl Inbox {
         }
     }
 
-    /// Queues one arriving message as a frame.
+    /// Queues one arriving message as a frame; true if UCX must keep its rendezvous
+    /// descriptor for later (the body waits for room).
     ///
     /// # Safety
     /// `data` holds `length` bytes (or is a rendezvous descriptor when `rndv`).
-    unsafe fn arrive(&mut self, header: &[u8], data: *mut c_void, length: usize, rndv: bool) -> Result<()> {
+    unsafe fn arrive(&mut self, header: &[u8], data: *mut c_void, length: usize, rndv: bool) -> Result<bool> {
         let fixed: &[u8; HEADER_LEN] =
             header.get(..HEADER_LEN).and_then(|h| h.try_into().ok()).ok_or(FrameError::Malformed("UCX message"))?;
         let h = FrameHeader::decode(fixed, &self.limits)?;
@@ -642,37 +668,81 @@ impl Inbox {
             return Err(FrameError::Malformed("UCX message length").into());
         }
         let pad = (PAYLOAD_ALIGN - data_meta % PAYLOAD_ALIGN) % PAYLOAD_ALIGN;
-        let mut a = Arrival { header: h, meta: header[HEADER_LEN..].to_vec(), data_meta, pad, buf: None, rndv: None };
+        let mut a = Arrival {
+            header: h,
+            meta: header[HEADER_LEN..].to_vec(),
+            data_meta,
+            pad,
+            buf: None,
+            rndv: None,
+            deferred: None,
+        };
+        if rndv {
+            a.rndv = Some(Box::new(None));
+            a.deferred = Some((data, length));
+            self.deferred += 1;
+            self.arrivals.push_back(a);
+            self.pull_deferred()?;
+            return Ok(self.deferred > 0);
+        }
         if length > 0 {
             let mut buf = self.pool.take(pad + length)?;
-            // SAFETY: the buffer holds at least pad + length bytes.
-            let dst = unsafe { buf.as_mut_ptr().add(pad) };
-            if rndv {
-                let slot: *mut Option<ucs_status_t> = &mut **a.rndv.insert(Box::new(None));
-                let mut params = ucp_request_param_t {
-                    op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
-                    datatype: UCP_DT_BYTES,
-                    user_data: slot.cast(),
-                    ..Default::default()
-                };
-                params.cb.recv_am = Some(on_recv_done);
-                // SAFETY: `data` is the descriptor UCX handed us; `dst` has room for
-                // `length` bytes and, like the slot, lives until the worker is destroyed.
-                let req = unsafe { ucp_am_recv_data_nbx(self.worker, data, dst.cast(), length, &params) };
-                if req.is_null() {
-                    a.rndv = None; // done already
-                } else if ucs_ptr_is_err(req) {
-                    let status = status_string(ucs_ptr_status(req));
-                    return Err(Error::ConnectionLost(format!("receiving a message body: {status}")));
-                }
-            } else {
-                // SAFETY: eager data is `length` readable bytes for the callback's duration.
-                unsafe { std::ptr::copy_nonoverlapping(data as *const u8, dst, length) };
-            }
+            // SAFETY: eager data is `length` readable bytes for the callback's duration, and
+            // the buffer holds at least pad + length bytes.
+            unsafe { std::ptr::copy_nonoverlapping(data as *const u8, buf.as_mut_ptr().add(pad), length) };
+            self.held += pad + length;
             a.buf = Some(buf);
         }
         self.arrivals.push_back(a);
+        Ok(false)
+    }
+
+    /// Starts pulling deferred rendezvous bodies, oldest first, while they fit the window
+    /// (the oldest always may, so a body larger than the window still moves).
+    fn pull_deferred(&mut self) -> Result<()> {
+        let worker = self.worker;
+        for a in self.arrivals.iter_mut() {
+            let Some((desc, length)) = a.deferred else { continue };
+            if self.held > 0 && self.held + a.pad + length > RECV_WINDOW {
+                break;
+            }
+            a.deferred = None;
+            self.deferred -= 1;
+            let mut buf = self.pool.take(a.pad + length)?;
+            self.held += a.pad + length;
+            let slot: *mut Option<ucs_status_t> = &mut **a.rndv.as_mut().expect("rendezvous slot");
+            let mut params = ucp_request_param_t {
+                op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
+                datatype: UCP_DT_BYTES,
+                user_data: slot.cast(),
+                ..Default::default()
+            };
+            params.cb.recv_am = Some(on_recv_done);
+            // SAFETY: `desc` is the descriptor UCX handed us and kept for us (the callback
+            // returned INPROGRESS); the destination has room for `length` bytes and, like the
+            // slot, lives until the worker is destroyed. UCX owns `desc` from here on.
+            let req =
+                unsafe { ucp_am_recv_data_nbx(worker, desc, buf.as_mut_ptr().add(a.pad).cast(), length, &params) };
+            a.buf = Some(buf);
+            if req.is_null() {
+                a.rndv = None; // done already
+            } else if ucs_ptr_is_err(req) {
+                let status = status_string(ucs_ptr_status(req));
+                return Err(Error::ConnectionLost(format!("receiving a message body: {status}")));
+            }
+        }
         Ok(())
+    }
+
+    /// Hands deferred descriptors back to UCX (the connection is failing or going away).
+    fn release_deferred(&mut self) {
+        for a in self.arrivals.iter_mut() {
+            if let Some((desc, _)) = a.deferred.take() {
+                // SAFETY: a descriptor UCX kept for us and we never passed on; released once.
+                unsafe { ucp_am_data_release(self.worker, desc) };
+            }
+        }
+        self.deferred = 0;
     }
 }
 
@@ -699,10 +769,14 @@ unsafe extern "C" fn on_am(
     // SAFETY: UCX passes a valid param.
     let rndv = unsafe { (*param).recv_attr } & UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
     // SAFETY: `data` and `length` as UCX passed them.
-    if let Err(e) = unsafe { inbox.arrive(header, data, length, rndv) } {
-        inbox.fail(e);
+    match unsafe { inbox.arrive(header, data, length, rndv) } {
+        Ok(true) => UCS_INPROGRESS,
+        Ok(false) => UCS_OK,
+        Err(e) => {
+            inbox.fail(e);
+            UCS_OK
+        }
     }
-    UCS_OK
 }
 
 unsafe extern "C" fn on_recv_done(request: *mut c_void, status: ucs_status_t, _len: usize, user_data: *mut c_void) {
