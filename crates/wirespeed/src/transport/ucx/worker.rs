@@ -47,10 +47,12 @@ const MAX_POLL: Duration = Duration::from_secs(1);
 /// Owned sends in flight at most, by count and by bytes, before a sender waits.
 const MAX_INFLIGHT: usize = 64;
 const MAX_INFLIGHT_BYTES: usize = 16 << 20;
-/// Received bytes waiting to be read, at most, before rendezvous bodies wait at the sender:
-/// the receiver pulls no further ahead than it reads, like a socket buffer, so buffers stay
-/// few (and warm in cache) however many streams have credit.
-const RECV_WINDOW: usize = 8 << 20;
+/// Received bodies (and bytes) waiting to be read, at most, before further rendezvous bodies
+/// wait at the sender: the receiver pulls no further ahead than it reads, like a socket
+/// buffer, so buffers stay few and warm in cache however many streams have credit. Eight
+/// bodies keep a pipeline over TCP and fit in cache at 128 KiB over shared memory.
+const RECV_AHEAD: usize = 8;
+const RECV_WINDOW: usize = 16 << 20;
 /// Receive buffers kept for reuse, per connection.
 const POOL_KEEP: usize = 64 << 20;
 /// Payloads start on this boundary in receive buffers (Arrow wants 64-byte alignment).
@@ -88,8 +90,10 @@ struct Inbox {
     pool: Arc<Pool>,
     limits: Limits,
     arrivals: VecDeque<Arrival>,
-    /// Payload bytes of `arrivals` being or already received (not deferred ones).
+    /// Payload bytes of `arrivals` being or already received (not deferred ones), and how
+    /// many arrivals hold them.
     held: usize,
+    arrivals_held: usize,
     /// Arrivals whose rendezvous body waits for room under `RECV_WINDOW`.
     deferred: usize,
     /// Bumped by every callback, so progress can tell whether to wake parked threads.
@@ -368,6 +372,7 @@ impl Core {
             limits,
             arrivals: VecDeque::new(),
             held: 0,
+            arrivals_held: 0,
             deferred: 0,
             events: 0,
             failure: None,
@@ -514,6 +519,7 @@ impl Core {
         }
         let a = self.inbox.arrivals.pop_front()?;
         self.inbox.held -= a.held_bytes();
+        self.inbox.arrivals_held -= usize::from(a.held_bytes() > 0);
         if self.inbox.deferred > 0
             && let Err(e) = self.inbox.pull_deferred()
         {
@@ -691,25 +697,27 @@ impl Inbox {
             // the buffer holds at least pad + length bytes.
             unsafe { std::ptr::copy_nonoverlapping(data as *const u8, buf.as_mut_ptr().add(pad), length) };
             self.held += pad + length;
+            self.arrivals_held += 1;
             a.buf = Some(buf);
         }
         self.arrivals.push_back(a);
         Ok(false)
     }
 
-    /// Starts pulling deferred rendezvous bodies, oldest first, while they fit the window
-    /// (the oldest always may, so a body larger than the window still moves).
+    /// Starts pulling deferred rendezvous bodies, oldest first, while they fit under
+    /// `RECV_AHEAD` and `RECV_WINDOW` (the oldest always may, so a larger body still moves).
     fn pull_deferred(&mut self) -> Result<()> {
         let worker = self.worker;
         for a in self.arrivals.iter_mut() {
             let Some((desc, length)) = a.deferred else { continue };
-            if self.held > 0 && self.held + a.pad + length > RECV_WINDOW {
+            if self.held > 0 && (self.arrivals_held >= RECV_AHEAD || self.held + a.pad + length > RECV_WINDOW) {
                 break;
             }
             a.deferred = None;
             self.deferred -= 1;
             let mut buf = self.pool.take(a.pad + length)?;
             self.held += a.pad + length;
+            self.arrivals_held += 1;
             let slot: *mut Option<ucs_status_t> = &mut **a.rndv.as_mut().expect("rendezvous slot");
             let mut params = ucp_request_param_t {
                 op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
