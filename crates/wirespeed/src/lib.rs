@@ -34,4 +34,6 @@ pub use bytes::Bytes;
 pub use error::{Error, ErrorCode, Result};
 pub use key::Key;
 pub use mem::{Body, Buf};
-pub use transport::{Config, Connection, Incoming, Listener, Message, Ready, Stream, connect, listen};
+pub use transport::{
+    Config, Connection, Incoming, Listener, Message, Ready, Region, RemoteRegion, Stream, connect, listen,
+};

@@ -141,3 +141,79 @@ impl Body {
         v
     }
 }
+
+/// Page-aligned, zeroed memory that a peer may write into or read from while we hold it
+/// (one-sided transfers). Accesses copy through raw pointers: who writes when is up to the
+/// application, which orders them with messages.
+pub struct RegionMem {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the memory is only reached through raw copies; ordering them is the application's
+// contract (see the type's docs), as with any memory a NIC may write.
+unsafe impl Send for RegionMem {}
+unsafe impl Sync for RegionMem {}
+
+const PAGE: usize = 4096;
+
+impl RegionMem {
+    pub fn new(len: usize) -> crate::Result<Self> {
+        let layout = Self::layout(len)?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr =
+            NonNull::new(p).ok_or_else(|| crate::Error::Limit(format!("out of memory for a {len}-byte region")))?;
+        Ok(RegionMem { ptr, len })
+    }
+
+    fn layout(len: usize) -> crate::Result<std::alloc::Layout> {
+        std::alloc::Layout::from_size_align(len.max(1), PAGE)
+            .map_err(|_| crate::Error::Limit(format!("a region of {len} bytes")))
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Checks that `offset..offset+len` lies inside; returns the start as a usize.
+    pub fn check(&self, offset: u64, len: usize) -> crate::Result<usize> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.len as u64 => Ok(offset as usize),
+            _ => Err(crate::Error::Limit(format!(
+                "{len} bytes at offset {offset} fall outside a {}-byte region",
+                self.len
+            ))),
+        }
+    }
+
+    pub fn write(&self, offset: u64, data: &[u8]) -> crate::Result<()> {
+        let at = self.check(offset, data.len())?;
+        // SAFETY: bounds checked above; the source is a distinct slice.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(at), data.len()) };
+        Ok(())
+    }
+
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> crate::Result<()> {
+        let at = self.check(offset, out.len())?;
+        // SAFETY: bounds checked above; the destination is a distinct slice.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(at), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+}
+
+impl Drop for RegionMem {
+    fn drop(&mut self) {
+        let layout = Self::layout(self.len).expect("checked in new");
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+    }
+}

@@ -271,6 +271,72 @@ fn one_thread_serves_many_streams(scheme: &str) {
     });
 }
 
+/// The server exposes a region and sends its descriptor; the client puts into it (more than
+/// one frame's worth), then gets back what the server wrote. Ordering: bytes put before a
+/// message are there when the message arrives.
+fn one_sided_put_and_get(scheme: &str) {
+    const LEN: usize = (5 << 20) / 2 + 4099;
+    let (_l, c, s) = pair(scheme);
+    let region = s.register(LEN).unwrap();
+    assert_eq!(region.len(), LEN);
+    let control = c.open_stream().unwrap();
+    control.send(b"hello", &[]).unwrap();
+    let served = s.accept_stream().unwrap();
+    served.recv().unwrap().unwrap();
+    served.send(region.descriptor(), &[]).unwrap();
+
+    let remote = c.remote_region(&control.recv().unwrap().unwrap().header).unwrap();
+    assert_eq!(remote.len(), LEN as u64);
+    let data = pattern(9, LEN - 1000);
+    c.put(&remote, 1000, &data).unwrap();
+    c.put(&remote, 0, b"head").unwrap();
+    // Out of bounds: refused locally, nothing is sent.
+    assert!(matches!(c.put(&remote, LEN as u64 - 1, b"xy"), Err(Error::Limit(_))));
+    assert!(matches!(c.get(&remote, u64::MAX, &mut [0; 2]), Err(Error::Limit(_))));
+    control.send(b"put done", &[]).unwrap();
+
+    assert_eq!(served.recv().unwrap().unwrap().header, b"put done");
+    let mut back = vec![0; LEN];
+    region.read(0, &mut back).unwrap();
+    assert_eq!(&back[..4], b"head");
+    assert_eq!(&back[1000..], &data[..], "put bytes on {scheme}");
+    let written = pattern(10, 300_000);
+    region.write(LEN as u64 - written.len() as u64, &written).unwrap();
+    served.send(b"wrote", &[]).unwrap();
+
+    assert_eq!(control.recv().unwrap().unwrap().header, b"wrote");
+    // The server thread reads nothing now, yet gets are answered: natively, or by the
+    // server's reader once it waits for the next message.
+    std::thread::scope(|scope| {
+        scope.spawn(|| assert!(served.recv().unwrap().is_none()));
+        let mut got = vec![0; written.len()];
+        c.get(&remote, (LEN - written.len()) as u64, &mut got).unwrap();
+        assert_eq!(got, written, "get bytes on {scheme}");
+        control.finish().unwrap();
+    });
+    assert!(c.remote_region(b"not a descriptor").is_err());
+}
+
+/// A put into a region the owner never exposed (or already dropped) fails that connection
+/// with a protocol error on both sides; the listener serves others.
+fn put_into_an_unexposed_region_fails_the_connection(scheme: &str) {
+    let (l, c, s) = pair(scheme);
+    let forged = wirespeed::proto::rma::Descriptor { id: 999, len: 64, native: Vec::new() }.encode();
+    let remote = c.remote_region(&forged).unwrap();
+    let _ = c.put(&remote, 0, b"intruder");
+    match s.accept_stream_timeout(Duration::from_secs(10)) {
+        Err(Error::Protocol(m)) => assert!(m.contains("region 999"), "{m}"),
+        other => panic!("expected a protocol error, got {:?}", other.map(|st| st.id())),
+    }
+    let st = c.open_stream().and_then(|st| st.send(b"x", &[]).and_then(|_| st.recv()));
+    match st {
+        Err(Error::Remote { code, .. }) => assert_eq!(code, ErrorCode::PROTOCOL),
+        Err(Error::ConnectionLost(_)) => {} // the owner's hang-up can overtake its Error frame
+        other => panic!("expected the peer's error, got {:?}", other.map(|m| m.is_some())),
+    }
+    still_serves(&l);
+}
+
 fn body_larger_than_4_gib(scheme: &str) {
     const PIECE: usize = 64 << 20;
     let total: u64 = (4u64 << 30) + 12_345;
@@ -607,6 +673,16 @@ macro_rules! conformance {
             #[test]
             fn one_thread_serves_many_streams() {
                 super::one_thread_serves_many_streams(stringify!($scheme));
+            }
+
+            #[test]
+            fn one_sided_put_and_get() {
+                super::one_sided_put_and_get(stringify!($scheme));
+            }
+
+            #[test]
+            fn put_into_an_unexposed_region_fails_the_connection() {
+                super::put_into_an_unexposed_region_fails_the_connection(stringify!($scheme));
             }
 
             #[test]

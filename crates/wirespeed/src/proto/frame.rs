@@ -35,6 +35,12 @@ pub enum Kind {
     Close = 10,
     /// Shared-memory rings only: skip `len` bytes to the end of the ring.
     Pad = 11,
+    /// One-sided write: meta = region id (u32) + offset (u64); payload = the bytes.
+    Put = 12,
+    /// One-sided read request: meta = region id + offset + request id (u32); `len` = bytes.
+    Get = 13,
+    /// Bytes answering a Get, in order: meta = request id; payload = the next bytes.
+    GetReply = 14,
 }
 
 impl Kind {
@@ -51,13 +57,16 @@ impl Kind {
             9 => Kind::Error,
             10 => Kind::Close,
             11 => Kind::Pad,
+            12 => Kind::Put,
+            13 => Kind::Get,
+            14 => Kind::GetReply,
             other => return Err(FrameError::UnknownKind(other)),
         })
     }
 
     /// Frames whose `len` counts payload bytes that follow the meta.
     pub fn has_payload(self) -> bool {
-        matches!(self, Kind::Message | Kind::Data)
+        matches!(self, Kind::Message | Kind::Data | Kind::Put | Kind::GetReply)
     }
 }
 

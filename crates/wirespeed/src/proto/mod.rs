@@ -4,4 +4,5 @@
 pub mod decoder;
 pub mod frame;
 pub mod handshake;
+pub mod rma;
 pub mod session;

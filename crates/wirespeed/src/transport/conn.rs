@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
+use super::rma::{self, NativeRma};
 use super::{Config, FrameRx, FrameTx};
 use crate::error::{Error, ErrorCode, Result};
-use crate::mem::{Body, Buf};
+use crate::mem::{Body, Buf, RegionMem};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
 use crate::proto::handshake::error_frame;
 use crate::proto::session::{Ready, RecvEvent, Session, Touched};
@@ -19,21 +20,23 @@ use crate::proto::session::{Ready, RecvEvent, Session, Touched};
 /// connection closes when the last clone and stream are gone.
 #[derive(Clone)]
 pub struct Connection {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(super) struct Inner {
     state: Mutex<Shared>,
     rx: Mutex<Box<dyn FrameRx>>,
     tx: Mutex<Box<dyn FrameTx>>,
-    timeout: Duration,
-    max_chunk: u64,
+    /// One-sided transfers done by the fabric itself; otherwise they travel as frames.
+    pub(super) native_rma: Option<Box<dyn NativeRma>>,
+    pub(super) timeout: Duration,
+    pub(super) max_chunk: u64,
     zero_copy_limit: u64,
     peer: String,
 }
 
-struct Shared {
-    session: Session,
+pub(super) struct Shared {
+    pub(super) session: Session,
     /// A thread is inside `rx.read_frame`.
     driving: bool,
     /// Parked threads and what each waits for, so a frame wakes only those it concerns.
@@ -42,14 +45,19 @@ struct Shared {
     handles: usize,
     /// Frames read so far; tells an accepting thread whether anyone else is reading.
     drives: u64,
+    /// Dropped regions a fabric exposed. Some fabrics (cma) cannot revoke a peer's access,
+    /// so their memory stays ours, unused, until the connection goes.
+    pub(super) retired: Vec<Arc<RegionMem>>,
 }
 
 /// What a waiting thread waits for. A thread waiting to accept reads the connection only
 /// when no stream could have a reader of its own, or nobody read for a whole slice: it must
 /// never sit between a stream and its reader, or every frame would cost a thread wake-up.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Waiting {
+pub(super) enum Waiting {
     OnStream(u32),
+    /// The replies to one of our gets.
+    OnGet(u32),
     ForAccept,
     /// [`Connection::next_ready`]: any stream, or a stream to accept.
     ForAny,
@@ -77,6 +85,7 @@ impl Connection {
         session: Session,
         rx: Box<dyn FrameRx>,
         tx: Box<dyn FrameTx>,
+        native_rma: Option<Box<dyn NativeRma>>,
         config: &Config,
         peer: String,
     ) -> Self {
@@ -84,9 +93,17 @@ impl Connection {
         let zero_copy_limit = rx.zero_copy_limit();
         Connection {
             inner: Arc::new(Inner {
-                state: Mutex::new(Shared { session, driving: false, waiters: Vec::new(), handles: 0, drives: 0 }),
+                state: Mutex::new(Shared {
+                    session,
+                    driving: false,
+                    waiters: Vec::new(),
+                    handles: 0,
+                    drives: 0,
+                    retired: Vec::new(),
+                }),
                 rx: Mutex::new(rx),
                 tx: Mutex::new(tx),
+                native_rma,
                 timeout: config.timeout,
                 max_chunk,
                 zero_copy_limit,
@@ -153,6 +170,7 @@ impl Shared {
                 Touched::Nobody => false,
                 Touched::Stream(id) => *w == Waiting::OnStream(id) || *w == Waiting::ForAny,
                 Touched::Accept => *w == Waiting::ForAccept || *w == Waiting::ForAny,
+                Touched::Get(id) => *w == Waiting::OnGet(id),
                 Touched::All => true,
             };
             if concerned {
@@ -171,7 +189,7 @@ impl Shared {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, Shared> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Shared> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -199,7 +217,7 @@ impl Inner {
     }
 
     /// Waits until `ready` yields, reading frames meanwhile if no other thread is.
-    fn wait_for<R>(
+    pub(super) fn wait_for<R>(
         &self,
         timeout: Duration,
         who: Waiting,
@@ -233,7 +251,7 @@ impl Inner {
                 return Err(Error::Timeout(timeout));
             }
             let may_drive = match who {
-                Waiting::OnStream(_) | Waiting::ForAny => true,
+                Waiting::OnStream(_) | Waiting::OnGet(_) | Waiting::ForAny => true,
                 Waiting::ForAccept => g.stream_waiters() == 0 && (g.handles == 0 || idle_slices > 0),
             };
             if !g.driving && may_drive {
@@ -252,6 +270,11 @@ impl Inner {
                         Touched::All
                     }
                 };
+                if g.session.has_get_jobs() {
+                    drop(g);
+                    rma::serve_gets(self);
+                    g = self.lock();
+                }
                 g.wake(touched);
             } else {
                 let slice = if who == Waiting::ForAccept { ACCEPT_SLICE } else { deadline - now };
@@ -308,7 +331,7 @@ impl Inner {
         }
     }
 
-    fn write(&self, head: &[u8], payload: &[IoSlice<'_>]) -> Result<()> {
+    pub(super) fn write(&self, head: &[u8], payload: &[IoSlice<'_>]) -> Result<()> {
         let res = self.tx().write_frame(head, payload, self.timeout);
         self.check_write(res)
     }

@@ -4,6 +4,7 @@
 mod conn;
 mod handshake;
 mod listener;
+mod rma;
 pub mod shm;
 mod sys;
 pub mod tcp;
@@ -18,6 +19,7 @@ use bytes::Bytes;
 pub use crate::proto::session::Ready;
 pub use conn::{Connection, Incoming, Message, Stream};
 pub use listener::Listener;
+pub use rma::{Region, RemoteRegion};
 
 use crate::error::Result;
 use crate::key::Key;

@@ -118,7 +118,7 @@ fn establish(
     };
     let tx = TcpTx { sock: s, max_payload: config.limits.max_payload as usize };
     let session = Session::new(role, handshake::our_params(config), peer);
-    Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
+    Ok(Connection::new(session, Box::new(rx), Box::new(tx), None, config, name))
 }
 
 /// How long a closed connection keeps reading what the peer still sends, so that closing the

@@ -168,7 +168,7 @@ fn build(
         _map: map,
     };
     let session = Session::new(role, handshake::our_params(config), peer);
-    Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
+    Ok(Connection::new(session, Box::new(rx), Box::new(tx), None, config, name))
 }
 
 fn send_fds(sock: &UnixStream, cap: usize, fds: &[OwnedFd; 5]) -> Result<()> {

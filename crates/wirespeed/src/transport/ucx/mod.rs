@@ -7,6 +7,7 @@
 
 mod context;
 mod pool;
+mod rma;
 mod worker;
 
 use std::io::{IoSlice, Read, Write};
@@ -17,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use ucx_sys::{UCS_OK, ucs_status_t};
 
 use self::worker::{Core, Shared};
 use super::conn::Connection;
@@ -57,10 +59,11 @@ fn establish(mut s: TcpStream, role: Role, peer: Params, config: &Config, name: 
     let handle =
         Arc::new(Handle { shared, thread: Mutex::new(Some(thread)), closed_gracefully: AtomicBool::new(false) });
     let rx = UcxRx { h: handle.clone() };
+    let rma = rma::UcxRma { h: handle.clone() };
     let tx =
         UcxTx { h: handle, max_payload: config.limits.max_payload as usize, iov: Vec::new(), done: Box::new(None) };
     let session = Session::new(role, handshake::our_params(config), peer);
-    Ok(Connection::new(session, Box::new(rx), Box::new(tx), config, name))
+    Ok(Connection::new(session, Box::new(rx), Box::new(tx), Some(Box::new(rma)), config, name))
 }
 
 /// Overrides the choice of UCX error handling: `peer` or `none`.
@@ -104,6 +107,26 @@ fn swap_addresses(s: &mut TcpStream, ours: &[u8], timeout: Duration) -> Result<V
     s.set_read_timeout(None)?;
     s.set_write_timeout(None)?;
     Ok(theirs)
+}
+
+/// Waits for the request whose completion lands in `slot` (counted in `sends_in_flight` by
+/// the caller). Until it completes UCX may use the caller's buffers, so on a timeout or a
+/// failure the endpoint is closed by force, which completes every request, before this
+/// returns.
+fn complete(shared: &Shared, slot: *mut Option<ucs_status_t>, timeout: Duration, what: &str) -> Result<()> {
+    // SAFETY (reads of `slot`): UCX writes it only from callbacks run under the lock that
+    // `wait` holds while it calls us.
+    let outcome = match shared.wait(Some(Instant::now() + timeout), true, |_| unsafe { *slot }) {
+        Ok(Some(UCS_OK)) => Ok(()),
+        Ok(Some(status)) => Err(Error::ConnectionLost(format!("{what}: {}", context::status_string(status)))),
+        other => {
+            shared.lock().close_ep(true, Duration::ZERO);
+            let _ = shared.wait(None, false, |_| unsafe { *slot });
+            Err(other.err().unwrap_or(Error::Timeout(timeout)))
+        }
+    };
+    shared.lock().sends_in_flight -= 1;
+    outcome
 }
 
 /// Owns the progress thread; the last half of the connection to go stops it. After a
@@ -151,7 +174,7 @@ struct UcxTx {
     /// The gather list of the frame being sent; UCX reads it until the send completes.
     iov: Vec<ucx_sys::ucp_dt_iov_t>,
     /// Where that send reports completion. Reused: `write_frame` has one send at a time.
-    done: Box<Option<ucx_sys::ucs_status_t>>,
+    done: Box<Option<ucs_status_t>>,
 }
 
 // SAFETY: `iov` holds pointers only while `write_frame` runs, which waits for UCX to finish.
@@ -161,7 +184,7 @@ impl FrameTx for UcxTx {
     fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
         let shared = &self.h.shared;
         *self.done = None;
-        let slot: *mut Option<ucx_sys::ucs_status_t> = &mut *self.done;
+        let slot: *mut Option<ucs_status_t> = &mut *self.done;
         {
             let mut core = shared.lock();
             // SAFETY: whatever happens below, we return only once the request has completed.
@@ -170,21 +193,7 @@ impl FrameTx for UcxTx {
             }
             core.sends_in_flight += 1;
         }
-        // SAFETY (reads of `slot`): UCX writes it only from callbacks run under the lock that
-        // `wait` holds while it calls us.
-        let outcome = match shared.wait(Some(Instant::now() + timeout), true, |_| unsafe { *slot }) {
-            Ok(Some(ucx_sys::UCS_OK)) => Ok(()),
-            Ok(Some(status)) => Err(Error::ConnectionLost(format!("sending: {}", context::status_string(status)))),
-            other => {
-                // Timed out or failed: cancel the send, then wait until UCX lets go of the
-                // caller's buffers (a forced close completes every request).
-                shared.lock().close_ep(true, Duration::ZERO);
-                let _ = shared.wait(None, false, |_| unsafe { *slot });
-                Err(other.err().unwrap_or(Error::Timeout(timeout)))
-            }
-        };
-        shared.lock().sends_in_flight -= 1;
-        outcome
+        complete(shared, slot, timeout, "sending")
     }
 
     fn write_frame_owned(&mut self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {

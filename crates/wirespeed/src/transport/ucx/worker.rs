@@ -58,6 +58,14 @@ const POOL_KEEP: usize = 64 << 20;
 /// Payloads start on this boundary in receive buffers (Arrow wants 64-byte alignment).
 const PAYLOAD_ALIGN: usize = 64;
 
+/// One-sided operations.
+#[derive(Clone, Copy)]
+pub(super) enum RmaOp {
+    Put,
+    Get,
+    Flush,
+}
+
 /// What the UCX lock protects: the worker, our endpoint to the peer, and what has arrived.
 pub(super) struct Core {
     worker: ucp_worker_h,
@@ -590,6 +598,62 @@ impl Core {
             return Err(Error::ConnectionLost(format!("sending: {}", status_string(ucs_ptr_status(req)))));
         }
         Ok(true)
+    }
+
+    /// Starts a one-sided operation on our endpoint. `None` for `rkey` means a flush: it
+    /// completes once everything issued before it is complete at the peer. Returns whether a
+    /// request is pending, whose completion lands in `done`.
+    ///
+    /// # Safety
+    /// `buf` (and `done`) must stay valid and untouched until the request completes; `rkey`
+    /// must come from `unpack_rkey` on this worker and be alive.
+    pub(super) unsafe fn start_rma(
+        &mut self,
+        op: RmaOp,
+        buf: *mut u8,
+        len: usize,
+        remote: (u64, ucp_rkey_h),
+        done: *mut Option<ucs_status_t>,
+    ) -> Result<bool> {
+        if let Some(e) = self.failure() {
+            return Err(e);
+        }
+        if self.ep.is_null() {
+            return Err(Error::Closed);
+        }
+        let mut params = ucp_request_param_t {
+            op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            user_data: done.cast(),
+            ..Default::default()
+        };
+        params.cb.send = Some(on_send_done);
+        let (addr, rkey) = remote;
+        // SAFETY: live endpoint; the caller keeps `buf` valid until completion and `rkey` alive.
+        let req = unsafe {
+            match op {
+                RmaOp::Put => ucp_put_nbx(self.ep, buf.cast(), len, addr, rkey, &params),
+                RmaOp::Get => ucp_get_nbx(self.ep, buf.cast(), len, addr, rkey, &params),
+                RmaOp::Flush => ucp_ep_flush_nbx(self.ep, &params),
+            }
+        };
+        if req.is_null() {
+            return Ok(false);
+        }
+        if ucs_ptr_is_err(req) {
+            return Err(Error::ConnectionLost(format!("one-sided transfer: {}", status_string(ucs_ptr_status(req)))));
+        }
+        Ok(true)
+    }
+
+    /// Makes a peer's packed memory key usable on our endpoint.
+    pub(super) fn unpack_rkey(&mut self, packed: &[u8]) -> Result<ucp_rkey_h> {
+        if self.ep.is_null() {
+            return Err(Error::Closed);
+        }
+        let mut rkey = std::ptr::null_mut();
+        // SAFETY: live endpoint; UCX reads the packed key (from our authenticated peer).
+        check("unpacking a remote key", unsafe { ucp_ep_rkey_unpack(self.ep, packed.as_ptr().cast(), &mut rkey) })?;
+        Ok(rkey)
     }
 
     /// Closes our endpoint: `force` drops what is in flight (failing those requests),

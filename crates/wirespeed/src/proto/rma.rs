@@ -1,0 +1,114 @@
+//! One-sided transfers (RMA): what a region descriptor and the Put, Get and GetReply frames
+//! carry. See docs/PROTOCOL.md. Every decoder checks lengths and never panics.
+
+use crate::error::{Error, Result};
+
+const MAGIC: &[u8; 4] = b"WSRG";
+/// Native access information (a UCX address and packed rkey) is a few hundred bytes.
+const MAX_NATIVE: usize = 64 << 10;
+
+/// What a peer needs to reach a region: its id on the connection, its length, and, on
+/// fabrics with native RMA, the fabric's own access information.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Descriptor {
+    pub id: u32,
+    pub len: u64,
+    pub native: Vec<u8>,
+}
+
+impl Descriptor {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(20 + self.native.len());
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&self.id.to_le_bytes());
+        b.extend_from_slice(&self.len.to_le_bytes());
+        b.extend_from_slice(&(self.native.len() as u32).to_le_bytes());
+        b.extend_from_slice(&self.native);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        let bad = || Error::Protocol("malformed region descriptor".into());
+        if b.len() < 20 || &b[..4] != MAGIC {
+            return Err(bad());
+        }
+        let native_len = u32_at(b, 16) as usize;
+        if native_len > MAX_NATIVE || b.len() != 20 + native_len {
+            return Err(bad());
+        }
+        Ok(Descriptor { id: u32_at(b, 4), len: u64_at(b, 8), native: b[20..].to_vec() })
+    }
+}
+
+/// Put meta: region id, offset. The payload is written there.
+pub fn put_meta(id: u32, offset: u64) -> [u8; 12] {
+    let mut m = [0; 12];
+    m[..4].copy_from_slice(&id.to_le_bytes());
+    m[4..].copy_from_slice(&offset.to_le_bytes());
+    m
+}
+
+pub fn parse_put_meta(m: &[u8]) -> Result<(u32, u64)> {
+    if m.len() != 12 {
+        return Err(Error::Protocol("malformed put frame".into()));
+    }
+    Ok((u32_at(m, 0), u64_at(m, 4)))
+}
+
+/// Get meta: region id, offset, request id (the frame's `len` holds the byte count).
+pub fn get_meta(id: u32, offset: u64, request: u32) -> [u8; 16] {
+    let mut m = [0; 16];
+    m[..12].copy_from_slice(&put_meta(id, offset));
+    m[12..].copy_from_slice(&request.to_le_bytes());
+    m
+}
+
+pub fn parse_get_meta(m: &[u8]) -> Result<(u32, u64, u32)> {
+    if m.len() != 16 {
+        return Err(Error::Protocol("malformed get frame".into()));
+    }
+    Ok((u32_at(m, 0), u64_at(m, 4), u32_at(m, 12)))
+}
+
+/// GetReply meta: the request id. Replies to one request arrive in order.
+pub fn parse_reply_meta(m: &[u8]) -> Result<u32> {
+    if m.len() != 4 {
+        return Err(Error::Protocol("malformed get reply".into()));
+    }
+    Ok(u32_at(m, 0))
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut a = [0; 8];
+    a.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_round_trips() {
+        let d = Descriptor { id: 7, len: 1 << 40, native: vec![1, 2, 3] };
+        assert_eq!(Descriptor::decode(&d.encode()).unwrap(), d);
+        assert_eq!(parse_get_meta(&get_meta(1, 2, 3)).unwrap(), (1, 2, 3));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoders_never_panic(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let _ = Descriptor::decode(&b);
+            let _ = parse_put_meta(&b);
+            let _ = parse_get_meta(&b);
+            let _ = parse_reply_meta(&b);
+            let mut d = b"WSRG".to_vec();
+            d.extend_from_slice(&b);
+            let _ = Descriptor::decode(&d);
+        }
+    }
+}

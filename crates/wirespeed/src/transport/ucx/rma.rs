@@ -1,0 +1,129 @@
+//! Native one-sided transfers: regions registered with `ucp_mem_map`, their packed keys as
+//! the descriptor's native part, and `ucp_put_nbx`/`ucp_get_nbx` on the connection's
+//! endpoint. UCX picks the path: cma or RDMA where it can, its own emulation elsewhere.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ucx_sys::*;
+
+use super::context::{check, context};
+use super::worker::RmaOp;
+use super::{Handle, complete};
+use crate::error::{Error, Result};
+use crate::mem::RegionMem;
+use crate::transport::rma::{NativeRemote, NativeRma};
+
+pub(super) struct UcxRma {
+    pub(super) h: Arc<Handle>,
+}
+
+/// A registration; dropping it unregisters the memory.
+struct Registration(ucp_mem_h);
+
+// SAFETY: a memory handle of the process-wide context, which is thread-safe for mapping.
+unsafe impl Send for Registration {}
+unsafe impl Sync for Registration {}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Ok(ctx) = context() {
+            // SAFETY: mapped in `register`, unmapped once.
+            unsafe { ucp_mem_unmap(ctx, self.0) };
+        }
+    }
+}
+
+impl NativeRma for UcxRma {
+    fn register(&self, mem: &Arc<RegionMem>) -> Result<(Vec<u8>, Box<dyn Any + Send + Sync>)> {
+        let ctx = context()?;
+        let params = ucp_mem_map_params_t {
+            field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH) as u64,
+            address: mem.as_ptr().cast(),
+            length: mem.len().max(1),
+            ..Default::default()
+        };
+        let mut memh = std::ptr::null_mut();
+        // SAFETY: the memory is ours and outlives the registration (`Region` drops it first).
+        check("registering a region", unsafe { ucp_mem_map(ctx, &params, &mut memh) })?;
+        let registration = Registration(memh);
+        let (mut packed, mut size) = (std::ptr::null_mut(), 0usize);
+        // SAFETY: live context and handle; out-pointers to locals.
+        check("packing a region's key", unsafe { ucp_rkey_pack(ctx, memh, &mut packed, &mut size) })?;
+        let mut native = (mem.as_ptr() as u64).to_le_bytes().to_vec();
+        // SAFETY: UCX returned `size` readable bytes at `packed`, released right after.
+        unsafe {
+            native.extend_from_slice(std::slice::from_raw_parts(packed as *const u8, size));
+            ucp_rkey_buffer_release(packed);
+        }
+        Ok((native, Box::new(registration)))
+    }
+
+    fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>> {
+        let (addr, packed) =
+            native.split_at_checked(8).ok_or_else(|| Error::Protocol("a short UCX region key".into()))?;
+        let addr = u64::from_le_bytes(addr.try_into().expect("8 bytes"));
+        let rkey = self.h.shared.lock().unpack_rkey(packed)?;
+        Ok(Box::new(UcxRemote { h: self.h.clone(), addr, rkey }))
+    }
+}
+
+/// A peer's region: its address and our unpacked key to it. Holding the handle keeps the
+/// worker, which the key belongs to, alive.
+struct UcxRemote {
+    h: Arc<Handle>,
+    addr: u64,
+    rkey: ucp_rkey_h,
+}
+
+// SAFETY: the key is only used with the Core lock held.
+unsafe impl Send for UcxRemote {}
+unsafe impl Sync for UcxRemote {}
+
+impl UcxRemote {
+    /// Runs one operation to completion.
+    fn run(&self, op: RmaOp, buf: *mut u8, len: usize, offset: u64, timeout: Duration) -> Result<()> {
+        let shared = &self.h.shared;
+        let mut done: Box<Option<ucs_status_t>> = Box::new(None);
+        let slot: *mut Option<ucs_status_t> = &mut *done;
+        {
+            let mut core = shared.lock();
+            // SAFETY: `buf` and the slot outlive the request: `complete` returns only once
+            // it has finished. The key is alive while `self` is.
+            if !unsafe { core.start_rma(op, buf, len, (self.addr + offset, self.rkey), slot)? } {
+                return Ok(());
+            }
+            core.sends_in_flight += 1;
+        }
+        complete(shared, slot, timeout, "one-sided transfer")
+    }
+}
+
+impl NativeRemote for UcxRemote {
+    fn put(&self, offset: u64, data: &[u8], timeout: Duration) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        // UCX only reads from a put's buffer.
+        self.run(RmaOp::Put, data.as_ptr().cast_mut(), data.len(), offset, timeout)?;
+        // A put completes locally; the flush makes it complete at the peer, so the peer sees
+        // the bytes before any message we send next.
+        self.run(RmaOp::Flush, std::ptr::null_mut(), 0, 0, timeout)
+    }
+
+    fn get(&self, offset: u64, out: &mut [u8], timeout: Duration) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.run(RmaOp::Get, out.as_mut_ptr(), out.len(), offset, timeout)
+    }
+}
+
+impl Drop for UcxRemote {
+    fn drop(&mut self) {
+        let _core = self.h.shared.lock();
+        // SAFETY: unpacked on this worker, which is alive; destroyed once, under the lock.
+        unsafe { ucp_rkey_destroy(self.rkey) };
+    }
+}
