@@ -4,6 +4,7 @@
 #   shm  vs ucx_perftest -t ucp_am_bw with UCX_TLS=posix,cma,self
 #   ucx  vs ucx_perftest -t ucp_am_bw with the same UCX_TLS (tcp, and posix,cma,self)
 #   ucx  with 64 streams vs 1 stream on one connection
+#   ucx  put and get (one-sided) vs ucx_perftest -t ucp_put_bw and -t ucp_get
 #   and a single-core memcpy figure as the ceiling for one-copy transports.
 # Every figure is the median of RUNS runs (default 3); MB = 10^6 bytes.
 set -euo pipefail
@@ -31,15 +32,21 @@ iperf() { # -> MB/s, one TCP stream on loopback for 5 s
   wait "$srv" 2>/dev/null || true
 }
 
-ucx_am_bw() { # size [tls] -> MB/s (ucx_perftest reports MiB/s; converted)
-  local size=$1 tls=${2:-posix,cma,self} n=$(( 16000000000 / $1 ))   # the volume `bench raw` moves
+ucx_perf() { # test size [tls] -> MB/s (ucx_perftest reports MiB/s; converted)
+  local test=$1 size=$2 tls=${3:-posix,cma,self} n=$(( 16000000000 / $2 ))   # the volume `bench raw` moves
   [ "$n" -gt 2000000 ] && n=2000000
-  UCX_TLS=$tls ucx_perftest -t ucp_am_bw -s "$size" -n "$n" -p "$PORT" >/dev/null 2>&1 &
+  UCX_TLS=$tls ucx_perftest -t "$test" -s "$size" -n "$n" -p "$PORT" >/dev/null 2>&1 &
   local srv=$!
   sleep 0.5
-  UCX_TLS=$tls ucx_perftest 127.0.0.1 -t ucp_am_bw -s "$size" -n "$n" -p "$PORT" 2>/dev/null |
+  UCX_TLS=$tls ucx_perftest 127.0.0.1 -t "$test" -s "$size" -n "$n" -p "$PORT" 2>/dev/null |
     awk '/Final:/ { print $(NF-2) * 1.048576 }'
   wait "$srv" 2>/dev/null || true
+}
+ucx_am_bw() { ucx_perf ucp_am_bw "$@"; }
+
+ws_rma() { # op size -> MB/s, ucx over posix,cma,self
+  UCX_TLS=posix,cma,self "$BIN" bench raw --transport ucx --op "$1" --size "$2" --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
 }
 
 ws_ucx() { # tls size [streams] -> MB/s
@@ -70,6 +77,10 @@ for tls in tcp posix,cma,self; do
 done
 one=$(runs ws_ucx posix,cma,self 1048576 1); many=$(runs ws_ucx posix,cma,self 1048576 64)
 line "ucx 1 MiB, 64 streams vs 1 stream (MB/s)" "$many" "$one"
+peer=$(runs ucx_perf ucp_put_bw 1048576); mine=$(runs ws_rma put 1048576)
+line "ucx put 1 MiB vs ucp_put_bw, posix,cma (MB/s)" "$mine" "$peer"
+peer=$(runs ucx_perf ucp_get 1048576); mine=$(runs ws_rma get 1048576)
+line "ucx get 1 MiB vs ucp_get, posix,cma (MB/s)" "$mine" "$peer"
 mcp=$(runs bash -c "\"$BIN\" bench memcpy --size 1048576 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"mb_per_s\"])'")
 mine=$(runs ws shm 1048576)
 line "shm 1 MiB vs one-core memcpy 1 MiB (MB/s)" "$mine" "$mcp"

@@ -148,6 +148,8 @@ impl Body {
 pub struct RegionMem {
     ptr: NonNull<u8>,
     len: usize,
+    /// Memory a fabric allocated: dropping this frees it. `None`: ours, on the heap.
+    owner: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: the memory is only reached through raw copies; ordering them is the application's
@@ -164,7 +166,20 @@ impl RegionMem {
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr =
             NonNull::new(p).ok_or_else(|| crate::Error::Limit(format!("out of memory for a {len}-byte region")))?;
-        Ok(RegionMem { ptr, len })
+        Ok(RegionMem { ptr, len, owner: None })
+    }
+
+    /// Memory a fabric allocated (and registered), freed when `owner` drops.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid, writable memory until `owner` drops.
+    pub unsafe fn from_fabric(ptr: NonNull<u8>, len: usize, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
+        RegionMem { ptr, len, owner: Some(owner) }
+    }
+
+    /// Whether a fabric allocated this memory.
+    pub fn is_fabric(&self) -> bool {
+        self.owner.is_some()
     }
 
     fn layout(len: usize) -> crate::Result<std::alloc::Layout> {
@@ -212,6 +227,9 @@ impl RegionMem {
 
 impl Drop for RegionMem {
     fn drop(&mut self) {
+        if self.owner.is_some() {
+            return; // the owner frees it
+        }
         let layout = Self::layout(self.len).expect("checked in new");
         // SAFETY: allocated in `new` with this layout, freed once.
         unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };

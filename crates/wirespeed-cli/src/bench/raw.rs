@@ -1,5 +1,6 @@
 //! `bench raw`: a receiver process on loopback, N messages of SIZE bytes over S streams,
-//! one thread on each side serving every stream.
+//! one thread on each side serving every stream. With `--op put|get`, N one-sided transfers
+//! of SIZE bytes into or out of a region the receiver exposes instead.
 //! Each message carries its send time (CLOCK_MONOTONIC, shared by both processes); the
 //! receiver notes when the whole message arrived and sends the latencies back at the end.
 
@@ -21,10 +22,22 @@ enum Transport {
     Ucx,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Op {
+    /// Messages on streams.
+    Send,
+    /// One-sided writes into the receiver's region (each complete at the receiver).
+    Put,
+    /// One-sided reads from the receiver's region.
+    Get,
+}
+
 #[derive(Args)]
 pub struct RawArgs {
     #[arg(long, value_enum)]
     transport: Transport,
+    #[arg(long, value_enum, default_value = "send")]
+    op: Op,
     /// Bytes per message body.
     #[arg(long, default_value_t = 1 << 20)]
     size: usize,
@@ -46,6 +59,11 @@ pub struct RawArgs {
 pub struct ServerArgs {
     #[arg(long)]
     listen: String,
+    #[arg(long, value_enum)]
+    op: Op,
+    /// Bytes in the region one-sided transfers use.
+    #[arg(long)]
+    size: usize,
     /// Streams the sender will open.
     #[arg(long)]
     streams: usize,
@@ -80,7 +98,10 @@ pub fn run(a: RawArgs) -> Result<()> {
     let conn = wirespeed::connect(&server.url, &key, &Config::default()).context("connecting to the receiver")?;
     let body = wirespeed::Bytes::from(vec![0x5au8; a.size]);
     let t0 = now_ns();
-    let (last, latencies_ns) = send_all(&conn, &body, a.streams, count)?;
+    let (last, latencies_ns) = match a.op {
+        Op::Send => send_all(&conn, &body, a.streams, count)?,
+        op => one_sided(&conn, op, a.size, count)?,
+    };
     conn.close();
     server.wait()?;
     Report {
@@ -119,6 +140,31 @@ fn send_all(conn: &Connection, body: &wirespeed::Bytes, streams: usize, count: u
     Ok((last, latencies))
 }
 
+/// Moves `count` blocks of `size` bytes one-sidedly; each latency is one whole transfer.
+fn one_sided(conn: &Connection, op: Op, size: usize, count: u64) -> Result<(u64, Vec<u64>)> {
+    let st = conn.open_stream()?;
+    st.send(b"region?", &[])?;
+    let reply = st.recv()?.context("the receiver sent no region")?;
+    let remote = conn.remote_region(&reply.header)?;
+    let mut buf = vec![0x5au8; size];
+    let mut latencies = Vec::with_capacity(count as usize);
+    let mut last = 0;
+    for _ in 0..count {
+        let t = now_ns();
+        match op {
+            Op::Put => conn.put(&remote, 0, &buf)?,
+            _ => conn.get(&remote, 0, &mut buf)?,
+        }
+        last = now_ns();
+        latencies.push(last - t);
+    }
+    st.finish()?;
+    if st.recv()?.is_some() {
+        bail!("the receiver sent more than its region");
+    }
+    Ok((last, latencies))
+}
+
 /// The receiver process.
 struct Server {
     child: Child,
@@ -129,7 +175,8 @@ impl Server {
     fn spawn(url: &str, key_text: &str, a: &RawArgs, count: u64) -> Result<Server> {
         let exe = std::env::current_exe()?;
         let mut child = Command::new(exe)
-            .args(["bench", "raw-server", "--listen", url])
+            .args(["bench", "raw-server", "--listen", url, "--size", &a.size.to_string()])
+            .args(["--op", a.op.to_possible_value().expect("no skipped values").get_name()])
             .args(["--streams", &a.streams.to_string(), "--count", &count.to_string()])
             .args(["--shm-ring-bytes", &a.shm_ring_bytes.to_string()])
             .env(KEY_ENV, key_text)
@@ -170,6 +217,9 @@ pub fn serve(a: ServerArgs) -> Result<()> {
     let listener = wirespeed::listen(&a.listen, &key, &config)?;
     println!("listening {}", listener.url());
     let conn = listener.accept()?;
+    if a.op != Op::Send {
+        return serve_region(&conn, a.size);
+    }
     let per_stream = (a.count / a.streams.max(1) as u64 + 1) as usize;
     // Per stream: the stream, the latencies so far, and when its last message arrived.
     let mut open = HashMap::new();
@@ -195,5 +245,21 @@ pub fn serve(a: ServerArgs) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Exposes a region to the sender and waits (reading, which emulated transfers need) until
+/// it is done.
+fn serve_region(conn: &Connection, size: usize) -> Result<()> {
+    let region = conn.register(size)?;
+    let st = conn.accept_stream()?;
+    st.recv()?.context("the sender asked for nothing")?;
+    st.send(region.descriptor(), &[])?;
+    let mut no_timeout = st;
+    no_timeout.set_timeout(std::time::Duration::from_secs(3600));
+    if no_timeout.recv()?.is_some() {
+        bail!("the sender sent a message during one-sided transfers");
+    }
+    no_timeout.finish()?;
     Ok(())
 }

@@ -3,7 +3,6 @@
 //! taking part. Fabrics that can (UCX: cma, RDMA) do this natively ([`NativeRma`]); on the
 //! rest it travels as Put, Get and GetReply frames that the owner's reading thread applies.
 
-use std::any::Any;
 use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,9 +15,10 @@ use crate::proto::rma::{self, Descriptor};
 
 /// A backend whose fabric moves bytes one-sidedly.
 pub(crate) trait NativeRma: Send + Sync {
-    /// Registers `mem` with the fabric: the access information a peer needs, and a guard
-    /// that revokes it when dropped.
-    fn register(&self, mem: &Arc<RegionMem>) -> Result<(Vec<u8>, Box<dyn Any + Send + Sync>)>;
+    /// Allocates `len` zeroed bytes registered with the fabric (where it can reach them
+    /// fastest: shared memory a peer on the same host maps, say), and the access information
+    /// a peer needs. Dropping the memory revokes access and frees it.
+    fn register(&self, len: usize) -> Result<(RegionMem, Vec<u8>)>;
     /// Makes a peer's access information usable on this connection.
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>>;
 }
@@ -32,8 +32,6 @@ pub(crate) trait NativeRemote: Send + Sync {
 
 /// Memory of ours the peer may put into and get from, for as long as this lives.
 pub struct Region {
-    // Dropped first: the fabric lets go of the memory before it is freed.
-    _native: Option<Box<dyn Any + Send + Sync>>,
     mem: Arc<RegionMem>,
     id: u32,
     descriptor: Vec<u8>,
@@ -76,7 +74,7 @@ impl Drop for Region {
     fn drop(&mut self) {
         let mut g = self.conn.lock();
         g.session.remove_region(self.id);
-        if self._native.is_some() {
+        if self.mem.is_fabric() {
             g.retired.push(self.mem.clone());
         }
     }
@@ -111,12 +109,14 @@ impl Connection {
     /// send it [`Region::descriptor`].
     pub fn register(&self, len: usize) -> Result<Region> {
         let inner = &self.inner;
-        let mem = Arc::new(RegionMem::new(len)?);
-        let native = inner.native_rma.as_ref().map(|n| n.register(&mem)).transpose()?;
+        let (mem, native) = match &inner.native_rma {
+            Some(n) => n.register(len)?,
+            None => (RegionMem::new(len)?, Vec::new()),
+        };
+        let mem = Arc::new(mem);
         let id = inner.lock().session.add_region(mem.clone())?;
-        let (native_info, guard) = native.map_or((Vec::new(), None), |(info, guard)| (info, Some(guard)));
-        let descriptor = Descriptor { id, len: len as u64, native: native_info }.encode();
-        Ok(Region { _native: guard, mem, id, descriptor, conn: inner.clone() })
+        let descriptor = Descriptor { id, len: len as u64, native }.encode();
+        Ok(Region { mem, id, descriptor, conn: inner.clone() })
     }
 
     /// The peer's region that `descriptor` (from its [`Region::descriptor`]) describes.

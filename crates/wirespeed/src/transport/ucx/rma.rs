@@ -2,7 +2,6 @@
 //! the descriptor's native part, and `ucp_put_nbx`/`ucp_get_nbx` on the connection's
 //! endpoint. UCX picks the path: cma or RDMA where it can, its own emulation elsewhere.
 
-use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ pub(super) struct UcxRma {
     pub(super) h: Arc<Handle>,
 }
 
-/// A registration; dropping it unregisters the memory.
+/// Memory UCX allocated and registered; dropping it unregisters and frees it.
 struct Registration(ucp_mem_h);
 
 // SAFETY: a memory handle of the process-wide context, which is thread-safe for mapping.
@@ -36,28 +35,41 @@ impl Drop for Registration {
 }
 
 impl NativeRma for UcxRma {
-    fn register(&self, mem: &Arc<RegionMem>) -> Result<(Vec<u8>, Box<dyn Any + Send + Sync>)> {
+    fn register(&self, len: usize) -> Result<(RegionMem, Vec<u8>)> {
         let ctx = context()?;
+        // UCX allocates, so it can place the memory where peers reach it best (a shared
+        // memory segment a peer on this host maps, for one).
         let params = ucp_mem_map_params_t {
-            field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH) as u64,
-            address: mem.as_ptr().cast(),
-            length: mem.len().max(1),
+            field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+                | UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                | UCP_MEM_MAP_PARAM_FIELD_FLAGS) as u64,
+            address: std::ptr::null_mut(),
+            length: len.max(1),
+            flags: UCP_MEM_MAP_ALLOCATE,
             ..Default::default()
         };
         let mut memh = std::ptr::null_mut();
-        // SAFETY: the memory is ours and outlives the registration (`Region` drops it first).
-        check("registering a region", unsafe { ucp_mem_map(ctx, &params, &mut memh) })?;
+        // SAFETY: valid params; out-pointer to a local.
+        check("allocating a region", unsafe { ucp_mem_map(ctx, &params, &mut memh) })?;
         let registration = Registration(memh);
+        let mut attr = ucp_mem_attr_t { field_mask: UCP_MEM_ATTR_FIELD_ADDRESS as u64, ..Default::default() };
+        // SAFETY: live handle; out-pointer to a local.
+        check("querying a region", unsafe { ucp_mem_query(memh, &mut attr) })?;
+        let ptr = std::ptr::NonNull::new(attr.address.cast::<u8>())
+            .ok_or_else(|| Error::Fabric { op: "allocating a region", status: "no address".into() })?;
+        // SAFETY: UCX allocated at least `len` bytes there, ours until the handle is unmapped.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
         let (mut packed, mut size) = (std::ptr::null_mut(), 0usize);
         // SAFETY: live context and handle; out-pointers to locals.
         check("packing a region's key", unsafe { ucp_rkey_pack(ctx, memh, &mut packed, &mut size) })?;
-        let mut native = (mem.as_ptr() as u64).to_le_bytes().to_vec();
+        let mut native = (ptr.as_ptr() as u64).to_le_bytes().to_vec();
         // SAFETY: UCX returned `size` readable bytes at `packed`, released right after.
         unsafe {
             native.extend_from_slice(std::slice::from_raw_parts(packed as *const u8, size));
             ucp_rkey_buffer_release(packed);
         }
-        Ok((native, Box::new(registration)))
+        // SAFETY: the memory stays valid until the registration, its owner, drops.
+        Ok((unsafe { RegionMem::from_fabric(ptr, len, Box::new(registration)) }, native))
     }
 
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>> {
