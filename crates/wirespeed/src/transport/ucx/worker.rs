@@ -558,12 +558,7 @@ impl Core {
         iov: &mut Vec<ucp_dt_iov_t>,
         done: *mut Option<ucs_status_t>,
     ) -> Result<bool> {
-        if let Some(e) = self.failure() {
-            return Err(e);
-        }
-        if self.ep.is_null() {
-            return Err(Error::Closed);
-        }
+        let ep = self.usable_ep()?;
         // Meta too big for the AM header goes at the start of the data instead.
         let (am_header, data_meta) =
             if head.len() <= self.max_am_header { (head, &[][..]) } else { head.split_at(HEADER_LEN) };
@@ -587,17 +582,9 @@ impl Core {
         params.cb.send = Some(on_send_done);
         // SAFETY: live endpoint; the caller keeps the buffers and the gather list valid until
         // completion.
-        let req = unsafe {
-            ucp_am_send_nbx(self.ep, AM_ID, am_header.as_ptr().cast(), am_header.len(), buffer, count, &params)
-        };
-        if req.is_null() {
-            return Ok(false);
-        }
-        if ucs_ptr_is_err(req) {
-            // The endpoint cannot carry frames any more (its peer is gone, most often).
-            return Err(Error::ConnectionLost(format!("sending: {}", status_string(ucs_ptr_status(req)))));
-        }
-        Ok(true)
+        let req =
+            unsafe { ucp_am_send_nbx(ep, AM_ID, am_header.as_ptr().cast(), am_header.len(), buffer, count, &params) };
+        posted(req, "sending")
     }
 
     /// Starts a one-sided operation on our endpoint. `None` for `rkey` means a flush: it
@@ -615,12 +602,7 @@ impl Core {
         remote: (u64, ucp_rkey_h),
         done: *mut Option<ucs_status_t>,
     ) -> Result<bool> {
-        if let Some(e) = self.failure() {
-            return Err(e);
-        }
-        if self.ep.is_null() {
-            return Err(Error::Closed);
-        }
+        let ep = self.usable_ep()?;
         let mut params = ucp_request_param_t {
             op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
             user_data: done.cast(),
@@ -631,28 +613,31 @@ impl Core {
         // SAFETY: live endpoint; the caller keeps `buf` valid until completion and `rkey` alive.
         let req = unsafe {
             match op {
-                RmaOp::Put => ucp_put_nbx(self.ep, buf.cast(), len, addr, rkey, &params),
-                RmaOp::Get => ucp_get_nbx(self.ep, buf.cast(), len, addr, rkey, &params),
-                RmaOp::Flush => ucp_ep_flush_nbx(self.ep, &params),
+                RmaOp::Put => ucp_put_nbx(ep, buf.cast(), len, addr, rkey, &params),
+                RmaOp::Get => ucp_get_nbx(ep, buf.cast(), len, addr, rkey, &params),
+                RmaOp::Flush => ucp_ep_flush_nbx(ep, &params),
             }
         };
-        if req.is_null() {
-            return Ok(false);
+        posted(req, "one-sided transfer")
+    }
+
+    /// Our endpoint, unless the connection failed or closed.
+    fn usable_ep(&self) -> Result<ucp_ep_h> {
+        if let Some(e) = self.failure() {
+            return Err(e);
         }
-        if ucs_ptr_is_err(req) {
-            return Err(Error::ConnectionLost(format!("one-sided transfer: {}", status_string(ucs_ptr_status(req)))));
+        if self.ep.is_null() {
+            return Err(Error::Closed);
         }
-        Ok(true)
+        Ok(self.ep)
     }
 
     /// Makes a peer's packed memory key usable on our endpoint.
     pub(super) fn unpack_rkey(&mut self, packed: &[u8]) -> Result<ucp_rkey_h> {
-        if self.ep.is_null() {
-            return Err(Error::Closed);
-        }
+        let ep = self.usable_ep()?;
         let mut rkey = std::ptr::null_mut();
         // SAFETY: live endpoint; UCX reads the packed key (from our authenticated peer).
-        check("unpacking a remote key", unsafe { ucp_ep_rkey_unpack(self.ep, packed.as_ptr().cast(), &mut rkey) })?;
+        check("unpacking a remote key", unsafe { ucp_ep_rkey_unpack(ep, packed.as_ptr().cast(), &mut rkey) })?;
         Ok(rkey)
     }
 
@@ -796,11 +781,8 @@ impl Inbox {
             let req =
                 unsafe { ucp_am_recv_data_nbx(worker, desc, buf.as_mut_ptr().add(a.pad).cast(), length, &params) };
             a.buf = Some(buf);
-            if req.is_null() {
+            if !posted(req, "receiving a message body")? {
                 a.rndv = None; // done already
-            } else if ucs_ptr_is_err(req) {
-                let status = status_string(ucs_ptr_status(req));
-                return Err(Error::ConnectionLost(format!("receiving a message body: {status}")));
             }
         }
         Ok(())
@@ -816,6 +798,16 @@ impl Inbox {
         }
         self.deferred = 0;
     }
+}
+
+/// What a non-blocking call returned: done already (false), a request to wait for (true), or
+/// an error. The endpoint refusing a request means it cannot carry any more, its peer gone,
+/// most often.
+fn posted(req: ucs_status_ptr_t, what: &str) -> Result<bool> {
+    if ucs_ptr_is_err(req) {
+        return Err(Error::ConnectionLost(format!("{what}: {}", status_string(ucs_ptr_status(req)))));
+    }
+    Ok(!req.is_null())
 }
 
 unsafe extern "C" fn on_am(
