@@ -59,10 +59,10 @@ pub struct RawArgs {
 pub struct ServerArgs {
     #[arg(long)]
     listen: String,
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, default_value = "send")]
     op: Op,
     /// Bytes in the region one-sided transfers use.
-    #[arg(long)]
+    #[arg(long, default_value_t = 1 << 20)]
     size: usize,
     /// Streams the sender will open.
     #[arg(long)]
@@ -245,7 +245,14 @@ pub fn serve(a: ServerArgs) -> Result<()> {
             }
         }
     }
+    wait_for_close(&conn);
     Ok(())
+}
+
+/// Waits until the sender closes: exiting earlier, with its last credit grants unread, would
+/// make the kernel reset the connection under it.
+fn wait_for_close(conn: &Connection) {
+    while conn.accept_stream().is_ok() {}
 }
 
 /// Exposes a region to the sender and waits (reading, which emulated transfers need) until
@@ -261,5 +268,6 @@ fn serve_region(conn: &Connection, size: usize) -> Result<()> {
         bail!("the sender sent a message during one-sided transfers");
     }
     no_timeout.finish()?;
+    wait_for_close(conn);
     Ok(())
 }
