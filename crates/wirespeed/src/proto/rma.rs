@@ -1,7 +1,14 @@
-//! One-sided transfers (RMA): what a region descriptor and the Put, Get and GetReply frames
-//! carry. See docs/PROTOCOL.md. Every decoder checks lengths and never panics.
+//! One-sided transfers (RMA) as frames, for fabrics that cannot do them: what a region
+//! descriptor and the Put, Get and GetReply frames carry, and the state that applies them.
+//! See docs/PROTOCOL.md. Every decoder checks lengths and never panics.
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use super::frame::{FrameHeader, Kind};
+use super::session::Touched;
 use crate::error::{Error, Result};
+use crate::mem::{Buf, RegionMem};
 
 const MAGIC: &[u8; 4] = b"WSRG";
 /// Native access information (a UCX address and packed rkey) is a few hundred bytes.
@@ -76,6 +83,114 @@ pub fn parse_reply_meta(m: &[u8]) -> Result<u32> {
         return Err(Error::Protocol("malformed get reply".into()));
     }
     Ok(u32_at(m, 0))
+}
+
+/// A get the peer asked for, to answer with GetReply frames from `mem`.
+pub struct GetJob {
+    pub request: u32,
+    pub mem: Arc<RegionMem>,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// A get we asked for: what has come back so far.
+struct PendingGet {
+    len: u64,
+    got: u64,
+    parts: Vec<Buf>,
+}
+
+/// Regions the peer may reach, gets we wait for, and gets the peer wants answered.
+#[derive(Default)]
+pub struct Rma {
+    regions: HashMap<u32, Arc<RegionMem>>,
+    last_region: u32,
+    gets: HashMap<u32, PendingGet>,
+    last_get: u32,
+    jobs: VecDeque<GetJob>,
+}
+
+impl Rma {
+    /// Applies a Put, queues a Get's answer, or collects a GetReply. An error is fatal.
+    pub fn on_frame(&mut self, h: &FrameHeader, meta: &[u8], payload: Buf) -> Result<Touched> {
+        let outside = |e: Error| Error::Protocol(format!("one-sided transfer: {e}"));
+        match h.kind {
+            Kind::Put => {
+                let (id, offset) = parse_put_meta(meta)?;
+                self.region(id)?.write(offset, &payload).map_err(outside)?;
+                Ok(Touched::Nobody)
+            }
+            Kind::Get => {
+                let (id, offset, request) = parse_get_meta(meta)?;
+                let mem = self.region(id)?;
+                mem.check(offset, usize::try_from(h.len).unwrap_or(usize::MAX)).map_err(outside)?;
+                self.jobs.push_back(GetJob { request, mem, offset, len: h.len });
+                Ok(Touched::Nobody)
+            }
+            _ => {
+                let request = parse_reply_meta(meta)?;
+                let Some(g) = self.gets.get_mut(&request) else {
+                    if request <= self.last_get {
+                        return Ok(Touched::Nobody); // a get we gave up on
+                    }
+                    return Err(Error::Protocol(format!("a reply to get {request}, which we never sent")));
+                };
+                g.got += payload.len() as u64;
+                if g.got > g.len {
+                    return Err(Error::Protocol(format!("more bytes than get {request} asked for")));
+                }
+                g.parts.push(payload);
+                Ok(Touched::Get(request))
+            }
+        }
+    }
+
+    fn region(&self, id: u32) -> Result<Arc<RegionMem>> {
+        self.regions.get(&id).cloned().ok_or_else(|| Error::Protocol(format!("region {id} is not exposed")))
+    }
+
+    /// Exposes `mem` to the peer's puts and gets; returns the region's id.
+    pub fn add_region(&mut self, mem: Arc<RegionMem>) -> Result<u32> {
+        let id = self.last_region.checked_add(1).ok_or_else(|| Error::Limit("region ids exhausted".into()))?;
+        self.last_region = id;
+        self.regions.insert(id, mem);
+        Ok(id)
+    }
+
+    /// Stops exposing a region; later puts and gets into it fail the connection.
+    pub fn remove_region(&mut self, id: u32) {
+        self.regions.remove(&id);
+    }
+
+    /// Registers a get of `len` bytes and returns its request id.
+    pub fn start_get(&mut self, len: u64) -> Result<u32> {
+        let id = self.last_get.checked_add(1).ok_or_else(|| Error::Limit("get ids exhausted".into()))?;
+        self.last_get = id;
+        self.gets.insert(id, PendingGet { len, got: 0, parts: Vec::new() });
+        Ok(id)
+    }
+
+    /// The bytes of get `id`, once all have come.
+    pub fn take_get(&mut self, id: u32) -> Option<Vec<Buf>> {
+        if self.gets.get(&id).is_some_and(|g| g.got == g.len) {
+            return self.gets.remove(&id).map(|g| g.parts);
+        }
+        None
+    }
+
+    /// Forgets a get we stopped waiting for; its late replies are dropped.
+    pub fn abandon_get(&mut self, id: u32) {
+        self.gets.remove(&id);
+    }
+
+    /// The next get the peer asked for, to answer.
+    pub fn next_job(&mut self) -> Option<GetJob> {
+        self.jobs.pop_front()
+    }
+
+    pub fn has_jobs(&self) -> bool {
+        !self.jobs.is_empty()
+    }
 }
 
 fn u32_at(b: &[u8], i: usize) -> u32 {

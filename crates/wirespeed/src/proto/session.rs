@@ -6,13 +6,12 @@
 //! [`Session::poll_transmit`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
 
 use super::frame::{FrameHeader, Kind, encode_control};
 use super::handshake::Params;
-use super::rma;
+use super::rma::Rma;
 use crate::error::{Error, ErrorCode};
-use crate::mem::{Buf, RegionMem};
+use crate::mem::Buf;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -44,21 +43,6 @@ pub enum Ready {
     Accept,
     /// This stream has something to receive: a message, body bytes, its end, or a reset.
     Stream(u32),
-}
-
-/// A get the peer asked for, to answer with GetReply frames from `mem`.
-pub struct GetJob {
-    pub request: u32,
-    pub mem: Arc<RegionMem>,
-    pub offset: u64,
-    pub len: u64,
-}
-
-/// A get we asked for: what has come back so far.
-struct PendingGet {
-    len: u64,
-    got: u64,
-    parts: Vec<Buf>,
 }
 
 /// What the application receives on a stream, in order.
@@ -104,12 +88,8 @@ pub struct Session {
     /// Streams that received something since [`Session::poll_ready`] last found them empty.
     ready: VecDeque<u32>,
     transmit: Vec<u8>,
-    /// Regions the peer may put into and get from (emulated one-sided transfers).
-    regions: HashMap<u32, Arc<RegionMem>>,
-    next_region: u32,
-    gets: HashMap<u32, PendingGet>,
-    next_get: u32,
-    get_jobs: VecDeque<GetJob>,
+    /// Emulated one-sided transfers.
+    pub rma: Rma,
     failed: Option<Error>,
     peer_closed: bool,
     local_closed: bool,
@@ -128,11 +108,7 @@ impl Session {
             accept_queue: VecDeque::new(),
             ready: VecDeque::new(),
             transmit: Vec::new(),
-            regions: HashMap::new(),
-            next_region: 1,
-            gets: HashMap::new(),
-            next_get: 1,
-            get_jobs: VecDeque::new(),
+            rma: Rma::default(),
             failed: None,
             peer_closed: false,
             local_closed: false,
@@ -259,7 +235,7 @@ impl Session {
                 self.peer_closed = true;
                 return Ok(Touched::All);
             }
-            Kind::Put | Kind::Get | Kind::GetReply => return self.on_rma_frame(h, meta, payload),
+            Kind::Put | Kind::Get | Kind::GetReply => return self.rma.on_frame(h, meta, payload),
             Kind::Message | Kind::Data | Kind::Credit | Kind::Finish | Kind::Reset => {}
             other => {
                 return Err(Error::Protocol(format!("unexpected {other:?} frame after the handshake")));
@@ -321,70 +297,18 @@ impl Session {
         Ok(if self.accept_queue.len() > accepted { Touched::Accept } else { Touched::Stream(h.stream) })
     }
 
-    fn on_rma_frame(&mut self, h: &FrameHeader, meta: &[u8], payload: Buf) -> Result<Touched, Error> {
-        let region = |s: &Self, id: u32| {
-            s.regions.get(&id).cloned().ok_or_else(|| Error::Protocol(format!("region {id} is not exposed")))
-        };
-        let outside = |e: Error| Error::Protocol(format!("one-sided transfer: {e}"));
-        match h.kind {
-            Kind::Put => {
-                let (id, offset) = rma::parse_put_meta(meta)?;
-                region(self, id)?.write(offset, &payload).map_err(outside)?;
-                Ok(Touched::Nobody)
-            }
-            Kind::Get => {
-                let (id, offset, request) = rma::parse_get_meta(meta)?;
-                let mem = region(self, id)?;
-                mem.check(offset, usize::try_from(h.len).unwrap_or(usize::MAX)).map_err(outside)?;
-                self.get_jobs.push_back(GetJob { request, mem, offset, len: h.len });
-                Ok(Touched::Nobody)
-            }
-            _ => {
-                let request = rma::parse_reply_meta(meta)?;
-                let Some(g) = self.gets.get_mut(&request) else {
-                    if request < self.next_get {
-                        return Ok(Touched::Nobody); // a get we gave up on
-                    }
-                    return Err(Error::Protocol(format!("a reply to get {request}, which we never sent")));
-                };
-                g.got += payload.len() as u64;
-                if g.got > g.len {
-                    return Err(Error::Protocol(format!("more bytes than get {request} asked for")));
-                }
-                g.parts.push(payload);
-                Ok(Touched::Get(request))
-            }
-        }
-    }
-
-    /// Exposes `mem` to the peer's puts and gets; returns the region's id.
-    pub fn add_region(&mut self, mem: Arc<RegionMem>) -> Result<u32, Error> {
-        let id = self.next_region;
-        self.next_region = id.checked_add(1).ok_or_else(|| Error::Limit("region ids exhausted".into()))?;
-        self.regions.insert(id, mem);
-        Ok(id)
-    }
-
-    /// Stops exposing a region; later puts and gets into it fail the connection.
-    pub fn remove_region(&mut self, id: u32) {
-        self.regions.remove(&id);
-    }
-
     /// Starts a get of `len` bytes; the caller then sends the Get frame with this id.
     pub fn start_get(&mut self, len: u64) -> Result<u32, Error> {
         if let Some(e) = self.terminal_error() {
             return Err(e);
         }
-        let id = self.next_get;
-        self.next_get = id.checked_add(1).ok_or_else(|| Error::Limit("get ids exhausted".into()))?;
-        self.gets.insert(id, PendingGet { len, got: 0, parts: Vec::new() });
-        Ok(id)
+        self.rma.start_get(len)
     }
 
     /// The bytes of get `id` once all have come, in order.
     pub fn poll_get(&mut self, id: u32) -> Option<Result<Vec<Buf>, Error>> {
-        if self.gets.get(&id).is_some_and(|g| g.got == g.len) {
-            return self.gets.remove(&id).map(|g| Ok(g.parts));
+        if let Some(parts) = self.rma.take_get(id) {
+            return Some(Ok(parts));
         }
         if let Some(e) = self.terminal_error() {
             return Some(Err(e));
@@ -393,20 +317,6 @@ impl Session {
             return Some(Err(Error::ConnectionLost("the peer closed the connection during a get".into())));
         }
         None
-    }
-
-    /// Forgets a get we stopped waiting for; its late replies are dropped.
-    pub fn abandon_get(&mut self, id: u32) {
-        self.gets.remove(&id);
-    }
-
-    /// Gets the peer asked for, to answer.
-    pub fn next_get_job(&mut self) -> Option<GetJob> {
-        self.get_jobs.pop_front()
-    }
-
-    pub fn has_get_jobs(&self) -> bool {
-        !self.get_jobs.is_empty()
     }
 
     /// Finds or opens the stream a frame belongs to; `None` for streams already closed.

@@ -270,7 +270,7 @@ impl Inner {
                         Touched::All
                     }
                 };
-                if g.session.has_get_jobs() {
+                if g.session.rma.has_jobs() {
                     drop(g);
                     rma::serve_gets(self);
                     g = self.lock();

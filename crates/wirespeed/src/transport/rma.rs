@@ -73,7 +73,7 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         let mut g = self.conn.lock();
-        g.session.remove_region(self.id);
+        g.session.rma.remove_region(self.id);
         if self.mem.is_fabric() {
             g.retired.push(self.mem.clone());
         }
@@ -114,7 +114,7 @@ impl Connection {
             None => (RegionMem::new(len)?, Vec::new()),
         };
         let mem = Arc::new(mem);
-        let id = inner.lock().session.add_region(mem.clone())?;
+        let id = inner.lock().session.rma.add_region(mem.clone())?;
         let descriptor = Descriptor { id, len: len as u64, native }.encode();
         Ok(Region { mem, id, descriptor, conn: inner.clone() })
     }
@@ -164,7 +164,7 @@ impl Connection {
         let got = inner
             .write(&frame(Kind::Get, &rma::get_meta(remote.id, offset, request), out.len() as u64), &[])
             .and_then(|()| inner.wait_for(inner.timeout, Waiting::OnGet(request), |s| s.poll_get(request)));
-        let parts = got.inspect_err(|_| inner.lock().session.abandon_get(request))?;
+        let parts = got.inspect_err(|_| inner.lock().session.rma.abandon_get(request))?;
         let mut at = 0;
         for p in parts {
             out[at..at + p.len()].copy_from_slice(&p);
@@ -188,7 +188,7 @@ fn frame(kind: Kind, meta: &[u8], len: u64) -> Vec<u8> {
 pub(super) fn serve_gets(inner: &Inner) {
     let chunk = inner.max_chunk as usize;
     let mut scratch = Vec::new();
-    while let Some(job) = inner.lock().session.next_get_job() {
+    while let Some(job) = inner.lock().session.rma.next_job() {
         let mut done = 0;
         while done < job.len {
             let n = (job.len - done).min(chunk as u64) as usize;
