@@ -159,6 +159,16 @@ unsafe impl Sync for RegionMem {}
 
 const PAGE: usize = 4096;
 
+/// Checks that `len` bytes at `offset` lie inside a region of `region_len` bytes.
+pub fn check_span(offset: u64, len: usize, region_len: u64) -> crate::Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= region_len => Ok(()),
+        _ => {
+            Err(crate::Error::Limit(format!("{len} bytes at offset {offset} fall outside a {region_len}-byte region")))
+        }
+    }
+}
+
 impl RegionMem {
     pub fn new(len: usize) -> crate::Result<Self> {
         let layout = Self::layout(len)?;
@@ -201,13 +211,7 @@ impl RegionMem {
 
     /// Checks that `offset..offset+len` lies inside; returns the start as a usize.
     pub fn check(&self, offset: u64, len: usize) -> crate::Result<usize> {
-        match offset.checked_add(len as u64) {
-            Some(end) if end <= self.len as u64 => Ok(offset as usize),
-            _ => Err(crate::Error::Limit(format!(
-                "{len} bytes at offset {offset} fall outside a {}-byte region",
-                self.len
-            ))),
-        }
+        check_span(offset, len, self.len as u64).map(|()| offset as usize)
     }
 
     pub fn write(&self, offset: u64, data: &[u8]) -> crate::Result<()> {

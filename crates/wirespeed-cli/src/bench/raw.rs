@@ -259,15 +259,15 @@ fn wait_for_close(conn: &Connection) {
 /// it is done.
 fn serve_region(conn: &Connection, size: usize) -> Result<()> {
     let region = conn.register(size)?;
-    let st = conn.accept_stream()?;
+    let mut st = conn.accept_stream()?;
     st.recv()?.context("the sender asked for nothing")?;
     st.send(region.descriptor(), &[])?;
-    let mut no_timeout = st;
-    no_timeout.set_timeout(std::time::Duration::from_secs(3600));
-    if no_timeout.recv()?.is_some() {
+    // The transfers can take longer than one ordinary wait.
+    st.set_timeout(std::time::Duration::from_secs(3600));
+    if st.recv()?.is_some() {
         bail!("the sender sent a message during one-sided transfers");
     }
-    no_timeout.finish()?;
+    st.finish()?;
     wait_for_close(conn);
     Ok(())
 }

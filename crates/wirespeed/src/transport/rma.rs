@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::conn::{Connection, Inner, Waiting};
-use crate::error::{Error, Result};
-use crate::mem::RegionMem;
+use crate::error::Result;
+use crate::mem::{RegionMem, check_span};
 use crate::proto::frame::{FrameHeader, Kind};
 use crate::proto::rma::{self, Descriptor};
 
@@ -95,13 +95,6 @@ impl RemoteRegion {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-
-    fn check(&self, offset: u64, len: usize) -> Result<()> {
-        match offset.checked_add(len as u64) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::Limit(format!("{len} bytes at offset {offset} fall outside a {}-byte region", self.len))),
-        }
-    }
 }
 
 impl Connection {
@@ -137,7 +130,7 @@ impl Connection {
     /// Writes `data` into the peer's region at `offset`. The peer sees the bytes before any
     /// message sent after this returns.
     pub fn put(&self, remote: &RemoteRegion, offset: u64, data: &[u8]) -> Result<()> {
-        remote.check(offset, data.len())?;
+        check_span(offset, data.len(), remote.len)?;
         if let Some(n) = &remote.native {
             return n.put(offset, data, self.inner.timeout);
         }
@@ -152,7 +145,7 @@ impl Connection {
 
     /// Reads the peer's region at `offset` into `out`.
     pub fn get(&self, remote: &RemoteRegion, offset: u64, out: &mut [u8]) -> Result<()> {
-        remote.check(offset, out.len())?;
+        check_span(offset, out.len(), remote.len)?;
         if let Some(n) = &remote.native {
             return n.get(offset, out, self.inner.timeout);
         }

@@ -587,9 +587,9 @@ impl Core {
         posted(req, "sending")
     }
 
-    /// Starts a one-sided operation on our endpoint. `None` for `rkey` means a flush: it
-    /// completes once everything issued before it is complete at the peer. Returns whether a
-    /// request is pending, whose completion lands in `done`.
+    /// Starts a one-sided operation on our endpoint (a flush ignores `buf` and `remote`, and
+    /// completes once everything issued before it is complete at the peer). Returns whether
+    /// a request is pending, whose completion lands in `done`.
     ///
     /// # Safety
     /// `buf` (and `done`) must stay valid and untouched until the request completes; `rkey`
@@ -737,8 +737,12 @@ impl Inbox {
             a.deferred = Some((data, length));
             self.deferred += 1;
             self.arrivals.push_back(a);
-            self.pull_deferred()?;
-            return Ok(self.deferred > 0);
+            if let Err(e) = self.pull_deferred() {
+                self.fail(e); // releases every descriptor still deferred, this one too
+            }
+            // UCX keeps the descriptor unless we handed it to ucp_am_recv_data_nbx (which
+            // sets the buffer); one we deferred, or released on failure, counts as kept.
+            return Ok(self.arrivals.back().is_some_and(|a| a.buf.is_none()));
         }
         if length > 0 {
             let mut buf = self.pool.take(pad + length)?;
@@ -762,9 +766,10 @@ impl Inbox {
             if self.held > 0 && (self.arrivals_held >= RECV_AHEAD || self.held + a.pad + length > RECV_WINDOW) {
                 break;
             }
+            // Before the descriptor leaves `deferred`: on failure it is still ours to release.
+            let mut buf = self.pool.take(a.pad + length)?;
             a.deferred = None;
             self.deferred -= 1;
-            let mut buf = self.pool.take(a.pad + length)?;
             self.held += a.pad + length;
             self.arrivals_held += 1;
             let slot: *mut Option<ucs_status_t> = &mut **a.rndv.as_mut().expect("rendezvous slot");
