@@ -2,6 +2,7 @@
 
 mod bench;
 mod exit;
+mod tools;
 
 use clap::{Parser, Subcommand};
 
@@ -14,6 +15,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Send a file, a directory (-r) or standard input to a waiting `recv`.
+    Send(tools::send::SendArgs),
+    /// Wait for one `send` and write what it sends to a file, a directory or standard output.
+    Recv(tools::recv::RecvArgs),
+    /// Copy files and directories between hosts (remote ends over ssh), verified and resumable.
+    Cp(tools::cp::CpArgs),
+    /// The remote end of `cp`, started over ssh.
+    #[command(hide = true)]
+    Agent(tools::agent::AgentArgs),
     /// Measure transports on this machine.
     Bench(bench::BenchArgs),
 }
@@ -21,6 +31,10 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Send(args) => tools::send::run(args),
+        Command::Recv(args) => tools::recv::run(args),
+        Command::Cp(args) => tools::cp::run(args),
+        Command::Agent(args) => tools::agent::run(args),
         Command::Bench(args) => bench::run(args),
     };
     if let Err(e) = result {

@@ -1,0 +1,90 @@
+//! `wirespeed agent`: the far end of `cp`, started over ssh. It reads the transfer key from
+//! the first line of standard input, listens (or connects with `--connect`), reports
+//! `WIRESPEED-AGENT <ip> <port>` and, at the end, `WIRESPEED-DONE <files> <bytes>`. When
+//! standard input closes (ssh or the initiator died) it stops at once.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use wirespeed::Key;
+use wirespeed_files::{Input, Output, Progress, Server, Side, plane};
+
+use super::{Common, config};
+use crate::exit;
+
+/// Set once the transfer is complete, so a closing standard input no longer stops us.
+static FINISHED: AtomicBool = AtomicBool::new(false);
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Role {
+    Source,
+    Sink,
+}
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    role: Role,
+    path: PathBuf,
+    /// Connect to this sink instead of listening (remote to remote copies).
+    #[arg(long)]
+    connect: Option<String>,
+    #[arg(short, long)]
+    recursive: bool,
+    #[arg(short, long)]
+    preserve: bool,
+    #[arg(long)]
+    resume: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+    let mut stdin = std::io::stdin().lock();
+    let mut line = String::new();
+    stdin.read_line(&mut line).context("no key on standard input")?;
+    let key = Key::new(line.trim_end().as_bytes())?;
+    drop(stdin);
+    std::thread::spawn(|| {
+        // Standard input stays open for as long as the initiator wants us.
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        if !FINISHED.load(Ordering::SeqCst) {
+            eprintln!("wirespeed agent: the initiator went away; stopping");
+            std::process::exit(exit::CONNECTION);
+        }
+    });
+    let cfg = config();
+    let (conn, side) = match &a.connect {
+        Some(addr) => (plane::connect(addr, a.common.transport, &key, &cfg)?, Side::Client),
+        None => {
+            // Listen where the initiator reached us over ssh.
+            let ip = std::env::var("SSH_CONNECTION").ok().and_then(|c| c.split_whitespace().nth(2).map(str::to_string));
+            let bind = match &ip {
+                Some(ip) if ip.contains(':') => format!("[{ip}]:0"),
+                Some(ip) => format!("{ip}:0"),
+                None => "0.0.0.0:0".to_string(),
+            };
+            let server = Server::bind(&bind, a.common.transport, &key, &cfg)?;
+            println!("WIRESPEED-AGENT {} {}", ip.as_deref().unwrap_or("-"), server.port());
+            std::io::stdout().flush()?;
+            let (conn, control) = server.accept(Duration::from_secs(60))?;
+            (conn, Side::Server(control))
+        }
+    };
+    let progress = Progress::default();
+    let summary = match a.role {
+        Role::Sink => wirespeed_files::receive(&conn, side, &Output::Path(a.path), &progress)?,
+        Role::Source => {
+            let opts = a.common.source_options(a.recursive, a.preserve, a.resume);
+            wirespeed_files::send(&conn, side, &Input::Path(a.path), &opts, &progress)?
+        }
+    };
+    conn.close();
+    FINISHED.store(true, Ordering::SeqCst);
+    println!("WIRESPEED-DONE {} {}", summary.files, summary.bytes);
+    std::io::stdout().flush()?;
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! `wirespeed cp [-r] [-p] [--resume] [-e SSH] SRC DST`: copies files and trees between
+//! local and remote places. A remote end runs `wirespeed agent` over ssh; data goes straight
+//! between the two ends (between two remote hosts when both are remote), never through ssh.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use wirespeed::Key;
+use wirespeed_files::{Input, Output, Progress, Server, Side, Summary, plane};
+
+use super::remote::{Agent, Place, Ssh};
+use super::{Common, config, summary_line, with_progress};
+
+/// How long an agent may take to start over ssh.
+const AGENT_START: Duration = Duration::from_secs(60);
+
+#[derive(Args, Debug)]
+pub struct CpArgs {
+    /// Copy directories and everything in them.
+    #[arg(short, long)]
+    recursive: bool,
+    /// Keep modes and modification times.
+    #[arg(short, long)]
+    preserve: bool,
+    /// Continue an interrupted copy: chunks already at the destination whose checksums
+    /// match are not sent again.
+    #[arg(long)]
+    resume: bool,
+    /// The ssh command for remote ends, with any options (it reads ~/.ssh/config as usual).
+    #[arg(short = 'e', long = "rsh", default_value = "ssh")]
+    ssh: String,
+    /// Path of the wirespeed binary on remote hosts.
+    #[arg(long, default_value = "wirespeed")]
+    remote_bin: String,
+    #[command(flatten)]
+    common: Common,
+    /// `PATH` or `[user@]host:PATH`.
+    src: OsString,
+    /// `PATH` or `[user@]host:PATH`.
+    dst: OsString,
+}
+
+pub fn run(a: CpArgs) -> anyhow::Result<()> {
+    let ssh = Ssh {
+        command: shlex::split(&a.ssh).filter(|w| !w.is_empty()).context("cannot parse the -e ssh command")?,
+        remote_bin: a.remote_bin.clone(),
+    };
+    let (key, key_text) = Key::generate()?;
+    let progress = Progress::default();
+    let (summary, elapsed) = with_progress(&progress, a.common.verbose, || {
+        match (Place::parse(&a.src), Place::parse(&a.dst)) {
+            (Place::Local(src), Place::Local(dst)) => local_to_local(&a, &src, &dst, &key, &progress),
+            (Place::Local(src), Place::Remote { host, path }) => {
+                let mut sink = ssh.start(&host, &agent_args(&a, "sink", path), &key_text)?;
+                let addr = sink.address(AGENT_START)?;
+                let conn = plane::connect(&addr, a.common.transport, &key, &config())
+                    .with_context(|| format!("cannot reach the agent on {host} at {addr}"))?;
+                let s = wirespeed_files::send(&conn, Side::Client, &Input::Path(src), &source_options(&a), &progress)?;
+                conn.close();
+                ended(sink, &host)?;
+                Ok(s)
+            }
+            (Place::Remote { host, path }, Place::Local(dst)) => {
+                let mut source = ssh.start(&host, &agent_args(&a, "source", path), &key_text)?;
+                let addr = source.address(AGENT_START)?;
+                let conn = plane::connect(&addr, a.common.transport, &key, &config())
+                    .with_context(|| format!("cannot reach the agent on {host} at {addr}"))?;
+                let s = wirespeed_files::receive(&conn, Side::Client, &Output::Path(dst), &progress)?;
+                conn.close();
+                ended(source, &host)?;
+                Ok(s)
+            }
+            (Place::Remote { host: src_host, path: src }, Place::Remote { host: dst_host, path: dst }) => {
+                let mut sink = ssh.start(&dst_host, &agent_args(&a, "sink", dst), &key_text)?;
+                let addr = sink.address(AGENT_START)?;
+                let mut args = agent_args(&a, "source", src);
+                args.extend(["--connect".into(), addr.into()]);
+                let mut source = ssh.start(&src_host, &args, &key_text)?;
+                // No timeout fits a copy of unknown size; the agents time out on their own.
+                let done = source.expect("WIRESPEED-DONE", Duration::from_secs(u64::MAX / 4))?;
+                let parse = |i: usize| done.get(i).and_then(|w| w.parse().ok()).unwrap_or(0);
+                ended(source, &src_host)?;
+                ended(sink, &dst_host)?;
+                Ok(Summary { files: parse(0), bytes: parse(1) })
+            }
+        }
+    })?;
+    eprintln!("{}", summary_line(&summary, elapsed));
+    Ok(())
+}
+
+fn source_options(a: &CpArgs) -> wirespeed_files::SourceOptions {
+    a.common.source_options(a.recursive, a.preserve, a.resume)
+}
+
+/// The agent's command line: role, path and the flags it needs. No key: that goes over stdin.
+fn agent_args(a: &CpArgs, role: &str, path: OsString) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec!["agent".into(), role.into(), path];
+    v.extend(["--transport".into(), format!("{:?}", a.common.transport).to_lowercase().into()]);
+    v.extend(["--streams".into(), a.common.streams.to_string().into()]);
+    for (on, flag) in [(a.recursive, "--recursive"), (a.preserve, "--preserve"), (a.resume, "--resume")] {
+        if on {
+            v.push(flag.into());
+        }
+    }
+    v
+}
+
+fn ended(agent: Agent, host: &str) -> anyhow::Result<()> {
+    let status = agent.finish()?;
+    if !status.success() {
+        bail!("the agent on {host} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Both ends here: the sink runs on a thread, over shared memory unless told otherwise.
+fn local_to_local(a: &CpArgs, src: &Path, dst: &Path, key: &Key, progress: &Progress) -> anyhow::Result<Summary> {
+    let server = Server::bind("127.0.0.1:0", a.common.transport, key, &config())?;
+    let addr = format!("127.0.0.1:{}", server.port());
+    let dst: PathBuf = dst.to_path_buf();
+    std::thread::scope(|s| {
+        let sink = s.spawn(move || -> anyhow::Result<Summary> {
+            let (conn, control) = server.accept(Duration::from_secs(30))?;
+            let quiet = Progress::default();
+            Ok(wirespeed_files::receive(&conn, Side::Server(control), &Output::Path(dst), &quiet)?)
+        });
+        let conn = plane::connect(&addr, a.common.transport, key, &config())?;
+        let sent =
+            wirespeed_files::send(&conn, Side::Client, &Input::Path(src.to_path_buf()), &source_options(a), progress);
+        drop(conn);
+        let received = sink.join().map_err(|_| anyhow::anyhow!("the receiving thread panicked"))?;
+        // The sink's own error says more than the source's view of it.
+        received.and(sent.map_err(Into::into))
+    })
+}

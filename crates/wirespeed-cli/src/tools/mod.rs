@@ -1,0 +1,86 @@
+//! The file and pipe tools: `send`, `recv`, `cp` and the agent `cp` starts over ssh.
+
+pub mod agent;
+pub mod cp;
+pub mod recv;
+mod remote;
+pub mod send;
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use wirespeed::Config;
+use wirespeed_files::{Progress, SourceOptions, Summary, Transport};
+
+/// Options every tool shares.
+#[derive(Args, Clone, Debug)]
+pub struct Common {
+    /// Fabric: auto (shared memory on one host, else TCP), tcp, shm or ucx.
+    #[arg(long, default_value = "auto")]
+    pub transport: Transport,
+    /// Parallel data streams, each with its own I/O thread.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub streams: u16,
+    /// Print the bandwidth at the end.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+impl Common {
+    pub fn source_options(&self, recursive: bool, preserve: bool, resume: bool) -> SourceOptions {
+        SourceOptions { recursive, preserve, resume, streams: self.streams as usize, ..SourceOptions::default() }
+    }
+}
+
+pub fn config() -> Config {
+    Config::default()
+}
+
+/// Runs `f` with a progress bar on stderr when stderr is a terminal; a pipe gets silence.
+/// Afterwards prints `Bandwidth X GB/s` if `verbose`.
+pub fn with_progress<T>(
+    progress: &Progress,
+    verbose: bool,
+    f: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(T, Duration)> {
+    let start = Instant::now();
+    let done = AtomicBool::new(false);
+    let r = std::thread::scope(|s| {
+        if std::io::stderr().is_terminal() {
+            s.spawn(|| draw(progress, &done));
+        }
+        let r = f();
+        done.store(true, Ordering::Relaxed);
+        r
+    })?;
+    let elapsed = start.elapsed();
+    if verbose {
+        let (bytes, _, _) = progress.get();
+        eprintln!("Bandwidth {:.3} GB/s", bytes as f64 / elapsed.as_secs_f64() / 1e9);
+    }
+    Ok((r, elapsed))
+}
+
+fn draw(progress: &Progress, done: &AtomicBool) {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    while !done.load(Ordering::Relaxed) {
+        let (bytes, total, _) = progress.get();
+        bar.set_length(total.max(bytes));
+        bar.set_position(bytes);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bar.finish_and_clear();
+}
+
+/// The line `cp` ends with.
+pub fn summary_line(s: &Summary, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64();
+    format!("{} files, {} bytes in {:.2} s, {:.3} GB/s", s.files, s.bytes, secs, s.bytes as f64 / secs.max(1e-9) / 1e9)
+}

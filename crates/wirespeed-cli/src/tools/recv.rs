@@ -1,0 +1,52 @@
+//! `wirespeed recv [--listen HOST:PORT] [FILE]`: waits for one `send`, writes its data to
+//! FILE (or into it, if it is a directory) or to standard output.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use wirespeed::Key;
+use wirespeed_files::{Output, Progress, Server, Side};
+
+use super::{Common, config, with_progress};
+
+#[derive(Args, Debug)]
+pub struct RecvArgs {
+    /// Where to listen; port 0 picks a free one.
+    #[arg(long, default_value = "0.0.0.0:7470")]
+    listen: String,
+    /// Read the key from this file instead of WIRESPEED_KEY; with neither, one is generated
+    /// and printed.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// How long to wait for the sender, in seconds.
+    #[arg(long, default_value_t = 600)]
+    wait: u64,
+    #[command(flatten)]
+    common: Common,
+    /// Output file or directory; standard output when absent.
+    file: Option<PathBuf>,
+}
+
+pub fn run(a: RecvArgs) -> anyhow::Result<()> {
+    let key = match Key::from_env_or_file(a.key_file.as_deref())? {
+        Some(k) => k,
+        None => {
+            let (k, text) = Key::generate()?;
+            eprintln!("wirespeed: key {text} (give it to the sender as WIRESPEED_KEY)");
+            k
+        }
+    };
+    let server = Server::bind(&a.listen, a.common.transport, &key, &config())
+        .with_context(|| format!("cannot listen on {}", a.listen))?;
+    let host = a.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("0.0.0.0");
+    eprintln!("wirespeed: listening on {host}:{}", server.port());
+    let (conn, control) = server.accept(std::time::Duration::from_secs(a.wait))?;
+    let output = a.file.map(Output::Path).unwrap_or(Output::Stdout);
+    let progress = Progress::default();
+    with_progress(&progress, a.common.verbose, || {
+        Ok(wirespeed_files::receive(&conn, Side::Server(control), &output, &progress)?)
+    })?;
+    conn.close();
+    Ok(())
+}

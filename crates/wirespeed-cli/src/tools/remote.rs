@@ -1,0 +1,154 @@
+//! The remote end of `cp`: where a path lives, and the agent started there over ssh. The key
+//! goes to the agent through the ssh channel (its standard input), never a command line.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+/// A `cp` operand: `[user@]host:path` is remote (as in scp); anything with a `/` before its
+/// first `:` is local.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Place {
+    Local(PathBuf),
+    Remote { host: String, path: OsString },
+}
+
+impl Place {
+    pub fn parse(arg: &OsStr) -> Place {
+        let b = arg.as_bytes();
+        if let Some(colon) = b.iter().position(|c| *c == b':')
+            && colon > 0
+            && !b[..colon].contains(&b'/')
+        {
+            let host = String::from_utf8_lossy(&b[..colon]).into_owned();
+            let path = if colon + 1 == b.len() { b".".to_vec() } else { b[colon + 1..].to_vec() };
+            return Place::Remote { host, path: OsString::from_vec(path) };
+        }
+        Place::Local(PathBuf::from(arg))
+    }
+}
+
+/// How to reach remote hosts.
+pub struct Ssh {
+    /// The ssh command and its options, as `-e` gave them.
+    pub command: Vec<String>,
+    /// The wirespeed binary on the remote host.
+    pub remote_bin: String,
+}
+
+/// A `wirespeed agent` running on a remote host.
+pub struct Agent {
+    host: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Ssh {
+    pub fn start(&self, host: &str, args: &[OsString], key: &str) -> anyhow::Result<Agent> {
+        let (program, options) = self.command.split_first().context("empty ssh command")?;
+        let mut remote = quote(self.remote_bin.as_bytes())?;
+        for a in args {
+            remote.push(b' ');
+            remote.extend_from_slice(&quote(a.as_bytes())?);
+        }
+        let mut child = Command::new(program)
+            .args(options)
+            .arg(host)
+            .arg(OsString::from_vec(remote))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("cannot run {program}"))?;
+        let mut stdin = child.stdin.take().context("no ssh stdin")?;
+        stdin.write_all(format!("{key}\n").as_bytes()).with_context(|| format!("ssh to {host} failed"))?;
+        stdin.flush()?;
+        let stdout = child.stdout.take().context("no ssh stdout")?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Agent { host: host.to_string(), child, stdin: Some(stdin), lines })
+    }
+}
+
+fn quote(b: &[u8]) -> anyhow::Result<Vec<u8>> {
+    Ok(shlex::bytes::try_quote(b).context("a path with a NUL byte cannot be passed to ssh")?.into_owned())
+}
+
+impl Agent {
+    /// Waits for the agent's line starting with `tag`; returns the words after it.
+    pub fn expect(&mut self, tag: &str, timeout: Duration) -> anyhow::Result<Vec<String>> {
+        loop {
+            match self.lines.recv_timeout(timeout) {
+                Ok(line) => {
+                    let mut words = line.split_whitespace();
+                    if words.next() == Some(tag) {
+                        return Ok(words.map(str::to_string).collect());
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    bail!("no answer from the agent on {} in {timeout:?}", self.host)
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait()?;
+                    bail!(wirespeed::Error::ConnectionLost(format!(
+                        "the agent on {} ended without answering ({status})",
+                        self.host
+                    )));
+                }
+            }
+        }
+    }
+
+    /// The address the agent listens on: what it reported, else the ssh host name.
+    pub fn address(&mut self, timeout: Duration) -> anyhow::Result<String> {
+        let words = self.expect("WIRESPEED-AGENT", timeout)?;
+        let [ip, port] = words.as_slice() else { bail!("garbled agent greeting from {}", self.host) };
+        let host = if ip == "-" { self.host.rsplit('@').next().unwrap_or(&self.host).to_string() } else { ip.clone() };
+        Ok(if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        })
+    }
+
+    /// Closes the agent's standard input (it stops if still running) and waits for it.
+    pub fn finish(mut self) -> anyhow::Result<ExitStatus> {
+        drop(self.stdin.take());
+        Ok(self.child.wait()?)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operands_are_local_unless_they_name_a_host() {
+        let r = |h: &str, p: &str| Place::Remote { host: h.into(), path: p.into() };
+        assert_eq!(Place::parse(OsStr::new("host:/a b")), r("host", "/a b"));
+        assert_eq!(Place::parse(OsStr::new("me@host:")), r("me@host", "."));
+        assert_eq!(Place::parse(OsStr::new("./a:b")), Place::Local("./a:b".into()));
+        assert_eq!(Place::parse(OsStr::new("/x/y")), Place::Local("/x/y".into()));
+        assert_eq!(Place::parse(OsStr::new(":x")), Place::Local(":x".into()));
+    }
+}

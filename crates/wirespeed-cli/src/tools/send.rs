@@ -1,0 +1,40 @@
+//! `wirespeed send HOST:PORT [FILE]`: sends FILE (or standard input) to a waiting `recv`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use wirespeed::Key;
+use wirespeed_files::{Input, Progress, Side, plane};
+
+use super::{Common, config, with_progress};
+
+#[derive(Args, Debug)]
+pub struct SendArgs {
+    /// The receiver's HOST:PORT.
+    to: String,
+    /// File to send (a directory with -r); standard input when absent.
+    file: Option<PathBuf>,
+    /// Send a directory and everything in it.
+    #[arg(short, long)]
+    recursive: bool,
+    /// Read the key from this file instead of WIRESPEED_KEY.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    #[command(flatten)]
+    common: Common,
+}
+
+pub fn run(a: SendArgs) -> anyhow::Result<()> {
+    let key = Key::require(a.key_file.as_deref())?;
+    let conn = plane::connect(&a.to, a.common.transport, &key, &config())
+        .with_context(|| format!("cannot reach the receiver at {}", a.to))?;
+    let input = a.file.map(Input::Path).unwrap_or(Input::Stdin);
+    let opts = a.common.source_options(a.recursive, false, false);
+    let progress = Progress::default();
+    with_progress(&progress, a.common.verbose, || {
+        Ok(wirespeed_files::send(&conn, Side::Client, &input, &opts, &progress)?)
+    })?;
+    conn.close();
+    Ok(())
+}

@@ -1,0 +1,43 @@
+//! Typed errors of file transfers.
+
+use std::path::Path;
+
+use crate::proto::FailClass;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error(transparent)]
+    Transport(#[from] wirespeed::Error),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("copy protocol: {0}")]
+    Protocol(String),
+    #[error("{path}: chunk {index} failed its checksum")]
+    Checksum { path: String, index: u32 },
+    #[error("refusing an unsafe path from the peer: {0:?}")]
+    UnsafePath(String),
+    #[error("{path}: the source changed while it was read")]
+    Changed { path: String },
+    #[error("{0}")]
+    Usage(String),
+    #[error("the other side failed: {message}")]
+    Remote { class: FailClass, message: String },
+}
+
+impl FilesError {
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        FilesError::Io { path: path.display().to_string(), source }
+    }
+
+    /// How this failure is reported to the other side.
+    pub fn class(&self) -> FailClass {
+        match self {
+            FilesError::Io { .. } | FilesError::Changed { .. } => FailClass::Io,
+            FilesError::Checksum { .. } => FailClass::Checksum,
+            FilesError::Remote { class, .. } => *class,
+            _ => FailClass::Other,
+        }
+    }
+}
+
+pub type Result<T, E = FilesError> = std::result::Result<T, E>;

@@ -1,0 +1,92 @@
+//! wirespeed file transfer: the copy protocol and the two ends that speak it. A source walks
+//! files (or reads standard input) and a sink writes them under hidden part names, checks
+//! every chunk's checksum and renames each file into place only once all of it verified.
+//! Small files travel batched with their entries; large files in chunks over several
+//! streams. `--resume` reuses chunks the sink already holds. Connections come from the
+//! wirespeed core; [`plane`] picks the fabric.
+
+pub mod error;
+mod link;
+pub mod paths;
+pub mod plane;
+pub mod progress;
+pub mod proto;
+mod sink;
+mod source;
+mod walk;
+
+use std::path::Path;
+use std::time::Duration;
+
+use wirespeed::{Connection, Stream};
+
+pub use error::{FilesError, Result};
+pub use plane::{Server, Transport};
+pub use progress::Progress;
+pub use sink::Output;
+pub use source::{Input, SourceOptions};
+
+/// How long a control-stream wait may last: the sink may hash a large partial file before
+/// it answers.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What a finished transfer moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Which end opened the connection. The client opens the control stream; a sink that is
+/// the client says `Ready` so the source, which always speaks first, can begin.
+pub enum Side {
+    Client,
+    /// The control stream [`Server::accept`] returned.
+    Server(Stream),
+}
+
+/// Sends `input` over `conn`; returns once the sink has everything in place.
+pub fn send(
+    conn: &Connection,
+    side: Side,
+    input: &Input,
+    opts: &SourceOptions,
+    progress: &Progress,
+) -> Result<Summary> {
+    let mut control = match side {
+        Side::Client => conn.open_stream()?,
+        Side::Server(s) => {
+            match link::recv(&s)? {
+                Some((proto::Msg::Ready, _)) => {}
+                _ => return Err(FilesError::Protocol("expected Ready from the sink".into())),
+            }
+            s
+        }
+    };
+    control.set_timeout(CONTROL_TIMEOUT);
+    source::run_source(conn, &control, input, opts, progress)
+}
+
+/// Receives a transfer over `conn` into `output`.
+pub fn receive(conn: &Connection, side: Side, output: &Output, progress: &Progress) -> Result<Summary> {
+    let mut control = match side {
+        Side::Client => {
+            let s = conn.open_stream()?;
+            link::send(&s, &proto::Msg::Ready, &[])?;
+            s
+        }
+        Side::Server(s) => s,
+    };
+    control.set_timeout(CONTROL_TIMEOUT);
+    sink::run_sink(conn, &control, output, progress)
+}
+
+/// The name a source path is known by at the sink: its last component (`.` and `..` are
+/// resolved first).
+fn root_name(p: &Path) -> Result<Vec<u8>> {
+    if let Some(name) = p.file_name() {
+        return Ok(paths::bytes(name));
+    }
+    let abs = std::fs::canonicalize(p).map_err(|e| FilesError::io(p, e))?;
+    Ok(abs.file_name().map(paths::bytes).unwrap_or_else(|| b"root".to_vec()))
+}

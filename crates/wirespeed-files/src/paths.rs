@@ -1,0 +1,61 @@
+//! Paths as they travel (raw bytes, `/`-separated, relative) and as they land (checked to
+//! stay under the destination root), plus the hidden name a file is written under.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{FilesError, Result};
+
+/// Suffix of the name a file is written under until it verifies.
+pub const PART_SUFFIX: &str = ".wirespeed-part";
+
+/// `root` joined with a relative path from the peer. Rejects anything that could leave
+/// `root`: absolute paths, `.`/`..`, empty components, NUL bytes.
+pub fn join_under(root: &Path, rel: &[u8]) -> Result<PathBuf> {
+    let mut out = root.to_path_buf();
+    if rel.is_empty() {
+        return Ok(out);
+    }
+    for part in rel.split(|b| *b == b'/') {
+        if part.is_empty() || part == b"." || part == b".." || part.contains(&0) {
+            return Err(FilesError::UnsafePath(String::from_utf8_lossy(rel).into_owned()));
+        }
+        out.push(OsStr::from_bytes(part));
+    }
+    Ok(out)
+}
+
+/// The hidden temporary a file is written under: `.NAME.wirespeed-part` beside it, so a
+/// copy cut short never looks complete, and `--resume` finds it again.
+pub fn part_path(dest: &Path) -> PathBuf {
+    let name = dest.file_name().map(|n| n.as_bytes()).unwrap_or(b"file");
+    let mut part = b".".to_vec();
+    part.extend_from_slice(name);
+    part.extend_from_slice(PART_SUFFIX.as_bytes());
+    dest.with_file_name(OsString::from_vec(part))
+}
+
+pub fn bytes(p: &OsStr) -> Vec<u8> {
+    p.as_bytes().to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_only_below_the_root() {
+        let root = Path::new("/dst");
+        assert_eq!(join_under(root, b"").unwrap(), root);
+        assert_eq!(join_under(root, b"a/b c/\xff\n").unwrap(), root.join("a/b c").join(OsStr::from_bytes(b"\xff\n")));
+        for bad in [&b"/etc"[..], b"..", b"a/../b", b"a//b", b"./a", b"a/", b"a\0b"] {
+            assert!(join_under(root, bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn part_names_are_hidden_siblings() {
+        assert_eq!(part_path(Path::new("/d/model.bin")), Path::new("/d/.model.bin.wirespeed-part"));
+    }
+}

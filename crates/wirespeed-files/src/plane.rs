@@ -1,0 +1,144 @@
+//! Which fabric a transfer runs on. The listening side tells each new connection where
+//! else it listens and on which host (`Hello`); a client on the same host then moves to
+//! shared memory, anywhere else it stays on TCP (or UCX when asked for).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use wirespeed::{Config, Connection, Key, Listener, Stream};
+
+use crate::error::{FilesError, Result};
+use crate::link;
+use crate::proto::Msg;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Shared memory when both ends share a host, else TCP.
+    Auto,
+    Tcp,
+    Shm,
+    Ucx,
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Transport::Auto),
+            "tcp" => Ok(Transport::Tcp),
+            "shm" => Ok(Transport::Shm),
+            "ucx" => Ok(Transport::Ucx),
+            _ => Err(format!("unknown transport {s:?} (expected auto, tcp, shm or ucx)")),
+        }
+    }
+}
+
+/// This host's identity: its kernel's boot id, which differs between machines.
+pub fn host_id() -> Vec<u8> {
+    std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default().trim_ascii().to_vec()
+}
+
+/// A listening end: TCP (or UCX) at `HOST:PORT`, plus a shared-memory socket beside it.
+pub struct Server {
+    main: Listener,
+    shm: Option<Listener>,
+    shm_url: String,
+}
+
+impl Server {
+    pub fn bind(addr: &str, transport: Transport, key: &Key, config: &Config) -> Result<Server> {
+        let scheme = if transport == Transport::Ucx { "ucx" } else { "tcp" };
+        let main = wirespeed::listen(&format!("{scheme}://{addr}"), key, config)?;
+        let (shm, shm_url) = if matches!(transport, Transport::Auto | Transport::Shm) {
+            let port = main.url().rsplit(':').next().unwrap_or("0").to_string();
+            let path: PathBuf = std::env::temp_dir().join(format!("wirespeed-{}-{port}.sock", std::process::id()));
+            let l = wirespeed::listen(&format!("shm://{}", path.display()), key, config)?;
+            let url = l.url().to_string();
+            (Some(l), url)
+        } else {
+            (None, String::new())
+        };
+        Ok(Server { main, shm, shm_url })
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.main.url().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(0)
+    }
+
+    /// Waits for the client that starts a transfer; returns its connection and the control
+    /// stream it opened. Connections that only looked (and moved to shared memory) are
+    /// skipped; a failed handshake ends the wait with its error.
+    pub fn accept(&self, timeout: Duration) -> Result<(Connection, Stream)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for l in std::iter::once(&self.main).chain(self.shm.as_ref()) {
+                let conn = match l.accept_timeout(Duration::from_millis(20)) {
+                    Ok(c) => c,
+                    Err(wirespeed::Error::Timeout(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                let hello = conn.open_stream()?;
+                link::send(&hello, &Msg::Hello { host: host_id(), shm: self.shm_url.clone().into_bytes() }, &[])?;
+                // A client that moves to shared memory hangs up here instead.
+                let gone = |e: &FilesError| {
+                    matches!(e, FilesError::Transport(wirespeed::Error::Closed | wirespeed::Error::ConnectionLost(_)))
+                };
+                let control = link::close(&hello)
+                    .and_then(|()| Ok(conn.accept_stream_timeout(deadline.saturating_duration_since(Instant::now()))?));
+                match control {
+                    Ok(control) => return Ok((conn, control)),
+                    Err(e) if gone(&e) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(wirespeed::Error::Timeout(timeout).into());
+            }
+        }
+    }
+}
+
+/// Connects to a [`Server`] at `addr` (`HOST:PORT`) over the best fabric `transport` allows.
+pub fn connect(addr: &str, transport: Transport, key: &Key, config: &Config) -> Result<Connection> {
+    let scheme = if transport == Transport::Ucx { "ucx" } else { "tcp" };
+    let far = || -> Result<(Connection, Option<String>)> {
+        let conn = wirespeed::connect(&format!("{scheme}://{addr}"), key, config)?;
+        let shm = read_hello(&conn)?;
+        Ok((conn, shm))
+    };
+    let (conn, shm) = far()?;
+    if !matches!(transport, Transport::Auto | Transport::Shm) {
+        return Ok(conn);
+    }
+    let Some(url) = shm else {
+        if transport == Transport::Shm {
+            return Err(FilesError::Usage("--transport shm needs both ends on one host".into()));
+        }
+        return Ok(conn);
+    };
+    // The server serves one connection at a time: hang up before moving.
+    drop(conn);
+    match wirespeed::connect(&url, key, config) {
+        Ok(near) => {
+            read_hello(&near)?;
+            Ok(near)
+        }
+        Err(e) if transport == Transport::Shm => Err(e.into()),
+        Err(_) => Ok(far()?.0),
+    }
+}
+
+/// Reads the server's `Hello`; returns its shared-memory URL if it is on this host.
+fn read_hello(conn: &Connection) -> Result<Option<String>> {
+    let s = conn.accept_stream()?;
+    let Some((Msg::Hello { host, shm }, _)) = link::recv(&s)? else {
+        return Err(FilesError::Protocol("expected Hello from the server".into()));
+    };
+    if link::recv(&s)?.is_some() {
+        return Err(FilesError::Protocol("the server sent more than Hello".into()));
+    }
+    s.finish()?;
+    let same_host = !host.is_empty() && host == host_id() && !shm.is_empty();
+    Ok(same_host.then(|| String::from_utf8_lossy(&shm).into_owned()))
+}

@@ -1,0 +1,28 @@
+//! Counters a transfer updates as it goes, for a progress bar or a final summary.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[derive(Default, Debug)]
+pub struct Progress {
+    /// File bytes moved (sent, or written and verified), including ones found already there.
+    pub bytes: AtomicU64,
+    /// File bytes expected in all; 0 while unknown.
+    pub total: AtomicU64,
+    /// Files finished.
+    pub files: AtomicU64,
+}
+
+impl Progress {
+    pub fn add_bytes(&self, n: u64) {
+        self.bytes.fetch_add(n, Relaxed);
+    }
+    pub fn add_total(&self, n: u64) {
+        self.total.fetch_add(n, Relaxed);
+    }
+    pub fn file_done(&self) {
+        self.files.fetch_add(1, Relaxed);
+    }
+    pub fn get(&self) -> (u64, u64, u64) {
+        (self.bytes.load(Relaxed), self.total.load(Relaxed), self.files.load(Relaxed))
+    }
+}

@@ -1,0 +1,391 @@
+//! The copy protocol (sans-IO): what a source and a sink say to each other. Each value is
+//! one wirespeed message header; file bytes ride in message bodies, never in headers.
+//! Layout and flow are in docs/PROTOCOL.md ("File transfer"). Decoding never panics.
+
+use crate::error::{FilesError, Result};
+
+/// Version of the copy protocol, checked in [`Msg::Begin`].
+pub const VERSION: u16 = 1;
+/// `Entry::size` of a file whose length is known only at its end (standard input).
+pub const STREAMED: u64 = u64::MAX;
+/// Longest path or symlink target accepted, in bytes.
+pub const MAX_PATH: usize = 64 << 10;
+
+/// `Begin` flags.
+pub const PRESERVE: u16 = 1;
+pub const RESUME: u16 = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File = 1,
+    Dir = 2,
+    Symlink = 3,
+}
+
+/// One file, directory or symlink of the tree being sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub id: u64,
+    pub kind: Kind,
+    /// Relative to the root, components joined by `/`; empty for the root itself. Raw
+    /// bytes: names need not be UTF-8.
+    pub path: Vec<u8>,
+    /// File length, or [`STREAMED`].
+    pub size: u64,
+    pub mode: u32,
+    pub mtime_sec: i64,
+    pub mtime_nsec: u32,
+    /// The source has holes; the sink leaves zero blocks unwritten.
+    pub sparse: bool,
+    /// A symlink's target.
+    pub target: Vec<u8>,
+    /// Checksum of the file's bytes when they follow inline in the message body (small
+    /// files travel batched this way); `None` when the sink must ask for them.
+    pub inline: Option<u128>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// Listener to connecting side, first thing on a connection: where else it listens.
+    Hello { host: Vec<u8>, shm: Vec<u8> },
+    /// A sink that connected opens the control stream with this; the source then begins.
+    Ready,
+    /// Source to sink: the transfer's parameters and its root.
+    Begin { version: u16, flags: u16, chunk_size: u32, root_name: Vec<u8>, root_kind: Kind },
+    /// Source to sink: entries in walk order; inline bytes fill the body in entry order.
+    Entries(Vec<Entry>),
+    /// Source to sink: the walk is over; `asks` files were sent without inline bytes.
+    Walked { asks: u64 },
+    /// Sink to source: send this file. Chunks listed in `have` whose checksum matches are
+    /// answered with `Same` instead of their bytes. `sequential` wants them in order on
+    /// one stream (the sink writes to a pipe).
+    Want { id: u64, sequential: bool, have: Vec<(u32, u128)> },
+    /// One chunk of a file; its bytes are the body.
+    Chunk { id: u64, index: u32, sum: u128 },
+    /// The sink already holds this chunk.
+    Same { id: u64, index: u32 },
+    /// The chunk lies in a hole of the source: all zeros.
+    Hole { id: u64, index: u32 },
+    /// A streamed file ended at `size` bytes.
+    Eof { id: u64, size: u64 },
+    /// Source to sink: everything was sent.
+    End { files: u64, bytes: u64 },
+    /// Sink to source: everything is written, verified and renamed into place.
+    Done { files: u64, bytes: u64 },
+    /// Either way: the transfer failed. `class` is one of [`FailClass`].
+    Fail { class: u8, message: String },
+}
+
+/// What kind of failure a `Fail` reports, so the far side's exit code matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailClass {
+    Other = 1,
+    Io = 5,
+    Checksum = 6,
+}
+
+impl FailClass {
+    pub fn from_u8(v: u8) -> Self {
+        match v {
+            5 => FailClass::Io,
+            6 => FailClass::Checksum,
+            _ => FailClass::Other,
+        }
+    }
+}
+
+impl Msg {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::with_capacity(64));
+        match self {
+            Msg::Hello { host, shm } => {
+                w.u8(1);
+                w.bytes(host);
+                w.bytes(shm);
+            }
+            Msg::Ready => w.u8(2),
+            Msg::Begin { version, flags, chunk_size, root_name, root_kind } => {
+                w.u8(3);
+                w.u16(*version);
+                w.u16(*flags);
+                w.u32(*chunk_size);
+                w.bytes(root_name);
+                w.u8(*root_kind as u8);
+            }
+            Msg::Entries(entries) => {
+                w.u8(4);
+                w.u32(entries.len() as u32);
+                for e in entries {
+                    w.entry(e);
+                }
+            }
+            Msg::Walked { asks } => {
+                w.u8(5);
+                w.u64(*asks);
+            }
+            Msg::Want { id, sequential, have } => {
+                w.u8(6);
+                w.u64(*id);
+                w.u8(*sequential as u8);
+                w.u32(have.len() as u32);
+                for (index, sum) in have {
+                    w.u32(*index);
+                    w.u128(*sum);
+                }
+            }
+            Msg::Chunk { id, index, sum } => {
+                w.u8(7);
+                w.u64(*id);
+                w.u32(*index);
+                w.u128(*sum);
+            }
+            Msg::Same { id, index } => {
+                w.u8(8);
+                w.u64(*id);
+                w.u32(*index);
+            }
+            Msg::Hole { id, index } => {
+                w.u8(9);
+                w.u64(*id);
+                w.u32(*index);
+            }
+            Msg::Eof { id, size } => {
+                w.u8(10);
+                w.u64(*id);
+                w.u64(*size);
+            }
+            Msg::End { files, bytes } => {
+                w.u8(11);
+                w.u64(*files);
+                w.u64(*bytes);
+            }
+            Msg::Done { files, bytes } => {
+                w.u8(12);
+                w.u64(*files);
+                w.u64(*bytes);
+            }
+            Msg::Fail { class, message } => {
+                w.u8(13);
+                w.u8(*class);
+                w.bytes(message.as_bytes());
+            }
+        }
+        w.0
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        let mut r = Reader(b);
+        let msg = match r.u8()? {
+            1 => Msg::Hello { host: r.bytes()?, shm: r.bytes()? },
+            2 => Msg::Ready,
+            3 => Msg::Begin {
+                version: r.u16()?,
+                flags: r.u16()?,
+                chunk_size: r.u32()?,
+                root_name: r.bytes()?,
+                root_kind: r.kind()?,
+            },
+            4 => {
+                let n = r.u32()? as usize;
+                // Each entry takes at least 50 bytes, so a lying count cannot reserve much.
+                let mut entries = Vec::with_capacity(n.min(r.0.len() / 50));
+                for _ in 0..n {
+                    entries.push(r.entry()?);
+                }
+                Msg::Entries(entries)
+            }
+            5 => Msg::Walked { asks: r.u64()? },
+            6 => {
+                let id = r.u64()?;
+                let sequential = r.u8()? != 0;
+                let n = r.u32()? as usize;
+                let mut have = Vec::with_capacity(n.min(r.0.len() / 20));
+                for _ in 0..n {
+                    have.push((r.u32()?, r.u128()?));
+                }
+                Msg::Want { id, sequential, have }
+            }
+            7 => Msg::Chunk { id: r.u64()?, index: r.u32()?, sum: r.u128()? },
+            8 => Msg::Same { id: r.u64()?, index: r.u32()? },
+            9 => Msg::Hole { id: r.u64()?, index: r.u32()? },
+            10 => Msg::Eof { id: r.u64()?, size: r.u64()? },
+            11 => Msg::End { files: r.u64()?, bytes: r.u64()? },
+            12 => Msg::Done { files: r.u64()?, bytes: r.u64()? },
+            13 => Msg::Fail { class: r.u8()?, message: String::from_utf8_lossy(&r.bytes()?).into_owned() },
+            t => return Err(FilesError::Protocol(format!("unknown message tag {t}"))),
+        };
+        if !r.0.is_empty() {
+            return Err(FilesError::Protocol("trailing bytes after a message".into()));
+        }
+        Ok(msg)
+    }
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u128(&mut self, v: u128) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+    }
+    fn entry(&mut self, e: &Entry) {
+        self.u64(e.id);
+        self.u8(e.kind as u8);
+        self.bytes(&e.path);
+        self.u64(e.size);
+        self.u32(e.mode);
+        self.u64(e.mtime_sec as u64);
+        self.u32(e.mtime_nsec);
+        self.u8(e.sparse as u8 | (e.inline.is_some() as u8) << 1);
+        self.bytes(&e.target);
+        if let Some(sum) = e.inline {
+            self.u128(sum);
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let (head, rest) =
+            self.0.split_first_chunk::<N>().ok_or_else(|| FilesError::Protocol("truncated message".into()))?;
+        self.0 = rest;
+        Ok(*head)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take()?))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+    fn u128(&mut self) -> Result<u128> {
+        Ok(u128::from_le_bytes(self.take()?))
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>> {
+        let n = self.u32()? as usize;
+        if n > MAX_PATH || n > self.0.len() {
+            return Err(FilesError::Protocol("a length field runs past the message".into()));
+        }
+        let (b, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(b.to_vec())
+    }
+    fn kind(&mut self) -> Result<Kind> {
+        match self.u8()? {
+            1 => Ok(Kind::File),
+            2 => Ok(Kind::Dir),
+            3 => Ok(Kind::Symlink),
+            k => Err(FilesError::Protocol(format!("unknown entry kind {k}"))),
+        }
+    }
+    fn entry(&mut self) -> Result<Entry> {
+        let id = self.u64()?;
+        let kind = self.kind()?;
+        let path = self.bytes()?;
+        let size = self.u64()?;
+        let mode = self.u32()?;
+        let mtime_sec = self.u64()? as i64;
+        let mtime_nsec = self.u32()?;
+        let flags = self.u8()?;
+        let target = self.bytes()?;
+        let inline = if flags & 2 != 0 { Some(self.u128()?) } else { None };
+        Ok(Entry { id, kind, path, size, mode, mtime_sec, mtime_nsec, sparse: flags & 1 != 0, target, inline })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry(id: u64, inline: Option<u128>) -> Entry {
+        Entry {
+            id,
+            kind: Kind::File,
+            path: b"dir/na\xffme with space\n".to_vec(),
+            size: 4096,
+            mode: 0o100644,
+            mtime_sec: -5,
+            mtime_nsec: 999,
+            sparse: true,
+            target: vec![],
+            inline,
+        }
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let msgs = [
+            Msg::Hello { host: b"boot".to_vec(), shm: b"/tmp/x".to_vec() },
+            Msg::Ready,
+            Msg::Begin {
+                version: VERSION,
+                flags: PRESERVE | RESUME,
+                chunk_size: 4 << 20,
+                root_name: b"r".to_vec(),
+                root_kind: Kind::Dir,
+            },
+            Msg::Entries(vec![entry(0, Some(7)), entry(1, None)]),
+            Msg::Walked { asks: 3 },
+            Msg::Want { id: 9, sequential: true, have: vec![(0, 1), (5, u128::MAX)] },
+            Msg::Chunk { id: 1, index: 2, sum: 3 },
+            Msg::Same { id: 1, index: 2 },
+            Msg::Hole { id: 1, index: 3 },
+            Msg::Eof { id: 1, size: 77 },
+            Msg::End { files: 1, bytes: 2 },
+            Msg::Done { files: 1, bytes: 2 },
+            Msg::Fail { class: 5, message: "disk full".into() },
+        ];
+        for m in msgs {
+            assert_eq!(Msg::decode(&m.encode()).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn truncated_and_padded_messages_are_errors() {
+        let b = Msg::Entries(vec![entry(0, Some(1))]).encode();
+        for n in 0..b.len() {
+            assert!(Msg::decode(&b[..n]).is_err(), "prefix {n}");
+        }
+        let mut padded = b.clone();
+        padded.push(0);
+        assert!(Msg::decode(&padded).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(b in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = Msg::decode(&b);
+        }
+
+        #[test]
+        fn decoding_mutated_messages_never_panics(i in 0usize..200, v in any::<u8>()) {
+            let mut b = Msg::Entries(vec![entry(0, Some(1)), entry(2, None)]).encode();
+            let n = b.len();
+            b[i % n] = v;
+            let _ = Msg::decode(&b);
+        }
+    }
+}

@@ -1,0 +1,513 @@
+//! The receiving side. The control thread creates directories and symlinks, writes inline
+//! files, and asks for each large file with a `Want` (listing, with `--resume`, the
+//! checksums of chunks it already holds). A thread per data stream checks and writes chunks
+//! into the file's hidden part file; the last chunk renames it into place.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use wirespeed::{Connection, Stream};
+use xxhash_rust::xxh3::{Xxh3, xxh3_128};
+
+use crate::Summary;
+use crate::error::{FilesError, Result};
+use crate::link;
+use crate::paths::{join_under, part_path};
+use crate::progress::Progress;
+use crate::proto::{self, Entry, Kind, Msg, STREAMED};
+
+/// Where received data goes.
+#[derive(Clone, Debug)]
+pub enum Output {
+    /// Into this path, or into it as a directory if it is one.
+    Path(PathBuf),
+    /// Standard output; only a single file can go there.
+    Stdout,
+}
+
+const BLOCK: usize = 4096;
+
+/// A large file being received.
+struct SinkFile {
+    entry: Entry,
+    dest: PathBuf,
+    part: PathBuf,
+    /// The part file, opened when the first bytes arrive.
+    out: Mutex<Option<Arc<File>>>,
+    /// With `--resume` the part file may start as a copy of an existing destination.
+    base: Option<PathBuf>,
+    state: Mutex<Chunks>,
+}
+
+impl SinkFile {
+    /// The part file, opened (or, with `--resume`, copied from the destination) on first
+    /// use; `None` when writing to standard output.
+    fn part_file(&self, sh: &Shared) -> Result<Option<Arc<File>>> {
+        if sh.to_stdout {
+            return Ok(None);
+        }
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        if out.is_none() {
+            if let Some(base) = &self.base {
+                fs::copy(base, &self.part).map_err(|e| FilesError::io(&self.part, e))?;
+            }
+            *out = Some(Arc::new(open_part(&self.part, &self.entry, self.base.is_none())?));
+        }
+        Ok(out.clone())
+    }
+}
+
+struct Chunks {
+    /// Chunks done, or for a streamed file the next index expected.
+    seen: Vec<bool>,
+    left: u64,
+    next: u32,
+}
+
+struct Shared<'a> {
+    chunk: u64,
+    preserve: bool,
+    to_stdout: bool,
+    progress: &'a Progress,
+    files: Mutex<HashMap<u64, Arc<SinkFile>>>,
+    pending: Mutex<u64>,
+    changed: Condvar,
+    failed: Mutex<Option<FilesError>>,
+    over: AtomicBool,
+}
+
+impl Shared<'_> {
+    fn fail(&self, e: FilesError) {
+        let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(e);
+        }
+        drop(f);
+        self.changed.notify_all();
+    }
+
+    fn take_failure(&self) -> Option<FilesError> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// Receives a transfer from the source at the other end of `control` into `output`.
+pub fn run_sink(conn: &Connection, control: &Stream, output: &Output, progress: &Progress) -> Result<Summary> {
+    let r = receive(conn, control, output, progress);
+    if let Err(e) = &r
+        && !matches!(e, FilesError::Remote { .. })
+    {
+        link::fail(control, e);
+    }
+    r
+}
+
+fn receive(conn: &Connection, control: &Stream, output: &Output, progress: &Progress) -> Result<Summary> {
+    let Some((Msg::Begin { version, flags, chunk_size, root_name, root_kind }, _)) = link::recv(control)? else {
+        return Err(FilesError::Protocol("expected Begin".into()));
+    };
+    if version != proto::VERSION {
+        return Err(FilesError::Protocol(format!(
+            "copy protocol version {version}; this side speaks {}",
+            proto::VERSION
+        )));
+    }
+    if !(64 << 10..=256 << 20).contains(&chunk_size) {
+        return Err(FilesError::Protocol(format!("chunk size {chunk_size} is out of range")));
+    }
+    let root = match output {
+        Output::Stdout if root_kind != Kind::File => {
+            return Err(FilesError::Usage("only a single file can be written to standard output".into()));
+        }
+        Output::Stdout => PathBuf::new(),
+        // Into an existing directory, as `cp` does; the name must be one plain component.
+        Output::Path(p) if p.is_dir() => join_under(p, &root_name)
+            .ok()
+            .filter(|_| !root_name.contains(&b'/'))
+            .ok_or_else(|| FilesError::UnsafePath(String::from_utf8_lossy(&root_name).into_owned()))?,
+        Output::Path(p) => p.clone(),
+    };
+    let shared = Shared {
+        chunk: chunk_size as u64,
+        preserve: flags & proto::PRESERVE != 0,
+        to_stdout: matches!(output, Output::Stdout),
+        progress,
+        files: Mutex::new(HashMap::new()),
+        pending: Mutex::new(0),
+        changed: Condvar::new(),
+        failed: Mutex::new(None),
+        over: AtomicBool::new(false),
+    };
+    let resume = flags & proto::RESUME != 0;
+    thread::scope(|s| {
+        s.spawn(|| accept_data_streams(conn, &shared, s));
+        let r = control_loop(control, &root, resume, &shared);
+        shared.over.store(true, Ordering::Relaxed);
+        r
+    })
+}
+
+fn control_loop(control: &Stream, root: &Path, resume: bool, sh: &Shared) -> Result<Summary> {
+    let mut dirs = Vec::new();
+    let mut created_links = Vec::new();
+    let end = loop {
+        let got = link::recv(control);
+        if let Some(e) = sh.take_failure() {
+            return Err(e);
+        }
+        let Some((msg, body)) = got? else {
+            return Err(FilesError::Protocol("the source ended the control stream early".into()));
+        };
+        match msg {
+            Msg::Entries(entries) => {
+                let body = body.into_contiguous();
+                let mut at = 0usize;
+                for e in entries {
+                    let dest = join_under(root, &e.path)?;
+                    if created_links.iter().any(|l: &PathBuf| dest.starts_with(l) && dest != *l) {
+                        return Err(FilesError::UnsafePath(String::from_utf8_lossy(&e.path).into_owned()));
+                    }
+                    match e.kind {
+                        Kind::Dir => {
+                            make_dir(&dest)?;
+                            dirs.push((dest, e));
+                        }
+                        Kind::Symlink => {
+                            make_symlink(&dest, &e)?;
+                            created_links.push(dest);
+                        }
+                        Kind::File => match e.inline {
+                            Some(sum) => {
+                                let end = at.checked_add(e.size as usize).filter(|n| *n <= body.len());
+                                let end = end.ok_or_else(|| FilesError::Protocol("inline bytes run short".into()))?;
+                                write_inline(&dest, &e, &body[at..end], sum, sh)?;
+                                at = end;
+                            }
+                            None => ask(control, dest, e, resume, sh)?,
+                        },
+                    }
+                }
+            }
+            Msg::Walked { .. } => {}
+            Msg::End { files, bytes } => break Summary { files, bytes },
+            other => return Err(link::unexpected("from a source", &other)),
+        }
+    };
+    // Wait for the data streams to finish every file.
+    let mut pending = sh.pending.lock().unwrap_or_else(|p| p.into_inner());
+    while *pending > 0 {
+        if let Some(e) = sh.take_failure() {
+            return Err(e);
+        }
+        pending = sh.changed.wait_timeout(pending, Duration::from_millis(200)).unwrap_or_else(|p| p.into_inner()).0;
+    }
+    drop(pending);
+    if let Some(e) = sh.take_failure() {
+        return Err(e);
+    }
+    // Directory times last, deepest first, as writing inside them changed them.
+    if sh.preserve {
+        for (dir, e) in dirs.iter().rev() {
+            set_metadata(None, dir, e)?;
+        }
+    }
+    link::send(control, &Msg::Done { files: end.files, bytes: end.bytes }, &[])?;
+    // The source ends the control stream once it has read Done; wait for that so exiting
+    // now cannot reset the connection under it.
+    if control.recv_start()?.is_some() {
+        return Err(FilesError::Protocol("the source sent more after Done".into()));
+    }
+    control.finish()?;
+    Ok(end)
+}
+
+fn make_dir(dest: &Path) -> Result<()> {
+    match fs::create_dir(dest) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => Ok(()),
+        r => r.map_err(|e| FilesError::io(dest, e)),
+    }
+}
+
+fn make_symlink(dest: &Path, e: &Entry) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let part = part_path(dest);
+    let _ = fs::remove_file(&part);
+    symlink(std::ffi::OsStr::from_bytes(&e.target), &part).map_err(|err| FilesError::io(&part, err))?;
+    fs::rename(&part, dest).map_err(|err| FilesError::io(dest, err))
+}
+
+fn write_inline(dest: &Path, e: &Entry, data: &[u8], sum: u128, sh: &Shared) -> Result<()> {
+    if xxh3_128(data) != sum {
+        return Err(FilesError::Checksum { path: dest.display().to_string(), index: 0 });
+    }
+    if sh.to_stdout {
+        std::io::stdout().lock().write_all(data).map_err(|err| FilesError::io(Path::new("<stdout>"), err))?;
+    } else {
+        let part = part_path(dest);
+        let mut f = create_part(&part, e)?;
+        f.write_all(data).map_err(|err| FilesError::io(&part, err))?;
+        finish_file(&f, &part, dest, e, sh.preserve)?;
+    }
+    sh.progress.add_bytes(data.len() as u64);
+    sh.progress.file_done();
+    Ok(())
+}
+
+fn create_part(part: &Path, e: &Entry) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(e.mode & 0o777)
+        .open(part)
+        .map_err(|err| FilesError::io(part, err))
+}
+
+/// Sets metadata on the verified part file, then renames it into place.
+fn finish_file(f: &File, part: &Path, dest: &Path, e: &Entry, preserve: bool) -> Result<()> {
+    if preserve {
+        set_metadata(Some(f), part, e)?;
+    }
+    fs::rename(part, dest).map_err(|err| FilesError::io(dest, err))
+}
+
+fn set_metadata(f: Option<&File>, path: &Path, e: &Entry) -> Result<()> {
+    let io = |err| FilesError::io(path, err);
+    let perms = fs::Permissions::from_mode(e.mode & 0o7777);
+    let mtime = if e.mtime_sec >= 0 {
+        UNIX_EPOCH + Duration::new(e.mtime_sec as u64, e.mtime_nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(e.mtime_sec.unsigned_abs())
+    };
+    let times = fs::FileTimes::new().set_modified(mtime).set_accessed(SystemTime::now());
+    match f {
+        Some(f) => {
+            f.set_permissions(perms).map_err(io)?;
+            f.set_times(times).map_err(io)
+        }
+        None => {
+            let d = File::open(path).map_err(io)?;
+            d.set_times(times).map_err(io)?;
+            fs::set_permissions(path, perms).map_err(io)
+        }
+    }
+}
+
+/// Registers a large file and asks the source for it.
+fn ask(control: &Stream, dest: PathBuf, e: Entry, resume: bool, sh: &Shared) -> Result<()> {
+    let part = part_path(&dest);
+    let chunks = if e.size == STREAMED { 0 } else { e.size.div_ceil(sh.chunk) };
+    if chunks > u32::MAX as u64 {
+        return Err(FilesError::Protocol(format!("{}: too many chunks", dest.display())));
+    }
+    let (mut have, mut base) = (Vec::new(), None);
+    if resume && !sh.to_stdout && e.size != STREAMED {
+        // Chunks already written by an interrupted copy, or a finished earlier one, are
+        // checked against the source's checksums rather than sent again.
+        if let Some(sums) = chunk_sums(&part, e.size, sh.chunk)? {
+            have = sums;
+        } else if let Some(sums) = chunk_sums(&dest, e.size, sh.chunk)? {
+            have = sums;
+            base = Some(dest.clone());
+        }
+    }
+    let file = SinkFile {
+        dest,
+        part,
+        out: Mutex::new(None),
+        base,
+        state: Mutex::new(Chunks { seen: vec![false; chunks as usize], left: chunks, next: 0 }),
+        entry: e,
+    };
+    if !have.is_empty() && file.base.is_none() {
+        *file.out.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Arc::new(open_part(&file.part, &file.entry, false)?));
+    }
+    let id = file.entry.id;
+    *sh.pending.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    if sh.files.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(file)).is_some() {
+        return Err(FilesError::Protocol(format!("file id {id} sent twice")));
+    }
+    link::send(control, &Msg::Want { id, sequential: sh.to_stdout, have }, &[])
+}
+
+fn open_part(part: &Path, e: &Entry, truncate: bool) -> Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(truncate)
+        .mode(e.mode & 0o777)
+        .open(part)
+        .map_err(|err| FilesError::io(part, err))?;
+    if e.size != STREAMED {
+        // Holes stay holes: untouched blocks read as zeros.
+        f.set_len(e.size).map_err(|err| FilesError::io(part, err))?;
+    }
+    Ok(f)
+}
+
+/// The checksum of each chunk of `path` if it exists with the expected length.
+fn chunk_sums(path: &Path, size: u64, chunk: u64) -> Result<Option<Vec<(u32, u128)>>> {
+    let Ok(md) = fs::symlink_metadata(path) else { return Ok(None) };
+    if !md.is_file() || md.len() != size {
+        return Ok(None);
+    }
+    let f = File::open(path).map_err(|e| FilesError::io(path, e))?;
+    let mut buf = vec![0u8; chunk as usize];
+    let mut sums = Vec::new();
+    for index in 0..size.div_ceil(chunk) {
+        let off = index * chunk;
+        let n = (size - off).min(chunk) as usize;
+        f.read_exact_at(&mut buf[..n], off).map_err(|e| FilesError::io(path, e))?;
+        sums.push((index as u32, xxh3_128(&buf[..n])));
+    }
+    Ok(Some(sums))
+}
+
+/// Accepts the source's data streams until the transfer is over, a thread for each.
+fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s Shared<'s>, s: &'s thread::Scope<'s, '_>) {
+    while !sh.over.load(Ordering::Relaxed) {
+        match conn.accept_stream_timeout(Duration::from_millis(100)) {
+            Ok(stream) => {
+                s.spawn(move || {
+                    if let Err(e) = serve_data(&stream, sh) {
+                        sh.fail(e);
+                    }
+                });
+            }
+            Err(wirespeed::Error::Timeout(_)) => {}
+            Err(e) => {
+                if !sh.over.load(Ordering::Relaxed) {
+                    sh.fail(e.into());
+                }
+                return;
+            }
+        }
+    }
+}
+
+fn serve_data(stream: &Stream, sh: &Shared) -> Result<()> {
+    while let Some((msg, body_len)) = link::recv_start(stream)? {
+        let (id, index) = match msg {
+            Msg::Chunk { id, index, .. } | Msg::Same { id, index } | Msg::Hole { id, index } => (id, index),
+            Msg::Eof { id, size } => {
+                let f = file(sh, id)?;
+                if f.entry.size != STREAMED {
+                    return Err(FilesError::Protocol("Eof for a file of known size".into()));
+                }
+                if let Some(file) = f.part_file(sh)? {
+                    file.set_len(size).map_err(|e| FilesError::io(&f.part, e))?;
+                }
+                finish(sh, &f)?;
+                continue;
+            }
+            other => return Err(link::unexpected("on a data stream", &other)),
+        };
+        let f = file(sh, id)?;
+        let streamed = f.entry.size == STREAMED;
+        let offset = index as u64 * sh.chunk;
+        let expect = if streamed { body_len.min(sh.chunk) } else { f.entry.size.saturating_sub(offset).min(sh.chunk) };
+        let bad = |what: &str| FilesError::Protocol(format!("{}: chunk {index} {what}", f.dest.display()));
+        {
+            let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
+            if streamed {
+                if index != st.next || !matches!(msg, Msg::Chunk { .. }) {
+                    return Err(bad("is out of order"));
+                }
+                st.next += 1;
+            } else {
+                match st.seen.get_mut(index as usize) {
+                    Some(seen) if !*seen => *seen = true,
+                    _ => return Err(bad("is unknown or repeated")),
+                }
+            }
+        }
+        if let Msg::Chunk { sum, .. } = msg {
+            if body_len != expect || (streamed && body_len == 0) {
+                return Err(bad("has the wrong length"));
+            }
+            write_chunk(stream, sh, &f, offset, index, sum)?;
+        } else if body_len != 0 {
+            return Err(bad("carries unexpected bytes"));
+        }
+        sh.progress.add_bytes(expect);
+        if !streamed {
+            let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.left -= 1;
+            if st.left == 0 {
+                drop(st);
+                finish(sh, &f)?;
+            }
+        }
+    }
+    // The source finished this stream; finishing ours lets both drop it cleanly.
+    Ok(stream.finish()?)
+}
+
+fn file(sh: &Shared, id: u64) -> Result<Arc<SinkFile>> {
+    let files = sh.files.lock().unwrap_or_else(|p| p.into_inner());
+    files.get(&id).cloned().ok_or_else(|| FilesError::Protocol(format!("data for file {id}, which was not asked for")))
+}
+
+/// Streams one chunk's body into place while checksumming it, then checks the sum.
+fn write_chunk(stream: &Stream, sh: &Shared, f: &SinkFile, offset: u64, index: u32, sum: u128) -> Result<()> {
+    let mut hasher = Xxh3::new();
+    let out = f.part_file(sh)?;
+    let mut at = offset;
+    while let Some(buf) = stream.read_chunk()? {
+        hasher.update(&buf);
+        match out.as_ref() {
+            None => std::io::stdout().lock().write_all(&buf).map_err(|e| FilesError::io(Path::new("<stdout>"), e))?,
+            Some(file) if f.entry.sparse => write_sparse(file, &buf, at).map_err(|e| FilesError::io(&f.part, e))?,
+            Some(file) => file.write_all_at(&buf, at).map_err(|e| FilesError::io(&f.part, e))?,
+        }
+        at += buf.len() as u64;
+    }
+    if hasher.digest128() != sum {
+        return Err(FilesError::Checksum { path: f.dest.display().to_string(), index });
+    }
+    Ok(())
+}
+
+/// Writes `buf` at `offset`, skipping whole zero blocks so holes stay holes.
+fn write_sparse(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
+    let mut i = 0;
+    while i < buf.len() {
+        // Up to the next block boundary of the file.
+        let end = (((offset as usize + i) / BLOCK + 1) * BLOCK - offset as usize).min(buf.len());
+        let piece = &buf[i..end];
+        if piece.iter().any(|b| *b != 0) {
+            file.write_all_at(piece, offset + i as u64)?;
+        }
+        i = end;
+    }
+    Ok(())
+}
+
+fn finish(sh: &Shared, f: &SinkFile) -> Result<()> {
+    if !sh.to_stdout {
+        let out = f.out.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match out.as_deref() {
+            Some(file) => finish_file(file, &f.part, &f.dest, &f.entry, sh.preserve)?,
+            // Every chunk was already there in the destination.
+            None if f.base.is_some() && sh.preserve => set_metadata(None, &f.dest, &f.entry)?,
+            None if f.base.is_some() => {}
+            None => {
+                let file = open_part(&f.part, &f.entry, true)?;
+                finish_file(&file, &f.part, &f.dest, &f.entry, sh.preserve)?;
+            }
+        }
+    }
+    sh.progress.file_done();
+    *sh.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+    sh.changed.notify_all();
+    Ok(())
+}

@@ -1,0 +1,427 @@
+//! The sending side. The walking thread sends entries on the control stream, small files
+//! inline and batched; the sink answers each large file with a `Want`, which becomes chunk
+//! jobs that several threads read, checksum and send, each on its own data stream.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+
+use wirespeed::{Connection, Stream};
+use xxhash_rust::xxh3::xxh3_128;
+
+use crate::Summary;
+use crate::error::{FilesError, Result};
+use crate::link::{self, close};
+use crate::progress::Progress;
+use crate::proto::{self, Entry, Kind, Msg, STREAMED};
+use crate::walk::{self, Found};
+
+/// Files up to this size travel inline with their entries.
+pub const INLINE_MAX: u64 = 64 << 10;
+/// A batch of entries is sent once its inline bytes or its header reach these sizes.
+const BATCH_BODY: usize = 1 << 20;
+const BATCH_HEADER: usize = 256 << 10;
+
+#[derive(Clone, Debug)]
+pub struct SourceOptions {
+    pub recursive: bool,
+    pub preserve: bool,
+    pub resume: bool,
+    /// Data streams, each with its own reading thread.
+    pub streams: usize,
+    pub chunk_size: u32,
+}
+
+impl Default for SourceOptions {
+    fn default() -> Self {
+        SourceOptions { recursive: false, preserve: false, resume: false, streams: 4, chunk_size: 4 << 20 }
+    }
+}
+
+/// What to send.
+#[derive(Clone, Debug)]
+pub enum Input {
+    Path(PathBuf),
+    /// Standard input, as one file of unknown length.
+    Stdin,
+}
+
+/// A large file waiting for, or being served to, the sink.
+struct SrcFile {
+    id: u64,
+    path: PathBuf,
+    /// `None` for standard input.
+    file: Option<File>,
+    size: u64,
+    sparse: bool,
+}
+
+enum Job {
+    Chunk {
+        file: Arc<SrcFile>,
+        index: u32,
+        have: Option<u128>,
+    },
+    /// All chunks in order on one stream.
+    Whole(Arc<SrcFile>),
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Files sent without inline bytes, once the walk is over.
+    asks: Option<u64>,
+    wants: u64,
+}
+
+struct Shared<'a> {
+    chunk: u64,
+    progress: &'a Progress,
+    waiting: Mutex<HashMap<u64, Arc<SrcFile>>>,
+    queue: Mutex<Queue>,
+    ready: Condvar,
+    failed: AtomicBool,
+}
+
+impl Shared<'_> {
+    fn stop(&self) {
+        self.failed.store(true, Ordering::Relaxed);
+        self.ready.notify_all();
+    }
+
+    /// The next job, or `None` once every wanted file is handed out (or the transfer failed).
+    fn next_job(&self) -> Option<Job> {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if self.failed.load(Ordering::Relaxed) {
+                return None;
+            }
+            if let Some(job) = q.jobs.pop_front() {
+                return Some(job);
+            }
+            if q.asks == Some(q.wants) {
+                return None;
+            }
+            q = self.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Sends `input` to the sink at the other end of `control`, and returns once the sink has
+/// written, verified and renamed everything.
+pub fn run_source(
+    conn: &Connection,
+    control: &Stream,
+    input: &Input,
+    opts: &SourceOptions,
+    progress: &Progress,
+) -> Result<Summary> {
+    let shared = Shared {
+        chunk: opts.chunk_size as u64,
+        progress,
+        waiting: Mutex::new(HashMap::new()),
+        queue: Mutex::new(Queue::default()),
+        ready: Condvar::new(),
+        failed: AtomicBool::new(false),
+    };
+    let (root_name, root_kind) = match input {
+        Input::Path(p) => (crate::root_name(p)?, if p.is_dir() { Kind::Dir } else { Kind::File }),
+        Input::Stdin => (b"stdin".to_vec(), Kind::File),
+    };
+    let flags = if opts.preserve { proto::PRESERVE } else { 0 } | if opts.resume { proto::RESUME } else { 0 };
+    let begin = Msg::Begin { version: proto::VERSION, flags, chunk_size: opts.chunk_size, root_name, root_kind };
+    link::send(control, &begin, &[])?;
+
+    thread::scope(|s| {
+        let reader = s.spawn(|| read_control(control, &shared));
+        let workers: Vec<_> = (0..opts.streams.max(1)).map(|_| s.spawn(|| serve_jobs(conn, &shared))).collect();
+        let sent = send_entries(control, input, opts, &shared);
+        let mut result = sent;
+        if result.is_err() {
+            shared.stop();
+        }
+        for w in workers {
+            let r = w.join().unwrap_or_else(|_| Err(FilesError::Protocol("a reading thread panicked".into())));
+            if let Err(e) = r
+                && result.is_ok()
+            {
+                result = Err(e);
+            }
+        }
+        match result {
+            Ok((files, bytes)) => {
+                link::send(control, &Msg::End { files, bytes }, &[])?;
+                reader.join().unwrap_or_else(|_| Err(FilesError::Protocol("the control thread panicked".into())))
+            }
+            Err(e) => {
+                // Remote failures need no echo; ours the sink must hear, which also makes it
+                // drop the connection and so ends our control reader.
+                if !matches!(e, FilesError::Remote { .. }) {
+                    link::fail(control, &e);
+                }
+                let _ = reader.join();
+                Err(e)
+            }
+        }
+    })
+}
+
+/// Walks the input and sends its entries; returns the files and bytes it covers.
+fn send_entries(control: &Stream, input: &Input, opts: &SourceOptions, shared: &Shared) -> Result<(u64, u64)> {
+    let mut batch = Batch::default();
+    let (mut files, mut bytes, mut asks) = (0u64, 0u64, 0u64);
+    let mut visit = |found: Found| -> Result<()> {
+        if shared.failed.load(Ordering::Relaxed) {
+            return Err(FilesError::Protocol("stopped".into()));
+        }
+        let Found { path, mut entry } = found;
+        if entry.kind == Kind::File {
+            files += 1;
+            if entry.size <= INLINE_MAX && entry.size != STREAMED {
+                let data = read_small(&path, entry.size)?;
+                entry.size = data.len() as u64;
+                entry.inline = Some(xxh3_128(&data));
+                batch.body.extend_from_slice(&data);
+            } else {
+                asks += 1;
+                let file = if entry.size == STREAMED {
+                    None
+                } else {
+                    Some(File::open(&path).map_err(|e| FilesError::io(&path, e))?)
+                };
+                let src = SrcFile { id: entry.id, path, file, size: entry.size, sparse: entry.sparse };
+                shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id, Arc::new(src));
+            }
+            if entry.size != STREAMED {
+                bytes += entry.size;
+                shared.progress.add_total(entry.size);
+            }
+        }
+        batch.push(entry);
+        if batch.body.len() >= BATCH_BODY || batch.header.len() >= BATCH_HEADER {
+            batch.flush(control, shared.progress)?;
+        }
+        Ok(())
+    };
+    match input {
+        Input::Path(p) => walk::walk(p, opts.recursive, &mut visit)?,
+        Input::Stdin => visit(Found { path: PathBuf::from("-"), entry: stdin_entry() })?,
+    }
+    batch.flush(control, shared.progress)?;
+    link::send(control, &Msg::Walked { asks }, &[])?;
+    shared.queue.lock().unwrap_or_else(|p| p.into_inner()).asks = Some(asks);
+    shared.ready.notify_all();
+    Ok((files, bytes))
+}
+
+fn stdin_entry() -> Entry {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Entry {
+        id: 0,
+        kind: Kind::File,
+        path: Vec::new(),
+        size: STREAMED,
+        mode: 0o100644,
+        mtime_sec: now.as_secs() as i64,
+        mtime_nsec: now.subsec_nanos(),
+        sparse: false,
+        target: Vec::new(),
+        inline: None,
+    }
+}
+
+fn read_small(path: &Path, size: u64) -> Result<Vec<u8>> {
+    let mut data = Vec::with_capacity(size as usize);
+    let f = File::open(path).map_err(|e| FilesError::io(path, e))?;
+    // A file that grew since the walk is sent as it was at the walk's size.
+    f.take(INLINE_MAX).read_to_end(&mut data).map_err(|e| FilesError::io(path, e))?;
+    Ok(data)
+}
+
+/// Entries and their inline bytes, gathered into one message.
+#[derive(Default)]
+struct Batch {
+    entries: Vec<Entry>,
+    header: Vec<u8>,
+    body: Vec<u8>,
+}
+
+impl Batch {
+    fn push(&mut self, e: Entry) {
+        // Entry headers cost about 60 bytes plus the path; the exact size is not needed.
+        self.header.resize(self.header.len() + 60 + e.path.len() + e.target.len(), 0);
+        self.entries.push(e);
+    }
+
+    fn flush(&mut self, control: &Stream, progress: &Progress) -> Result<()> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        let inline_files = self.entries.iter().filter(|e| e.inline.is_some()).count() as u64;
+        link::send(control, &Msg::Entries(std::mem::take(&mut self.entries)), &[&self.body])?;
+        progress.add_bytes(self.body.len() as u64);
+        for _ in 0..inline_files {
+            progress.file_done();
+        }
+        self.header.clear();
+        self.body.clear();
+        Ok(())
+    }
+}
+
+/// Reads the sink's wants (turning them into jobs) until its final `Done`.
+fn read_control(control: &Stream, shared: &Shared) -> Result<Summary> {
+    let r = read_control_inner(control, shared);
+    if r.is_err() {
+        shared.stop();
+    }
+    r
+}
+
+fn read_control_inner(control: &Stream, shared: &Shared) -> Result<Summary> {
+    loop {
+        let Some((msg, _)) = link::recv(control)? else {
+            return Err(FilesError::Protocol("the sink ended the control stream early".into()));
+        };
+        match msg {
+            Msg::Want { id, sequential, have } => {
+                let file = shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                let Some(file) = file else {
+                    return Err(FilesError::Protocol(format!("the sink wants file {id}, which is not on offer")));
+                };
+                let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+                q.wants += 1;
+                if sequential || file.size == STREAMED {
+                    q.jobs.push_back(Job::Whole(file));
+                } else {
+                    let have: HashMap<u32, u128> = have.into_iter().collect();
+                    for index in 0..file.size.div_ceil(shared.chunk) as u32 {
+                        q.jobs.push_back(Job::Chunk { file: file.clone(), index, have: have.get(&index).copied() });
+                    }
+                }
+                drop(q);
+                shared.ready.notify_all();
+            }
+            Msg::Done { files, bytes } => {
+                // Closing the control stream ends the transfer: the sink waits for it before
+                // it goes, so its Done is never cut off by its own exit.
+                close(control)?;
+                return Ok(Summary { files, bytes });
+            }
+            other => return Err(link::unexpected("from a sink", &other)),
+        }
+    }
+}
+
+/// One data stream: serves jobs until none are left, then finishes the stream.
+fn serve_jobs(conn: &Connection, shared: &Shared) -> Result<()> {
+    let mut stream: Option<Stream> = None;
+    let mut buf = Vec::new();
+    let r = (|| {
+        while let Some(job) = shared.next_job() {
+            let s = match &mut stream {
+                Some(s) => s,
+                None => stream.insert(conn.open_stream()?),
+            };
+            match job {
+                Job::Chunk { file, index, have } => send_chunk(s, &file, index, have, shared, &mut buf)?,
+                Job::Whole(file) => send_whole(s, &file, shared, &mut buf)?,
+            }
+        }
+        if let Some(s) = &stream {
+            close(s)?;
+        }
+        Ok(())
+    })();
+    if r.is_err() {
+        shared.stop();
+    }
+    r
+}
+
+fn send_chunk(s: &Stream, f: &SrcFile, index: u32, have: Option<u128>, sh: &Shared, buf: &mut Vec<u8>) -> Result<()> {
+    let offset = index as u64 * sh.chunk;
+    let len = (f.size - offset).min(sh.chunk) as usize;
+    let (id, file) = (f.id, f.file.as_ref().expect("sized files are open"));
+    if f.sparse && is_hole(file, offset, len as u64) {
+        link::send(s, &Msg::Hole { id, index }, &[])?;
+    } else {
+        buf.resize(len, 0);
+        file.read_exact_at(buf, offset).map_err(|e| changed_or_io(&f.path, e))?;
+        let sum = xxh3_128(buf);
+        if have == Some(sum) {
+            link::send(s, &Msg::Same { id, index }, &[])?;
+        } else {
+            link::send(s, &Msg::Chunk { id, index, sum }, &[buf])?;
+        }
+    }
+    sh.progress.add_bytes(len as u64);
+    Ok(())
+}
+
+/// Sends a file's chunks in order, then its length; standard input ends where it ends.
+fn send_whole(s: &Stream, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>) -> Result<()> {
+    let mut stdin = std::io::stdin().lock();
+    let mut offset = 0u64;
+    for index in 0.. {
+        buf.resize(sh.chunk as usize, 0);
+        let n = match &f.file {
+            Some(file) => {
+                let want = (f.size - offset).min(sh.chunk) as usize;
+                file.read_exact_at(&mut buf[..want], offset).map_err(|e| changed_or_io(&f.path, e))?;
+                want
+            }
+            None => fill(&mut stdin, buf).map_err(|e| FilesError::io(Path::new("<stdin>"), e))?,
+        };
+        if n == 0 {
+            break;
+        }
+        let sum = xxh3_128(&buf[..n]);
+        link::send(s, &Msg::Chunk { id: f.id, index, sum }, &[&buf[..n]])?;
+        offset += n as u64;
+        sh.progress.add_bytes(n as u64);
+        if f.file.is_some() && offset == f.size {
+            break;
+        }
+    }
+    link::send(s, &Msg::Eof { id: f.id, size: offset }, &[])
+}
+
+/// Reads until `buf` is full or the input ends.
+fn fill(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+fn changed_or_io(path: &Path, e: std::io::Error) -> FilesError {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        FilesError::Changed { path: path.display().to_string() }
+    } else {
+        FilesError::io(path, e)
+    }
+}
+
+/// True when `[offset, offset+len)` holds no data (a hole), by `SEEK_DATA`.
+fn is_hole(file: &File, offset: u64, len: u64) -> bool {
+    // SAFETY: lseek on a descriptor we own; it only moves the file offset, which pread ignores.
+    let data = unsafe { libc::lseek(file.as_raw_fd(), offset as libc::off_t, libc::SEEK_DATA) };
+    if data < 0 {
+        // ENXIO: no data at or after offset. Any other error: assume data, read it.
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+    }
+    data as u64 >= offset + len
+}
