@@ -10,6 +10,8 @@ pub struct Progress {
     pub total: AtomicU64,
     /// Files finished.
     pub files: AtomicU64,
+    /// Bytes `--resume` found already in place, so they were not sent again.
+    pub reused: AtomicU64,
 }
 
 impl Progress {
@@ -21,6 +23,9 @@ impl Progress {
     }
     pub fn file_done(&self) {
         self.files.fetch_add(1, Relaxed);
+    }
+    pub fn add_reused(&self, n: u64) {
+        self.reused.fetch_add(n, Relaxed);
     }
     pub fn get(&self) -> (u64, u64, u64) {
         (self.bytes.load(Relaxed), self.total.load(Relaxed), self.files.load(Relaxed))

@@ -437,6 +437,8 @@ fn serve_data(stream: &Stream, sh: &Shared) -> Result<()> {
             write_chunk(stream, sh, &f, offset, index, sum)?;
         } else if body_len != 0 {
             return Err(bad("carries unexpected bytes"));
+        } else if matches!(msg, Msg::Same { .. }) {
+            sh.progress.add_reused(expect);
         }
         sh.progress.add_bytes(expect);
         if !streamed {

@@ -36,11 +36,20 @@ pub struct SourceOptions {
     /// Data streams, each with its own reading thread.
     pub streams: usize,
     pub chunk_size: u32,
+    /// Most file bytes per second over all streams (`--bwlimit`); `None` for no limit.
+    pub rate_limit: Option<u64>,
 }
 
 impl Default for SourceOptions {
     fn default() -> Self {
-        SourceOptions { recursive: false, preserve: false, resume: false, streams: 4, chunk_size: 4 << 20 }
+        SourceOptions {
+            recursive: false,
+            preserve: false,
+            resume: false,
+            streams: 4,
+            chunk_size: 4 << 20,
+            rate_limit: None,
+        }
     }
 }
 
@@ -82,6 +91,8 @@ struct Queue {
 
 struct Shared<'a> {
     chunk: u64,
+    /// Bytes per second for each stream.
+    stream_rate: Option<u64>,
     progress: &'a Progress,
     waiting: Mutex<HashMap<u64, Arc<SrcFile>>>,
     queue: Mutex<Queue>,
@@ -124,6 +135,7 @@ pub fn run_source(
 ) -> Result<Summary> {
     let shared = Shared {
         chunk: opts.chunk_size as u64,
+        stream_rate: opts.rate_limit.map(|r| (r / opts.streams.max(1) as u64).max(1)),
         progress,
         waiting: Mutex::new(HashMap::new()),
         queue: Mutex::new(Queue::default()),
@@ -323,6 +335,7 @@ fn read_control_inner(control: &Stream, shared: &Shared) -> Result<Summary> {
 fn serve_jobs(conn: &Connection, shared: &Shared) -> Result<()> {
     let mut stream: Option<Stream> = None;
     let mut buf = Vec::new();
+    let mut pace = Pace::new(shared.stream_rate);
     let r = (|| {
         while let Some(job) = shared.next_job() {
             let s = match &mut stream {
@@ -330,8 +343,8 @@ fn serve_jobs(conn: &Connection, shared: &Shared) -> Result<()> {
                 None => stream.insert(conn.open_stream()?),
             };
             match job {
-                Job::Chunk { file, index, have } => send_chunk(s, &file, index, have, shared, &mut buf)?,
-                Job::Whole(file) => send_whole(s, &file, shared, &mut buf)?,
+                Job::Chunk { file, index, have } => send_chunk(s, &file, index, have, shared, &mut buf, &mut pace)?,
+                Job::Whole(file) => send_whole(s, &file, shared, &mut buf, &mut pace)?,
             }
         }
         if let Some(s) = &stream {
@@ -345,7 +358,15 @@ fn serve_jobs(conn: &Connection, shared: &Shared) -> Result<()> {
     r
 }
 
-fn send_chunk(s: &Stream, f: &SrcFile, index: u32, have: Option<u128>, sh: &Shared, buf: &mut Vec<u8>) -> Result<()> {
+fn send_chunk(
+    s: &Stream,
+    f: &SrcFile,
+    index: u32,
+    have: Option<u128>,
+    sh: &Shared,
+    buf: &mut Vec<u8>,
+    pace: &mut Pace,
+) -> Result<()> {
     let offset = index as u64 * sh.chunk;
     let len = (f.size - offset).min(sh.chunk) as usize;
     let (id, file) = (f.id, f.file.as_ref().expect("sized files are open"));
@@ -357,7 +378,9 @@ fn send_chunk(s: &Stream, f: &SrcFile, index: u32, have: Option<u128>, sh: &Shar
         let sum = xxh3_128(buf);
         if have == Some(sum) {
             link::send(s, &Msg::Same { id, index }, &[])?;
+            sh.progress.add_reused(len as u64);
         } else {
+            pace.wait(len as u64);
             link::send(s, &Msg::Chunk { id, index, sum }, &[buf])?;
         }
     }
@@ -366,7 +389,7 @@ fn send_chunk(s: &Stream, f: &SrcFile, index: u32, have: Option<u128>, sh: &Shar
 }
 
 /// Sends a file's chunks in order, then its length; standard input ends where it ends.
-fn send_whole(s: &Stream, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>) -> Result<()> {
+fn send_whole(s: &Stream, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
     let mut stdin = std::io::stdin().lock();
     let mut offset = 0u64;
     for index in 0.. {
@@ -383,6 +406,7 @@ fn send_whole(s: &Stream, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>) -> Result
             break;
         }
         let sum = xxh3_128(&buf[..n]);
+        pace.wait(n as u64);
         link::send(s, &Msg::Chunk { id: f.id, index, sum }, &[&buf[..n]])?;
         offset += n as u64;
         sh.progress.add_bytes(n as u64);
@@ -391,6 +415,29 @@ fn send_whole(s: &Stream, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>) -> Result
         }
     }
     link::send(s, &Msg::Eof { id: f.id, size: offset }, &[])
+}
+
+/// Holds one stream to its share of `--bwlimit`.
+struct Pace {
+    rate: Option<u64>,
+    start: std::time::Instant,
+    sent: u64,
+}
+
+impl Pace {
+    fn new(rate: Option<u64>) -> Self {
+        Pace { rate, start: std::time::Instant::now(), sent: 0 }
+    }
+
+    /// Sleeps until sending `n` more bytes keeps within the rate.
+    fn wait(&mut self, n: u64) {
+        let Some(rate) = self.rate else { return };
+        let due = std::time::Duration::from_secs_f64(self.sent as f64 / rate as f64);
+        if let Some(ahead) = due.checked_sub(self.start.elapsed()) {
+            thread::sleep(ahead);
+        }
+        self.sent += n;
+    }
 }
 
 /// Reads until `buf` is full or the input ends.

@@ -82,13 +82,17 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
                 // No timeout fits a copy of unknown size; the agents time out on their own.
                 let done = source.expect("WIRESPEED-DONE", Duration::from_secs(u64::MAX / 4))?;
                 let parse = |i: usize| done.get(i).and_then(|w| w.parse().ok()).unwrap_or(0);
-                ended(source, &src_host)?;
+                let status = source.finish()?;
+                if !status.success() {
+                    bail!("the agent on {src_host} failed ({status})");
+                }
                 ended(sink, &dst_host)?;
                 Ok(Summary { files: parse(0), bytes: parse(1) })
             }
         }
     })?;
-    eprintln!("{}", summary_line(&summary, elapsed));
+    let reused = progress.reused.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("{}", summary_line(&summary, reused, elapsed));
     Ok(())
 }
 
@@ -101,6 +105,7 @@ fn agent_args(a: &CpArgs, role: &str, path: OsString) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec!["agent".into(), role.into(), path];
     v.extend(["--transport".into(), format!("{:?}", a.common.transport).to_lowercase().into()]);
     v.extend(["--streams".into(), a.common.streams.to_string().into()]);
+    v.extend(["--bwlimit".into(), a.common.bwlimit.to_string().into()]);
     for (on, flag) in [(a.recursive, "--recursive"), (a.preserve, "--preserve"), (a.resume, "--resume")] {
         if on {
             v.push(flag.into());
@@ -109,7 +114,9 @@ fn agent_args(a: &CpArgs, role: &str, path: OsString) -> Vec<OsString> {
     v
 }
 
-fn ended(agent: Agent, host: &str) -> anyhow::Result<()> {
+/// Waits for the agent to report its end, then lets it go.
+fn ended(mut agent: Agent, host: &str) -> anyhow::Result<()> {
+    agent.expect("WIRESPEED-DONE", AGENT_START)?;
     let status = agent.finish()?;
     if !status.success() {
         bail!("the agent on {host} failed ({status})");

@@ -27,11 +27,21 @@ pub struct Common {
     /// Print the bandwidth at the end.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Limit sending to this many MB/s (10^6 bytes); 0 for no limit.
+    #[arg(long, default_value_t = 0.0)]
+    pub bwlimit: f64,
 }
 
 impl Common {
     pub fn source_options(&self, recursive: bool, preserve: bool, resume: bool) -> SourceOptions {
-        SourceOptions { recursive, preserve, resume, streams: self.streams as usize, ..SourceOptions::default() }
+        SourceOptions {
+            recursive,
+            preserve,
+            resume,
+            streams: self.streams as usize,
+            rate_limit: (self.bwlimit > 0.0).then(|| (self.bwlimit * 1e6) as u64),
+            ..SourceOptions::default()
+        }
     }
 }
 
@@ -79,8 +89,10 @@ fn draw(progress: &Progress, done: &AtomicBool) {
     bar.finish_and_clear();
 }
 
-/// The line `cp` ends with.
-pub fn summary_line(s: &Summary, elapsed: Duration) -> String {
+/// The line `cp` ends with; `reused` counts bytes `--resume` did not send again.
+pub fn summary_line(s: &Summary, reused: u64, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64();
-    format!("{} files, {} bytes in {:.2} s, {:.3} GB/s", s.files, s.bytes, secs, s.bytes as f64 / secs.max(1e-9) / 1e9)
+    let reused = if reused > 0 { format!(" ({reused} already in place)") } else { String::new() };
+    let rate = s.bytes as f64 / secs.max(1e-9) / 1e9;
+    format!("{} files, {} bytes{reused} in {secs:.2} s, {rate:.3} GB/s", s.files, s.bytes)
 }

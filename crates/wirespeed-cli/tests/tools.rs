@@ -1,0 +1,195 @@
+//! `send`, `recv` and `cp` as users run them: real processes, real sockets and shared
+//! memory, and a real sshd on 127.0.0.1 for the remote ends.
+
+mod support;
+
+use std::fs;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn with_key<'a>(c: &'a mut Command, key: &str) -> &'a mut Command {
+    c.env("WIRESPEED_KEY", key)
+}
+
+#[test]
+fn send_and_recv_move_a_file_and_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+    fs::write(dir.path().join("in.bin"), &data).unwrap();
+    for transport in ["auto", "tcp"] {
+        // A file into a file.
+        let out = dir.path().join(format!("out-{transport}.bin"));
+        let mut recv = start_recv(
+            with_key(&mut wirespeed(), "k1")
+                .args(["recv", "--listen", "127.0.0.1:0", "--transport", transport])
+                .arg(&out),
+        );
+        let sent = run(with_key(&mut wirespeed(), "k1")
+            .args(["send", &format!("127.0.0.1:{}", recv.port), "-v", "--transport", transport])
+            .arg(dir.path().join("in.bin")));
+        assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+        assert!(String::from_utf8_lossy(&sent.stderr).contains("Bandwidth "), "-v prints the bandwidth");
+        assert!(wait_for(&mut recv.child, Duration::from_secs(60)).success(), "{}", recv.stderr.join().unwrap());
+        assert_eq!(fs::read(&out).unwrap(), data);
+
+        // Standard input to standard output: length unknown until the end.
+        let mut recv = start_recv(
+            with_key(&mut wirespeed(), "k2")
+                .args(["recv", "--listen", "127.0.0.1:0", "--transport", transport])
+                .stdout(Stdio::piped()),
+        );
+        let mut stdout = recv.child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut stdout, &mut v).unwrap();
+            v
+        });
+        let mut send = with_key(&mut wirespeed(), "k2")
+            .args(["send", &format!("127.0.0.1:{}", recv.port), "--transport", transport])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = send.stdin.take().unwrap();
+        stdin.write_all(&data).unwrap();
+        stdin.write_all(&data[..12345]).unwrap();
+        drop(stdin);
+        assert!(wait_for(&mut send, Duration::from_secs(60)).success());
+        assert!(wait_for(&mut recv.child, Duration::from_secs(60)).success());
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), data.len() + 12345);
+        assert!(got[..data.len()] == data[..] && got[data.len()..] == data[..12345]);
+    }
+}
+
+#[test]
+fn a_wrong_key_fails_with_the_auth_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("f"), b"secret").unwrap();
+    let mut recv = start_recv(
+        with_key(&mut wirespeed(), "right")
+            .args(["recv", "--listen", "127.0.0.1:0", "--wait", "5"])
+            .arg(dir.path().join("out")),
+    );
+    let sent = run(with_key(&mut wirespeed(), "wrong")
+        .args(["send", &format!("127.0.0.1:{}", recv.port)])
+        .arg(dir.path().join("f")));
+    assert_eq!(sent.status.code(), Some(3), "{}", String::from_utf8_lossy(&sent.stderr));
+    let err = String::from_utf8_lossy(&sent.stderr);
+    assert_eq!(err.lines().count(), 1, "one clear line: {err}");
+    let _ = recv.child.kill();
+    let _ = recv.child.wait();
+    assert!(!dir.path().join("out").exists());
+}
+
+#[test]
+fn recv_without_a_key_generates_and_prints_one() {
+    let mut c = wirespeed();
+    c.env_remove("WIRESPEED_KEY").args(["recv", "--listen", "127.0.0.1:0", "--wait", "1"]);
+    let out = run(&mut c);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let key_line = err.lines().find(|l| l.contains("key ")).expect("a key line");
+    assert!(key_line.split_whitespace().any(|w| w.len() == 64 && w.bytes().all(|b| b.is_ascii_hexdigit())));
+    assert_eq!(out.status.code(), Some(4), "no sender came: a connection failure");
+}
+
+#[test]
+fn cp_local_to_remote_keeps_a_tricky_tree() {
+    let sshd = Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tree = tricky_tree(dir.path());
+    let dst = dir.path().join("dst");
+    fs::create_dir(&dst).unwrap();
+    for transport in ["auto", "tcp"] {
+        let into = dst.join(transport);
+        let out = run(sshd.cp().args(["-r", "-p", "--transport", transport]).arg(&tree).arg(remote(&into)));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let summary = String::from_utf8_lossy(&out.stderr);
+        assert!(summary.contains(" files, ") && summary.contains(" GB/s"), "{summary}");
+        // `into` did not exist, so the tree became it (as with cp -r).
+        assert_eq!(snapshot(&tree, true), snapshot(&into, true));
+        assert!(allocated(&into.join("sparse.img")) < 1 << 20, "holes stay holes");
+        let leftovers: Vec<_> = fs::read_dir(&into)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".wirespeed-part"))
+            .collect();
+        assert!(leftovers.is_empty());
+    }
+}
+
+#[test]
+fn cp_remote_to_local_and_remote_to_remote() {
+    let sshd = Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tree = tricky_tree(dir.path());
+    let a = dir.path().join("a");
+    let out = run(sshd.cp().arg("-r").arg(remote(&tree)).arg(&a));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(snapshot(&tree, false), snapshot(&a, false));
+
+    // Into an existing directory: the tree lands inside it under its own name.
+    let b = dir.path().join("b");
+    fs::create_dir(&b).unwrap();
+    let out = run(sshd.cp().arg("-r").arg(remote(&a)).arg(remote(&b)));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(snapshot(&tree, false), snapshot(&b.join("a"), false));
+
+    // A single file, remote to local, into a directory.
+    let out = run(sshd.cp().arg(remote(&tree.join("sub dir/big.bin"))).arg(&b));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fs::read(b.join("big.bin")).unwrap(), fs::read(tree.join("sub dir/big.bin")).unwrap());
+}
+
+#[test]
+fn a_receiver_killed_mid_copy_leaves_no_complete_file_and_resume_finishes_it() {
+    let sshd = Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("weights.bin");
+    let data: Vec<u8> = (0..48_000_000u32).map(|i| (i.wrapping_mul(2246822519) >> 11) as u8).collect();
+    fs::write(&src, &data).unwrap();
+    let dst = dir.path().join("killed-receiver-dst");
+    fs::create_dir(&dst).unwrap();
+    let part = dst.join(".weights.bin.wirespeed-part");
+
+    // 16 MB/s: three seconds, so the receiving agent is surely killed part way.
+    let mut cp = sshd
+        .cp()
+        .args(["--bwlimit", "16", "--streams", "2"])
+        .arg(&src)
+        .arg(remote(&dst))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !part.exists() {
+        assert!(Instant::now() < deadline, "no part file appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    let killed = Command::new("pkill").args(["-KILL", "-f", "agent sink .*killed-receiver-dst"]).status().unwrap();
+    assert!(killed.success(), "the receiving agent was running");
+    let status = wait_for(&mut cp, Duration::from_secs(60));
+    assert!(!status.success());
+    assert!(!dst.join("weights.bin").exists(), "nothing complete-looking");
+    assert!(part.exists());
+
+    let out = run(sshd.cp().arg("--resume").arg(&src).arg(remote(&dst)));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(fs::read(dst.join("weights.bin")).unwrap() == data);
+    assert!(!part.exists());
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(summary.contains("already in place"), "resume reused what verified: {summary}");
+}
+
+#[test]
+fn cp_reports_bad_sources_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(wirespeed().arg("cp").arg(dir.path().join("missing")).arg(dir.path().join("x")));
+    assert_eq!(out.status.code(), Some(5), "an I/O error");
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    let out = run(wirespeed().arg("cp").arg(dir.path()).arg(dir.path().join("x")));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use -r"));
+}
