@@ -39,7 +39,7 @@ impl Common {
             preserve,
             resume,
             streams: self.streams as usize,
-            rate_limit: (self.bwlimit > 0.0).then(|| (self.bwlimit * 1e6) as u64),
+            rate_limit: (self.bwlimit > 0.0).then_some((self.bwlimit * 1e6) as u64),
             ..SourceOptions::default()
         }
     }
