@@ -5,6 +5,7 @@ use wirespeed_files::FilesError;
 use wirespeed_files::proto::FailClass;
 
 pub const FAILURE: i32 = 1;
+pub const USAGE: i32 = 2;
 pub const AUTH: i32 = 3;
 pub const CONNECTION: i32 = 4;
 pub const IO: i32 = 5;
@@ -19,6 +20,7 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
                 FilesError::Checksum { .. } => CHECKSUM,
                 FilesError::Remote { class: FailClass::Io, .. } => IO,
                 FilesError::Remote { class: FailClass::Checksum, .. } => CHECKSUM,
+                FilesError::Usage(_) => USAGE,
                 _ => FAILURE,
             };
         }

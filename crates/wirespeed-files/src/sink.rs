@@ -50,7 +50,7 @@ impl SinkFile {
     /// The part file, opened (or, with `--resume`, copied from the destination) on first
     /// use; `None` when writing to standard output.
     fn part_file(&self, sh: &Shared) -> Result<Option<Arc<File>>> {
-        if sh.to_stdout {
+        if sh.stream.is_some() {
             return Ok(None);
         }
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
@@ -74,7 +74,8 @@ struct Chunks {
 struct Shared<'a> {
     chunk: u64,
     preserve: bool,
-    to_stdout: bool,
+    /// Where a single file goes in order instead of into a part file.
+    stream: Option<Mutex<Box<dyn Write + Send>>>,
     progress: &'a Progress,
     files: Mutex<HashMap<u64, Arc<SinkFile>>>,
     pending: Mutex<u64>,
@@ -122,11 +123,20 @@ fn receive(conn: &Connection, control: &Stream, output: &Output, progress: &Prog
     if !(64 << 10..=256 << 20).contains(&chunk_size) {
         return Err(FilesError::Protocol(format!("chunk size {chunk_size} is out of range")));
     }
+    // Standard output, or a device or pipe such as /dev/null: written in order, in place.
+    let stream: Option<Box<dyn Write + Send>> = match output {
+        Output::Stdout => Some(Box::new(std::io::stdout())),
+        Output::Path(p) if fs::metadata(p).is_ok_and(|m| !m.is_dir() && !m.is_file()) => {
+            Some(Box::new(OpenOptions::new().write(true).open(p).map_err(|e| FilesError::io(p, e))?))
+        }
+        Output::Path(_) => None,
+    };
     let root = match output {
-        Output::Stdout if root_kind != Kind::File => {
-            return Err(FilesError::Usage("only a single file can be written to standard output".into()));
+        _ if stream.is_some() && root_kind != Kind::File => {
+            return Err(FilesError::Usage("only a single file can be written to a stream or device".into()));
         }
         Output::Stdout => PathBuf::new(),
+        _ if stream.is_some() => PathBuf::new(),
         // Into an existing directory, as `cp` does; the name must be one plain component.
         Output::Path(p) if p.is_dir() => join_under(p, &root_name)
             .ok()
@@ -137,7 +147,7 @@ fn receive(conn: &Connection, control: &Stream, output: &Output, progress: &Prog
     let shared = Shared {
         chunk: chunk_size as u64,
         preserve: flags & proto::PRESERVE != 0,
-        to_stdout: matches!(output, Output::Stdout),
+        stream: stream.map(Mutex::new),
         progress,
         files: Mutex::new(HashMap::new()),
         pending: Mutex::new(0),
@@ -247,8 +257,8 @@ fn write_inline(dest: &Path, e: &Entry, data: &[u8], sum: u128, sh: &Shared) -> 
     if xxh3_128(data) != sum {
         return Err(FilesError::Checksum { path: dest.display().to_string(), index: 0 });
     }
-    if sh.to_stdout {
-        std::io::stdout().lock().write_all(data).map_err(|err| FilesError::io(Path::new("<stdout>"), err))?;
+    if let Some(out) = &sh.stream {
+        write_stream(out, data)?;
     } else {
         let part = part_path(dest);
         let mut f = create_part(&part, e)?;
@@ -308,7 +318,7 @@ fn ask(control: &Stream, dest: PathBuf, e: Entry, resume: bool, sh: &Shared) -> 
         return Err(FilesError::Protocol(format!("{}: too many chunks", dest.display())));
     }
     let (mut have, mut base) = (Vec::new(), None);
-    if resume && !sh.to_stdout && e.size != STREAMED {
+    if resume && sh.stream.is_none() && e.size != STREAMED {
         // Chunks already written by an interrupted copy, or a finished earlier one, are
         // checked against the source's checksums rather than sent again.
         if let Some(sums) = chunk_sums(&part, e.size, sh.chunk)? {
@@ -335,7 +345,7 @@ fn ask(control: &Stream, dest: PathBuf, e: Entry, resume: bool, sh: &Shared) -> 
     if sh.files.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(file)).is_some() {
         return Err(FilesError::Protocol(format!("file id {id} sent twice")));
     }
-    link::send(control, &Msg::Want { id, sequential: sh.to_stdout, have }, &[])
+    link::send(control, &Msg::Want { id, sequential: sh.stream.is_some(), have }, &[])
 }
 
 fn open_part(part: &Path, e: &Entry, truncate: bool) -> Result<File> {
@@ -418,12 +428,14 @@ fn serve_data(stream: &Stream, sh: &Shared) -> Result<()> {
         let bad = |what: &str| FilesError::Protocol(format!("{}: chunk {index} {what}", f.dest.display()));
         {
             let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
-            if streamed {
-                if index != st.next || !matches!(msg, Msg::Chunk { .. }) {
+            // A stream output takes chunks in order; a streamed file is all data chunks.
+            if streamed || sh.stream.is_some() {
+                if index != st.next || (streamed && !matches!(msg, Msg::Chunk { .. })) {
                     return Err(bad("is out of order"));
                 }
                 st.next += 1;
-            } else {
+            }
+            if !streamed {
                 match st.seen.get_mut(index as usize) {
                     Some(seen) if !*seen => *seen = true,
                     _ => return Err(bad("is unknown or repeated")),
@@ -467,7 +479,7 @@ fn write_chunk(stream: &Stream, sh: &Shared, f: &SinkFile, offset: u64, index: u
     while let Some(buf) = stream.read_chunk()? {
         hasher.update(&buf);
         match out.as_ref() {
-            None => std::io::stdout().lock().write_all(&buf).map_err(|e| FilesError::io(Path::new("<stdout>"), e))?,
+            None => write_stream(sh.stream.as_ref().expect("no part file means a stream"), &buf)?,
             Some(file) if f.entry.sparse => write_sparse(file, &buf, at).map_err(|e| FilesError::io(&f.part, e))?,
             Some(file) => file.write_all_at(&buf, at).map_err(|e| FilesError::io(&f.part, e))?,
         }
@@ -477,6 +489,11 @@ fn write_chunk(stream: &Stream, sh: &Shared, f: &SinkFile, offset: u64, index: u
         return Err(FilesError::Checksum { path: f.dest.display().to_string(), index });
     }
     Ok(())
+}
+
+fn write_stream(out: &Mutex<Box<dyn Write + Send>>, data: &[u8]) -> Result<()> {
+    let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
+    out.write_all(data).map_err(|e| FilesError::io(Path::new("<output stream>"), e))
 }
 
 /// Writes `buf` at `offset`, skipping whole zero blocks so holes stay holes.
@@ -495,7 +512,7 @@ fn write_sparse(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
 }
 
 fn finish(sh: &Shared, f: &SinkFile) -> Result<()> {
-    if !sh.to_stdout {
+    if sh.stream.is_none() {
         let out = f.out.lock().unwrap_or_else(|p| p.into_inner()).clone();
         match out.as_deref() {
             Some(file) => finish_file(file, &f.part, &f.dest, &f.entry, sh.preserve)?,

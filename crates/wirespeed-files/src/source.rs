@@ -388,7 +388,7 @@ fn send_chunk(
     Ok(())
 }
 
-/// Sends a file's chunks in order, then its length; standard input ends where it ends.
+/// Sends a file's chunks in order; standard input ends where it ends, with `Eof`.
 fn send_whole(s: &Stream, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
     let mut stdin = std::io::stdin().lock();
     let mut offset = 0u64;
@@ -414,7 +414,11 @@ fn send_whole(s: &Stream, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>, pace: &mu
             break;
         }
     }
-    link::send(s, &Msg::Eof { id: f.id, size: offset }, &[])
+    // Only standard input needs its end marked; a sized file ends with its last chunk.
+    if f.file.is_none() {
+        link::send(s, &Msg::Eof { id: f.id, size: offset }, &[])?;
+    }
+    Ok(())
 }
 
 /// Holds one stream to its share of `--bwlimit`.

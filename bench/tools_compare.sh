@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The file tools against their peers, in one run on loopback:
+#   a 2 GiB file to /dev/null:   wirespeed send/recv  vs  nc
+#   a 2 GiB file to tmpfs:       wirespeed cp (over ssh)  vs  scp, and a local cp
+#   10,000 files of 4 KiB:       wirespeed cp -r (over ssh)  vs  rsync -a (over ssh), and a local rsync -a
+# Remote ends go through a throwaway sshd on 127.0.0.1 (keys made here, nothing else touched).
+# Every figure is the median of RUNS runs (default 3); MB = 10^6 bytes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=$(realpath "${BIN:-target/release/wirespeed}")
+RUNS=${RUNS:-3}
+SIZE=${SIZE:-2147483648}
+FILES=${FILES:-10000}
+WORK=$(mktemp -d /tmp/wirespeed-tools.XXXXXX)
+DST=$(mktemp -d /dev/shm/wirespeed-tools.XXXXXX)
+export WIRESPEED_KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+cleanup() {
+  [ -n "${SSHD_PID:-}" ] && kill "$SSHD_PID" 2>/dev/null || true
+  rm -rf "$WORK" "$DST"
+}
+trap cleanup EXIT
+
+median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
+now() { date +%s.%N; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# --- a throwaway sshd on 127.0.0.1 ---
+ssh-keygen -q -t ed25519 -N '' -f "$WORK/host_key"
+ssh-keygen -q -t ed25519 -N '' -f "$WORK/user_key"
+cp "$WORK/user_key.pub" "$WORK/authorized_keys"
+SSH_PORT=$(free_port)
+cat >"$WORK/sshd_config" <<CONF
+Port $SSH_PORT
+ListenAddress 127.0.0.1
+HostKey $WORK/host_key
+AuthorizedKeysFile $WORK/authorized_keys
+PidFile $WORK/sshd.pid
+StrictModes no
+UsePAM no
+PermitRootLogin yes
+PasswordAuthentication no
+Subsystem sftp internal-sftp
+CONF
+mkdir -p /run/sshd
+/usr/sbin/sshd -D -f "$WORK/sshd_config" 2>/dev/null &
+SSHD_PID=$!
+SSH_OPTS="-F /dev/null -i $WORK/user_key -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes"
+for _ in $(seq 50); do ssh $SSH_OPTS -p "$SSH_PORT" 127.0.0.1 true 2>/dev/null && break; sleep 0.1; done
+
+# --- inputs ---
+head -c "$SIZE" /dev/urandom >"$WORK/big"
+mkdir -p "$WORK/tree"
+python3 - "$WORK/tree" "$FILES" <<'PY'
+import os, sys
+root, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    d = os.path.join(root, f"d{i // 100:03}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"f{i:05}"), "wb") as f:
+        f.write(os.urandom(4096))
+PY
+
+timed() { # command... -> seconds
+  local t0 t1
+  t0=$(now); "$@" >/dev/null 2>&1; t1=$(now)
+  python3 -c "print($t1 - $t0)"
+}
+fresh() { rm -rf "${DST:?}"/*; sync; }
+
+ws_send_null() { # transport
+  local port; port=$(free_port)
+  "$BIN" recv --listen "127.0.0.1:$port" /dev/null 2>/dev/null &
+  local r=$!; sleep 0.3
+  timed "$BIN" send "127.0.0.1:$port" "$WORK/big" --transport "$1"
+  wait "$r"
+}
+nc_null() {
+  local port; port=$(free_port)
+  nc -l -p "$port" >/dev/null &
+  local r=$!; sleep 0.3
+  timed nc -N 127.0.0.1 "$port" <"$WORK/big"
+  wait "$r"
+}
+ws_cp() { # transport src [flags]
+  fresh
+  timed "$BIN" cp -e "ssh $SSH_OPTS -p $SSH_PORT" --remote-bin "$BIN" --transport "$1" "${@:3}" "$2" "127.0.0.1:$DST/"
+}
+scp_cp() { fresh; timed scp -q $SSH_OPTS -P "$SSH_PORT" "$1" "127.0.0.1:$DST/"; }
+local_cp() { fresh; timed cp "$1" "$DST/"; }
+rsync_remote() { fresh; timed rsync -a -e "ssh $SSH_OPTS -p $SSH_PORT" "$1" "127.0.0.1:$DST/"; }
+rsync_local() { fresh; timed rsync -a "$1" "$DST/"; }
+
+runs() { # command... -> median seconds over RUNS
+  local xs=()
+  for _ in $(seq "$RUNS"); do xs+=("$("$@")"); done
+  median "${xs[@]}"
+}
+
+rows=()
+row() { # case, ours(s), peer name, peer(s), bytes, target
+  rows+=("$(python3 -c '
+import sys
+case, ours, peer, theirs, n, target = sys.argv[1:]
+o, t, n = float(ours), float(theirs), float(n)
+print(f"| {case} | {n/o/1e6:.0f} | {peer} | {n/t/1e6:.0f} | {t/o:.2f} | {target} |")' "$@")")
+}
+
+tree_bytes=$(( FILES * 4096 ))
+echo "measuring (RUNS=$RUNS, file $SIZE bytes, tree $FILES files)..." >&2
+nc_s=$(runs nc_null)
+row "send → /dev/null, auto (shm)" "$(runs ws_send_null auto)" "nc" "$nc_s" "$SIZE" "≥ 2"
+row "send → /dev/null, tcp" "$(runs ws_send_null tcp)" "nc" "$nc_s" "$SIZE" "≥ 2"
+scp_s=$(runs scp_cp "$WORK/big")
+cp_s=$(runs local_cp "$WORK/big")
+ws_auto=$(runs ws_cp auto "$WORK/big")
+row "cp 2 GiB → tmpfs, auto (shm)" "$ws_auto" "scp" "$scp_s" "$SIZE" "≥ 4"
+row "cp 2 GiB → tmpfs, auto (shm)" "$ws_auto" "local cp" "$cp_s" "$SIZE" "≥ 0.8"
+row "cp 2 GiB → tmpfs, tcp" "$(runs ws_cp tcp "$WORK/big")" "scp" "$scp_s" "$SIZE" "≥ 4"
+ws_tree=$(runs ws_cp auto "$WORK/tree" -r)
+row "cp -r $FILES × 4 KiB → tmpfs" "$ws_tree" "rsync -a (ssh)" "$(runs rsync_remote "$WORK/tree")" "$tree_bytes" "≥ 3"
+row "cp -r $FILES × 4 KiB → tmpfs" "$ws_tree" "rsync -a (local)" "$(runs rsync_local "$WORK/tree")" "$tree_bytes" "—"
+
+echo "| case | wirespeed MB/s | peer | peer MB/s | ratio | target |"
+echo "|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
