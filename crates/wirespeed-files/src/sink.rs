@@ -33,6 +33,8 @@ pub enum Output {
 }
 
 const BLOCK: usize = 4096;
+/// After the source's End, how long the data may stall before the sink gives up.
+const STALL: Duration = Duration::from_secs(30);
 
 /// A large file being received.
 struct SinkFile {
@@ -186,7 +188,7 @@ fn control_loop(control: &Stream, root: &Path, resume: bool, sh: &Shared) -> Res
                     }
                     match e.kind {
                         Kind::Dir => {
-                            make_dir(&dest)?;
+                            make_dir(&dest, e.path.is_empty())?;
                             dirs.push((dest, e));
                         }
                         Kind::Symlink => {
@@ -210,11 +212,19 @@ fn control_loop(control: &Stream, root: &Path, resume: bool, sh: &Shared) -> Res
             other => return Err(link::unexpected("from a source", &other)),
         }
     };
-    // Wait for the data streams to finish every file.
+    // Wait for the data streams to finish every file. All data was sent before End, so a
+    // wait with no progress for a whole timeout means the source left some out.
     let mut pending = sh.pending.lock().unwrap_or_else(|p| p.into_inner());
+    let (mut seen, mut since) = (sh.progress.get().0, std::time::Instant::now());
     while *pending > 0 {
         if let Some(e) = sh.take_failure() {
             return Err(e);
+        }
+        let now = sh.progress.get().0;
+        if now != seen {
+            (seen, since) = (now, std::time::Instant::now());
+        } else if since.elapsed() > STALL {
+            return Err(FilesError::Protocol(format!("{} files never arrived in full", *pending)));
         }
         pending = sh.changed.wait_timeout(pending, Duration::from_millis(200)).unwrap_or_else(|p| p.into_inner()).0;
     }
@@ -238,9 +248,12 @@ fn control_loop(control: &Stream, root: &Path, resume: bool, sh: &Shared) -> Res
     Ok(end)
 }
 
-fn make_dir(dest: &Path) -> Result<()> {
+/// Creates a directory, or keeps one already there. Below the root an existing symlink is
+/// refused: the source must not be able to write through it to elsewhere.
+fn make_dir(dest: &Path, is_root: bool) -> Result<()> {
+    let existing = if is_root { fs::metadata(dest) } else { fs::symlink_metadata(dest) };
     match fs::create_dir(dest) {
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && existing.is_ok_and(|m| m.is_dir()) => Ok(()),
         r => r.map_err(|e| FilesError::io(dest, e)),
     }
 }

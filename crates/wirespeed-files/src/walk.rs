@@ -1,5 +1,6 @@
 //! Walks a source path into entries: the root, then (with `recursive`) everything below it,
-//! depth first, names sorted. Symlinks are entries, never followed below the root.
+//! depth first, names sorted. Symlinks are entries, never followed below the root; devices,
+//! fifos and sockets below the root are skipped.
 
 use std::fs::{self, Metadata};
 use std::os::unix::fs::MetadataExt;
@@ -63,6 +64,10 @@ pub fn walk(root: &Path, recursive: bool, mut visit: impl FnMut(Found) -> Result
             let item = item.map_err(|e| FilesError::io(&path, e))?;
             let child = item.path();
             let md = fs::symlink_metadata(&child).map_err(|e| FilesError::io(&child, e))?;
+            let ft = md.file_type();
+            if !(ft.is_file() || ft.is_dir() || ft.is_symlink()) {
+                continue; // devices, fifos and sockets are not copied
+            }
             let mut child_rel = rel.clone();
             if !child_rel.is_empty() {
                 child_rel.push(b'/');

@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 use wirespeed::Key;
 use wirespeed_files::{Input, Output, Progress, Server, Side, plane};
 
-use super::{Common, config};
+use super::{Common, CopyFlags, config};
 use crate::exit;
 
 /// Set once the transfer is complete, so a closing standard input no longer stops us.
@@ -32,12 +32,8 @@ pub struct AgentArgs {
     /// Connect to this sink instead of listening (remote to remote copies).
     #[arg(long)]
     connect: Option<String>,
-    #[arg(short, long)]
-    recursive: bool,
-    #[arg(short, long)]
-    preserve: bool,
-    #[arg(long)]
-    resume: bool,
+    #[command(flatten)]
+    flags: CopyFlags,
     #[command(flatten)]
     common: Common,
 }
@@ -78,7 +74,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let summary = match a.role {
         Role::Sink => wirespeed_files::receive(&conn, side, &Output::Path(a.path), &progress)?,
         Role::Source => {
-            let opts = a.common.source_options(a.recursive, a.preserve, a.resume);
+            let opts = a.common.source_options(&a.flags);
             wirespeed_files::send(&conn, side, &Input::Path(a.path), &opts, &progress)?
         }
     };

@@ -12,23 +12,15 @@ use wirespeed::Key;
 use wirespeed_files::{Input, Output, Progress, Server, Side, Summary, plane};
 
 use super::remote::{Agent, Place, Ssh};
-use super::{Common, config, summary_line, with_progress};
+use super::{Common, CopyFlags, config, summary_line, with_progress};
 
 /// How long an agent may take to start over ssh.
 const AGENT_START: Duration = Duration::from_secs(60);
 
 #[derive(Args, Debug)]
 pub struct CpArgs {
-    /// Copy directories and everything in them.
-    #[arg(short, long)]
-    recursive: bool,
-    /// Keep modes and modification times.
-    #[arg(short, long)]
-    preserve: bool,
-    /// Continue an interrupted copy: chunks already at the destination whose checksums
-    /// match are not sent again.
-    #[arg(long)]
-    resume: bool,
+    #[command(flatten)]
+    flags: CopyFlags,
     /// The ssh command for remote ends, with any options (it reads ~/.ssh/config as usual).
     #[arg(short = 'e', long = "rsh", default_value = "ssh")]
     ssh: String,
@@ -97,7 +89,7 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
 }
 
 fn source_options(a: &CpArgs) -> wirespeed_files::SourceOptions {
-    a.common.source_options(a.recursive, a.preserve, a.resume)
+    a.common.source_options(&a.flags)
 }
 
 /// The agent's command line: role, path and the flags it needs. No key: that goes over stdin.
@@ -106,7 +98,8 @@ fn agent_args(a: &CpArgs, role: &str, path: OsString) -> Vec<OsString> {
     v.extend(["--transport".into(), format!("{:?}", a.common.transport).to_lowercase().into()]);
     v.extend(["--streams".into(), a.common.streams.to_string().into()]);
     v.extend(["--bwlimit".into(), a.common.bwlimit.to_string().into()]);
-    for (on, flag) in [(a.recursive, "--recursive"), (a.preserve, "--preserve"), (a.resume, "--resume")] {
+    let f = &a.flags;
+    for (on, flag) in [(f.recursive, "--recursive"), (f.preserve, "--preserve"), (f.resume, "--resume")] {
         if on {
             v.push(flag.into());
         }

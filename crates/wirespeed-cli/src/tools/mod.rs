@@ -32,8 +32,23 @@ pub struct Common {
     pub bwlimit: f64,
 }
 
+/// What `cp` (and the agent it starts) copies and keeps.
+#[derive(Args, Clone, Debug, Default)]
+pub struct CopyFlags {
+    /// Copy directories and everything in them.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Keep modes and modification times.
+    #[arg(short, long)]
+    pub preserve: bool,
+    /// Continue an interrupted copy: chunks already at the destination whose checksums
+    /// match are not sent again.
+    #[arg(long)]
+    pub resume: bool,
+}
+
 impl Common {
-    pub fn source_options(&self, recursive: bool, preserve: bool, resume: bool) -> SourceOptions {
+    pub fn source_options(&self, &CopyFlags { recursive, preserve, resume }: &CopyFlags) -> SourceOptions {
         SourceOptions {
             recursive,
             preserve,

@@ -7,7 +7,7 @@ use clap::Args;
 use wirespeed::Key;
 use wirespeed_files::{Input, Progress, Side, plane};
 
-use super::{Common, config, with_progress};
+use super::{Common, CopyFlags, config, with_progress};
 
 #[derive(Args, Debug)]
 pub struct SendArgs {
@@ -30,7 +30,7 @@ pub fn run(a: SendArgs) -> anyhow::Result<()> {
     let conn = plane::connect(&a.to, a.common.transport, &key, &config())
         .with_context(|| format!("cannot reach the receiver at {}", a.to))?;
     let input = a.file.map(Input::Path).unwrap_or(Input::Stdin);
-    let opts = a.common.source_options(a.recursive, false, false);
+    let opts = a.common.source_options(&CopyFlags { recursive: a.recursive, ..CopyFlags::default() });
     let progress = Progress::default();
     with_progress(&progress, a.common.verbose, || {
         Ok(wirespeed_files::send(&conn, Side::Client, &input, &opts, &progress)?)
