@@ -54,8 +54,6 @@ pub enum Msg {
     Begin { version: u16, flags: u16, chunk_size: u32, root_name: Vec<u8>, root_kind: Kind },
     /// Source to sink: entries in walk order; inline bytes fill the body in entry order.
     Entries(Vec<Entry>),
-    /// Source to sink: the walk is over; `asks` files were sent without inline bytes.
-    Walked { asks: u64 },
     /// Sink to source: send this file. Chunks listed in `have` whose checksum matches are
     /// answered with `Same` instead of their bytes. `sequential` wants them in order on
     /// one stream (the sink writes to a pipe).
@@ -119,12 +117,8 @@ impl Msg {
                     w.entry(e);
                 }
             }
-            Msg::Walked { asks } => {
-                w.u8(5);
-                w.u64(*asks);
-            }
             Msg::Want { id, sequential, have } => {
-                w.u8(6);
+                w.u8(5);
                 w.u64(*id);
                 w.u8(*sequential as u8);
                 w.u32(have.len() as u32);
@@ -134,38 +128,38 @@ impl Msg {
                 }
             }
             Msg::Chunk { id, index, sum } => {
-                w.u8(7);
+                w.u8(6);
                 w.u64(*id);
                 w.u32(*index);
                 w.u128(*sum);
             }
             Msg::Same { id, index } => {
-                w.u8(8);
+                w.u8(7);
                 w.u64(*id);
                 w.u32(*index);
             }
             Msg::Hole { id, index } => {
-                w.u8(9);
+                w.u8(8);
                 w.u64(*id);
                 w.u32(*index);
             }
             Msg::Eof { id, size } => {
-                w.u8(10);
+                w.u8(9);
                 w.u64(*id);
                 w.u64(*size);
             }
             Msg::End { files, bytes } => {
-                w.u8(11);
+                w.u8(10);
                 w.u64(*files);
                 w.u64(*bytes);
             }
             Msg::Done { files, bytes } => {
-                w.u8(12);
+                w.u8(11);
                 w.u64(*files);
                 w.u64(*bytes);
             }
             Msg::Fail { class, message } => {
-                w.u8(13);
+                w.u8(12);
                 w.u8(*class);
                 w.bytes(message.as_bytes());
             }
@@ -194,8 +188,7 @@ impl Msg {
                 }
                 Msg::Entries(entries)
             }
-            5 => Msg::Walked { asks: r.u64()? },
-            6 => {
+            5 => {
                 let id = r.u64()?;
                 let sequential = r.u8()? != 0;
                 let n = r.u32()? as usize;
@@ -205,13 +198,13 @@ impl Msg {
                 }
                 Msg::Want { id, sequential, have }
             }
-            7 => Msg::Chunk { id: r.u64()?, index: r.u32()?, sum: r.u128()? },
-            8 => Msg::Same { id: r.u64()?, index: r.u32()? },
-            9 => Msg::Hole { id: r.u64()?, index: r.u32()? },
-            10 => Msg::Eof { id: r.u64()?, size: r.u64()? },
-            11 => Msg::End { files: r.u64()?, bytes: r.u64()? },
-            12 => Msg::Done { files: r.u64()?, bytes: r.u64()? },
-            13 => Msg::Fail { class: r.u8()?, message: String::from_utf8_lossy(&r.bytes()?).into_owned() },
+            6 => Msg::Chunk { id: r.u64()?, index: r.u32()?, sum: r.u128()? },
+            7 => Msg::Same { id: r.u64()?, index: r.u32()? },
+            8 => Msg::Hole { id: r.u64()?, index: r.u32()? },
+            9 => Msg::Eof { id: r.u64()?, size: r.u64()? },
+            10 => Msg::End { files: r.u64()?, bytes: r.u64()? },
+            11 => Msg::Done { files: r.u64()?, bytes: r.u64()? },
+            12 => Msg::Fail { class: r.u8()?, message: String::from_utf8_lossy(&r.bytes()?).into_owned() },
             t => return Err(FilesError::Protocol(format!("unknown message tag {t}"))),
         };
         if !r.0.is_empty() {
@@ -348,7 +341,6 @@ mod tests {
                 root_kind: Kind::Dir,
             },
             Msg::Entries(vec![entry(0, Some(7)), entry(1, None)]),
-            Msg::Walked { asks: 3 },
             Msg::Want { id: 9, sequential: true, have: vec![(0, 1), (5, u128::MAX)] },
             Msg::Chunk { id: 1, index: 2, sum: 3 },
             Msg::Same { id: 1, index: 2 },

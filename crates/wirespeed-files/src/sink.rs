@@ -207,7 +207,6 @@ fn control_loop(control: &Stream, root: &Path, resume: bool, sh: &Shared) -> Res
                     }
                 }
             }
-            Msg::Walked { .. } => {}
             Msg::End { files, bytes } => break Summary { files, bytes },
             other => return Err(link::unexpected("from a source", &other)),
         }

@@ -216,7 +216,7 @@ fn send_entries(control: &Stream, input: &Input, opts: &SourceOptions, shared: &
             }
         }
         batch.push(entry);
-        if batch.body.len() >= BATCH_BODY || batch.header.len() >= BATCH_HEADER {
+        if batch.body.len() >= BATCH_BODY || batch.header_bytes >= BATCH_HEADER {
             batch.flush(control, shared.progress)?;
         }
         Ok(())
@@ -226,7 +226,6 @@ fn send_entries(control: &Stream, input: &Input, opts: &SourceOptions, shared: &
         Input::Stdin => visit(Found { path: PathBuf::from("-"), entry: stdin_entry() })?,
     }
     batch.flush(control, shared.progress)?;
-    link::send(control, &Msg::Walked { asks }, &[])?;
     shared.queue.lock().unwrap_or_else(|p| p.into_inner()).asks = Some(asks);
     shared.ready.notify_all();
     Ok((files, bytes))
@@ -260,14 +259,14 @@ fn read_small(path: &Path, size: u64) -> Result<Vec<u8>> {
 #[derive(Default)]
 struct Batch {
     entries: Vec<Entry>,
-    header: Vec<u8>,
+    /// About what the entries' header will take; the exact size is not needed.
+    header_bytes: usize,
     body: Vec<u8>,
 }
 
 impl Batch {
     fn push(&mut self, e: Entry) {
-        // Entry headers cost about 60 bytes plus the path; the exact size is not needed.
-        self.header.resize(self.header.len() + 60 + e.path.len() + e.target.len(), 0);
+        self.header_bytes += 60 + e.path.len() + e.target.len();
         self.entries.push(e);
     }
 
@@ -281,7 +280,7 @@ impl Batch {
         for _ in 0..inline_files {
             progress.file_done();
         }
-        self.header.clear();
+        self.header_bytes = 0;
         self.body.clear();
         Ok(())
     }

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use wirespeed::Key;
+use wirespeed::{Config, Key};
 use wirespeed_files::{Input, Output, Progress, Server, Side, plane};
 
-use super::{Common, CopyFlags, config};
+use super::{Common, CopyFlags};
 use crate::exit;
 
 /// Set once the transfer is complete, so a closing standard input no longer stops us.
@@ -52,7 +52,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             std::process::exit(exit::CONNECTION);
         }
     });
-    let cfg = config();
+    let cfg = Config::default();
     let (conn, side) = match &a.connect {
         Some(addr) => (plane::connect(addr, a.common.transport, &key, &cfg)?, Side::Client),
         None => {

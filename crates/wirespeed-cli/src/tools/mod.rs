@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use wirespeed::Config;
 use wirespeed_files::{Progress, SourceOptions, Summary, Transport};
 
 /// Options every tool shares.
@@ -58,10 +57,6 @@ impl Common {
             ..SourceOptions::default()
         }
     }
-}
-
-pub fn config() -> Config {
-    Config::default()
 }
 
 /// Runs `f` with a progress bar on stderr when stderr is a terminal; a pipe gets silence.

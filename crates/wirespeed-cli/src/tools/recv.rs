@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use wirespeed::Key;
+use wirespeed::{Config, Key};
 use wirespeed_files::{Output, Progress, Server, Side};
 
-use super::{Common, config, with_progress};
+use super::{Common, with_progress};
 
 #[derive(Args, Debug)]
 pub struct RecvArgs {
@@ -37,7 +37,7 @@ pub fn run(a: RecvArgs) -> anyhow::Result<()> {
             k
         }
     };
-    let server = Server::bind(&a.listen, a.common.transport, &key, &config())
+    let server = Server::bind(&a.listen, a.common.transport, &key, &Config::default())
         .with_context(|| format!("cannot listen on {}", a.listen))?;
     let host = a.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("0.0.0.0");
     eprintln!("wirespeed: listening on {host}:{}", server.port());

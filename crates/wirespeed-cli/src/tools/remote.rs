@@ -5,7 +5,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -124,10 +124,15 @@ impl Agent {
         })
     }
 
-    /// Closes the agent's standard input (it stops if still running) and waits for it.
-    pub fn finish(mut self) -> anyhow::Result<ExitStatus> {
+    /// Closes the agent's standard input (it stops if still running), waits for it, and
+    /// fails unless it succeeded.
+    pub fn finish(mut self) -> anyhow::Result<()> {
         drop(self.stdin.take());
-        Ok(self.child.wait()?)
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("the agent on {} failed ({status})", self.host);
+        }
+        Ok(())
     }
 }
 

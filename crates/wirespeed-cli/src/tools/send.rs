@@ -4,10 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use wirespeed::Key;
+use wirespeed::{Config, Key};
 use wirespeed_files::{Input, Progress, Side, plane};
 
-use super::{Common, CopyFlags, config, with_progress};
+use super::{Common, CopyFlags, with_progress};
 
 #[derive(Args, Debug)]
 pub struct SendArgs {
@@ -27,7 +27,7 @@ pub struct SendArgs {
 
 pub fn run(a: SendArgs) -> anyhow::Result<()> {
     let key = Key::require(a.key_file.as_deref())?;
-    let conn = plane::connect(&a.to, a.common.transport, &key, &config())
+    let conn = plane::connect(&a.to, a.common.transport, &key, &Config::default())
         .with_context(|| format!("cannot reach the receiver at {}", a.to))?;
     let input = a.file.map(Input::Path).unwrap_or(Input::Stdin);
     let opts = a.common.source_options(&CopyFlags { recursive: a.recursive, ..CopyFlags::default() });
