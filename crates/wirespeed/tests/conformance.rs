@@ -119,6 +119,15 @@ fn round_trip(scheme: &str) {
     assert_eq!(m.body.to_vec(), pattern(1, 70_000));
 }
 
+/// Both ends derive the same per-connection keys; another connection derives others.
+fn derived_keys_match_per_connection(scheme: &str) {
+    let (l, c, s) = pair(scheme);
+    assert_eq!(c.derive_key(b"label"), s.derive_key(b"label"));
+    assert_ne!(c.derive_key(b"label"), c.derive_key(b"other label"));
+    let c2 = connect(l.url(), &key(), &Config::default()).unwrap();
+    assert_ne!(c2.derive_key(b"label"), c.derive_key(b"label"));
+}
+
 /// Owned bodies may still be in flight when `send_bytes` returns; they arrive whole and in
 /// order, across frames, sizes and body pieces.
 fn owned_bodies_arrive_in_order(scheme: &str) {
@@ -657,6 +666,10 @@ macro_rules! conformance {
             #[test]
             fn round_trip() {
                 super::round_trip(S)
+            }
+            #[test]
+            fn derived_keys_match_per_connection() {
+                super::derived_keys_match_per_connection(S)
             }
             #[test]
             fn owned_bodies_arrive_in_order() {

@@ -6,7 +6,10 @@
 //! client -> server  Auth   (proof_c)            -- only if proof_s verified
 //! server -> client  AuthOk                      -- only if proof_c verified
 //! proof_x = HMAC-SHA256(key, label_x || hello_c || hello_s[..56])
+//! secret  = HMAC-SHA256(key, "wirespeed-v1 session secret" || hello_c || hello_s[..56])
 //! ```
+//! The secret never travels: both ends compute it, and it differs for every connection, so
+//! layers above derive per-connection keys from it ([`Peer::derive_key`]).
 //! Nothing but these frames is accepted until `AuthOk`, and a failure is reported with an
 //! Error frame before the connection closes.
 
@@ -22,6 +25,7 @@ const HELLO_LEN: usize = 56;
 const PROOF_LEN: usize = 32;
 const CLIENT_LABEL: &[u8] = b"wirespeed-v1 client proof";
 const SERVER_LABEL: &[u8] = b"wirespeed-v1 server proof";
+const SECRET_LABEL: &[u8] = b"wirespeed-v1 session secret";
 
 /// What each side announces about itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,11 +38,34 @@ pub struct Params {
     pub stream_window: u64,
 }
 
-/// Output of a successful step: bytes to send, and the peer's parameters once done.
+/// An authenticated peer: what it announced, and the secret this connection shares with it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub params: Params,
+    secret: [u8; 32],
+}
+
+impl Peer {
+    /// A 32-byte key for `label`, the same at both ends of this connection and unrelated to
+    /// any other connection's.
+    pub fn derive_key(&self, label: &[u8]) -> [u8; 32] {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.secret).expect("HMAC takes keys of any length");
+        mac.update(label);
+        mac.finalize().into_bytes().into()
+    }
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer").field("params", &self.params).finish_non_exhaustive()
+    }
+}
+
+/// Output of a successful step: bytes to send, and the authenticated peer once done.
 #[derive(Debug, Default)]
 pub struct Progress {
     pub send: Vec<u8>,
-    pub done: Option<Params>,
+    pub done: Option<Peer>,
 }
 
 /// A failed handshake: the error, and the Error frame to send the peer before closing.
@@ -145,11 +172,11 @@ impl Handshake {
                 let mut send = Vec::new();
                 encode_control(&mut send, FrameHeader::new(Kind::AuthOk, 0), &[]);
                 self.state = State::Done;
-                Ok(Progress { send, done: self.peer })
+                Ok(Progress { send, done: self.peer() })
             }
             (State::ClientAwaitOk, Kind::AuthOk) if meta.is_empty() => {
                 self.state = State::Done;
-                Ok(Progress { send: Vec::new(), done: self.peer })
+                Ok(Progress { send: Vec::new(), done: self.peer() })
             }
             _ => Err(fail_with_frame(Error::Protocol(format!(
                 "unexpected {:?} frame ({} meta bytes) during the handshake",
@@ -157,6 +184,11 @@ impl Handshake {
                 meta.len()
             )))),
         }
+    }
+
+    fn peer(&self) -> Option<Peer> {
+        let params = self.peer?;
+        Some(Peer { params, secret: self.mac(SECRET_LABEL).finalize().into_bytes().into() })
     }
 
     fn proof(&self, label: &[u8]) -> [u8; PROOF_LEN] {
@@ -246,7 +278,7 @@ mod tests {
         out
     }
 
-    fn run(client_key: &[u8], server_key: &[u8]) -> (Result<Params, Error>, Result<Params, Error>) {
+    fn run(client_key: &[u8], server_key: &[u8]) -> (Result<Peer, Error>, Result<Peer, Error>) {
         let (mut c, hello) = Handshake::client(client_key, P, [1; 32]);
         let mut s = Handshake::server(server_key, P, [2; 32]);
         let mut to_server = hello;
@@ -288,8 +320,13 @@ mod tests {
     #[test]
     fn same_key_authenticates_both_ways() {
         let (c, s) = run(b"secret", b"secret");
-        assert_eq!(c.unwrap(), P);
-        assert_eq!(s.unwrap(), P);
+        let (c, s) = (c.unwrap(), s.unwrap());
+        assert_eq!((c.params, s.params), (P, P));
+        // Both ends derive the same keys; other labels and other keys give other ones.
+        assert_eq!(c.derive_key(b"a"), s.derive_key(b"a"));
+        assert_ne!(c.derive_key(b"a"), c.derive_key(b"b"));
+        let (other, _) = run(b"other", b"other");
+        assert_ne!(other.unwrap().derive_key(b"a"), c.derive_key(b"a"));
     }
 
     #[test]
@@ -349,7 +386,7 @@ mod tests {
         let (h, m) = &frames(&auth)[0];
         let ok = s.on_frame(h, m).unwrap();
         assert_eq!(hex(&ok.send), "030000000000000000000000000000000000000000000000");
-        assert_eq!(ok.done, Some(p));
+        assert_eq!(ok.done.map(|d| d.params), Some(p));
     }
 
     #[test]

@@ -13,8 +13,8 @@ use super::{Config, FrameRx, FrameTx};
 use crate::error::{Error, ErrorCode, Result};
 use crate::mem::{Body, Buf, RegionMem};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
-use crate::proto::handshake::error_frame;
-use crate::proto::session::{Ready, RecvEvent, Session, Touched};
+use crate::proto::handshake::{Peer, error_frame};
+use crate::proto::session::{Ready, RecvEvent, Role, Session, Touched};
 
 /// An authenticated connection carrying many concurrent streams. Cheap to clone; the
 /// connection closes when the last clone and stream are gone.
@@ -32,7 +32,8 @@ pub(super) struct Inner {
     pub(super) timeout: Duration,
     pub(super) max_chunk: u64,
     zero_copy_limit: u64,
-    peer: String,
+    name: String,
+    peer: Peer,
 }
 
 pub(super) struct Shared {
@@ -82,13 +83,15 @@ pub struct Incoming {
 
 impl Connection {
     pub(crate) fn new(
-        session: Session,
+        role: Role,
+        peer: Peer,
         rx: Box<dyn FrameRx>,
         tx: Box<dyn FrameTx>,
         native_rma: Option<Box<dyn NativeRma>>,
         config: &Config,
-        peer: String,
+        name: String,
     ) -> Self {
+        let session = Session::new(role, super::handshake::our_params(config), peer.params);
         let max_chunk = config.max_chunk.min(tx.max_payload()) as u64;
         let zero_copy_limit = rx.zero_copy_limit();
         Connection {
@@ -107,6 +110,7 @@ impl Connection {
                 timeout: config.timeout,
                 max_chunk,
                 zero_copy_limit,
+                name,
                 peer,
             }),
         }
@@ -114,7 +118,14 @@ impl Connection {
 
     /// Who is on the other end, for messages.
     pub fn peer(&self) -> &str {
-        &self.inner.peer
+        &self.inner.name
+    }
+
+    /// A 32-byte key for `label` that both ends of this connection derive alike from its
+    /// handshake, and no other connection shares: keys for layers above (encryption of a
+    /// transfer, say) that never travel.
+    pub fn derive_key(&self, label: &[u8]) -> [u8; 32] {
+        self.inner.peer.derive_key(label)
     }
 
     /// Opens a new stream; the peer sees it with its first message.

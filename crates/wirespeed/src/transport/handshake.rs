@@ -9,7 +9,7 @@ use super::Config;
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
-use crate::proto::handshake::{Handshake, Params, error_frame};
+use crate::proto::handshake::{Handshake, Params, Peer, error_frame};
 
 /// Handshake frames are small; anything bigger is refused before it is read.
 const HANDSHAKE_LIMITS: Limits = Limits { max_meta: 1024, max_payload: 0 };
@@ -43,19 +43,19 @@ fn nonce() -> Result<[u8; 32]> {
     Ok(n)
 }
 
-/// Authenticates as the client; returns the server's parameters.
-pub(crate) fn client(io: &mut impl DeadlineIo, key: &Key, config: &Config) -> Result<Params> {
+/// Authenticates as the client; returns the server.
+pub(crate) fn client(io: &mut impl DeadlineIo, key: &Key, config: &Config) -> Result<Peer> {
     let (hs, hello) = Handshake::client(key.as_bytes(), our_params(config), nonce()?);
     drive(io, hs, hello, config)
 }
 
-/// Authenticates as the server; returns the client's parameters.
-pub(crate) fn server(io: &mut impl DeadlineIo, key: &Key, config: &Config) -> Result<Params> {
+/// Authenticates as the server; returns the client.
+pub(crate) fn server(io: &mut impl DeadlineIo, key: &Key, config: &Config) -> Result<Peer> {
     let hs = Handshake::server(key.as_bytes(), our_params(config), nonce()?);
     drive(io, hs, Vec::new(), config)
 }
 
-fn drive(io: &mut impl DeadlineIo, mut hs: Handshake, first: Vec<u8>, config: &Config) -> Result<Params> {
+fn drive(io: &mut impl DeadlineIo, mut hs: Handshake, first: Vec<u8>, config: &Config) -> Result<Peer> {
     let deadline = Deadline { at: Instant::now() + config.handshake_timeout, total: config.handshake_timeout };
     write_by(io, &first, deadline)?;
     loop {

@@ -17,7 +17,7 @@ use crate::error::{Error, FrameError, Result};
 use crate::key::Key;
 use crate::mem::Buf;
 use crate::proto::decoder::FrameDecoder;
-use crate::proto::session::{Role, Session};
+use crate::proto::session::Role;
 
 /// Bytes staged per read; payloads bigger than this bypass it.
 const STAGING: usize = 256 << 10;
@@ -97,7 +97,7 @@ impl Acceptor for TcpAcceptor {
 fn establish(
     s: TcpStream,
     role: Role,
-    peer: crate::proto::handshake::Params,
+    peer: crate::proto::handshake::Peer,
     config: &Config,
     name: String,
 ) -> Result<Connection> {
@@ -117,8 +117,7 @@ fn establish(
         hi: 0,
     };
     let tx = TcpTx { sock: s, max_payload: config.limits.max_payload as usize };
-    let session = Session::new(role, handshake::our_params(config), peer);
-    Ok(Connection::new(session, Box::new(rx), Box::new(tx), None, config, name))
+    Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), None, config, name))
 }
 
 /// How long a closed connection keeps reading what the peer still sends, so that closing the

@@ -32,8 +32,8 @@ use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::mem::{Buf, Lender};
 use crate::proto::frame::{FLAG_PULL, Kind, Limits};
-use crate::proto::handshake::Params;
-use crate::proto::session::{Role, Session};
+use crate::proto::handshake::Peer;
+use crate::proto::session::Role;
 
 /// How long a waiting side polls shared memory before it sleeps on its eventfd.
 const SPIN: Duration = Duration::from_micros(50);
@@ -130,7 +130,7 @@ type Side = (Ring, OwnedFd, OwnedFd);
 fn build(
     sock: UnixStream,
     role: Role,
-    peer: Params,
+    peer: Peer,
     config: &Config,
     map: Mapping,
     send: Side,
@@ -167,8 +167,7 @@ fn build(
         wake: Waker { efd: tx_space, sock },
         _map: map,
     };
-    let session = Session::new(role, handshake::our_params(config), peer);
-    Ok(Connection::new(session, Box::new(rx), Box::new(tx), None, config, name))
+    Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), None, config, name))
 }
 
 fn send_fds(sock: &UnixStream, cap: usize, fds: &[OwnedFd; 5]) -> Result<()> {

@@ -26,8 +26,8 @@ use super::listener::Listener;
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake, tcp};
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::proto::handshake::Params;
-use crate::proto::session::{Role, Session};
+use crate::proto::handshake::Peer;
+use crate::proto::session::Role;
 
 /// Worker addresses are a few hundred bytes; anything near this is not one.
 const MAX_ADDRESS: usize = 64 << 10;
@@ -47,7 +47,7 @@ pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
     })
 }
 
-fn establish(mut s: TcpStream, role: Role, peer: Params, config: &Config, name: String) -> Result<Connection> {
+fn establish(mut s: TcpStream, role: Role, peer: Peer, config: &Config, name: String) -> Result<Connection> {
     let mut core = Core::new(config.limits)?;
     let ours = core.address()?;
     let theirs = swap_addresses(&mut s, &ours, config.handshake_timeout)?;
@@ -62,8 +62,7 @@ fn establish(mut s: TcpStream, role: Role, peer: Params, config: &Config, name: 
     let rma = rma::UcxRma { h: handle.clone() };
     let tx =
         UcxTx { h: handle, max_payload: config.limits.max_payload as usize, iov: Vec::new(), done: Box::new(None) };
-    let session = Session::new(role, handshake::our_params(config), peer);
-    Ok(Connection::new(session, Box::new(rx), Box::new(tx), Some(Box::new(rma)), config, name))
+    Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), Some(Box::new(rma)), config, name))
 }
 
 /// Overrides the choice of UCX error handling: `peer` or `none`.
