@@ -18,6 +18,7 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
                 FilesError::Transport(w) => transport_code(w),
                 FilesError::Io { .. } | FilesError::Changed { .. } => IO,
                 FilesError::Checksum { .. } => CHECKSUM,
+                FilesError::Sealing(_) | FilesError::Remote { class: FailClass::Sealing, .. } => AUTH,
                 FilesError::Remote { class: FailClass::Io, .. } => IO,
                 FilesError::Remote { class: FailClass::Checksum, .. } => CHECKSUM,
                 FilesError::Usage(_) => USAGE,

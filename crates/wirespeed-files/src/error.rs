@@ -20,6 +20,8 @@ pub enum FilesError {
     Changed { path: String },
     #[error("{0}")]
     Usage(String),
+    #[error("encryption: {0}")]
+    Sealing(String),
     #[error("the other side failed: {message}")]
     Remote { class: FailClass, message: String },
 }
@@ -34,6 +36,7 @@ impl FilesError {
         match self {
             FilesError::Io { .. } | FilesError::Changed { .. } => FailClass::Io,
             FilesError::Checksum { .. } => FailClass::Checksum,
+            FilesError::Sealing(_) => FailClass::Sealing,
             FilesError::Remote { class, .. } => *class,
             _ => FailClass::Other,
         }

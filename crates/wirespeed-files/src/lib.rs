@@ -5,6 +5,7 @@
 //! streams. `--resume` reuses chunks the sink already holds. Connections come from the
 //! wirespeed core; [`plane`] picks the fabric.
 
+mod envelope;
 pub mod error;
 mod link;
 pub mod paths;
@@ -19,6 +20,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use wirespeed::{Connection, Stream};
+
+use crate::link::{End, Link, Wrapping};
 
 pub use error::{FilesError, Result};
 pub use plane::{Server, Transport};
@@ -53,10 +56,12 @@ pub fn send(
     opts: &SourceOptions,
     progress: &Progress,
 ) -> Result<Summary> {
+    let wrapping = Wrapping::new(conn, End::Source, opts.compress, opts.encrypt);
     let mut control = match side {
-        Side::Client => conn.open_stream()?,
+        Side::Client => Link::new(conn.open_stream()?, &wrapping),
         Side::Server(s) => {
-            match link::recv(&s)? {
+            let s = Link::new(s, &wrapping);
+            match s.recv()? {
                 Some((proto::Msg::Ready, _)) => {}
                 _ => return Err(FilesError::Protocol("expected Ready from the sink".into())),
             }
@@ -64,21 +69,35 @@ pub fn send(
         }
     };
     control.set_timeout(CONTROL_TIMEOUT);
-    source::run_source(conn, &control, input, opts, progress)
+    source::run_source(conn, &control, &wrapping, input, opts, progress)
+}
+
+/// What a receiving end insists on.
+#[derive(Clone, Debug, Default)]
+pub struct SinkOptions {
+    /// Refuse a source that does not encrypt, and encrypt what we send back.
+    pub encrypt: bool,
 }
 
 /// Receives a transfer over `conn` into `output`.
-pub fn receive(conn: &Connection, side: Side, output: &Output, progress: &Progress) -> Result<Summary> {
+pub fn receive(
+    conn: &Connection,
+    side: Side,
+    output: &Output,
+    opts: &SinkOptions,
+    progress: &Progress,
+) -> Result<Summary> {
+    let wrapping = Wrapping::new(conn, End::Sink, None, opts.encrypt);
     let mut control = match side {
         Side::Client => {
-            let s = conn.open_stream()?;
-            link::send(&s, &proto::Msg::Ready, &[])?;
+            let s = Link::new(conn.open_stream()?, &wrapping);
+            s.send(&proto::Msg::Ready, &[])?;
             s
         }
-        Side::Server(s) => s,
+        Side::Server(s) => Link::new(s, &wrapping),
     };
     control.set_timeout(CONTROL_TIMEOUT);
-    sink::run_sink(conn, &control, output, progress)
+    sink::run_sink(conn, &control, &wrapping, output, progress)
 }
 
 /// The name a source path is known by at the sink: its last component (`.` and `..` are

@@ -1,25 +1,202 @@
-//! Copy-protocol messages over wirespeed streams.
+//! Copy-protocol messages over one wirespeed stream, wrapped as the transfer asks
+//! ([`crate::envelope`]): compressed, sealed, or as they are.
 
-use wirespeed::{Body, Stream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use wirespeed::{Buf, Connection, Stream};
+
+use crate::envelope::{self, Place, SEALED, SealKey};
 use crate::error::{FilesError, Result};
 use crate::proto::{FailClass, Msg};
 
-pub fn send(stream: &Stream, msg: &Msg, body: &[&[u8]]) -> Result<()> {
-    Ok(stream.send(&msg.encode(), body)?)
+/// Largest body a control message may unwrap to: a batch of entries is far smaller.
+const CONTROL_BODY_MAX: u64 = 64 << 20;
+
+/// Which end of the transfer we are; each direction seals with its own key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Source,
+    Sink,
 }
 
-/// The next whole message, or `None` when the peer finished the stream. A `Fail` from the
-/// peer becomes [`FilesError::Remote`].
-pub fn recv(stream: &Stream) -> Result<Option<(Msg, Body)>> {
-    let Some(m) = stream.recv()? else { return Ok(None) };
-    Ok(Some((check(Msg::decode(&m.header)?)?, m.body)))
+/// What one end of a transfer does to the messages it sends, and insists on in those it
+/// receives. Shared by all the transfer's streams.
+pub struct Wrapping {
+    compress: Option<i32>,
+    /// Seal everything we send, and refuse anything the peer does not seal.
+    encrypt: bool,
+    /// `None` before a transfer has a connection to derive keys from.
+    keys: Option<(SealKey, SealKey)>,
 }
 
-/// The next message's header only; its body is read with `Stream::read_chunk`.
-pub fn recv_start(stream: &Stream) -> Result<Option<(Msg, u64)>> {
-    let Some(inc) = stream.recv_start()? else { return Ok(None) };
-    Ok(Some((check(Msg::decode(&inc.header)?)?, inc.body_len)))
+impl Wrapping {
+    pub fn new(conn: &Connection, end: End, compress: Option<i32>, encrypt: bool) -> Arc<Self> {
+        let to_sink = SealKey::new(&conn.derive_key(b"wirespeed-files v1 source to sink"));
+        let to_source = SealKey::new(&conn.derive_key(b"wirespeed-files v1 sink to source"));
+        let keys = match end {
+            End::Source => (to_sink, to_source),
+            End::Sink => (to_source, to_sink),
+        };
+        Arc::new(Wrapping { compress, encrypt, keys: Some(keys) })
+    }
+
+    fn plain() -> Arc<Self> {
+        Arc::new(Wrapping { compress: None, encrypt: false, keys: None })
+    }
+
+    fn send_key(&self) -> Option<&SealKey> {
+        self.keys.as_ref().map(|k| &k.0)
+    }
+
+    fn recv_key(&self) -> Option<&SealKey> {
+        self.keys.as_ref().map(|k| &k.1)
+    }
+}
+
+/// One stream of a transfer.
+pub struct Link {
+    stream: Stream,
+    wrapping: Arc<Wrapping>,
+    /// Sealed messages sent so far; held while sending so counters go out in order.
+    sent: Mutex<u64>,
+    /// Sealed messages received so far.
+    received: Mutex<u64>,
+    /// We seal what we send: asked for, or the peer sealed what it sent us.
+    sealing: AtomicBool,
+}
+
+/// A received message's body, still on the stream; read it with [`Link::read_body`].
+pub struct Body {
+    /// Length on the wire.
+    pub wire_len: u64,
+    flags: u8,
+    at: Place,
+}
+
+impl Link {
+    pub fn new(stream: Stream, wrapping: &Arc<Wrapping>) -> Self {
+        Link {
+            sealing: AtomicBool::new(wrapping.encrypt),
+            stream,
+            wrapping: wrapping.clone(),
+            sent: Mutex::new(0),
+            received: Mutex::new(0),
+        }
+    }
+
+    /// A link that neither wraps nor accepts wrapped messages (before a transfer starts).
+    pub fn plain(stream: Stream) -> Self {
+        Link::new(stream, &Wrapping::plain())
+    }
+
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.stream.set_timeout(timeout);
+    }
+
+    pub fn send(&self, msg: &Msg, body: &[&[u8]]) -> Result<()> {
+        let header = msg.encode();
+        let sealing = self.sealing.load(Ordering::Relaxed);
+        if !sealing && self.wrapping.compress.is_none() {
+            return Ok(self.stream.send(&header, body)?);
+        }
+        let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let seal = match (sealing, self.wrapping.send_key()) {
+            (true, Some(key)) => Some((key, Place { stream: self.stream.id(), counter: *sent })),
+            _ => None,
+        };
+        let (header, new_body) = envelope::wrap(&header, body, self.wrapping.compress, seal)?;
+        match &new_body {
+            Some(b) => self.stream.send(&header, &[b])?,
+            None => self.stream.send(&header, body)?,
+        }
+        if seal.is_some() {
+            *sent += 2;
+        }
+        Ok(())
+    }
+
+    /// The next message's header, with its body left on the stream, or `None` when the peer
+    /// finished the stream. A `Fail` from the peer becomes [`FilesError::Remote`].
+    pub fn recv_start(&self) -> Result<Option<(Msg, Body)>> {
+        let Some(inc) = self.stream.recv_start()? else { return Ok(None) };
+        let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        let at = Place { stream: self.stream.id(), counter: *received };
+        let opened = envelope::open_header(&inc.header, self.wrapping.recv_key(), at)?;
+        if opened.flags & SEALED != 0 {
+            *received += 2;
+            self.sealing.store(true, Ordering::Relaxed);
+        } else if self.wrapping.encrypt {
+            return Err(FilesError::Sealing(
+                "the other end sends unencrypted data, and this end was asked to --encrypt".into(),
+            ));
+        }
+        let msg = check(Msg::decode(&opened.header)?)?;
+        Ok(Some((msg, Body { wire_len: inc.body_len, flags: opened.flags, at })))
+    }
+
+    /// Reads `body` (of the message [`Link::recv_start`] just returned), handing it to `f`
+    /// piece by piece; returns its length. A body that would exceed `max` bytes is refused.
+    pub fn read_body(&self, body: Body, max: u64, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
+        if body.flags == 0 {
+            if body.wire_len > max {
+                return Err(FilesError::Protocol(format!("a body of {} bytes; at most {max} expected", body.wire_len)));
+            }
+            while let Some(buf) = self.stream.read_chunk()? {
+                f(&buf)?;
+            }
+            return Ok(body.wire_len);
+        }
+        // Sealed bodies are whole before they open; compressed ones before they inflate. A
+        // sealed body is at most the compressed bound of `max` plus its tag.
+        let wire_max = max + max / 64 + 1024;
+        if body.wire_len > wire_max {
+            return Err(FilesError::Protocol(format!("a wrapped body of {} bytes is too large", body.wire_len)));
+        }
+        let mut data = Vec::with_capacity(body.wire_len as usize);
+        while let Some(buf) = self.stream.read_chunk()? {
+            data.extend_from_slice(&buf);
+        }
+        let data = envelope::open_body(body.flags, data, self.wrapping.recv_key(), body.at, max)?;
+        if data.len() as u64 > max {
+            return Err(FilesError::Protocol(format!("a body of {} bytes; at most {max} expected", data.len())));
+        }
+        f(&data)?;
+        Ok(data.len() as u64)
+    }
+
+    /// The next whole message, or `None` when the peer finished the stream.
+    pub fn recv(&self) -> Result<Option<(Msg, Buf)>> {
+        let Some((msg, body)) = self.recv_start()? else { return Ok(None) };
+        let mut data = Vec::new();
+        self.read_body(body, CONTROL_BODY_MAX, |b| {
+            data.extend_from_slice(b);
+            Ok(())
+        })?;
+        Ok(Some((msg, Buf::from(data))))
+    }
+
+    /// Ends the stream from the side that spoke last: finish, then wait for the peer to
+    /// finish its side too, so dropping the stream is clean (a stream dropped while open is
+    /// reset).
+    pub fn close(&self) -> Result<()> {
+        self.stream.finish()?;
+        match self.stream.recv()? {
+            None => Ok(()),
+            Some(_) => Err(FilesError::Protocol("the peer sent more after the end".into())),
+        }
+    }
+
+    /// Ends our side of the stream.
+    pub fn finish(&self) -> Result<()> {
+        Ok(self.stream.finish()?)
+    }
+
+    /// Tells the peer why we stop; best effort, as the link may be what failed.
+    pub fn fail(&self, e: &FilesError) {
+        let _ = self.send(&Msg::Fail { class: e.class() as u8, message: e.to_string() }, &[]);
+    }
 }
 
 fn check(msg: Msg) -> Result<Msg> {
@@ -27,22 +204,6 @@ fn check(msg: Msg) -> Result<Msg> {
         Msg::Fail { class, message } => Err(FilesError::Remote { class: FailClass::from_u8(class), message }),
         m => Ok(m),
     }
-}
-
-/// Ends a stream from the side that spoke last: finish, then wait for the peer to finish
-/// its side too, so dropping the stream is clean (a stream dropped while open is reset).
-pub fn close(stream: &Stream) -> Result<()> {
-    stream.finish()?;
-    match stream.recv()? {
-        None => Ok(()),
-        Some(_) => Err(FilesError::Protocol("the peer sent more after the end".into())),
-    }
-}
-
-/// Tells the peer why we stop; best effort, as the link may be what failed.
-pub fn fail(stream: &Stream, e: &FilesError) {
-    let msg = Msg::Fail { class: e.class() as u8, message: e.to_string() };
-    let _ = stream.send(&msg.encode(), &[]);
 }
 
 pub fn unexpected(what: &str, msg: &Msg) -> FilesError {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wirespeed::{Config, Connection, Key, Listener, Stream};
 
 use crate::error::{FilesError, Result};
-use crate::link;
+use crate::link::Link;
 use crate::proto::Msg;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,13 +78,14 @@ impl Server {
                     Err(wirespeed::Error::Timeout(_)) => continue,
                     Err(e) => return Err(e.into()),
                 };
-                let hello = conn.open_stream()?;
-                link::send(&hello, &Msg::Hello { host: host_id(), shm: self.shm_url.clone().into_bytes() }, &[])?;
+                let hello = Link::plain(conn.open_stream()?);
+                hello.send(&Msg::Hello { host: host_id(), shm: self.shm_url.clone().into_bytes() }, &[])?;
                 // A client that moves to shared memory hangs up here instead.
                 let gone = |e: &FilesError| {
                     matches!(e, FilesError::Transport(wirespeed::Error::Closed | wirespeed::Error::ConnectionLost(_)))
                 };
-                let control = link::close(&hello)
+                let control = hello
+                    .close()
                     .and_then(|()| Ok(conn.accept_stream_timeout(deadline.saturating_duration_since(Instant::now()))?));
                 match control {
                     Ok(control) => return Ok((conn, control)),
@@ -131,11 +132,11 @@ pub fn connect(addr: &str, transport: Transport, key: &Key, config: &Config) -> 
 
 /// Reads the server's `Hello`; returns its shared-memory URL if it is on this host.
 fn read_hello(conn: &Connection) -> Result<Option<String>> {
-    let s = conn.accept_stream()?;
-    let Some((Msg::Hello { host, shm }, _)) = link::recv(&s)? else {
+    let s = Link::plain(conn.accept_stream()?);
+    let Some((Msg::Hello { host, shm }, _)) = s.recv()? else {
         return Err(FilesError::Protocol("expected Hello from the server".into()));
     };
-    if link::recv(&s)?.is_some() {
+    if s.recv()?.is_some() {
         return Err(FilesError::Protocol("the server sent more than Hello".into()));
     }
     s.finish()?;

@@ -78,6 +78,8 @@ pub enum Msg {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailClass {
     Other = 1,
+    /// Encryption was refused or a sealed message failed to open.
+    Sealing = 3,
     Io = 5,
     Checksum = 6,
 }
@@ -85,6 +87,7 @@ pub enum FailClass {
 impl FailClass {
     pub fn from_u8(v: u8) -> Self {
         match v {
+            3 => FailClass::Sealing,
             5 => FailClass::Io,
             6 => FailClass::Checksum,
             _ => FailClass::Other,

@@ -13,12 +13,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wirespeed::{Connection, Stream};
+use wirespeed::Connection;
 use xxhash_rust::xxh3::{Xxh3, xxh3_128};
 
 use crate::Summary;
 use crate::error::{FilesError, Result};
-use crate::link;
+use crate::link::{self, Body, Link, Wrapping};
 use crate::paths::{join_under, part_path};
 use crate::progress::Progress;
 use crate::proto::{self, Entry, Kind, Msg, STREAMED};
@@ -74,6 +74,7 @@ struct Chunks {
 }
 
 struct Shared<'a> {
+    wrapping: &'a Arc<Wrapping>,
     chunk: u64,
     preserve: bool,
     /// Where a single file goes in order instead of into a part file.
@@ -102,18 +103,30 @@ impl Shared<'_> {
 }
 
 /// Receives a transfer from the source at the other end of `control` into `output`.
-pub fn run_sink(conn: &Connection, control: &Stream, output: &Output, progress: &Progress) -> Result<Summary> {
-    let r = receive(conn, control, output, progress);
+pub fn run_sink(
+    conn: &Connection,
+    control: &Link,
+    wrapping: &Arc<Wrapping>,
+    output: &Output,
+    progress: &Progress,
+) -> Result<Summary> {
+    let r = receive(conn, control, wrapping, output, progress);
     if let Err(e) = &r
         && !matches!(e, FilesError::Remote { .. })
     {
-        link::fail(control, e);
+        control.fail(e);
     }
     r
 }
 
-fn receive(conn: &Connection, control: &Stream, output: &Output, progress: &Progress) -> Result<Summary> {
-    let Some((Msg::Begin { version, flags, chunk_size, root_name, root_kind }, _)) = link::recv(control)? else {
+fn receive(
+    conn: &Connection,
+    control: &Link,
+    wrapping: &Arc<Wrapping>,
+    output: &Output,
+    progress: &Progress,
+) -> Result<Summary> {
+    let Some((Msg::Begin { version, flags, chunk_size, root_name, root_kind }, _)) = control.recv()? else {
         return Err(FilesError::Protocol("expected Begin".into()));
     };
     if version != proto::VERSION {
@@ -147,6 +160,7 @@ fn receive(conn: &Connection, control: &Stream, output: &Output, progress: &Prog
         Output::Path(p) => p.clone(),
     };
     let shared = Shared {
+        wrapping,
         chunk: chunk_size as u64,
         preserve: flags & proto::PRESERVE != 0,
         stream: stream.map(Mutex::new),
@@ -166,11 +180,11 @@ fn receive(conn: &Connection, control: &Stream, output: &Output, progress: &Prog
     })
 }
 
-fn control_loop(control: &Stream, root: &Path, resume: bool, sh: &Shared) -> Result<Summary> {
+fn control_loop(control: &Link, root: &Path, resume: bool, sh: &Shared) -> Result<Summary> {
     let mut dirs = Vec::new();
     let mut created_links = Vec::new();
     let end = loop {
-        let got = link::recv(control);
+        let got = control.recv();
         if let Some(e) = sh.take_failure() {
             return Err(e);
         }
@@ -179,7 +193,6 @@ fn control_loop(control: &Stream, root: &Path, resume: bool, sh: &Shared) -> Res
         };
         match msg {
             Msg::Entries(entries) => {
-                let body = body.into_contiguous();
                 let mut at = 0usize;
                 for e in entries {
                     let dest = join_under(root, &e.path)?;
@@ -237,7 +250,7 @@ fn control_loop(control: &Stream, root: &Path, resume: bool, sh: &Shared) -> Res
             set_metadata(None, dir, e)?;
         }
     }
-    link::send(control, &Msg::Done { files: end.files, bytes: end.bytes }, &[])?;
+    control.send(&Msg::Done { files: end.files, bytes: end.bytes }, &[])?;
     // The source ends the control stream once it has read Done; wait for that so exiting
     // now cannot reset the connection under it.
     if control.recv_start()?.is_some() {
@@ -323,7 +336,7 @@ fn set_metadata(f: Option<&File>, path: &Path, e: &Entry) -> Result<()> {
 }
 
 /// Registers a large file and asks the source for it.
-fn ask(control: &Stream, dest: PathBuf, e: Entry, resume: bool, sh: &Shared) -> Result<()> {
+fn ask(control: &Link, dest: PathBuf, e: Entry, resume: bool, sh: &Shared) -> Result<()> {
     let part = part_path(&dest);
     let chunks = if e.size == STREAMED { 0 } else { e.size.div_ceil(sh.chunk) };
     if chunks > u32::MAX as u64 {
@@ -357,7 +370,7 @@ fn ask(control: &Stream, dest: PathBuf, e: Entry, resume: bool, sh: &Shared) -> 
     if sh.files.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(file)).is_some() {
         return Err(FilesError::Protocol(format!("file id {id} sent twice")));
     }
-    link::send(control, &Msg::Want { id, sequential: sh.stream.is_some(), have }, &[])
+    control.send(&Msg::Want { id, sequential: sh.stream.is_some(), have }, &[])
 }
 
 fn open_part(part: &Path, e: &Entry, truncate: bool) -> Result<File> {
@@ -399,8 +412,9 @@ fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s Shared<'s>, s: &'s thre
     while !sh.over.load(Ordering::Relaxed) {
         match conn.accept_stream_timeout(Duration::from_millis(100)) {
             Ok(stream) => {
+                let link = Link::new(stream, sh.wrapping);
                 s.spawn(move || {
-                    if let Err(e) = serve_data(&stream, sh) {
+                    if let Err(e) = serve_data(&link, sh) {
                         sh.fail(e);
                     }
                 });
@@ -416,8 +430,8 @@ fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s Shared<'s>, s: &'s thre
     }
 }
 
-fn serve_data(stream: &Stream, sh: &Shared) -> Result<()> {
-    while let Some((msg, body_len)) = link::recv_start(stream)? {
+fn serve_data(stream: &Link, sh: &Shared) -> Result<()> {
+    while let Some((msg, body)) = stream.recv_start()? {
         let (id, index) = match msg {
             Msg::Chunk { id, index, .. } | Msg::Same { id, index } | Msg::Hole { id, index } => (id, index),
             Msg::Eof { id, size } => {
@@ -436,7 +450,7 @@ fn serve_data(stream: &Stream, sh: &Shared) -> Result<()> {
         let f = file(sh, id)?;
         let streamed = f.entry.size == STREAMED;
         let offset = index as u64 * sh.chunk;
-        let expect = if streamed { body_len.min(sh.chunk) } else { f.entry.size.saturating_sub(offset).min(sh.chunk) };
+        let expect = if streamed { sh.chunk } else { f.entry.size.saturating_sub(offset).min(sh.chunk) };
         let bad = |what: &str| FilesError::Protocol(format!("{}: chunk {index} {what}", f.dest.display()));
         {
             let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -454,17 +468,22 @@ fn serve_data(stream: &Stream, sh: &Shared) -> Result<()> {
                 }
             }
         }
-        if let Msg::Chunk { sum, .. } = msg {
-            if body_len != expect || (streamed && body_len == 0) {
+        let got = if let Msg::Chunk { sum, .. } = msg {
+            let n = write_chunk(stream, body, expect, sh, &f, offset, index, sum)?;
+            // A streamed file's chunks are full but for its last; its Eof says where it ends.
+            if (!streamed && n != expect) || n == 0 {
                 return Err(bad("has the wrong length"));
             }
-            write_chunk(stream, sh, &f, offset, index, sum)?;
-        } else if body_len != 0 {
+            n
+        } else if body.wire_len != 0 {
             return Err(bad("carries unexpected bytes"));
-        } else if matches!(msg, Msg::Same { .. }) {
-            sh.progress.add_reused(expect);
-        }
-        sh.progress.add_bytes(expect);
+        } else {
+            if matches!(msg, Msg::Same { .. }) {
+                sh.progress.add_reused(expect);
+            }
+            expect
+        };
+        sh.progress.add_bytes(got);
         if !streamed {
             let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
             st.left -= 1;
@@ -475,7 +494,7 @@ fn serve_data(stream: &Stream, sh: &Shared) -> Result<()> {
         }
     }
     // The source finished this stream; finishing ours lets both drop it cleanly.
-    Ok(stream.finish()?)
+    stream.finish()
 }
 
 fn file(sh: &Shared, id: u64) -> Result<Arc<SinkFile>> {
@@ -483,24 +502,36 @@ fn file(sh: &Shared, id: u64) -> Result<Arc<SinkFile>> {
     files.get(&id).cloned().ok_or_else(|| FilesError::Protocol(format!("data for file {id}, which was not asked for")))
 }
 
-/// Streams one chunk's body into place while checksumming it, then checks the sum.
-fn write_chunk(stream: &Stream, sh: &Shared, f: &SinkFile, offset: u64, index: u32, sum: u128) -> Result<()> {
+/// Streams one chunk's body (at most `max` bytes) into place while checksumming it, then
+/// checks the sum; returns its length.
+#[allow(clippy::too_many_arguments)]
+fn write_chunk(
+    stream: &Link,
+    body: Body,
+    max: u64,
+    sh: &Shared,
+    f: &SinkFile,
+    offset: u64,
+    index: u32,
+    sum: u128,
+) -> Result<u64> {
     let mut hasher = Xxh3::new();
     let out = f.part_file(sh)?;
     let mut at = offset;
-    while let Some(buf) = stream.read_chunk()? {
-        hasher.update(&buf);
+    let n = stream.read_body(body, max, |buf| {
+        hasher.update(buf);
         match out.as_ref() {
-            None => write_stream(sh.stream.as_ref().expect("no part file means a stream"), &buf)?,
-            Some(file) if f.entry.sparse => write_sparse(file, &buf, at).map_err(|e| FilesError::io(&f.part, e))?,
-            Some(file) => file.write_all_at(&buf, at).map_err(|e| FilesError::io(&f.part, e))?,
+            None => write_stream(sh.stream.as_ref().expect("no part file means a stream"), buf)?,
+            Some(file) if f.entry.sparse => write_sparse(file, buf, at).map_err(|e| FilesError::io(&f.part, e))?,
+            Some(file) => file.write_all_at(buf, at).map_err(|e| FilesError::io(&f.part, e))?,
         }
         at += buf.len() as u64;
-    }
+        Ok(())
+    })?;
     if hasher.digest128() != sum {
         return Err(FilesError::Checksum { path: f.dest.display().to_string(), index });
     }
-    Ok(())
+    Ok(n)
 }
 
 fn write_stream(out: &Mutex<Box<dyn Write + Send>>, data: &[u8]) -> Result<()> {

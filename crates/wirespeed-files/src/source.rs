@@ -12,12 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
-use wirespeed::{Connection, Stream};
+use wirespeed::Connection;
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::Summary;
 use crate::error::{FilesError, Result};
-use crate::link::{self, close};
+use crate::link::{self, Link, Wrapping};
 use crate::progress::Progress;
 use crate::proto::{self, Entry, Kind, Msg, STREAMED};
 use crate::walk::{self, Found};
@@ -38,6 +38,10 @@ pub struct SourceOptions {
     pub chunk_size: u32,
     /// Most file bytes per second over all streams (`--bwlimit`); `None` for no limit.
     pub rate_limit: Option<u64>,
+    /// zstd level for bodies (`--compress zstd`); `None` sends them as they are.
+    pub compress: Option<i32>,
+    /// Seal everything (`--encrypt`), and require the sink to.
+    pub encrypt: bool,
 }
 
 impl Default for SourceOptions {
@@ -49,6 +53,8 @@ impl Default for SourceOptions {
             streams: 4,
             chunk_size: 4 << 20,
             rate_limit: None,
+            compress: None,
+            encrypt: false,
         }
     }
 }
@@ -90,6 +96,7 @@ struct Queue {
 }
 
 struct Shared<'a> {
+    wrapping: &'a Arc<Wrapping>,
     chunk: u64,
     /// Bytes per second for each stream.
     stream_rate: Option<u64>,
@@ -128,12 +135,14 @@ impl Shared<'_> {
 /// written, verified and renamed everything.
 pub fn run_source(
     conn: &Connection,
-    control: &Stream,
+    control: &Link,
+    wrapping: &Arc<Wrapping>,
     input: &Input,
     opts: &SourceOptions,
     progress: &Progress,
 ) -> Result<Summary> {
     let shared = Shared {
+        wrapping,
         chunk: opts.chunk_size as u64,
         stream_rate: opts.rate_limit.map(|r| (r / opts.streams.max(1) as u64).max(1)),
         progress,
@@ -148,7 +157,7 @@ pub fn run_source(
     };
     let flags = if opts.preserve { proto::PRESERVE } else { 0 } | if opts.resume { proto::RESUME } else { 0 };
     let begin = Msg::Begin { version: proto::VERSION, flags, chunk_size: opts.chunk_size, root_name, root_kind };
-    link::send(control, &begin, &[])?;
+    control.send(&begin, &[])?;
 
     thread::scope(|s| {
         let reader = s.spawn(|| read_control(control, &shared));
@@ -168,14 +177,14 @@ pub fn run_source(
         }
         match result {
             Ok((files, bytes)) => {
-                link::send(control, &Msg::End { files, bytes }, &[])?;
+                control.send(&Msg::End { files, bytes }, &[])?;
                 reader.join().unwrap_or_else(|_| Err(FilesError::Protocol("the control thread panicked".into())))
             }
             Err(e) => {
                 // Remote failures need no echo; ours the sink must hear, which also makes it
                 // drop the connection and so ends our control reader.
                 if !matches!(e, FilesError::Remote { .. }) {
-                    link::fail(control, &e);
+                    control.fail(&e);
                 }
                 let _ = reader.join();
                 Err(e)
@@ -185,7 +194,7 @@ pub fn run_source(
 }
 
 /// Walks the input and sends its entries; returns the files and bytes it covers.
-fn send_entries(control: &Stream, input: &Input, opts: &SourceOptions, shared: &Shared) -> Result<(u64, u64)> {
+fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &Shared) -> Result<(u64, u64)> {
     let mut batch = Batch::default();
     let (mut files, mut bytes, mut asks) = (0u64, 0u64, 0u64);
     let mut visit = |found: Found| -> Result<()> {
@@ -270,12 +279,12 @@ impl Batch {
         self.entries.push(e);
     }
 
-    fn flush(&mut self, control: &Stream, progress: &Progress) -> Result<()> {
+    fn flush(&mut self, control: &Link, progress: &Progress) -> Result<()> {
         if self.entries.is_empty() {
             return Ok(());
         }
         let inline_files = self.entries.iter().filter(|e| e.inline.is_some()).count() as u64;
-        link::send(control, &Msg::Entries(std::mem::take(&mut self.entries)), &[&self.body])?;
+        control.send(&Msg::Entries(std::mem::take(&mut self.entries)), &[&self.body])?;
         progress.add_bytes(self.body.len() as u64);
         for _ in 0..inline_files {
             progress.file_done();
@@ -287,7 +296,7 @@ impl Batch {
 }
 
 /// Reads the sink's wants (turning them into jobs) until its final `Done`.
-fn read_control(control: &Stream, shared: &Shared) -> Result<Summary> {
+fn read_control(control: &Link, shared: &Shared) -> Result<Summary> {
     let r = read_control_inner(control, shared);
     if r.is_err() {
         shared.stop();
@@ -295,9 +304,9 @@ fn read_control(control: &Stream, shared: &Shared) -> Result<Summary> {
     r
 }
 
-fn read_control_inner(control: &Stream, shared: &Shared) -> Result<Summary> {
+fn read_control_inner(control: &Link, shared: &Shared) -> Result<Summary> {
     loop {
-        let Some((msg, _)) = link::recv(control)? else {
+        let Some((msg, _)) = control.recv()? else {
             return Err(FilesError::Protocol("the sink ended the control stream early".into()));
         };
         match msg {
@@ -322,7 +331,7 @@ fn read_control_inner(control: &Stream, shared: &Shared) -> Result<Summary> {
             Msg::Done { files, bytes } => {
                 // Closing the control stream ends the transfer: the sink waits for it before
                 // it goes, so its Done is never cut off by its own exit.
-                close(control)?;
+                control.close()?;
                 return Ok(Summary { files, bytes });
             }
             other => return Err(link::unexpected("from a sink", &other)),
@@ -332,14 +341,14 @@ fn read_control_inner(control: &Stream, shared: &Shared) -> Result<Summary> {
 
 /// One data stream: serves jobs until none are left, then finishes the stream.
 fn serve_jobs(conn: &Connection, shared: &Shared) -> Result<()> {
-    let mut stream: Option<Stream> = None;
+    let mut stream: Option<Link> = None;
     let mut buf = Vec::new();
     let mut pace = Pace::new(shared.stream_rate);
     let r = (|| {
         while let Some(job) = shared.next_job() {
             let s = match &mut stream {
                 Some(s) => s,
-                None => stream.insert(conn.open_stream()?),
+                None => stream.insert(Link::new(conn.open_stream()?, shared.wrapping)),
             };
             match job {
                 Job::Chunk { file, index, have } => send_chunk(s, &file, index, have, shared, &mut buf, &mut pace)?,
@@ -347,7 +356,7 @@ fn serve_jobs(conn: &Connection, shared: &Shared) -> Result<()> {
             }
         }
         if let Some(s) = &stream {
-            close(s)?;
+            s.close()?;
         }
         Ok(())
     })();
@@ -358,7 +367,7 @@ fn serve_jobs(conn: &Connection, shared: &Shared) -> Result<()> {
 }
 
 fn send_chunk(
-    s: &Stream,
+    s: &Link,
     f: &SrcFile,
     index: u32,
     have: Option<u128>,
@@ -370,17 +379,17 @@ fn send_chunk(
     let len = (f.size - offset).min(sh.chunk) as usize;
     let (id, file) = (f.id, f.file.as_ref().expect("sized files are open"));
     if f.sparse && is_hole(file, offset, len as u64) {
-        link::send(s, &Msg::Hole { id, index }, &[])?;
+        s.send(&Msg::Hole { id, index }, &[])?;
     } else {
         buf.resize(len, 0);
         file.read_exact_at(buf, offset).map_err(|e| changed_or_io(&f.path, e))?;
         let sum = xxh3_128(buf);
         if have == Some(sum) {
-            link::send(s, &Msg::Same { id, index }, &[])?;
+            s.send(&Msg::Same { id, index }, &[])?;
             sh.progress.add_reused(len as u64);
         } else {
             pace.wait(len as u64);
-            link::send(s, &Msg::Chunk { id, index, sum }, &[buf])?;
+            s.send(&Msg::Chunk { id, index, sum }, &[buf])?;
         }
     }
     sh.progress.add_bytes(len as u64);
@@ -388,7 +397,7 @@ fn send_chunk(
 }
 
 /// Sends a file's chunks in order; standard input ends where it ends, with `Eof`.
-fn send_whole(s: &Stream, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
+fn send_whole(s: &Link, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
     let mut stdin = std::io::stdin().lock();
     let mut offset = 0u64;
     for index in 0.. {
@@ -406,7 +415,7 @@ fn send_whole(s: &Stream, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>, pace: &mu
         }
         let sum = xxh3_128(&buf[..n]);
         pace.wait(n as u64);
-        link::send(s, &Msg::Chunk { id: f.id, index, sum }, &[&buf[..n]])?;
+        s.send(&Msg::Chunk { id: f.id, index, sum }, &[&buf[..n]])?;
         offset += n as u64;
         sh.progress.add_bytes(n as u64);
         if f.file.is_some() && offset == f.size {
@@ -415,7 +424,7 @@ fn send_whole(s: &Stream, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>, pace: &mu
     }
     // Only standard input needs its end marked; a sized file ends with its last chunk.
     if f.file.is_none() {
-        link::send(s, &Msg::Eof { id: f.id, size: offset }, &[])?;
+        s.send(&Msg::Eof { id: f.id, size: offset }, &[])?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::thread;
 
 use wirespeed::{Config, Key};
 use wirespeed_files::proto::{Entry, Kind, Msg, VERSION};
-use wirespeed_files::{FilesError, Output, Progress, Side};
+use wirespeed_files::{FilesError, Output, Progress, Side, SinkOptions};
 use xxhash_rust::xxh3::xxh3_128;
 
 fn entry(id: u64, kind: Kind, path: &[u8], target: &[u8], data: &[u8]) -> Entry {
@@ -46,8 +46,13 @@ fn offer(dst: &std::path::Path, entries: Vec<Entry>, body: &[u8]) -> Result<wire
     });
     let conn = listener.accept().unwrap();
     let control = conn.accept_stream().unwrap();
-    let r =
-        wirespeed_files::receive(&conn, Side::Server(control), &Output::Path(dst.to_path_buf()), &Progress::default());
+    let r = wirespeed_files::receive(
+        &conn,
+        Side::Server(control),
+        &Output::Path(dst.to_path_buf()),
+        &SinkOptions::default(),
+        &Progress::default(),
+    );
     drop(conn);
     hostile.join().unwrap();
     r

@@ -72,7 +72,9 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     };
     let progress = Progress::default();
     let summary = match a.role {
-        Role::Sink => wirespeed_files::receive(&conn, side, &Output::Path(a.path), &progress)?,
+        Role::Sink => {
+            wirespeed_files::receive(&conn, side, &Output::Path(a.path), &a.common.sink_options(), &progress)?
+        }
         Role::Source => {
             let opts = a.common.source_options(&a.flags);
             wirespeed_files::send(&conn, side, &Input::Path(a.path), &opts, &progress)?

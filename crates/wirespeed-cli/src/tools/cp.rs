@@ -52,7 +52,13 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
             }
             (Place::Remote { host, path }, Place::Local(dst)) => {
                 with_agent(&a, &ssh, &host, "source", path, &key_text, &key, |conn| {
-                    wirespeed_files::receive(conn, Side::Client, &Output::Path(dst), &progress)
+                    wirespeed_files::receive(
+                        conn,
+                        Side::Client,
+                        &Output::Path(dst),
+                        &a.common.sink_options(),
+                        &progress,
+                    )
                 })
             }
             (Place::Remote { host: src_host, path: src }, Place::Remote { host: dst_host, path: dst }) => {
@@ -82,9 +88,7 @@ fn source_options(a: &CpArgs) -> wirespeed_files::SourceOptions {
 /// The agent's command line: role, path and the flags it needs. No key: that goes over stdin.
 fn agent_args(a: &CpArgs, role: &str, path: OsString) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec!["agent".into(), role.into(), path];
-    v.extend(["--transport".into(), format!("{:?}", a.common.transport).to_lowercase().into()]);
-    v.extend(["--streams".into(), a.common.streams.to_string().into()]);
-    v.extend(["--bwlimit".into(), a.common.bwlimit.to_string().into()]);
+    v.extend(a.common.to_args());
     let f = &a.flags;
     for (on, flag) in [(f.recursive, "--recursive"), (f.preserve, "--preserve"), (f.resume, "--resume")] {
         if on {
@@ -131,7 +135,13 @@ fn local_to_local(a: &CpArgs, src: &Path, dst: &Path, key: &Key, progress: &Prog
         let sink = s.spawn(move || -> anyhow::Result<Summary> {
             let (conn, control) = server.accept(Duration::from_secs(30))?;
             let quiet = Progress::default();
-            Ok(wirespeed_files::receive(&conn, Side::Server(control), &Output::Path(dst), &quiet)?)
+            Ok(wirespeed_files::receive(
+                &conn,
+                Side::Server(control),
+                &Output::Path(dst),
+                &a.common.sink_options(),
+                &quiet,
+            )?)
         });
         let conn = plane::connect(&addr, a.common.transport, key, &Config::default())?;
         let sent =

@@ -6,13 +6,14 @@ pub mod recv;
 mod remote;
 pub mod send;
 
+use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use wirespeed_files::{Progress, SourceOptions, Summary, Transport};
+use wirespeed_files::{Progress, SinkOptions, SourceOptions, Summary, Transport};
 
 /// Options every tool shares.
 #[derive(Args, Clone, Debug)]
@@ -29,6 +30,38 @@ pub struct Common {
     /// Limit sending to this many MB/s (10^6 bytes); 0 for no limit.
     #[arg(long, default_value_t = 0.0)]
     pub bwlimit: f64,
+    /// Compress data on the way: `zstd` (level 3) or `zstd:LEVEL` (1 to 19); `none`.
+    #[arg(long, default_value = "none", value_parser = parse_compress, value_name = "zstd[:LEVEL]")]
+    pub compress: Compress,
+    /// Encrypt everything with AES-256-GCM under a key of this transfer's own; a receiver
+    /// with --encrypt refuses a sender without it.
+    #[arg(long)]
+    pub encrypt: bool,
+}
+
+/// `--compress`: a zstd level, or none.
+#[derive(Clone, Copy, Debug)]
+pub struct Compress(pub Option<i32>);
+
+fn parse_compress(s: &str) -> Result<Compress, String> {
+    match s.split_once(':') {
+        _ if s == "none" => Ok(Compress(None)),
+        _ if s == "zstd" => Ok(Compress(Some(3))),
+        Some(("zstd", level)) => match level.parse() {
+            Ok(n @ 1..=19) => Ok(Compress(Some(n))),
+            _ => Err(format!("zstd level {level:?} is not between 1 and 19")),
+        },
+        _ => Err(format!("unknown compression {s:?} (expected none, zstd or zstd:LEVEL)")),
+    }
+}
+
+impl std::fmt::Display for Compress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(level) => write!(f, "zstd:{level}"),
+            None => write!(f, "none"),
+        }
+    }
 }
 
 /// What `cp` (and the agent it starts) copies and keeps.
@@ -54,8 +87,26 @@ impl Common {
             resume,
             streams: self.streams as usize,
             rate_limit: (self.bwlimit > 0.0).then_some((self.bwlimit * 1e6) as u64),
+            compress: self.compress.0,
+            encrypt: self.encrypt,
             ..SourceOptions::default()
         }
+    }
+
+    pub fn sink_options(&self) -> SinkOptions {
+        SinkOptions { encrypt: self.encrypt }
+    }
+
+    /// These options as an agent's command-line arguments.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut v: Vec<OsString> = vec!["--transport".into(), format!("{:?}", self.transport).to_lowercase().into()];
+        v.extend(["--streams".into(), self.streams.to_string().into()]);
+        v.extend(["--bwlimit".into(), self.bwlimit.to_string().into()]);
+        v.extend(["--compress".into(), self.compress.to_string().into()]);
+        if self.encrypt {
+            v.push("--encrypt".into());
+        }
+        v
     }
 }
 

@@ -45,7 +45,7 @@ pub fn run(a: RecvArgs) -> anyhow::Result<()> {
     let output = a.file.map(Output::Path).unwrap_or(Output::Stdout);
     let progress = Progress::default();
     with_progress(&progress, a.common.verbose, || {
-        Ok(wirespeed_files::receive(&conn, Side::Server(control), &output, &progress)?)
+        Ok(wirespeed_files::receive(&conn, Side::Server(control), &output, &a.common.sink_options(), &progress)?)
     })?;
     conn.close();
     Ok(())
