@@ -19,7 +19,7 @@ fn send_and_recv_move_a_file_and_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
     let data: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
     fs::write(dir.path().join("in.bin"), &data).unwrap();
-    for transport in ["auto", "tcp"] {
+    for transport in ["auto", "tcp", "ucx"] {
         // A file into a file.
         let out = dir.path().join(format!("out-{transport}.bin"));
         let mut recv = start_recv(
@@ -84,6 +84,85 @@ fn a_wrong_key_fails_with_the_auth_exit_code() {
     assert!(!dir.path().join("out").exists());
 }
 
+/// Relays one TCP connection to `to`, keeping a copy of what the client sent.
+fn tap(to: u16) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = std::thread::spawn(move || {
+        let (mut client, _) = l.accept().unwrap();
+        let mut server = TcpStream::connect(("127.0.0.1", to)).unwrap();
+        let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        let back = std::thread::spawn(move || {
+            let _ = std::io::copy(&mut s2, &mut c2);
+            let _ = c2.shutdown(std::net::Shutdown::Write);
+        });
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 65536];
+        while let Ok(n @ 1..) = client.read(&mut buf) {
+            seen.extend_from_slice(&buf[..n]);
+            if server.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = server.shutdown(std::net::Shutdown::Write);
+        back.join().unwrap();
+        seen
+    });
+    (port, seen)
+}
+
+#[test]
+fn encrypted_transfers_hide_names_and_data_and_plain_senders_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let marker = b"SECRET-MODEL-WEIGHTS-";
+    fs::write(src.join("small-secret-name.txt"), marker.repeat(100)).unwrap();
+    fs::write(src.join("large.bin"), marker.repeat(500_000)).unwrap();
+    for compress in ["none", "zstd"] {
+        let out = dir.path().join(format!("out-{compress}"));
+        let mut recv = start_recv(
+            with_key(&mut wirespeed(), "k3")
+                .args(["recv", "--listen", "127.0.0.1:0", "--transport", "tcp", "--encrypt"])
+                .arg(&out),
+        );
+        let (port, seen) = tap(recv.port);
+        let sent = run(with_key(&mut wirespeed(), "k3")
+            .args(["send", "-r", &format!("127.0.0.1:{port}"), "--transport", "tcp", "--encrypt"])
+            .args(["--compress", compress])
+            .arg(&src));
+        assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+        assert!(wait_for(&mut recv.child, Duration::from_secs(60)).success(), "{}", recv.stderr.join().unwrap());
+        assert_eq!(snapshot(&src, false), snapshot(&out, false));
+        let seen = seen.join().unwrap();
+        // The tap saw it all, and compression shrank the repetitive data on the wire.
+        match compress {
+            "none" => assert!(seen.len() > 10_500_000, "{} bytes on the wire", seen.len()),
+            _ => assert!(seen.len() < 1_000_000, "{} bytes on the wire", seen.len()),
+        }
+        for secret in [&marker[..], b"small-secret-name", b"large.bin"] {
+            assert!(
+                !seen.windows(secret.len()).any(|w| w == secret),
+                "{:?} went in clear",
+                String::from_utf8_lossy(secret)
+            );
+        }
+    }
+
+    // A receiver that asks for encryption refuses a sender that does not encrypt.
+    let out = dir.path().join("refused");
+    let mut recv =
+        start_recv(with_key(&mut wirespeed(), "k4").args(["recv", "--listen", "127.0.0.1:0", "--encrypt"]).arg(&out));
+    let sent =
+        run(with_key(&mut wirespeed(), "k4").args(["send", "-r", &format!("127.0.0.1:{}", recv.port)]).arg(&src));
+    assert_eq!(sent.status.code(), Some(3), "{}", String::from_utf8_lossy(&sent.stderr));
+    assert!(String::from_utf8_lossy(&sent.stderr).contains("--encrypt"));
+    assert_eq!(wait_for(&mut recv.child, Duration::from_secs(60)).code(), Some(3));
+    assert!(!out.exists(), "nothing written");
+}
+
 #[test]
 fn recv_without_a_key_generates_and_prints_one() {
     let mut c = wirespeed();
@@ -132,7 +211,8 @@ fn cp_remote_to_local_and_remote_to_remote() {
     // Into an existing directory: the tree lands inside it under its own name.
     let b = dir.path().join("b");
     fs::create_dir(&b).unwrap();
-    let out = run(sshd.cp().arg("-r").arg(remote(&a)).arg(remote(&b)));
+    // Both agents get the transfer's options.
+    let out = run(sshd.cp().args(["-r", "--encrypt", "--compress", "zstd"]).arg(remote(&a)).arg(remote(&b)));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(snapshot(&tree, false), snapshot(&b.join("a"), false));
 
