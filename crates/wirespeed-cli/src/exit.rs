@@ -13,6 +13,9 @@ pub const CHECKSUM: i32 = 6;
 
 pub fn code_for(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
+        if let Some(p) = cause.downcast_ref::<crate::tools::pipe::PipelineFailed>() {
+            return p.code;
+        }
         if let Some(f) = cause.downcast_ref::<FilesError>() {
             return match f {
                 FilesError::Transport(w) => transport_code(w),

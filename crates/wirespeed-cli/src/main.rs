@@ -21,9 +21,14 @@ enum Command {
     Recv(tools::recv::RecvArgs),
     /// Copy files and directories between hosts (remote ends over ssh), verified and resumable.
     Cp(tools::cp::CpArgs),
+    /// Run a pipeline of commands across hosts: HOST:'CMD' HOST:'CMD' ...
+    Pipe(tools::pipe::PipeArgs),
     /// The remote end of `cp`, started over ssh.
     #[command(hide = true)]
     Agent(tools::agent::AgentArgs),
+    /// One stage of `pipe`, started over ssh.
+    #[command(hide = true)]
+    Stage(tools::stage::StageArgs),
     /// Measure transports on this machine.
     Bench(bench::BenchArgs),
 }
@@ -34,7 +39,9 @@ fn main() {
         Command::Send(args) => tools::send::run(args),
         Command::Recv(args) => tools::recv::run(args),
         Command::Cp(args) => tools::cp::run(args),
+        Command::Pipe(args) => tools::pipe::run(args),
         Command::Agent(args) => tools::agent::run(args),
+        Command::Stage(args) => tools::stage::run(args),
         Command::Bench(args) => bench::run(args),
     };
     if let Err(e) = result {

@@ -22,6 +22,9 @@ pub enum FilesError {
     Usage(String),
     #[error("encryption: {0}")]
     Sealing(String),
+    /// Another part of the transfer failed first; its error is the one to report.
+    #[error("stopped")]
+    Stopped,
     #[error("the other side failed: {message}")]
     Remote { class: FailClass, message: String },
 }

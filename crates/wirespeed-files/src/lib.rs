@@ -12,6 +12,7 @@ pub mod paths;
 pub mod plane;
 pub mod progress;
 pub mod proto;
+mod shared;
 mod sink;
 mod source;
 mod walk;

@@ -33,6 +33,9 @@ impl std::str::FromStr for Transport {
     }
 }
 
+/// How long a connected client may take to open its control stream.
+const START_GRACE: Duration = Duration::from_secs(10);
+
 /// This host's identity: its kernel's boot id, which differs between machines.
 pub fn host_id() -> Vec<u8> {
     std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default().trim_ascii().to_vec()
@@ -84,9 +87,10 @@ impl Server {
                 let gone = |e: &FilesError| {
                     matches!(e, FilesError::Transport(wirespeed::Error::Closed | wirespeed::Error::ConnectionLost(_)))
                 };
-                let control = hello
-                    .close()
-                    .and_then(|()| Ok(conn.accept_stream_timeout(deadline.saturating_duration_since(Instant::now()))?));
+                // A client already here gets its own time to start, whatever is left of ours:
+                // dropping it now would leave it with a dead connection.
+                let wait = deadline.saturating_duration_since(Instant::now()).max(START_GRACE);
+                let control = hello.close().and_then(|()| Ok(conn.accept_stream_timeout(wait)?));
                 match control {
                     Ok(control) => return Ok((conn, control)),
                     Err(e) if gone(&e) => continue,

@@ -22,14 +22,25 @@ use crate::link::{self, Body, Link, Wrapping};
 use crate::paths::{join_under, part_path};
 use crate::progress::Progress;
 use crate::proto::{self, Entry, Kind, Msg, STREAMED};
+use crate::shared::Shared;
 
 /// Where received data goes.
 #[derive(Clone, Debug)]
 pub enum Output {
     /// Into this path, or into it as a directory if it is one.
     Path(PathBuf),
-    /// Standard output; only a single file can go there.
-    Stdout,
+    /// A byte stream (standard output, a command's input); only a single file can go there.
+    Writer(Shared<Box<dyn Write + Send>>),
+}
+
+impl Output {
+    pub fn stdout() -> Self {
+        Output::writer(std::io::stdout())
+    }
+
+    pub fn writer(w: impl Write + Send + 'static) -> Self {
+        Output::Writer(Shared::new(Box::new(w)))
+    }
 }
 
 const BLOCK: usize = 4096;
@@ -51,7 +62,7 @@ struct SinkFile {
 impl SinkFile {
     /// The part file, opened (or, with `--resume`, copied from the destination) on first
     /// use; `None` when writing to standard output.
-    fn part_file(&self, sh: &Shared) -> Result<Option<Arc<File>>> {
+    fn part_file(&self, sh: &State) -> Result<Option<Arc<File>>> {
         if sh.stream.is_some() {
             return Ok(None);
         }
@@ -73,12 +84,12 @@ struct Chunks {
     next: u32,
 }
 
-struct Shared<'a> {
+struct State<'a> {
     wrapping: &'a Arc<Wrapping>,
     chunk: u64,
     preserve: bool,
     /// Where a single file goes in order instead of into a part file.
-    stream: Option<Mutex<Box<dyn Write + Send>>>,
+    stream: Option<Shared<Box<dyn Write + Send>>>,
     progress: &'a Progress,
     files: Mutex<HashMap<u64, Arc<SinkFile>>>,
     pending: Mutex<u64>,
@@ -87,7 +98,7 @@ struct Shared<'a> {
     over: AtomicBool,
 }
 
-impl Shared<'_> {
+impl State<'_> {
     fn fail(&self, e: FilesError) {
         let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
         if f.is_none() {
@@ -139,10 +150,10 @@ fn receive(
         return Err(FilesError::Protocol(format!("chunk size {chunk_size} is out of range")));
     }
     // Standard output, or a device or pipe such as /dev/null: written in order, in place.
-    let stream: Option<Box<dyn Write + Send>> = match output {
-        Output::Stdout => Some(Box::new(std::io::stdout())),
+    let stream: Option<Shared<Box<dyn Write + Send>>> = match output {
+        Output::Writer(w) => Some(w.clone()),
         Output::Path(p) if fs::metadata(p).is_ok_and(|m| !m.is_dir() && !m.is_file()) => {
-            Some(Box::new(OpenOptions::new().write(true).open(p).map_err(|e| FilesError::io(p, e))?))
+            Some(Shared::new(Box::new(OpenOptions::new().write(true).open(p).map_err(|e| FilesError::io(p, e))?)))
         }
         Output::Path(_) => None,
     };
@@ -150,7 +161,7 @@ fn receive(
         _ if stream.is_some() && root_kind != Kind::File => {
             return Err(FilesError::Usage("only a single file can be written to a stream or device".into()));
         }
-        Output::Stdout => PathBuf::new(),
+        Output::Writer(_) => PathBuf::new(),
         _ if stream.is_some() => PathBuf::new(),
         // Into an existing directory, as `cp` does; the name must be one plain component.
         Output::Path(p) if p.is_dir() => join_under(p, &root_name)
@@ -159,11 +170,11 @@ fn receive(
             .ok_or_else(|| FilesError::UnsafePath(String::from_utf8_lossy(&root_name).into_owned()))?,
         Output::Path(p) => p.clone(),
     };
-    let shared = Shared {
+    let shared = State {
         wrapping,
         chunk: chunk_size as u64,
         preserve: flags & proto::PRESERVE != 0,
-        stream: stream.map(Mutex::new),
+        stream,
         progress,
         files: Mutex::new(HashMap::new()),
         pending: Mutex::new(0),
@@ -180,7 +191,7 @@ fn receive(
     })
 }
 
-fn control_loop(control: &Link, root: &Path, resume: bool, sh: &Shared) -> Result<Summary> {
+fn control_loop(control: &Link, root: &Path, resume: bool, sh: &State) -> Result<Summary> {
     let mut dirs = Vec::new();
     let mut created_links = Vec::new();
     let end = loop {
@@ -278,7 +289,7 @@ fn make_symlink(dest: &Path, e: &Entry) -> Result<()> {
     fs::rename(&part, dest).map_err(|err| FilesError::io(dest, err))
 }
 
-fn write_inline(dest: &Path, e: &Entry, data: &[u8], sum: u128, sh: &Shared) -> Result<()> {
+fn write_inline(dest: &Path, e: &Entry, data: &[u8], sum: u128, sh: &State) -> Result<()> {
     if xxh3_128(data) != sum {
         return Err(FilesError::Checksum { path: dest.display().to_string(), index: 0 });
     }
@@ -336,7 +347,7 @@ fn set_metadata(f: Option<&File>, path: &Path, e: &Entry) -> Result<()> {
 }
 
 /// Registers a large file and asks the source for it.
-fn ask(control: &Link, dest: PathBuf, e: Entry, resume: bool, sh: &Shared) -> Result<()> {
+fn ask(control: &Link, dest: PathBuf, e: Entry, resume: bool, sh: &State) -> Result<()> {
     let part = part_path(&dest);
     let chunks = if e.size == STREAMED { 0 } else { e.size.div_ceil(sh.chunk) };
     if chunks > u32::MAX as u64 {
@@ -408,7 +419,7 @@ fn chunk_sums(path: &Path, size: u64, chunk: u64) -> Result<Option<Vec<(u32, u12
 }
 
 /// Accepts the source's data streams until the transfer is over, a thread for each.
-fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s Shared<'s>, s: &'s thread::Scope<'s, '_>) {
+fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s State<'s>, s: &'s thread::Scope<'s, '_>) {
     while !sh.over.load(Ordering::Relaxed) {
         match conn.accept_stream_timeout(Duration::from_millis(100)) {
             Ok(stream) => {
@@ -430,7 +441,7 @@ fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s Shared<'s>, s: &'s thre
     }
 }
 
-fn serve_data(stream: &Link, sh: &Shared) -> Result<()> {
+fn serve_data(stream: &Link, sh: &State) -> Result<()> {
     while let Some((msg, body)) = stream.recv_start()? {
         let (id, index) = match msg {
             Msg::Chunk { id, index, .. } | Msg::Same { id, index } | Msg::Hole { id, index } => (id, index),
@@ -497,7 +508,7 @@ fn serve_data(stream: &Link, sh: &Shared) -> Result<()> {
     stream.finish()
 }
 
-fn file(sh: &Shared, id: u64) -> Result<Arc<SinkFile>> {
+fn file(sh: &State, id: u64) -> Result<Arc<SinkFile>> {
     let files = sh.files.lock().unwrap_or_else(|p| p.into_inner());
     files.get(&id).cloned().ok_or_else(|| FilesError::Protocol(format!("data for file {id}, which was not asked for")))
 }
@@ -509,7 +520,7 @@ fn write_chunk(
     stream: &Link,
     body: Body,
     max: u64,
-    sh: &Shared,
+    sh: &State,
     f: &SinkFile,
     offset: u64,
     index: u32,
@@ -534,8 +545,8 @@ fn write_chunk(
     Ok(n)
 }
 
-fn write_stream(out: &Mutex<Box<dyn Write + Send>>, data: &[u8]) -> Result<()> {
-    let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
+fn write_stream(out: &Shared<Box<dyn Write + Send>>, data: &[u8]) -> Result<()> {
+    let mut out = out.lock();
     out.write_all(data).map_err(|e| FilesError::io(Path::new("<output stream>"), e))
 }
 
@@ -554,8 +565,10 @@ fn write_sparse(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
     Ok(())
 }
 
-fn finish(sh: &Shared, f: &SinkFile) -> Result<()> {
-    if sh.stream.is_none() {
+fn finish(sh: &State, f: &SinkFile) -> Result<()> {
+    if let Some(out) = &sh.stream {
+        out.lock().flush().map_err(|e| FilesError::io(Path::new("<output stream>"), e))?;
+    } else {
         let out = f.out.lock().unwrap_or_else(|p| p.into_inner()).clone();
         match out.as_deref() {
             Some(file) => finish_file(file, &f.part, &f.dest, &f.entry, sh.preserve)?,

@@ -20,6 +20,7 @@ use crate::error::{FilesError, Result};
 use crate::link::{self, Link, Wrapping};
 use crate::progress::Progress;
 use crate::proto::{self, Entry, Kind, Msg, STREAMED};
+use crate::shared::Shared;
 use crate::walk::{self, Found};
 
 /// Files up to this size travel inline with their entries.
@@ -63,8 +64,18 @@ impl Default for SourceOptions {
 #[derive(Clone, Debug)]
 pub enum Input {
     Path(PathBuf),
-    /// Standard input, as one file of unknown length.
-    Stdin,
+    /// A byte stream (standard input, a command's output), as one file of unknown length.
+    Reader(Shared<Box<dyn Read + Send>>),
+}
+
+impl Input {
+    pub fn stdin() -> Self {
+        Input::reader(std::io::stdin())
+    }
+
+    pub fn reader(r: impl Read + Send + 'static) -> Self {
+        Input::Reader(Shared::new(Box::new(r)))
+    }
 }
 
 /// A large file waiting for, or being served to, the sink.
@@ -95,7 +106,9 @@ struct Queue {
     wants: u64,
 }
 
-struct Shared<'a> {
+struct State<'a> {
+    /// The byte stream being sent, if that is the input.
+    reader: Option<&'a Shared<Box<dyn Read + Send>>>,
     wrapping: &'a Arc<Wrapping>,
     chunk: u64,
     /// Bytes per second for each stream.
@@ -107,7 +120,7 @@ struct Shared<'a> {
     failed: AtomicBool,
 }
 
-impl Shared<'_> {
+impl State<'_> {
     fn stop(&self) {
         self.failed.store(true, Ordering::Relaxed);
         self.ready.notify_all();
@@ -141,7 +154,11 @@ pub fn run_source(
     opts: &SourceOptions,
     progress: &Progress,
 ) -> Result<Summary> {
-    let shared = Shared {
+    let shared = State {
+        reader: match input {
+            Input::Reader(r) => Some(r),
+            Input::Path(_) => None,
+        },
         wrapping,
         chunk: opts.chunk_size as u64,
         stream_rate: opts.rate_limit.map(|r| (r / opts.streams.max(1) as u64).max(1)),
@@ -153,7 +170,7 @@ pub fn run_source(
     };
     let (root_name, root_kind) = match input {
         Input::Path(p) => (crate::root_name(p)?, if p.is_dir() { Kind::Dir } else { Kind::File }),
-        Input::Stdin => (b"stdin".to_vec(), Kind::File),
+        Input::Reader(_) => (b"stdin".to_vec(), Kind::File),
     };
     let flags = if opts.preserve { proto::PRESERVE } else { 0 } | if opts.resume { proto::RESUME } else { 0 };
     let begin = Msg::Begin { version: proto::VERSION, flags, chunk_size: opts.chunk_size, root_name, root_kind };
@@ -162,44 +179,60 @@ pub fn run_source(
     thread::scope(|s| {
         let reader = s.spawn(|| read_control(control, &shared));
         let workers: Vec<_> = (0..opts.streams.max(1)).map(|_| s.spawn(|| serve_jobs(conn, &shared))).collect();
-        let sent = send_entries(control, input, opts, &shared);
-        let mut result = sent;
+        let mut result = send_entries(control, input, opts, &shared);
         if result.is_err() {
             shared.stop();
         }
         for w in workers {
             let r = w.join().unwrap_or_else(|_| Err(FilesError::Protocol("a reading thread panicked".into())));
-            if let Err(e) = r
-                && result.is_ok()
-            {
-                result = Err(e);
+            if let Err(e) = r {
+                result = first_cause(result, e);
             }
         }
-        match result {
-            Ok((files, bytes)) => {
+        let join = |h: thread::ScopedJoinHandle<'_, Result<Summary>>| {
+            h.join().unwrap_or_else(|_| Err(FilesError::Protocol("the control thread panicked".into())))
+        };
+        let mut reader = Some(reader);
+        if matches!(result, Err(FilesError::Stopped))
+            && let Some(h) = reader.take()
+        {
+            // Only the control reader is left to have stopped us; it has ended with the cause.
+            result = Err(join(h).err().unwrap_or(FilesError::Stopped));
+        }
+        match (result, reader) {
+            (Ok((files, bytes)), Some(h)) => {
                 control.send(&Msg::End { files, bytes }, &[])?;
-                reader.join().unwrap_or_else(|_| Err(FilesError::Protocol("the control thread panicked".into())))
+                join(h)
             }
-            Err(e) => {
+            (Ok(_), None) => Err(FilesError::Stopped),
+            (Err(e), _) => {
                 // Remote failures need no echo; ours the sink must hear, which also makes it
                 // drop the connection and so ends our control reader.
                 if !matches!(e, FilesError::Remote { .. }) {
                     control.fail(&e);
                 }
-                let _ = reader.join();
                 Err(e)
             }
         }
     })
 }
 
+/// `current`, unless `e` tells better why the transfer failed: a thread that stopped
+/// because another failed does not know the cause.
+fn first_cause<T>(current: Result<T>, e: FilesError) -> Result<T> {
+    match current {
+        Ok(_) | Err(FilesError::Stopped) => Err(e),
+        failed => failed,
+    }
+}
+
 /// Walks the input and sends its entries; returns the files and bytes it covers.
-fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &Shared) -> Result<(u64, u64)> {
+fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &State) -> Result<(u64, u64)> {
     let mut batch = Batch::default();
     let (mut files, mut bytes, mut asks) = (0u64, 0u64, 0u64);
     let mut visit = |found: Found| -> Result<()> {
         if shared.failed.load(Ordering::Relaxed) {
-            return Err(FilesError::Protocol("stopped".into()));
+            return Err(FilesError::Stopped);
         }
         let Found { path, mut entry } = found;
         if entry.kind == Kind::File {
@@ -232,7 +265,7 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &Sh
     };
     match input {
         Input::Path(p) => walk::walk(p, opts.recursive, &mut visit)?,
-        Input::Stdin => visit(Found { path: PathBuf::from("-"), entry: stdin_entry() })?,
+        Input::Reader(_) => visit(Found { path: PathBuf::from("-"), entry: stream_entry() })?,
     }
     batch.flush(control, shared.progress)?;
     shared.queue.lock().unwrap_or_else(|p| p.into_inner()).asks = Some(asks);
@@ -240,7 +273,7 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &Sh
     Ok((files, bytes))
 }
 
-fn stdin_entry() -> Entry {
+fn stream_entry() -> Entry {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     Entry {
         id: 0,
@@ -296,7 +329,7 @@ impl Batch {
 }
 
 /// Reads the sink's wants (turning them into jobs) until its final `Done`.
-fn read_control(control: &Link, shared: &Shared) -> Result<Summary> {
+fn read_control(control: &Link, shared: &State) -> Result<Summary> {
     let r = read_control_inner(control, shared);
     if r.is_err() {
         shared.stop();
@@ -304,7 +337,7 @@ fn read_control(control: &Link, shared: &Shared) -> Result<Summary> {
     r
 }
 
-fn read_control_inner(control: &Link, shared: &Shared) -> Result<Summary> {
+fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
     loop {
         let Some((msg, _)) = control.recv()? else {
             return Err(FilesError::Protocol("the sink ended the control stream early".into()));
@@ -340,7 +373,7 @@ fn read_control_inner(control: &Link, shared: &Shared) -> Result<Summary> {
 }
 
 /// One data stream: serves jobs until none are left, then finishes the stream.
-fn serve_jobs(conn: &Connection, shared: &Shared) -> Result<()> {
+fn serve_jobs(conn: &Connection, shared: &State) -> Result<()> {
     let mut stream: Option<Link> = None;
     let mut buf = Vec::new();
     let mut pace = Pace::new(shared.stream_rate);
@@ -371,7 +404,7 @@ fn send_chunk(
     f: &SrcFile,
     index: u32,
     have: Option<u128>,
-    sh: &Shared,
+    sh: &State,
     buf: &mut Vec<u8>,
     pace: &mut Pace,
 ) -> Result<()> {
@@ -397,8 +430,8 @@ fn send_chunk(
 }
 
 /// Sends a file's chunks in order; standard input ends where it ends, with `Eof`.
-fn send_whole(s: &Link, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
-    let mut stdin = std::io::stdin().lock();
+fn send_whole(s: &Link, f: &SrcFile, sh: &State, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
+    let mut reader = sh.reader.map(|r| r.lock());
     let mut offset = 0u64;
     for index in 0.. {
         buf.resize(sh.chunk as usize, 0);
@@ -408,7 +441,10 @@ fn send_whole(s: &Link, f: &SrcFile, sh: &Shared, buf: &mut Vec<u8>, pace: &mut 
                 file.read_exact_at(&mut buf[..want], offset).map_err(|e| changed_or_io(&f.path, e))?;
                 want
             }
-            None => fill(&mut stdin, buf).map_err(|e| FilesError::io(Path::new("<stdin>"), e))?,
+            None => match reader.as_deref_mut() {
+                Some(r) => fill(r, buf).map_err(|e| FilesError::io(Path::new("<input stream>"), e))?,
+                None => return Err(FilesError::Protocol("a streamed file without a stream".into())),
+            },
         };
         if n == 0 {
             break;

@@ -38,31 +38,50 @@ pub struct AgentArgs {
     common: Common,
 }
 
-pub fn run(a: AgentArgs) -> anyhow::Result<()> {
-    let mut stdin = std::io::stdin().lock();
+/// The key, from the first line of standard input.
+pub fn read_key() -> anyhow::Result<Key> {
     let mut line = String::new();
-    stdin.read_line(&mut line).context("no key on standard input")?;
-    let key = Key::new(line.trim_end().as_bytes())?;
-    drop(stdin);
-    std::thread::spawn(|| {
-        // Standard input stays open for as long as the initiator wants us.
+    std::io::stdin().lock().read_line(&mut line).context("no key on standard input")?;
+    Ok(Key::new(line.trim_end().as_bytes())?)
+}
+
+/// Standard input stays open for as long as the initiator wants us: once it closes, and
+/// unless we already finished, `cleanup` runs and the process exits.
+pub fn stop_when_stdin_closes(cleanup: fn()) {
+    std::thread::spawn(move || {
         let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
         if !FINISHED.load(Ordering::SeqCst) {
+            cleanup();
             eprintln!("wirespeed agent: the initiator went away; stopping");
             std::process::exit(exit::CONNECTION);
         }
     });
+}
+
+/// Where to listen: the address the initiator reached us at over ssh (and that address).
+pub fn listen_address() -> (Option<String>, String) {
+    let ip = std::env::var("SSH_CONNECTION").ok().and_then(|c| c.split_whitespace().nth(2).map(str::to_string));
+    let bind = match &ip {
+        Some(ip) if ip.contains(':') => format!("[{ip}]:0"),
+        Some(ip) => format!("{ip}:0"),
+        None => "0.0.0.0:0".to_string(),
+    };
+    (ip, bind)
+}
+
+/// Marks the work done: from now on a closing standard input is expected.
+pub fn finished() {
+    FINISHED.store(true, Ordering::SeqCst);
+}
+
+pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+    let key = read_key()?;
+    stop_when_stdin_closes(|| {});
     let cfg = Config::default();
     let (conn, side) = match &a.connect {
         Some(addr) => (plane::connect(addr, a.common.transport, &key, &cfg)?, Side::Client),
         None => {
-            // Listen where the initiator reached us over ssh.
-            let ip = std::env::var("SSH_CONNECTION").ok().and_then(|c| c.split_whitespace().nth(2).map(str::to_string));
-            let bind = match &ip {
-                Some(ip) if ip.contains(':') => format!("[{ip}]:0"),
-                Some(ip) => format!("{ip}:0"),
-                None => "0.0.0.0:0".to_string(),
-            };
+            let (ip, bind) = listen_address();
             let server = Server::bind(&bind, a.common.transport, &key, &cfg)?;
             println!("WIRESPEED-AGENT {} {}", ip.as_deref().unwrap_or("-"), server.port());
             std::io::stdout().flush()?;
@@ -81,7 +100,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         }
     };
     conn.close();
-    FINISHED.store(true, Ordering::SeqCst);
+    finished();
     println!("WIRESPEED-DONE {} {}", summary.files, summary.bytes);
     std::io::stdout().flush()?;
     Ok(())

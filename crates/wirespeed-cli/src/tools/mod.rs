@@ -1,10 +1,13 @@
-//! The file and pipe tools: `send`, `recv`, `cp` and the agent `cp` starts over ssh.
+//! The file and pipe tools: `send`, `recv`, `cp`, `pipe`, and the agents `cp` and `pipe`
+//! start over ssh.
 
 pub mod agent;
 pub mod cp;
+pub mod pipe;
 pub mod recv;
 mod remote;
 pub mod send;
+pub mod stage;
 
 use std::ffi::OsString;
 use std::io::IsTerminal;

@@ -42,7 +42,7 @@ pub fn run(a: RecvArgs) -> anyhow::Result<()> {
     let host = a.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("0.0.0.0");
     eprintln!("wirespeed: listening on {host}:{}", server.port());
     let (conn, control) = server.accept(std::time::Duration::from_secs(a.wait))?;
-    let output = a.file.map(Output::Path).unwrap_or(Output::Stdout);
+    let output = a.file.map(Output::Path).unwrap_or_else(Output::stdout);
     let progress = Progress::default();
     with_progress(&progress, a.common.verbose, || {
         Ok(wirespeed_files::receive(&conn, Side::Server(control), &output, &a.common.sink_options(), &progress)?)

@@ -114,14 +114,36 @@ impl Agent {
 
     /// The address the agent listens on: what it reported, else the ssh host name.
     pub fn address(&mut self, timeout: Duration) -> anyhow::Result<String> {
+        let mut all = self.addresses(timeout)?;
+        match all.len() {
+            1 => Ok(all.remove(0)),
+            _ => bail!("garbled agent greeting from {}", self.host),
+        }
+    }
+
+    /// Every address the agent listens on (`WIRESPEED-AGENT <ip> <port>...`).
+    pub fn addresses(&mut self, timeout: Duration) -> anyhow::Result<Vec<String>> {
         let words = self.expect("WIRESPEED-AGENT", timeout)?;
-        let [ip, port] = words.as_slice() else { bail!("garbled agent greeting from {}", self.host) };
+        let Some((ip, ports)) = words.split_first().filter(|(_, p)| !p.is_empty()) else {
+            bail!("garbled agent greeting from {}", self.host)
+        };
         let host = if ip == "-" { self.host.rsplit('@').next().unwrap_or(&self.host).to_string() } else { ip.clone() };
-        Ok(if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        })
+        let host = if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host };
+        Ok(ports.iter().map(|port| format!("{host}:{port}")).collect())
+    }
+
+    /// Writes one line to the agent's standard input.
+    pub fn tell(&mut self, line: &str) -> anyhow::Result<()> {
+        let stdin = self.stdin.as_mut().context("the agent's input is closed")?;
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .with_context(|| format!("ssh to {} failed", self.host))
+    }
+
+    /// Takes the agent's standard input: dropping it stops the agent if it still runs.
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.stdin.take()
     }
 
     /// Closes the agent's standard input (it stops if still running), waits for it, and

@@ -157,11 +157,15 @@ impl Sshd {
         format!("ssh {}", self.ssh_args().join(" "))
     }
 
-    /// `wirespeed cp` set up to reach this sshd.
-    pub fn cp(&self) -> Command {
+    /// `wirespeed TOOL` set up to reach this sshd (`cp` or `pipe`).
+    pub fn tool(&self, tool: &str) -> Command {
         let mut c = wirespeed();
-        c.arg("cp").arg("-e").arg(self.ssh_command()).arg("--remote-bin").arg(BIN);
+        c.arg(tool).arg("-e").arg(self.ssh_command()).arg("--remote-bin").arg(BIN);
         c
+    }
+
+    pub fn cp(&self) -> Command {
+        self.tool("cp")
     }
 }
 
