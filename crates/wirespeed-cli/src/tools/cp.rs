@@ -11,7 +11,7 @@ use clap::Args;
 use wirespeed::{Config, Connection, Key};
 use wirespeed_files::{Input, Output, Progress, Server, Side, Summary, plane};
 
-use super::remote::{Agent, Place, Ssh};
+use super::remote::{Agent, Place, RemoteArgs, Ssh};
 use super::{Common, CopyFlags, summary_line, with_progress};
 
 /// How long an agent may take to start over ssh.
@@ -21,12 +21,8 @@ const AGENT_START: Duration = Duration::from_secs(60);
 pub struct CpArgs {
     #[command(flatten)]
     flags: CopyFlags,
-    /// The ssh command for remote ends, with any options (it reads ~/.ssh/config as usual).
-    #[arg(short = 'e', long = "rsh", default_value = "ssh")]
-    ssh: String,
-    /// Path of the wirespeed binary on remote hosts.
-    #[arg(long, default_value = "wirespeed")]
-    remote_bin: String,
+    #[command(flatten)]
+    remote: RemoteArgs,
     #[command(flatten)]
     common: Common,
     /// `PATH` or `[user@]host:PATH`.
@@ -36,10 +32,7 @@ pub struct CpArgs {
 }
 
 pub fn run(a: CpArgs) -> anyhow::Result<()> {
-    let ssh = Ssh {
-        command: shlex::split(&a.ssh).filter(|w| !w.is_empty()).context("cannot parse the -e ssh command")?,
-        remote_bin: a.remote_bin.clone(),
-    };
+    let ssh = a.remote.ssh()?;
     let (key, key_text) = Key::generate()?;
     let progress = Progress::default();
     let (summary, elapsed) = with_progress(&progress, a.common.verbose, || {

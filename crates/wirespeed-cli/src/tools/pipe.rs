@@ -10,13 +10,13 @@ use std::process::ChildStdin;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
 use wirespeed::{Config, Key};
 use wirespeed_files::{FilesError, Input, Output, Progress, Side, plane};
 
 use super::Common;
-use super::remote::Ssh;
+use super::remote::RemoteArgs;
 
 /// How long a stage may take to start over ssh.
 const AGENT_START: Duration = Duration::from_secs(60);
@@ -26,12 +26,8 @@ const GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Args, Debug)]
 pub struct PipeArgs {
-    /// The ssh command for the stages' hosts, with any options.
-    #[arg(short = 'e', long = "rsh", default_value = "ssh")]
-    ssh: String,
-    /// Path of the wirespeed binary on the stages' hosts.
-    #[arg(long, default_value = "wirespeed")]
-    remote_bin: String,
+    #[command(flatten)]
+    remote: RemoteArgs,
     #[command(flatten)]
     common: Common,
     /// `[user@]host:CMD`, or `host:'< FILE'` (send a file), `host:'> FILE'` (write one) or
@@ -138,10 +134,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
         Spec::parse(spec).map_err(|e| FilesError::Usage(format!("{s:?}: {e}")))?;
         stages.push((host.to_string(), spec.to_string()));
     }
-    let ssh = Ssh {
-        command: shlex::split(&a.ssh).filter(|w| !w.is_empty()).context("cannot parse the -e ssh command")?,
-        remote_bin: a.remote_bin.clone(),
-    };
+    let ssh = a.remote.ssh()?;
     let (key, key_text) = Key::generate()?;
     let last = stages.len() - 1;
     // Every stage starts at once: ssh start-up is most of a short pipeline's time.

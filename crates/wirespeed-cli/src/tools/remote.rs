@@ -34,6 +34,26 @@ impl Place {
     }
 }
 
+/// How `cp` and `pipe` reach remote hosts.
+#[derive(clap::Args, Debug)]
+pub struct RemoteArgs {
+    /// The ssh command for remote hosts, with any options (it reads ~/.ssh/config as usual).
+    #[arg(short = 'e', long = "rsh", default_value = "ssh")]
+    ssh: String,
+    /// Path of the wirespeed binary on remote hosts.
+    #[arg(long, default_value = "wirespeed")]
+    remote_bin: String,
+}
+
+impl RemoteArgs {
+    pub fn ssh(&self) -> anyhow::Result<Ssh> {
+        Ok(Ssh {
+            command: shlex::split(&self.ssh).filter(|w| !w.is_empty()).context("cannot parse the -e ssh command")?,
+            remote_bin: self.remote_bin.clone(),
+        })
+    }
+}
+
 /// How to reach remote hosts.
 pub struct Ssh {
     /// The ssh command and its options, as `-e` gave them.
