@@ -9,6 +9,8 @@
 //! counter, the body the odd one after it. Replayed, reordered, cut or forged messages
 //! fail to open. Layout: docs/PROTOCOL.md, "Wrapped messages".
 
+use std::borrow::Cow;
+
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 
 use crate::error::{FilesError, Result};
@@ -58,7 +60,11 @@ pub fn wrap(
     let mut flags = 0;
     let mut new_body = None;
     if let Some(level) = compress.filter(|_| body_len >= COMPRESS_MIN) {
-        let packed = zstd::bulk::compress(&body.concat(), level)
+        let whole = match body {
+            [one] => Cow::Borrowed(*one),
+            _ => Cow::Owned(body.concat()),
+        };
+        let packed = zstd::bulk::compress(&whole, level)
             .map_err(|e| FilesError::Protocol(format!("zstd compression failed: {e}")))?;
         // Incompressible data goes as it is.
         if packed.len() < body_len {
@@ -97,17 +103,18 @@ fn seal_tail(key: &SealKey, nonce: Nonce, aad: &[u8], buf: &mut Vec<u8>, from: u
     Ok(())
 }
 
-/// A received header, unwrapped: the message header and the flags its body needs.
+/// A received header, unwrapped: the message header (plain ones are not copied) and the
+/// flags its body needs.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Opened {
-    pub header: Vec<u8>,
+pub struct Opened<'a> {
+    pub header: Cow<'a, [u8]>,
     pub flags: u8,
 }
 
 /// Unwraps a received header. `at` is where a sealed one would sit; `key` opens it.
-pub fn open_header(wire: &[u8], key: Option<&SealKey>, at: Place) -> Result<Opened> {
+pub fn open_header<'a>(wire: &'a [u8], key: Option<&SealKey>, at: Place) -> Result<Opened<'a>> {
     if wire.first() != Some(&WRAPPED) {
-        return Ok(Opened { header: wire.to_vec(), flags: 0 });
+        return Ok(Opened { header: Cow::Borrowed(wire), flags: 0 });
     }
     let Some(&flags) = wire.get(1) else {
         return Err(FilesError::Protocol("a wrapped header without flags".into()));
@@ -120,7 +127,7 @@ pub fn open_header(wire: &[u8], key: Option<&SealKey>, at: Place) -> Result<Open
         let key = key.ok_or_else(|| FilesError::Sealing("a sealed message where none was expected".into()))?;
         open_in_place(key, nonce(at.stream, at.counter), &[WRAPPED, flags], &mut header)?;
     }
-    Ok(Opened { header, flags })
+    Ok(Opened { header: Cow::Owned(header), flags })
 }
 
 /// Unwraps a received body of a header opened with `flags`; refuses to grow it past `max`.
@@ -172,7 +179,7 @@ mod tests {
         let k = key(1);
         let (h, b) = wrap(b"header", &[body], compress, seal.then_some((&k, AT))).unwrap();
         let opened = open_header(&h, Some(&k), AT).unwrap();
-        assert_eq!(opened.header, b"header");
+        assert_eq!(&opened.header[..], b"header");
         let got = open_body(opened.flags, b.clone().unwrap_or_else(|| body.to_vec()), Some(&k), AT, 1 << 20).unwrap();
         assert_eq!(got, body);
         (h, b)

@@ -139,42 +139,40 @@ impl Link {
     /// Reads `body` (of the message [`Link::recv_start`] just returned), handing it to `f`
     /// piece by piece; returns its length. A body that would exceed `max` bytes is refused.
     pub fn read_body(&self, body: Body, max: u64, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
-        if body.flags == 0 {
-            if body.wire_len > max {
-                return Err(FilesError::Protocol(format!("a body of {} bytes; at most {max} expected", body.wire_len)));
-            }
-            while let Some(buf) = self.stream.read_chunk()? {
-                f(&buf)?;
-            }
-            return Ok(body.wire_len);
+        if body.flags != 0 {
+            // Sealed bodies are whole before they open; compressed ones before they inflate.
+            let data = self.read_whole(body, max)?;
+            f(&data)?;
+            return Ok(data.len() as u64);
         }
-        // Sealed bodies are whole before they open; compressed ones before they inflate. A
-        // sealed body is at most the compressed bound of `max` plus its tag.
-        let wire_max = max + max / 64 + 1024;
-        if body.wire_len > wire_max {
-            return Err(FilesError::Protocol(format!("a wrapped body of {} bytes is too large", body.wire_len)));
-        }
-        let mut data = Vec::with_capacity(body.wire_len as usize);
+        check_len(body.wire_len, max)?;
         while let Some(buf) = self.stream.read_chunk()? {
-            data.extend_from_slice(&buf);
+            f(&buf)?;
         }
-        let data = envelope::open_body(body.flags, data, self.wrapping.recv_key(), body.at, max)?;
-        if data.len() as u64 > max {
-            return Err(FilesError::Protocol(format!("a body of {} bytes; at most {max} expected", data.len())));
+        Ok(body.wire_len)
+    }
+
+    /// Reads `body` whole and unwraps it; a plain body that arrived in one piece is not copied.
+    fn read_whole(&self, body: Body, max: u64) -> Result<Buf> {
+        // A wrapped body is at most the compressed bound of `max` plus its tag.
+        check_len(body.wire_len, if body.flags == 0 { max } else { max + max / 64 + 1024 })?;
+        let mut chunks = Vec::new();
+        while let Some(buf) = self.stream.read_chunk()? {
+            chunks.push(buf);
         }
-        f(&data)?;
-        Ok(data.len() as u64)
+        let wire = wirespeed::Body::new(chunks).into_contiguous();
+        if body.flags == 0 {
+            return Ok(wire);
+        }
+        let data = envelope::open_body(body.flags, wire.into_vec(), self.wrapping.recv_key(), body.at, max)?;
+        check_len(data.len() as u64, max)?;
+        Ok(Buf::from(data))
     }
 
     /// The next whole message, or `None` when the peer finished the stream.
     pub fn recv(&self) -> Result<Option<(Msg, Buf)>> {
         let Some((msg, body)) = self.recv_start()? else { return Ok(None) };
-        let mut data = Vec::new();
-        self.read_body(body, CONTROL_BODY_MAX, |b| {
-            data.extend_from_slice(b);
-            Ok(())
-        })?;
-        Ok(Some((msg, Buf::from(data))))
+        Ok(Some((msg, self.read_whole(body, CONTROL_BODY_MAX)?)))
     }
 
     /// Ends the stream from the side that spoke last: finish, then wait for the peer to
@@ -197,6 +195,13 @@ impl Link {
     pub fn fail(&self, e: &FilesError) {
         let _ = self.send(&Msg::Fail { class: e.class() as u8, message: e.to_string() }, &[]);
     }
+}
+
+fn check_len(len: u64, max: u64) -> Result<()> {
+    if len > max {
+        return Err(FilesError::Protocol(format!("a body of {len} bytes; at most {max} expected")));
+    }
+    Ok(())
 }
 
 fn check(msg: Msg) -> Result<Msg> {

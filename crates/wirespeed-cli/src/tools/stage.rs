@@ -104,10 +104,6 @@ impl First {
             *f = Some((exit::code_for(e), cause, format!("{e:#}")));
         }
     }
-
-    fn is_set(&self) -> bool {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).is_some()
-    }
 }
 
 impl Stage<'_> {
@@ -120,7 +116,12 @@ impl Stage<'_> {
             // As in rdpipe, a file stage first takes in all its input (dropping it for `<`),
             // then sends its output (nothing for `>`).
             Spec::ReadFile(path) => {
-                self.then_send(self.receive(Output::writer(std::io::sink()), &never), Input::Path(path.clone()), &first)
+                self.then_send(
+                    self.receive(Output::writer(std::io::sink()), &never),
+                    Input::Path(path.clone()),
+                    &first,
+                );
+                0
             }
             Spec::WriteFile { path, append } => {
                 let into = match append {
@@ -131,7 +132,8 @@ impl Stage<'_> {
                 let received = into
                     .with_context(|| format!("cannot open {}", path.display()))
                     .and_then(|o| self.receive(o, &never));
-                self.then_send(received, Input::reader(std::io::empty()), &first)
+                self.then_send(received, Input::reader(std::io::empty()), &first);
+                0
             }
         };
         match first.0.into_inner().unwrap_or_else(|p| p.into_inner()) {
@@ -141,8 +143,8 @@ impl Stage<'_> {
         }
     }
 
-    /// After a file stage's input: on success, sends `next`; returns the stage's status.
-    fn then_send(&self, received: anyhow::Result<()>, next: Input, first: &First) -> i32 {
+    /// After a file stage's input: on success, sends `next`. Failures go to `first`.
+    fn then_send(&self, received: anyhow::Result<()>, next: Input, first: &First) {
         match received {
             Err(e) => first.set(&e, Cause::Input),
             Ok(()) => {
@@ -151,7 +153,6 @@ impl Stage<'_> {
                 }
             }
         }
-        if first.is_set() { 1 } else { 0 }
     }
 
     /// Runs `cmd` between the two links; returns its exit status.
