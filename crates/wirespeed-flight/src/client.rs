@@ -1,0 +1,519 @@
+//! A blocking Flight client that takes the fastest plane each call can use: shared memory on
+//! the same host, then ucx, then tcp, and plain gRPC against any other Flight server or when no
+//! data-plane key is at hand. The caller's code is the same whichever plane carries the data.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket,
+};
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use futures::StreamExt;
+use prost::Message as _;
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+use wirespeed::{Key, Stream};
+
+use crate::error::{Error, Result};
+use crate::grpc::server::{EXCHANGE_ACTION, PUT_ACTION};
+use crate::grpc::{self, MAX_MESSAGE};
+use crate::ipc::{Decoded, DecodedStream};
+use crate::location::{PlaneKind, PlaneLocation};
+use crate::plane::client::Planes;
+use crate::plane::proto::Method;
+use crate::plane::{self, close};
+use crate::service::Payload;
+
+/// Which plane a client may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// The fastest one offered and reachable, else gRPC.
+    Auto,
+    /// gRPC only, like any Flight client.
+    Grpc,
+    /// This data plane or an error.
+    Only(PlaneKind),
+}
+
+/// The plane a call ran on, for reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plane {
+    Grpc,
+    Data(PlaneKind),
+}
+
+impl Plane {
+    pub fn name(self) -> &'static str {
+        match self {
+            Plane::Grpc => "grpc",
+            Plane::Data(k) => k.scheme(),
+        }
+    }
+}
+
+pub struct Client {
+    runtime: Arc<Runtime>,
+    grpc: FlightServiceClient<Channel>,
+    token: Option<MetadataValue<tonic::metadata::Ascii>>,
+    planes: Option<Arc<Planes>>,
+    transport: Transport,
+    host_id: String,
+}
+
+impl Client {
+    /// Connects to `grpc://host:port` (or `grpc+tcp://`). The data-plane key comes from
+    /// `WIRESPEED_KEY` if set; see [`Client::with_key`].
+    pub fn connect(url: &str) -> Result<Self> {
+        let addr = url
+            .strip_prefix("grpc://")
+            .or_else(|| url.strip_prefix("grpc+tcp://"))
+            .ok_or_else(|| Error::invalid_argument(format!("{url:?}: expected grpc://host:port")))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("flight-client")
+            .build()
+            .map_err(|e| Error::internal(format!("cannot start a runtime: {e}")))?;
+        let endpoint = Channel::from_shared(format!("http://{addr}"))
+            .map_err(|e| Error::invalid_argument(format!("{url:?}: {e}")))?
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .tcp_nodelay(true);
+        let channel =
+            runtime.block_on(endpoint.connect()).map_err(|e| Error::unavailable(format!("cannot reach {url}: {e}")))?;
+        let grpc = FlightServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let key = Key::from_env_or_file(None).ok().flatten();
+        Ok(Client {
+            runtime: Arc::new(runtime),
+            grpc,
+            token: None,
+            planes: key.map(|k| Arc::new(Planes::new(k))),
+            transport: Transport::Auto,
+            host_id: crate::server::host_id(),
+        })
+    }
+
+    /// The key for data planes; without one every call uses gRPC.
+    pub fn with_key(mut self, key: Key) -> Self {
+        self.planes = Some(Arc::new(Planes::new(key)));
+        self
+    }
+
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    /// Flight's Basic-then-Bearer handshake; later calls carry the token.
+    pub fn authenticate(&mut self, user: &str, password: &str) -> Result<()> {
+        let mut request = tonic::Request::new(futures::stream::iter([arrow_flight::HandshakeRequest::default()]));
+        let basic =
+            grpc::auth::basic(user, password).parse().map_err(|_| Error::invalid_argument("bad credentials"))?;
+        request.metadata_mut().insert("authorization", basic);
+        let mut grpc = self.grpc.clone();
+        let response = self.runtime.block_on(grpc.handshake(request))?;
+        let token = response
+            .metadata()
+            .get("authorization")
+            .cloned()
+            .ok_or_else(|| Error::unauthenticated("the server sent no bearer token"))?;
+        self.token = Some(token);
+        Ok(())
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
+        request
+    }
+
+    pub fn list_flights(&self, criteria: &[u8]) -> Result<Vec<FlightInfo>> {
+        let mut grpc = self.grpc.clone();
+        let request = self.request(Criteria { expression: Bytes::copy_from_slice(criteria) });
+        self.runtime.block_on(async move {
+            let mut stream = grpc.list_flights(request).await?.into_inner();
+            let mut out = Vec::new();
+            while let Some(info) = stream.message().await? {
+                out.push(info);
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo> {
+        let mut grpc = self.grpc.clone();
+        let request = self.request(descriptor.clone());
+        Ok(self.runtime.block_on(grpc.get_flight_info(request))?.into_inner())
+    }
+
+    pub fn get_schema(&self, descriptor: &FlightDescriptor) -> Result<SchemaRef> {
+        let mut grpc = self.grpc.clone();
+        let request = self.request(descriptor.clone());
+        let result = self.runtime.block_on(grpc.get_schema(request))?.into_inner();
+        Ok(Arc::new(arrow_schema::Schema::try_from(&result)?))
+    }
+
+    pub fn do_action(&self, action: Action) -> Result<Vec<Bytes>> {
+        let mut grpc = self.grpc.clone();
+        let request = self.request(action);
+        self.runtime.block_on(async move {
+            let mut stream = grpc.do_action(request).await?.into_inner();
+            let mut out = Vec::new();
+            while let Some(r) = stream.message().await? {
+                out.push(r.body);
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn list_actions(&self) -> Result<Vec<ActionType>> {
+        let mut grpc = self.grpc.clone();
+        let request = self.request(Empty {});
+        self.runtime.block_on(async move {
+            let stream = grpc.list_actions(request).await?.into_inner();
+            Ok(stream.collect::<Vec<_>>().await.into_iter().collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// Reads one endpoint of a flight.
+    pub fn do_get(&self, endpoint: &FlightEndpoint) -> Result<FlightReader> {
+        let ticket = endpoint.ticket.clone().ok_or_else(|| Error::invalid_argument("the endpoint has no ticket"))?;
+        let uris: Vec<&str> = endpoint.location.iter().map(|l| l.uri.as_str()).collect();
+        if let Some((location, planes)) = self.pick(&uris)? {
+            match planes.open(&location, Method::Get, &ticket.ticket) {
+                Ok(stream) => {
+                    stream.finish()?;
+                    return FlightReader::from_plane(stream, location.kind);
+                }
+                Err(e) if self.transport != Transport::Auto => return Err(e),
+                Err(_) => {} // unreachable plane: gRPC below
+            }
+        }
+        self.grpc_get(ticket)
+    }
+
+    /// Reads a whole flight, endpoint after endpoint.
+    pub fn get(&self, descriptor: &FlightDescriptor) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let info = self.get_flight_info(descriptor)?;
+        let mut schema = Arc::new(info.clone().try_decode_schema()?);
+        let mut batches = Vec::new();
+        for endpoint in &info.endpoint {
+            let reader = self.do_get(endpoint)?;
+            schema = reader.schema();
+            for batch in reader {
+                batches.push(batch?);
+            }
+        }
+        Ok((schema, batches))
+    }
+
+    fn grpc_get(&self, ticket: Ticket) -> Result<FlightReader> {
+        if let Transport::Only(kind) = self.transport {
+            return Err(Error::unavailable(format!("the server offers no {} data plane here", kind.scheme())));
+        }
+        let mut grpc = self.grpc.clone();
+        let request = self.request(ticket);
+        let stream = self.runtime.block_on(grpc.do_get(request))?.into_inner();
+        FlightReader::from_grpc(grpc::Reader::new(stream, self.runtime.handle().clone(), None))
+    }
+
+    /// The data plane to use among `uris`, if any.
+    fn pick(&self, uris: &[&str]) -> Result<Option<(PlaneLocation, Arc<Planes>)>> {
+        let Some(planes) = &self.planes else {
+            return match self.transport {
+                Transport::Only(_) => Err(Error::unauthenticated("a data plane needs a key (WIRESPEED_KEY)")),
+                _ => Ok(None),
+            };
+        };
+        if self.transport == Transport::Grpc {
+            return Ok(None);
+        }
+        let mut offered: Vec<PlaneLocation> = uris
+            .iter()
+            .filter_map(|u| PlaneLocation::parse(u))
+            .filter(|l| l.grant.is_some())
+            .filter(|l| l.kind != PlaneKind::Shm || l.host.as_deref() == Some(self.host_id.as_str()))
+            .collect();
+        offered.sort_by_key(|l| l.kind);
+        let chosen = match self.transport {
+            Transport::Only(kind) => offered.into_iter().find(|l| l.kind == kind),
+            _ => offered.into_iter().next(),
+        };
+        Ok(chosen.map(|l| (l, planes.clone())))
+    }
+
+    /// Data-plane locations for an upload or exchange, from a wirespeed server; none from others.
+    fn plane_for(&self, method: Method, descriptor: &FlightDescriptor) -> Result<Option<(PlaneLocation, Arc<Planes>)>> {
+        if self.planes.is_none() || self.transport == Transport::Grpc {
+            return self.pick(&[]);
+        }
+        let action = if method == Method::Put { PUT_ACTION } else { EXCHANGE_ACTION };
+        let uris = match self.do_action(Action { r#type: action.into(), body: descriptor.encode_to_vec().into() }) {
+            Ok(uris) => uris,
+            Err(e) if e.code() == tonic::Code::Unimplemented || e.code() == tonic::Code::InvalidArgument => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let uris: Vec<String> = uris.iter().map(|u| String::from_utf8_lossy(u).into_owned()).collect();
+        self.pick(&uris.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// Starts an upload of batches with `schema` to `descriptor`.
+    pub fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<FlightWriter> {
+        if let Some((location, planes)) = self.plane_for(Method::Put, descriptor)? {
+            let stream = planes.open(&location, Method::Put, &descriptor.encode_to_vec())?;
+            return self.plane_writer(stream, schema, location.kind, true);
+        }
+        let (writer, call) = self.grpc_stream(descriptor, schema, |mut grpc, request| async move {
+            let mut results = grpc.do_put(request).await?.into_inner();
+            let mut out = Vec::new();
+            while let Some(r) = results.message().await? {
+                out.push(r.app_metadata);
+            }
+            Ok(out)
+        })?;
+        Ok(FlightWriter { inner: WriterInner::GrpcPut { writer, call: Some(call) }, runtime: self.runtime.clone() })
+    }
+
+    /// Starts an exchange: write to the first half, read from the second.
+    pub fn do_exchange(
+        &self,
+        descriptor: &FlightDescriptor,
+        schema: &SchemaRef,
+    ) -> Result<(FlightWriter, FlightReader)> {
+        if let Some((location, planes)) = self.plane_for(Method::Exchange, descriptor)? {
+            let stream = planes.open(&location, Method::Exchange, &descriptor.encode_to_vec())?;
+            let writer = self.plane_writer(stream.clone(), schema, location.kind, false)?;
+            let reader = FlightReader::from_plane(stream, location.kind)?;
+            return Ok((writer, reader));
+        }
+        let runtime = self.runtime.clone();
+        let (writer, call) = self.grpc_stream(descriptor, schema, |mut grpc, request| async move {
+            Ok(grpc.do_exchange(request).await?.into_inner())
+        })?;
+        let stream = runtime.block_on(call).map_err(|e| Error::internal(e.to_string()))??;
+        let reader = FlightReader::from_grpc(grpc::Reader::new(stream, runtime.handle().clone(), None))?;
+        Ok((FlightWriter { inner: WriterInner::GrpcExchange { writer }, runtime }, reader))
+    }
+
+    fn plane_writer(
+        &self,
+        stream: Arc<Stream>,
+        schema: &SchemaRef,
+        kind: PlaneKind,
+        put: bool,
+    ) -> Result<FlightWriter> {
+        let writer = plane::Writer::start(&stream, schema)?;
+        Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, put }, runtime: self.runtime.clone() })
+    }
+
+    /// Starts a streaming gRPC call whose request stream the returned writer feeds.
+    fn grpc_stream<T, F, Fut>(
+        &self,
+        descriptor: &FlightDescriptor,
+        schema: &SchemaRef,
+        call: F,
+    ) -> Result<(GrpcWriter, JoinHandle<Result<T>>)>
+    where
+        T: Send + 'static,
+        F: FnOnce(FlightServiceClient<Channel>, tonic::Request<ReceiverStream<FlightData>>) -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        let (encoder, mut first) = grpc::Writer::start(schema)?;
+        first.flight_descriptor = Some(descriptor.clone());
+        let (tx, rx) = mpsc::channel(2);
+        tx.try_send(first).map_err(|_| Error::internal("request queue full at start"))?;
+        let handle = self.runtime.spawn(call(self.grpc.clone(), self.request(ReceiverStream::new(rx))));
+        Ok((GrpcWriter { encoder, tx: Some(tx) }, handle))
+    }
+}
+
+/// The batches of one call.
+pub struct FlightReader {
+    source: Box<dyn DecodedStream>,
+    schema: SchemaRef,
+    plane: Plane,
+    /// Keeps a data-plane stream for closing it properly once read.
+    stream: Option<Arc<Stream>>,
+    done: bool,
+}
+
+impl FlightReader {
+    fn from_plane(stream: Arc<Stream>, kind: PlaneKind) -> Result<Self> {
+        let source = plane::Reader::new(stream.clone());
+        Self::start(Box::new(source), Plane::Data(kind), Some(stream))
+    }
+
+    fn from_grpc(source: grpc::Reader) -> Result<Self> {
+        Self::start(Box::new(source), Plane::Grpc, None)
+    }
+
+    fn start(mut source: Box<dyn DecodedStream>, plane: Plane, stream: Option<Arc<Stream>>) -> Result<Self> {
+        let schema = match source.next_decoded()? {
+            Some(Decoded::Schema(schema)) => schema,
+            _ => return Err(Error::Protocol("the stream did not start with a schema".into())),
+        };
+        Ok(FlightReader { source, schema, plane, stream, done: false })
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// Which plane carries this call.
+    pub fn plane(&self) -> Plane {
+        self.plane
+    }
+
+    /// The next batch or metadata-only message; None at the end.
+    pub fn next_payload(&mut self) -> Result<Option<Payload>> {
+        if self.done {
+            return Ok(None);
+        }
+        let next = self.source.next_payload();
+        if !matches!(next, Ok(Some(_))) {
+            self.done = true;
+            if let Some(stream) = self.stream.take() {
+                close(&stream, std::time::Duration::from_secs(1));
+            }
+        }
+        next
+    }
+}
+
+impl Iterator for FlightReader {
+    type Item = Result<RecordBatch>;
+    /// The batches, skipping messages that carry only metadata.
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            match self.next_payload() {
+                Ok(Some(Payload { batch: Some(b), .. })) => return Some(Ok(b)),
+                Ok(Some(_)) => continue,
+                Ok(None) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+struct GrpcWriter {
+    encoder: grpc::Writer,
+    tx: Option<mpsc::Sender<FlightData>>,
+}
+
+enum WriterInner {
+    /// `put`: the server answers with PutResults once we finish; an exchange's answers are
+    /// read through its reader instead.
+    Plane {
+        stream: Arc<Stream>,
+        writer: plane::Writer,
+        kind: PlaneKind,
+        put: bool,
+    },
+    GrpcPut {
+        writer: GrpcWriter,
+        call: Option<JoinHandle<Result<Vec<Bytes>>>>,
+    },
+    GrpcExchange {
+        writer: GrpcWriter,
+    },
+}
+
+/// The sending half of an upload or exchange.
+pub struct FlightWriter {
+    inner: WriterInner,
+    runtime: Arc<Runtime>,
+}
+
+impl FlightWriter {
+    pub fn plane(&self) -> Plane {
+        match &self.inner {
+            WriterInner::Plane { kind, .. } => Plane::Data(*kind),
+            _ => Plane::Grpc,
+        }
+    }
+
+    pub fn write(&mut self, batch: RecordBatch) -> Result<()> {
+        self.write_payload(Payload::batch(batch))
+    }
+
+    pub fn write_payload(&mut self, payload: Payload) -> Result<()> {
+        match &mut self.inner {
+            WriterInner::Plane { stream, writer, .. } => match writer.write(stream, payload) {
+                // The server gave up (and said why on the stream): report its reason.
+                Err(Error::Transport(_)) => Err(self.failure()),
+                other => other,
+            },
+            WriterInner::GrpcPut { writer, .. } | WriterInner::GrpcExchange { writer } => {
+                for data in writer.encoder.encode(payload)? {
+                    let tx = writer.tx.as_ref().ok_or_else(|| Error::internal("writer already finished"))?;
+                    if tx.blocking_send(data).is_err() {
+                        return Err(self.failure());
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Why the call failed, once sending did.
+    fn failure(&mut self) -> Error {
+        match &mut self.inner {
+            WriterInner::Plane { stream, .. } => {
+                let mut reader = plane::Reader::new(stream.clone());
+                loop {
+                    match reader.next_payload() {
+                        Ok(Some(_)) => continue,
+                        Ok(None) => return Error::unavailable("the server ended the call"),
+                        Err(e) => return e,
+                    }
+                }
+            }
+            WriterInner::GrpcPut { call, .. } => match call.take() {
+                Some(call) => match self.runtime.block_on(call) {
+                    Ok(Err(e)) => e,
+                    _ => Error::unavailable("the server ended the call"),
+                },
+                None => Error::internal("writer already finished"),
+            },
+            WriterInner::GrpcExchange { .. } => Error::unavailable("the server ended the exchange"),
+        }
+    }
+
+    /// Ends the upload; for DoPut, returns the server's PutResults.
+    pub fn finish(mut self) -> Result<Vec<Bytes>> {
+        match &mut self.inner {
+            WriterInner::Plane { stream, put: false, .. } => {
+                stream.finish()?;
+                Ok(Vec::new())
+            }
+            WriterInner::Plane { stream, put: true, .. } => {
+                stream.finish()?;
+                let mut reader = plane::Reader::new(stream.clone());
+                let mut results = Vec::new();
+                while let Some(p) = reader.next_payload()? {
+                    results.push(p.app_metadata);
+                }
+                Ok(results)
+            }
+            WriterInner::GrpcPut { writer, call } => {
+                writer.tx = None;
+                let call = call.take().ok_or_else(|| Error::internal("writer already finished"))?;
+                self.runtime.block_on(call).map_err(|e| Error::internal(e.to_string()))?
+            }
+            WriterInner::GrpcExchange { writer } => {
+                writer.tx = None;
+                Ok(Vec::new())
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! One error type for both planes. Flight errors are gRPC status codes, so a handler's error
+//! reaches a client with the same code whichever plane carried the call.
+
+pub use tonic::Code;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An error with a Flight status code, raised by a handler or received from the server.
+    #[error("{message} ({code:?})")]
+    Status { code: Code, message: String },
+    /// The data-plane transport failed (connection lost, timeout, reset).
+    #[error("data plane: {0}")]
+    Transport(#[from] wirespeed::Error),
+    /// The peer sent something malformed.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow_schema::ArrowError),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn status(code: Code, message: impl Into<String>) -> Self {
+        Error::Status { code, message: message.into() }
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Error::status(Code::NotFound, message)
+    }
+    pub fn invalid_argument(message: impl Into<String>) -> Self {
+        Error::status(Code::InvalidArgument, message)
+    }
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Error::status(Code::Unauthenticated, message)
+    }
+    pub fn permission_denied(message: impl Into<String>) -> Self {
+        Error::status(Code::PermissionDenied, message)
+    }
+    pub fn unimplemented(message: impl Into<String>) -> Self {
+        Error::status(Code::Unimplemented, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error::status(Code::Unavailable, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::status(Code::Internal, message)
+    }
+
+    /// The Flight status code this error travels as.
+    pub fn code(&self) -> Code {
+        match self {
+            Error::Status { code, .. } => *code,
+            Error::Transport(wirespeed::Error::Timeout(_)) => Code::DeadlineExceeded,
+            Error::Transport(wirespeed::Error::Auth(_)) => Code::Unauthenticated,
+            Error::Transport(wirespeed::Error::Reset { code, .. }) if *code == wirespeed::ErrorCode::CANCELLED => {
+                Code::Cancelled
+            }
+            Error::Transport(_) => Code::Unavailable,
+            Error::Protocol(_) => Code::InvalidArgument,
+            Error::Arrow(_) => Code::Internal,
+        }
+    }
+
+    /// The message without the code, as it travels.
+    pub fn message(&self) -> String {
+        match self {
+            Error::Status { message, .. } => message.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+impl From<tonic::Status> for Error {
+    fn from(s: tonic::Status) -> Self {
+        Error::Status { code: s.code(), message: s.message().to_string() }
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> Self {
+        tonic::Status::new(e.code(), e.message())
+    }
+}
+
+impl From<arrow_flight::error::FlightError> for Error {
+    fn from(e: arrow_flight::error::FlightError) -> Self {
+        use arrow_flight::error::FlightError as F;
+        match e {
+            F::Tonic(s) => Error::from(*s),
+            F::Arrow(a) => Error::Arrow(a),
+            other => Error::Protocol(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The gRPC plane: standard Flight, so every Flight client and server works with ours.
+//! Frames become FlightData (the body concatenated, as protobuf needs) and back.
+
+pub mod auth;
+pub mod server;
+
+use arrow_buffer::Buffer;
+use arrow_flight::FlightData;
+use arrow_schema::SchemaRef;
+use tokio::runtime::Handle;
+
+use crate::error::{Error, Result};
+use crate::ipc::{Decoded, DecodedStream, Decoder, Encoder, Frame};
+use crate::service::{Payload, Payloads};
+
+/// gRPC's own limit is 4 MiB; Flight batches are often larger.
+pub const MAX_MESSAGE: usize = 1 << 30;
+
+pub fn flight_data(frame: Frame) -> FlightData {
+    FlightData {
+        flight_descriptor: None,
+        data_header: frame.meta.clone(),
+        app_metadata: frame.app_metadata.clone(),
+        data_body: frame.body_bytes(),
+    }
+}
+
+/// Encodes payloads into FlightData, schema first.
+pub struct Writer {
+    encoder: Encoder,
+}
+
+impl Writer {
+    /// The writer and the schema's FlightData.
+    pub fn start(schema: &SchemaRef) -> Result<(Self, FlightData)> {
+        let mut encoder = Encoder::new(schema)?;
+        let first = flight_data(encoder.schema_frame().unwrap_or_default());
+        Ok((Writer { encoder }, first))
+    }
+
+    pub fn encode(&mut self, payload: Payload) -> Result<Vec<FlightData>> {
+        Ok(match payload.batch {
+            Some(batch) => self.encoder.encode(&batch, payload.app_metadata)?.into_iter().map(flight_data).collect(),
+            None => vec![flight_data(Frame::metadata_only(payload.app_metadata))],
+        })
+    }
+}
+
+/// Runs on a blocking thread: encodes an output and hands each FlightData to `emit`, which
+/// says false once nobody listens (the client went away), ending the stream early.
+pub fn pump(schema: &SchemaRef, payloads: Payloads, mut emit: impl FnMut(Result<FlightData>) -> bool) {
+    let (mut writer, first) = match Writer::start(schema) {
+        Ok(w) => w,
+        Err(e) => {
+            emit(Err(e));
+            return;
+        }
+    };
+    if !emit(Ok(first)) {
+        return;
+    }
+    for payload in payloads {
+        let encoded = payload.and_then(|p| writer.encode(p));
+        match encoded {
+            Ok(datas) => {
+                for d in datas {
+                    if !emit(Ok(d)) {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                emit(Err(e));
+                return;
+            }
+        }
+    }
+}
+
+/// Decodes a gRPC stream of FlightData from a blocking thread.
+pub struct Reader {
+    stream: tonic::Streaming<FlightData>,
+    runtime: Handle,
+    decoder: Decoder,
+    /// A message already taken off the stream (a DoPut's first, read for its descriptor).
+    pending: Option<FlightData>,
+}
+
+impl Reader {
+    pub fn new(stream: tonic::Streaming<FlightData>, runtime: Handle, pending: Option<FlightData>) -> Self {
+        Reader { stream, runtime, decoder: Decoder::default(), pending }
+    }
+}
+
+impl DecodedStream for Reader {
+    fn next_decoded(&mut self) -> Result<Option<Decoded>> {
+        loop {
+            let data = match self.pending.take() {
+                Some(d) => d,
+                None => match self.runtime.block_on(self.stream.message()).map_err(Error::from)? {
+                    Some(d) => d,
+                    None => return Ok(None),
+                },
+            };
+            match self.decoder.decode(&data.data_header, Buffer::from(data.data_body), data.app_metadata)? {
+                Decoded::Dictionary => continue,
+                other => return Ok(Some(other)),
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! IPC frames back to RecordBatches, validating everything a peer controls.
+//!
+//! arrow-ipc slices the body by the offsets in the metadata and panics on ones out of range, so
+//! every buffer is checked against the body first; the arrays are then validated in full by
+//! arrow itself (the decoder's default), and any panic left in arrow is caught, not unwound.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_buffer::Buffer;
+use arrow_ipc::reader::{RecordBatchDecoder, read_dictionary_impl};
+use arrow_ipc::{MessageHeader, root_as_message};
+use arrow_schema::{Schema, SchemaRef};
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+
+/// What one frame turned into.
+#[derive(Debug)]
+pub enum Decoded {
+    Schema(SchemaRef),
+    Batch(RecordBatch, Bytes),
+    /// A frame with application metadata and no IPC message.
+    Metadata(Bytes),
+    /// A dictionary, kept for the batches that follow; nothing to hand on.
+    Dictionary,
+}
+
+/// The state of one stream of frames: its schema and the dictionaries seen so far.
+#[derive(Default)]
+pub struct Decoder {
+    schema: Option<SchemaRef>,
+    dictionaries: HashMap<i64, ArrayRef>,
+}
+
+impl Decoder {
+    pub fn schema(&self) -> Option<&SchemaRef> {
+        self.schema.as_ref()
+    }
+
+    pub fn decode(&mut self, meta: &[u8], body: Buffer, app_metadata: Bytes) -> Result<Decoded> {
+        if meta.is_empty() {
+            return Ok(Decoded::Metadata(app_metadata));
+        }
+        let message = root_as_message(meta).map_err(|e| bad(format!("IPC metadata is not a valid Message: {e}")))?;
+        match message.header_type() {
+            MessageHeader::Schema => {
+                let fb = message.header_as_schema().ok_or_else(|| bad("Schema message without a schema".into()))?;
+                let schema: Schema = guarded(|| arrow_ipc::convert::try_fb_to_schema(fb))?;
+                let schema = Arc::new(schema);
+                self.schema = Some(schema.clone());
+                self.dictionaries.clear();
+                Ok(Decoded::Schema(schema))
+            }
+            MessageHeader::DictionaryBatch => {
+                let schema = self.schema.clone().ok_or_else(|| bad("a dictionary before the schema".into()))?;
+                let dict = message.header_as_dictionary_batch().ok_or_else(|| bad("empty DictionaryBatch".into()))?;
+                let data = dict.data().ok_or_else(|| bad("DictionaryBatch without data".into()))?;
+                check_buffers(data.buffers().map(|b| b.iter().map(|b| (b.offset(), b.length()))), body.len())?;
+                let version = message.version();
+                let dictionaries = &mut self.dictionaries;
+                guarded(|| {
+                    read_dictionary_impl(&body, dict, &schema, dictionaries, &version, false, Default::default())
+                })?;
+                Ok(Decoded::Dictionary)
+            }
+            MessageHeader::RecordBatch => {
+                let schema = self.schema.clone().ok_or_else(|| bad("a record batch before the schema".into()))?;
+                let batch = message.header_as_record_batch().ok_or_else(|| bad("empty RecordBatch".into()))?;
+                check_buffers(batch.buffers().map(|b| b.iter().map(|b| (b.offset(), b.length()))), body.len())?;
+                let version = message.version();
+                let dictionaries = &self.dictionaries;
+                let batch = guarded(|| {
+                    RecordBatchDecoder::try_new(&body, batch, schema, dictionaries, &version)?.read_record_batch()
+                })?;
+                Ok(Decoded::Batch(batch, app_metadata))
+            }
+            other => Err(bad(format!("unexpected IPC message {}", other.variant_name().unwrap_or("of unknown type")))),
+        }
+    }
+}
+
+fn bad(reason: String) -> Error {
+    Error::Protocol(reason)
+}
+
+/// Every buffer must lie inside the body.
+fn check_buffers(buffers: Option<impl Iterator<Item = (i64, i64)>>, body_len: usize) -> Result<()> {
+    for (offset, length) in buffers.into_iter().flatten() {
+        let end = offset.checked_add(length);
+        if offset < 0 || length < 0 || end.is_none_or(|end| end as u64 > body_len as u64) {
+            return Err(bad(format!("IPC buffer {offset}+{length} lies outside a body of {body_len} bytes")));
+        }
+    }
+    Ok(())
+}
+
+/// Runs arrow's decoding, turning its errors and any panic into a protocol error.
+fn guarded<T>(f: impl FnOnce() -> std::result::Result<T, arrow_schema::ArrowError>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(bad(format!("malformed IPC data: {e}"))),
+        Err(_) => Err(bad("malformed IPC data (rejected by arrow)".into())),
+    }
+}

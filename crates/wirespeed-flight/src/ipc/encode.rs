@@ -1,0 +1,144 @@
+//! RecordBatches to IPC frames, with arrow-ipc's own encoder doing the layout.
+//!
+//! `StreamEncoder` emits the IPC stream format as a list of buffers in which every uncompressed
+//! array buffer is the array's own (reference counted, not copied). We cut that list back into
+//! messages: an 8-byte prefix, the flatbuffer metadata, then `bodyLength` bytes of body. The
+//! schema goes first, before any batch, so that a stream of metadata alone still has one.
+
+use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
+use arrow_ipc::MessageHeader;
+use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteOptions, StreamEncoder};
+use arrow_schema::{ArrowError, Schema};
+use bytes::Bytes;
+
+/// One IPC message: metadata, body pieces (each a multiple of 8 bytes long, 64 in practice) and
+/// the application's metadata. A frame with empty `meta` carries only `app_metadata`.
+#[derive(Clone, Debug, Default)]
+pub struct Frame {
+    pub meta: Bytes,
+    pub body: Vec<Buffer>,
+    pub app_metadata: Bytes,
+}
+
+impl Frame {
+    pub fn metadata_only(app_metadata: Bytes) -> Self {
+        Frame { app_metadata, ..Frame::default() }
+    }
+
+    pub fn body_len(&self) -> usize {
+        self.body.iter().map(|b| b.len()).sum()
+    }
+
+    /// The body in one piece, for transports that need it so (gRPC).
+    pub fn body_bytes(&self) -> Bytes {
+        match self.body.as_slice() {
+            [] => Bytes::new(),
+            pieces => {
+                let mut v = Vec::with_capacity(self.body_len());
+                for p in pieces {
+                    v.extend_from_slice(p);
+                }
+                Bytes::from(v)
+            }
+        }
+    }
+}
+
+/// Encodes one stream's batches: the schema, then dictionaries as they appear, then batches.
+pub struct Encoder {
+    inner: StreamEncoder,
+    schema: Option<Frame>,
+}
+
+impl Encoder {
+    pub fn new(schema: &Schema) -> Result<Self, ArrowError> {
+        let options = IpcWriteOptions::try_new(64, false, arrow_ipc::MetadataVersion::V5)?;
+        // The stream encoder would send the schema with the first batch; we send it up front
+        // instead (assigning dictionary ids the same way) and drop its copy.
+        let encoded = IpcDataGenerator::default().schema_to_bytes_with_dictionary_tracker(
+            schema,
+            &mut DictionaryTracker::new(false),
+            &options,
+        );
+        let schema_frame = Frame { meta: Bytes::from(encoded.ipc_message), ..Frame::default() };
+        Ok(Encoder { inner: StreamEncoder::try_new_with_options(schema, options)?, schema: Some(schema_frame) })
+    }
+
+    /// The schema frame, once; the stream starts with it.
+    pub fn schema_frame(&mut self) -> Option<Frame> {
+        self.schema.take()
+    }
+
+    /// The frames for `batch`: any dictionaries it needs, then the batch with `app_metadata`.
+    pub fn encode(&mut self, batch: &RecordBatch, app_metadata: Bytes) -> Result<Vec<Frame>, ArrowError> {
+        let mut frames = split(self.inner.encode(batch)?)?;
+        frames.retain(|f| !is_schema(&f.meta));
+        if let Some(last) = frames.last_mut() {
+            last.app_metadata = app_metadata;
+        }
+        Ok(frames)
+    }
+}
+
+fn is_schema(meta: &[u8]) -> bool {
+    arrow_ipc::root_as_message(meta).is_ok_and(|m| m.header_type() == MessageHeader::Schema)
+}
+
+/// Cuts an IPC stream fragment into messages, dropping the end-of-stream marker.
+fn split(buffers: Vec<Buffer>) -> Result<Vec<Frame>, ArrowError> {
+    let mut cursor = Cursor { buffers: buffers.into_iter().collect(), offset: 0 };
+    let mut frames = Vec::new();
+    while cursor.remaining() > 0 {
+        let prefix = cursor.gather(8)?;
+        let meta_len = i32::from_le_bytes(prefix[4..8].try_into().expect("4 bytes"));
+        if meta_len == 0 {
+            continue; // end of stream
+        }
+        let meta = cursor.gather(meta_len as usize)?;
+        let body_len = arrow_ipc::root_as_message(&meta)
+            .map_err(|e| ArrowError::IpcError(format!("encoder produced bad metadata: {e}")))?
+            .bodyLength();
+        let body = cursor.take(body_len as usize)?;
+        frames.push(Frame { meta: Bytes::from(meta), body, app_metadata: Bytes::new() });
+    }
+    Ok(frames)
+}
+
+/// Reads across a list of buffers, slicing (not copying) where it can.
+struct Cursor {
+    buffers: std::collections::VecDeque<Buffer>,
+    offset: usize,
+}
+
+impl Cursor {
+    fn remaining(&self) -> usize {
+        self.buffers.iter().map(|b| b.len()).sum::<usize>() - self.offset
+    }
+
+    /// The next `n` bytes as slices of the buffers they lie in.
+    fn take(&mut self, mut n: usize) -> Result<Vec<Buffer>, ArrowError> {
+        let mut out = Vec::new();
+        while n > 0 {
+            let front = self.buffers.front().ok_or_else(|| ArrowError::IpcError("IPC message ends early".into()))?;
+            let here = (front.len() - self.offset).min(n);
+            out.push(front.slice_with_length(self.offset, here));
+            self.offset += here;
+            n -= here;
+            if self.offset == front.len() {
+                self.buffers.pop_front();
+                self.offset = 0;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The next `n` bytes in one piece (small metadata only).
+    fn gather(&mut self, n: usize) -> Result<Vec<u8>, ArrowError> {
+        let mut v = Vec::with_capacity(n);
+        for piece in self.take(n)? {
+            v.extend_from_slice(&piece);
+        }
+        Ok(v)
+    }
+}

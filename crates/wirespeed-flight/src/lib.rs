@@ -1,0 +1,25 @@
+//! Arrow Flight whose control plane is standard gRPC (any Flight client and server works with
+//! it) and whose data can bypass gRPC over wirespeed connections: shared memory on one host,
+//! ucx or tcp between hosts.
+//!
+//! - [`Handler`] is what a service implements, once, for every plane; [`Server`] serves it.
+//! - [`Client`] talks to any Flight server and takes a data plane when one is offered.
+//!
+//! Layers, bottom up: `ipc` (RecordBatches to frames and back, sans-IO), `plane` (calls on
+//! wirespeed streams), `grpc` (the Flight service and FlightData), then `server` and `client`.
+
+pub mod client;
+pub mod error;
+pub mod grpc;
+pub mod ipc;
+pub mod location;
+pub mod plane;
+pub mod server;
+pub mod service;
+
+pub use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+pub use client::{Client, FlightReader, FlightWriter, Plane, Transport};
+pub use error::{Code, Error, Result};
+pub use location::PlaneKind;
+pub use server::{Server, ServerBuilder};
+pub use service::{Handler, Input, Output, Payload, Payloads};

@@ -1,0 +1,48 @@
+//! The client side of the data plane: one authenticated connection per location URL, reused
+//! by every call, and a stream per call.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use wirespeed::{Connection, Key, Stream};
+
+use super::proto::{Method, Msg};
+use crate::error::{Error, Result};
+use crate::location::PlaneLocation;
+
+pub struct Planes {
+    key: Key,
+    config: wirespeed::Config,
+    connections: Mutex<HashMap<String, Connection>>,
+}
+
+impl Planes {
+    pub fn new(key: Key) -> Self {
+        Planes { key, config: super::config(), connections: Mutex::new(HashMap::new()) }
+    }
+
+    /// Opens a call: a new stream on the location's connection, starting with OPEN.
+    pub fn open(&self, location: &PlaneLocation, method: Method, target: &[u8]) -> Result<Arc<Stream>> {
+        let grant = location
+            .grant
+            .ok_or_else(|| Error::Protocol(format!("location {} carries no capability", location.url)))?;
+        let stream = self.stream(&location.url)?;
+        let open = Msg::Open { method, expiry: grant.expiry, mac: grant.mac, target: target.to_vec().into() };
+        stream.send(&open.encode(), &[])?;
+        Ok(Arc::new(stream))
+    }
+
+    /// A stream on a cached connection, or on a fresh one if there is none or it died.
+    fn stream(&self, url: &str) -> Result<Stream> {
+        let cached = self.connections.lock().expect("planes lock").get(url).cloned();
+        if let Some(conn) = cached {
+            if let Ok(stream) = conn.open_stream() {
+                return Ok(stream);
+            }
+        }
+        let conn = wirespeed::connect(url, &self.key, &self.config)?;
+        let stream = conn.open_stream()?;
+        self.connections.lock().expect("planes lock").insert(url.to_string(), conn);
+        Ok(stream)
+    }
+}

@@ -1,0 +1,135 @@
+//! The data plane: Flight calls over wirespeed connections (shm, tcp, ucx) instead of gRPC.
+//! One call is one stream; its messages are IPC frames whose bodies go as lists of the arrays'
+//! own buffers and come back as transport memory that the arrays point into.
+
+pub mod capability;
+pub mod client;
+pub mod proto;
+pub mod server;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_buffer::Buffer;
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use wirespeed::Stream;
+
+use crate::error::{Error, Result};
+use crate::ipc::{Decoded, DecodedStream, Decoder, Encoder, Frame};
+use crate::service::{Payload, Payloads};
+use proto::Msg;
+
+/// The wirespeed settings for data-plane connections: chunks large enough that a batch of up
+/// to 8 MiB arrives in one piece (and so wraps transport memory without a copy).
+pub fn config() -> wirespeed::Config {
+    wirespeed::Config {
+        max_chunk: 8 << 20,
+        shm_ring_bytes: 64 << 20,
+        stream_window: 32 << 20,
+        ..wirespeed::Config::default()
+    }
+}
+
+fn send_frame(stream: &Stream, frame: &Frame) -> Result<()> {
+    let header = Msg::Data { app_metadata: frame.app_metadata.clone(), meta: frame.meta.clone() }.encode();
+    let body: Vec<&[u8]> = frame.body.iter().map(|b| b.as_slice()).collect();
+    stream.send(&header, &body)?;
+    Ok(())
+}
+
+/// Writes a schema and then payloads as IPC frames.
+pub struct Writer {
+    encoder: Encoder,
+}
+
+impl Writer {
+    /// Sends the schema at once.
+    pub fn start(stream: &Stream, schema: &SchemaRef) -> Result<Self> {
+        let mut encoder = Encoder::new(schema)?;
+        if let Some(frame) = encoder.schema_frame() {
+            send_frame(stream, &frame)?;
+        }
+        Ok(Writer { encoder })
+    }
+
+    pub fn write(&mut self, stream: &Stream, payload: Payload) -> Result<()> {
+        match payload.batch {
+            Some(batch) => {
+                for frame in self.encoder.encode(&batch, payload.app_metadata)? {
+                    send_frame(stream, &frame)?;
+                }
+                Ok(())
+            }
+            None => send_frame(stream, &Frame::metadata_only(payload.app_metadata)),
+        }
+    }
+}
+
+/// Sends a whole output: schema, then every payload; the first error stops it.
+pub fn send_output(stream: &Stream, schema: &SchemaRef, payloads: Payloads) -> Result<()> {
+    let mut writer = Writer::start(stream, schema)?;
+    for payload in payloads {
+        writer.write(stream, payload?)?;
+    }
+    Ok(())
+}
+
+pub fn send_error(stream: &Stream, error: &Error) {
+    let msg = Msg::Error { code: error.code() as i32, message: error.message() };
+    let _ = stream.send(&msg.encode(), &[]);
+}
+
+/// Reads IPC frames from a data-plane stream and decodes them.
+pub struct Reader {
+    stream: Arc<Stream>,
+    decoder: Decoder,
+    done: bool,
+}
+
+impl Reader {
+    pub fn new(stream: Arc<Stream>) -> Self {
+        Reader { stream, decoder: Decoder::default(), done: false }
+    }
+}
+
+impl DecodedStream for Reader {
+    fn next_decoded(&mut self) -> Result<Option<Decoded>> {
+        while !self.done {
+            let Some(msg) = self.stream.recv()? else {
+                self.done = true;
+                break;
+            };
+            match Msg::decode(&msg.header)? {
+                Msg::Data { app_metadata, meta } => {
+                    let body = Buffer::from(Bytes::from_owner(msg.body.into_contiguous()));
+                    match self.decoder.decode(&meta, body, app_metadata)? {
+                        Decoded::Dictionary => continue,
+                        other => return Ok(Some(other)),
+                    }
+                }
+                Msg::Error { code, message } => {
+                    self.done = true;
+                    return Err(Error::status(code.into(), message));
+                }
+                Msg::Open { .. } => return Err(Error::Protocol("OPEN in the middle of a call".into())),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Ends our direction and waits (bounded) for the peer to end theirs, discarding what it still
+/// sends, so that neither side resets a stream the other is still reading.
+pub fn close(stream: &Stream, patience: Duration) {
+    if stream.finish().is_err() {
+        return;
+    }
+    let deadline = std::time::Instant::now() + patience;
+    while std::time::Instant::now() < deadline {
+        match stream.recv() {
+            Ok(Some(_)) => continue,
+            _ => return,
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The data-plane call protocol (sans-IO): what travels on one wirespeed stream per call.
+//!
+//! ```text
+//! OPEN  = 1 | method u8 | expiry u64 | mac [32] | target (the rest: ticket or descriptor)
+//! DATA  = 2 | app_metadata_len u32 | app_metadata | IPC Message flatbuffer (the rest)
+//!         body: the IPC body
+//! ERROR = 3 | code i32 | message (the rest, UTF-8)
+//! ```
+//! The client opens the stream with OPEN; each side ends its direction by finishing the stream.
+//! Integers are little-endian.
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get = 1,
+    Put = 2,
+    Exchange = 3,
+}
+
+impl Method {
+    fn from_u8(b: u8) -> Option<Self> {
+        match b {
+            1 => Some(Method::Get),
+            2 => Some(Method::Put),
+            3 => Some(Method::Exchange),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Get => "get",
+            Method::Put => "put",
+            Method::Exchange => "exchange",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    Open { method: Method, expiry: u64, mac: [u8; 32], target: Bytes },
+    Data { app_metadata: Bytes, meta: Bytes },
+    Error { code: i32, message: String },
+}
+
+const OPEN: u8 = 1;
+const DATA: u8 = 2;
+const ERROR: u8 = 3;
+
+impl Msg {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Msg::Open { method, expiry, mac, target } => {
+                out.push(OPEN);
+                out.push(*method as u8);
+                out.extend_from_slice(&expiry.to_le_bytes());
+                out.extend_from_slice(mac);
+                out.extend_from_slice(target);
+            }
+            Msg::Data { app_metadata, meta } => {
+                out.reserve(5 + app_metadata.len() + meta.len());
+                out.push(DATA);
+                out.extend_from_slice(&(app_metadata.len() as u32).to_le_bytes());
+                out.extend_from_slice(app_metadata);
+                out.extend_from_slice(meta);
+            }
+            Msg::Error { code, message } => {
+                out.push(ERROR);
+                out.extend_from_slice(&code.to_le_bytes());
+                out.extend_from_slice(message.as_bytes());
+            }
+        }
+        out
+    }
+
+    /// Decodes a header; never panics, whatever the bytes.
+    pub fn decode(header: &[u8]) -> Result<Msg> {
+        let bad = |what: &str| Error::Protocol(format!("malformed data-plane {what} message"));
+        let (&tag, rest) = header.split_first().ok_or_else(|| bad("empty"))?;
+        match tag {
+            OPEN => {
+                let (&method, rest) = rest.split_first().ok_or_else(|| bad("OPEN"))?;
+                let method = Method::from_u8(method).ok_or_else(|| bad("OPEN (unknown method)"))?;
+                let (expiry, rest) = rest.split_first_chunk::<8>().ok_or_else(|| bad("OPEN"))?;
+                let (mac, target) = rest.split_first_chunk::<32>().ok_or_else(|| bad("OPEN"))?;
+                Ok(Msg::Open {
+                    method,
+                    expiry: u64::from_le_bytes(*expiry),
+                    mac: *mac,
+                    target: Bytes::copy_from_slice(target),
+                })
+            }
+            DATA => {
+                let (len, rest) = rest.split_first_chunk::<4>().ok_or_else(|| bad("DATA"))?;
+                let len = u32::from_le_bytes(*len) as usize;
+                if len > rest.len() {
+                    return Err(bad("DATA (app_metadata overruns the header)"));
+                }
+                let (app_metadata, meta) = rest.split_at(len);
+                Ok(Msg::Data { app_metadata: Bytes::copy_from_slice(app_metadata), meta: Bytes::copy_from_slice(meta) })
+            }
+            ERROR => {
+                let (code, message) = rest.split_first_chunk::<4>().ok_or_else(|| bad("ERROR"))?;
+                Ok(Msg::Error {
+                    code: i32::from_le_bytes(*code),
+                    message: String::from_utf8_lossy(message).into_owned(),
+                })
+            }
+            other => Err(Error::Protocol(format!("unknown data-plane message type {other}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trips() {
+        for msg in [
+            Msg::Open { method: Method::Exchange, expiry: 77, mac: [9; 32], target: Bytes::from_static(b"ticket") },
+            Msg::Data { app_metadata: Bytes::from_static(b"app"), meta: Bytes::from_static(b"flatbuffer") },
+            Msg::Data { app_metadata: Bytes::new(), meta: Bytes::new() },
+            Msg::Error { code: 5, message: "no such flight".into() },
+        ] {
+            assert_eq!(Msg::decode(&msg.encode()).unwrap(), msg);
+        }
+    }
+
+    #[test]
+    fn truncations_are_errors() {
+        let open = Msg::Open { method: Method::Get, expiry: 1, mac: [1; 32], target: Bytes::new() }.encode();
+        for n in 0..open.len() {
+            assert!(Msg::decode(&open[..n]).is_err(), "prefix of {n} bytes");
+        }
+        assert!(Msg::decode(&[DATA, 9, 0, 0, 0, b'x']).is_err());
+        assert!(Msg::decode(&[OPEN, 7]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
+            let _ = Msg::decode(&bytes);
+        }
+    }
+}

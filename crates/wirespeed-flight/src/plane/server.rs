@@ -1,0 +1,104 @@
+//! Serving calls on data-plane listeners: a thread per connection accepts streams, a thread per
+//! call runs the handler. A failing call answers with ERROR and ends; others go on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arrow_flight::FlightDescriptor;
+use prost::Message as _;
+use wirespeed::{Connection, Listener, Stream};
+
+use super::capability::{Grant, Minter};
+use super::proto::{Method, Msg};
+use super::{Reader, close, send_error, send_output};
+use crate::error::{Error, Result};
+use crate::ipc::DecodedStream;
+use crate::service::{Handler, Input};
+
+/// How long a call waits for its client to end the stream after the answer.
+const LINGER: Duration = Duration::from_secs(10);
+/// How often the accept loops look at the stop flag.
+const POLL: Duration = Duration::from_millis(200);
+
+pub struct Shared {
+    pub handler: Arc<dyn Handler>,
+    pub minter: Minter,
+    pub stop: AtomicBool,
+}
+
+/// Accepts connections until `shared.stop` is set. Failed handshakes are dropped quietly.
+pub fn accept_loop(listener: Listener, shared: Arc<Shared>) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        match listener.accept_timeout(POLL) {
+            Ok(conn) => {
+                let shared = shared.clone();
+                std::thread::spawn(move || serve_connection(conn, shared));
+            }
+            Err(wirespeed::Error::Timeout(_) | wirespeed::Error::Rejected { .. }) => continue,
+            Err(_) => break,
+        }
+    }
+}
+
+fn serve_connection(conn: Connection, shared: Arc<Shared>) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        match conn.accept_stream_timeout(POLL) {
+            Ok(stream) => {
+                let shared = shared.clone();
+                std::thread::spawn(move || serve_call(stream, &shared));
+            }
+            Err(wirespeed::Error::Timeout(_)) => continue,
+            Err(_) => break,
+        }
+    }
+    conn.close();
+}
+
+fn serve_call(stream: Stream, shared: &Shared) {
+    let stream = Arc::new(stream);
+    if let Err(e) = run_call(&stream, shared) {
+        if !matches!(e, Error::Transport(_)) {
+            send_error(&stream, &e);
+        }
+    }
+    close(&stream, LINGER);
+}
+
+fn run_call(stream: &Arc<Stream>, shared: &Shared) -> Result<()> {
+    let first = stream.recv()?.ok_or_else(|| Error::Protocol("the call ended before OPEN".into()))?;
+    let Msg::Open { method, expiry, mac, target } = Msg::decode(&first.header)? else {
+        return Err(Error::Protocol("a call must start with OPEN".into()));
+    };
+    shared.minter.check(method, &target, &Grant { expiry, mac })?;
+    let handler = &shared.handler;
+    match method {
+        Method::Get => {
+            let output = handler.do_get(&target)?;
+            send_output(stream, &output.schema, output.payloads)
+        }
+        Method::Put => {
+            let descriptor = descriptor(&target)?;
+            let results = handler.do_put(&descriptor, input(stream)?)?;
+            for r in results {
+                stream.send(&Msg::Data { app_metadata: r, meta: Default::default() }.encode(), &[])?;
+            }
+            Ok(())
+        }
+        Method::Exchange => {
+            let descriptor = descriptor(&target)?;
+            let output = handler.do_exchange(&descriptor, input(stream)?)?;
+            send_output(stream, &output.schema, output.payloads)
+        }
+    }
+}
+
+fn descriptor(target: &[u8]) -> Result<FlightDescriptor> {
+    FlightDescriptor::decode(target).map_err(|e| Error::invalid_argument(format!("bad FlightDescriptor: {e}")))
+}
+
+fn input(stream: &Arc<Stream>) -> Result<Input> {
+    let mut reader = Reader::new(stream.clone());
+    let schema = reader.read_schema()?;
+    Ok(Input::new(schema, reader.into_payloads()))
+}

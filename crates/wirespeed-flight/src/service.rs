@@ -1,0 +1,108 @@
+//! What an application implements to serve flights. The methods are plain blocking calls; the
+//! framework runs them for either plane, so one implementation serves gRPC and every data plane.
+
+use arrow_array::RecordBatch;
+use arrow_flight::{Action, ActionType, FlightDescriptor, FlightInfo};
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+
+/// One message of a stream: a batch, application metadata, or both.
+#[derive(Clone, Debug)]
+pub struct Payload {
+    pub batch: Option<RecordBatch>,
+    pub app_metadata: Bytes,
+}
+
+impl Payload {
+    pub fn batch(batch: RecordBatch) -> Self {
+        Payload { batch: Some(batch), app_metadata: Bytes::new() }
+    }
+
+    pub fn metadata(app_metadata: Bytes) -> Self {
+        Payload { batch: None, app_metadata }
+    }
+}
+
+pub type Payloads = Box<dyn Iterator<Item = Result<Payload>> + Send>;
+
+/// A stream of batches to send: the schema up front, then the payloads. An error ends the
+/// stream and reaches the client with its status code.
+pub struct Output {
+    pub schema: SchemaRef,
+    pub payloads: Payloads,
+}
+
+impl Output {
+    pub fn new(schema: SchemaRef, payloads: impl Iterator<Item = Result<Payload>> + Send + 'static) -> Self {
+        Output { schema, payloads: Box::new(payloads) }
+    }
+
+    pub fn batches(
+        schema: SchemaRef,
+        batches: impl IntoIterator<Item = RecordBatch, IntoIter: Send + 'static>,
+    ) -> Self {
+        Output::new(schema, batches.into_iter().map(|b| Ok(Payload::batch(b))))
+    }
+}
+
+/// A stream of batches received from a client (DoPut, DoExchange): the schema, then payloads.
+pub struct Input {
+    schema: SchemaRef,
+    payloads: Payloads,
+}
+
+impl Input {
+    pub(crate) fn new(schema: SchemaRef, payloads: Payloads) -> Self {
+        Input { schema, payloads }
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+}
+
+impl Iterator for Input {
+    type Item = Result<Payload>;
+    fn next(&mut self) -> Option<Result<Payload>> {
+        self.payloads.next()
+    }
+}
+
+/// A Flight service. Only `get_flight_info` and `do_get` are required; the rest answer
+/// Unimplemented. FlightInfo endpoints left without locations get this server's gRPC and
+/// data-plane locations added by the framework.
+pub trait Handler: Send + Sync + 'static {
+    fn list_flights(&self, _criteria: &[u8]) -> Result<Vec<FlightInfo>> {
+        Ok(Vec::new())
+    }
+
+    fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo>;
+
+    /// The schema alone; by default taken from the FlightInfo.
+    fn get_schema(&self, descriptor: &FlightDescriptor) -> Result<SchemaRef> {
+        let info = self.get_flight_info(descriptor)?;
+        Ok(std::sync::Arc::new(info.try_decode_schema()?))
+    }
+
+    fn do_get(&self, ticket: &[u8]) -> Result<Output>;
+
+    /// Consumes an upload; what it returns goes back as PutResults.
+    fn do_put(&self, _descriptor: &FlightDescriptor, _input: Input) -> Result<Vec<Bytes>> {
+        Err(Error::unimplemented("DoPut is not supported by this service"))
+    }
+
+    /// The output may read the input lazily, for a streaming exchange.
+    fn do_exchange(&self, _descriptor: &FlightDescriptor, _input: Input) -> Result<Output> {
+        Err(Error::unimplemented("DoExchange is not supported by this service"))
+    }
+
+    fn do_action(&self, action: &Action) -> Result<Vec<Bytes>> {
+        Err(Error::unimplemented(format!("unknown action {:?}", action.r#type)))
+    }
+
+    fn list_actions(&self) -> Vec<ActionType> {
+        Vec::new()
+    }
+}
