@@ -28,6 +28,17 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
                 _ => FAILURE,
             };
         }
+        if let Some(f) = cause.downcast_ref::<wirespeed_flight::Error>() {
+            return match f {
+                wirespeed_flight::Error::Transport(w) => transport_code(w),
+                other => match other.code() {
+                    wirespeed_flight::Code::Unauthenticated | wirespeed_flight::Code::PermissionDenied => AUTH,
+                    wirespeed_flight::Code::Unavailable | wirespeed_flight::Code::DeadlineExceeded => CONNECTION,
+                    wirespeed_flight::Code::InvalidArgument => USAGE,
+                    _ => FAILURE,
+                },
+            };
+        }
         if let Some(w) = cause.downcast_ref::<Error>() {
             return transport_code(w);
         }

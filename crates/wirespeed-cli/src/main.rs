@@ -2,6 +2,7 @@
 
 mod bench;
 mod exit;
+mod flight;
 mod tools;
 
 use clap::{Parser, Subcommand};
@@ -29,12 +30,16 @@ enum Command {
     /// One stage of `pipe`, started over ssh.
     #[command(hide = true)]
     Stage(tools::stage::StageArgs),
+    /// Serve the Arrow and Parquet files under a directory over Arrow Flight (and take uploads).
+    Serve(flight::serve::ServeArgs),
+    /// Fetch one flight from a Flight server into a file.
+    Get(flight::get::GetArgs),
     /// Measure transports on this machine.
     Bench(bench::BenchArgs),
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(flight_benchmark_flags(std::env::args_os()));
     let result = match cli.command {
         Command::Send(args) => tools::send::run(args),
         Command::Recv(args) => tools::recv::run(args),
@@ -42,10 +47,29 @@ fn main() {
         Command::Pipe(args) => tools::pipe::run(args),
         Command::Agent(args) => tools::agent::run(args),
         Command::Stage(args) => tools::stage::run(args),
+        Command::Serve(args) => flight::serve::run(args),
+        Command::Get(args) => flight::get::run(args),
         Command::Bench(args) => bench::run(args),
     };
     if let Err(e) = result {
         eprintln!("wirespeed: error: {e:#}");
         std::process::exit(exit::code_for(&e));
     }
+}
+
+/// `bench flight` takes arrow-flight-benchmark's one-dash flags (`-num_streams 4`) as well.
+fn flight_benchmark_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let args: Vec<_> = args.collect();
+    if !(args.len() > 2 && args[1] == "bench" && args[2] == "flight") {
+        return args;
+    }
+    args.into_iter()
+        .map(|a| match a.to_str().and_then(|s| s.strip_prefix('-')).map(|s| s.split_once('=').unwrap_or((s, ""))) {
+            Some((name, value)) if bench::flight::SINGLE_DASH_FLAGS.contains(&name) => {
+                let flag = format!("--{}", name.replace('_', "-"));
+                if value.is_empty() { flag.into() } else { format!("{flag}={value}").into() }
+            }
+            _ => a,
+        })
+        .collect()
 }

@@ -23,7 +23,7 @@ use wirespeed::{Key, Stream};
 
 use crate::error::{Error, Result};
 use crate::grpc::server::{EXCHANGE_ACTION, PUT_ACTION};
-use crate::grpc::{self, MAX_MESSAGE};
+use crate::grpc::{self, CONNECTION_WINDOW, MAX_MESSAGE, STREAM_WINDOW};
 use crate::ipc::{Decoded, DecodedStream};
 use crate::location::{PlaneKind, PlaneLocation};
 use crate::plane::client::Planes;
@@ -84,6 +84,8 @@ impl Client {
         let endpoint = Channel::from_shared(format!("http://{addr}"))
             .map_err(|e| Error::invalid_argument(format!("{url:?}: {e}")))?
             .connect_timeout(std::time::Duration::from_secs(10))
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
             .tcp_nodelay(true);
         let channel =
             runtime.block_on(endpoint.connect()).map_err(|e| Error::unavailable(format!("cannot reach {url}: {e}")))?;

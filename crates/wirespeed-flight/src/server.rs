@@ -11,9 +11,9 @@ use tokio::sync::oneshot;
 use wirespeed::Key;
 
 use crate::error::{Error, Result};
-use crate::grpc::MAX_MESSAGE;
 use crate::grpc::auth::Auth;
 use crate::grpc::server::{Advert, Service};
+use crate::grpc::{CONNECTION_WINDOW, MAX_MESSAGE, STREAM_WINDOW};
 use crate::location::PlaneKind;
 use crate::plane::capability::Minter;
 use crate::plane::server::{Shared, accept_loop};
@@ -98,6 +98,9 @@ impl ServerBuilder {
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE);
             tonic::transport::Server::builder()
+                .initial_stream_window_size(STREAM_WINDOW)
+                .initial_connection_window_size(CONNECTION_WINDOW)
+                .tcp_nodelay(true)
                 .add_service(svc)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stop_rx.await;

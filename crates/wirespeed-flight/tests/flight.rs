@@ -44,10 +44,13 @@ impl Handler for Memory {
         if name == "endless" {
             let pulls = self.endless_pulls.clone();
             let b = batch(0, 1024);
-            return Ok(Output::new(b.schema(), std::iter::repeat_with(move || {
-                pulls.fetch_add(1, Ordering::SeqCst);
-                Ok(Payload::batch(b.clone()))
-            })));
+            return Ok(Output::new(
+                b.schema(),
+                std::iter::repeat_with(move || {
+                    pulls.fetch_add(1, Ordering::SeqCst);
+                    Ok(Payload::batch(b.clone()))
+                }),
+            ));
         }
         if name == "fails-midway" {
             let b = batch(0, 10);
@@ -95,7 +98,11 @@ fn batch(start: i64, rows: i64) -> RecordBatch {
     let dict: DictionaryArray<Int32Type> = (0..rows).map(|i| ["red", "green", "blue"][(i % 3) as usize]).collect();
     RecordBatch::try_from_iter_with_nullable([
         ("a", Arc::new(Int64Array::from_iter_values(start..start + rows)) as ArrayRef, false),
-        ("s", Arc::new(StringArray::from_iter((0..rows).map(|i| (i % 7 != 0).then(|| format!("row {}", start + i))))), true),
+        (
+            "s",
+            Arc::new(StringArray::from_iter((0..rows).map(|i| (i % 7 != 0).then(|| format!("row {}", start + i))))),
+            true,
+        ),
         ("d", Arc::new(dict), false),
     ])
     .unwrap()
@@ -158,7 +165,21 @@ fn put_then_get_on_every_plane() {
             got.push(p.batch.unwrap());
         }
         assert_eq!(got, batches, "{name}");
+        if transport == Transport::Only(PlaneKind::Shm) {
+            let column = got[0].column(0).to_data().buffers()[0].as_ptr();
+            assert!(in_shared_memory(column), "batches read over shm wrap the ring, not a copy");
+        }
     }
+}
+
+/// True if `ptr` lies in a wirespeed shared-memory ring mapped into this process.
+fn in_shared_memory(ptr: *const u8) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().filter(|l| l.contains("memfd:wirespeed-shm")).any(|l| {
+        let (lo, hi) = l.split_whitespace().next().unwrap().split_once('-').unwrap();
+        let (lo, hi) = (usize::from_str_radix(lo, 16).unwrap(), usize::from_str_radix(hi, 16).unwrap());
+        (lo..hi).contains(&(ptr as usize))
+    })
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! `wirespeed bench`: raw transport throughput and latency, and reference figures.
 
+pub mod flight;
 mod memcpy;
 mod raw;
 mod report;
@@ -19,6 +20,10 @@ enum Bench {
     /// The receiving side of `bench raw` (started by it).
     #[command(hide = true)]
     RawServer(raw::ServerArgs),
+    /// Arrow Flight DoGet or DoPut over gRPC or a data plane (arrow-flight-benchmark's flags).
+    Flight(flight::FlightArgs),
+    /// The perf server `bench flight` talks to (started by it unless -server_host is given).
+    FlightServer(flight::FlightServerArgs),
     /// Single-core memcpy speed, the ceiling for one-copy transports.
     Memcpy(memcpy::MemcpyArgs),
 }
@@ -27,6 +32,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
         Bench::Raw(a) => raw::run(a),
         Bench::RawServer(a) => raw::serve(a),
+        Bench::Flight(a) => flight::run(a),
+        Bench::FlightServer(a) => flight::serve(a),
         Bench::Memcpy(a) => memcpy::run(a),
     }
 }

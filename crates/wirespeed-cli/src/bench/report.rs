@@ -77,3 +77,43 @@ impl Report {
         println!("Latency max: {:.0} us", lat.max);
     }
 }
+
+impl Report {
+    /// arrow-flight-benchmark's lines: Speed in MiB/s, like the C++ tool, over `bytes` of data.
+    pub fn print_flight(mut self, put: bool, bytes: u64, as_json: bool) {
+        let lat = self.latency();
+        let (method, verb) = if put { ("DoPut", "written") } else { ("DoGet", "read") };
+        let mib_per_s = bytes as f64 / self.seconds / (1 << 20) as f64;
+        if as_json {
+            let v = json!({
+                "method": method,
+                "transport": self.transport,
+                "batch_bytes": self.message_bytes,
+                "batches": self.messages,
+                "bytes": bytes,
+                "streams": self.streams,
+                "seconds": self.seconds,
+                "mib_per_s": mib_per_s,
+                "mb_per_s": bytes as f64 / self.seconds / 1e6,
+                "batches_per_s": self.msgs_per_s(),
+                "latency_us": { "mean": lat.mean, "p50": lat.p50, "p95": lat.p95, "p99": lat.p99, "max": lat.max },
+            });
+            println!("{v}");
+            return;
+        }
+        println!("Testing method: {method}");
+        println!("Transport: {}", self.transport);
+        println!("Number of concurrent gets/puts: {}", self.streams);
+        println!("Batch size: {}", self.message_bytes);
+        println!("Batches {verb}: {}", self.messages);
+        println!("Bytes {verb}: {bytes}");
+        println!("Nanos: {}", (self.seconds * 1e9) as u64);
+        println!("Speed: {mib_per_s:.3} MB/s");
+        println!("Throughput: {:.3} batches/s", self.msgs_per_s());
+        println!("Latency mean: {:.0} us", lat.mean);
+        println!("Latency quantile=0.5: {:.0} us", lat.p50);
+        println!("Latency quantile=0.95: {:.0} us", lat.p95);
+        println!("Latency quantile=0.99: {:.0} us", lat.p99);
+        println!("Latency max: {:.0} us", lat.max);
+    }
+}

@@ -15,6 +15,10 @@ use crate::service::{Payload, Payloads};
 
 /// gRPC's own limit is 4 MiB; Flight batches are often larger.
 pub const MAX_MESSAGE: usize = 1 << 30;
+/// HTTP/2 flow-control windows: the 64 KiB default holds a stream to one small batch per
+/// round trip.
+pub const STREAM_WINDOW: u32 = 16 << 20;
+pub const CONNECTION_WINDOW: u32 = 64 << 20;
 
 pub fn flight_data(frame: Frame) -> FlightData {
     FlightData {

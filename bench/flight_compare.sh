@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# wirespeed's Flight planes against pyarrow.flight, in one run on this machine.
+#
+# DoGet and DoPut, one stream, at 128 KiB and 2 MiB batches (4 int64 columns): wirespeed over
+# grpc, tcp, shm and ucx (`wirespeed bench flight`), pyarrow client and server over grpc+tcp
+# and grpc+unix (bench/flight_perf_pyarrow.py). Medians of RUNS runs; ratios against the pyarrow
+# transport each target names. Env: RUNS (3), BYTES per stream (1.28 GB), PY (the venv python).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-3}
+BYTES=${BYTES:-1280000000}
+PY=${PY:-.venv/bin/python}
+WS=${WS:-target/release/wirespeed}
+RECORDS=$((BYTES / 32))
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+field() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print(d$1)"; }
+
+port=$(( (RANDOM % 20000) + 30000 ))
+"$PY" bench/flight_perf_pyarrow.py serve "grpc+tcp://127.0.0.1:$port" >/dev/null &
+"$PY" bench/flight_perf_pyarrow.py serve "grpc+unix://$work/flight.sock" >/dev/null &
+sleep 2
+
+printf '%-6s %-8s %-10s %10s %12s   %s\n' method batch plane "MB/s" "p50 lat us" "ratio (vs pyarrow)"
+for per_batch in 4096 65536; do
+  for method in get put; do
+    declare -A mbs=() lat=()
+    measure() { # name, command...
+      local name=$1; shift
+      local outs=()
+      for _ in $(seq "$RUNS"); do outs+=("$("$@")"); done
+      mbs[$name]=$(for o in "${outs[@]}"; do echo "$o" | field "['mb_per_s']"; done | median)
+      lat[$name]=$(for o in "${outs[@]}"; do echo "$o" | field "['latency_us']['p50']"; done | median)
+    }
+    put_flag=(); [ "$method" = put ] && put_flag=(-test_put)
+    measure py-tcp "$PY" bench/flight_perf_pyarrow.py "$method" "grpc+tcp://127.0.0.1:$port" "$RECORDS" "$per_batch"
+    measure py-unix "$PY" bench/flight_perf_pyarrow.py "$method" "grpc+unix://$work/flight.sock" "$RECORDS" "$per_batch"
+    for plane in grpc tcp shm ucx; do
+      measure "$plane" "$WS" bench flight -transport "$plane" -num_streams 1 -num_threads 1 \
+        -records_per_stream "$RECORDS" -records_per_batch "$per_batch" "${put_flag[@]}" --json
+    done
+    label="$((per_batch * 32 / 1024))KiB"
+    for name in py-tcp py-unix grpc tcp shm ucx; do
+      case $name in
+        grpc|tcp|ucx) base=py-tcp ;;
+        shm) base=py-unix ;;
+        *) base="" ;;
+      esac
+      ratio=""
+      if [ -n "$base" ]; then
+        ratio=$(awk -v a="${mbs[$name]}" -v b="${mbs[$base]}" -v la="${lat[$name]}" -v lb="${lat[$base]}" \
+          'BEGIN {printf "%.2fx %s, latency %.2fx", a / b, "'"$base"'", la / lb}')
+      fi
+      printf '%-6s %-8s %-10s %10.0f %12.1f   %s\n' "$method" "$label" "$name" "${mbs[$name]}" "${lat[$name]}" "$ratio"
+    done
+    unset mbs lat
+  done
+done

@@ -1,0 +1,307 @@
+//! `wirespeed bench flight`: arrow-flight-benchmark's test, flags and output, over any plane.
+//!
+//! Without `-server_host` it starts `wirespeed bench flight-server` as a child process on
+//! loopback, as arrow-flight-benchmark starts its perf server. Data: 4 int64 columns, so 4096
+//! records make a 128 KiB batch. Latency is the time each batch took to read (or write).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use bytes::Bytes;
+use clap::Args;
+use serde_json::json;
+use wirespeed::Key;
+use wirespeed_flight::{Client, Error, Handler, Input, Output, Payload, Server};
+
+use super::report::Report;
+use crate::flight::get::transport;
+
+/// The flags arrow-flight-benchmark spells with one dash; `main` rewrites them to two.
+pub const SINGLE_DASH_FLAGS: [&str; 8] = [
+    "transport",
+    "server_host",
+    "server_port",
+    "num_streams",
+    "num_threads",
+    "records_per_stream",
+    "records_per_batch",
+    "test_put",
+];
+
+#[derive(Args, Debug)]
+pub struct FlightArgs {
+    /// grpc, or a data plane: shm, tcp, ucx.
+    #[arg(long, default_value = "grpc")]
+    transport: String,
+    /// A running `wirespeed bench flight-server`; without it one is started on loopback.
+    #[arg(long)]
+    server_host: Option<String>,
+    #[arg(long, default_value_t = 31337)]
+    server_port: u16,
+    /// Streams (endpoints) to read or write.
+    #[arg(long, default_value_t = 4)]
+    num_streams: usize,
+    /// Client threads sharing the streams.
+    #[arg(long, default_value_t = 4)]
+    num_threads: usize,
+    #[arg(long, default_value_t = 10_000_000)]
+    records_per_stream: u64,
+    #[arg(long, default_value_t = 4096)]
+    records_per_batch: usize,
+    /// Measure DoPut instead of DoGet.
+    #[arg(long)]
+    test_put: bool,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FlightServerArgs {
+    #[arg(long, default_value = "127.0.0.1:31337")]
+    listen: String,
+}
+
+/// What a stream holds, as its ticket says.
+#[derive(Clone, Copy)]
+struct Perf {
+    records: u64,
+    per_batch: usize,
+}
+
+impl Perf {
+    fn encode(&self) -> Bytes {
+        Bytes::from(json!({"records": self.records, "per_batch": self.per_batch}).to_string())
+    }
+
+    fn decode(b: &[u8]) -> wirespeed_flight::Result<Perf> {
+        let v: serde_json::Value =
+            serde_json::from_slice(b).map_err(|_| Error::invalid_argument("not a perf ticket"))?;
+        let field =
+            |k: &str| v.get(k).and_then(|x| x.as_u64()).ok_or_else(|| Error::invalid_argument("not a perf ticket"));
+        let per_batch = field("per_batch")? as usize;
+        if per_batch == 0 || per_batch > 1 << 24 {
+            return Err(Error::invalid_argument("records per batch must be 1 to 16M"));
+        }
+        Ok(Perf { records: field("records")?, per_batch })
+    }
+}
+
+fn batch(rows: usize) -> RecordBatch {
+    let column = |seed: i64| Arc::new(Int64Array::from_iter_values((0..rows as i64).map(|i| i * 4 + seed))) as ArrayRef;
+    RecordBatch::try_from_iter([("a", column(0)), ("b", column(1)), ("c", column(2)), ("d", column(3))]).expect("valid")
+}
+
+/// The perf server: DoGet streams one prepared batch over and over, DoPut counts, DoExchange
+/// echoes.
+struct PerfService;
+
+impl Handler for PerfService {
+    fn get_flight_info(&self, descriptor: &FlightDescriptor) -> wirespeed_flight::Result<FlightInfo> {
+        let v: serde_json::Value = serde_json::from_slice(&descriptor.cmd)
+            .map_err(|_| Error::invalid_argument("send a perf command: {streams, records, per_batch}"))?;
+        let streams = v.get("streams").and_then(|x| x.as_u64()).unwrap_or(1);
+        let perf = Perf::decode(&descriptor.cmd)?;
+        let mut info = FlightInfo::new().try_with_schema(&batch(0).schema())?.with_descriptor(descriptor.clone());
+        for _ in 0..streams {
+            info = info.with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(perf.encode())));
+        }
+        Ok(info.with_total_records((streams * perf.records) as i64))
+    }
+
+    fn do_get(&self, ticket: &[u8]) -> wirespeed_flight::Result<Output> {
+        let perf = Perf::decode(ticket)?;
+        let full = batch(perf.per_batch);
+        let mut left = perf.records;
+        let batches = std::iter::from_fn(move || {
+            let n = left.min(perf.per_batch as u64) as usize;
+            left -= n as u64;
+            (n > 0).then(|| Ok(Payload::batch(full.slice(0, n))))
+        });
+        Ok(Output::new(batch(0).schema(), batches))
+    }
+
+    fn do_put(&self, _descriptor: &FlightDescriptor, input: Input) -> wirespeed_flight::Result<Vec<Bytes>> {
+        let mut rows = 0u64;
+        for p in input {
+            rows += p?.batch.map_or(0, |b| b.num_rows() as u64);
+        }
+        Ok(vec![Bytes::from(rows.to_string())])
+    }
+
+    fn do_exchange(&self, _descriptor: &FlightDescriptor, input: Input) -> wirespeed_flight::Result<Output> {
+        Ok(Output::new(input.schema().clone(), input))
+    }
+}
+
+pub fn serve(a: FlightServerArgs) -> Result<()> {
+    let mut builder = Server::builder(PerfService).listen(&a.listen);
+    if let Some(key) = Key::from_env_or_file(None)? {
+        builder = builder.key(key);
+    }
+    let server = builder.start()?;
+    println!("listening {}", server.url());
+    server.wait()?;
+    Ok(())
+}
+
+pub fn run(a: FlightArgs) -> Result<()> {
+    let transport = transport(&a.transport)?;
+    let (key, key_text) = match std::env::var("WIRESPEED_KEY") {
+        Ok(text) => (Key::new(text.clone())?, text),
+        Err(_) => {
+            let (k, text) = Key::generate()?;
+            (k, text)
+        }
+    };
+    let mut child = None;
+    let url = match &a.server_host {
+        Some(host) => format!("grpc://{host}:{}", a.server_port),
+        None => {
+            let (c, url) = spawn_server(&key_text)?;
+            child = Some(ChildGuard(c));
+            url
+        }
+    };
+    let client = Client::connect(&url)?.with_key(key).with_transport(transport);
+    let perf = Perf { records: a.records_per_stream, per_batch: a.records_per_batch };
+    let batch_bytes = a.records_per_batch * 4 * 8;
+
+    let started = Instant::now();
+    let (records, latencies) = if a.test_put { put(&client, &a, perf)? } else { get(&client, &a, perf)? };
+    let seconds = started.elapsed().as_secs_f64();
+    drop(child);
+
+    let plane = match transport {
+        wirespeed_flight::Transport::Only(k) => k.scheme(),
+        _ => "grpc",
+    };
+    let batches = latencies.len() as u64;
+    let report = Report {
+        transport: plane.to_string(),
+        message_bytes: batch_bytes,
+        messages: batches,
+        streams: a.num_streams,
+        seconds,
+        latencies_ns: latencies,
+    };
+    report.print_flight(a.test_put, records * 32, a.json);
+    Ok(())
+}
+
+/// Reads every stream; returns the records and each batch's read time.
+fn get(client: &Client, a: &FlightArgs, perf: Perf) -> Result<(u64, Vec<u64>)> {
+    let cmd = json!({"streams": a.num_streams, "records": perf.records, "per_batch": perf.per_batch}).to_string();
+    let info = client.get_flight_info(&FlightDescriptor::new_cmd(cmd))?;
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new((0u64, Vec::new()));
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = (0..a.num_threads.max(1))
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    while let Some(endpoint) = info.endpoint.get(next.fetch_add(1, Ordering::SeqCst)) {
+                        let mut reader = client.do_get(endpoint)?;
+                        let (mut records, mut lat) = (0u64, Vec::new());
+                        let mut t = Instant::now();
+                        while let Some(b) = reader.next() {
+                            records += b?.num_rows() as u64;
+                            lat.push(t.elapsed().as_nanos() as u64);
+                            t = Instant::now();
+                        }
+                        let mut r = results.lock().expect("results");
+                        r.0 += records;
+                        r.1.extend(lat);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().map_err(|_| anyhow::anyhow!("a reader thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    let (records, lat) = results.into_inner().expect("results");
+    if records != perf.records * a.num_streams as u64 {
+        bail!("read {records} records, expected {}", perf.records * a.num_streams as u64);
+    }
+    Ok((records, lat))
+}
+
+/// Writes every stream; returns the records and each batch's write time.
+fn put(client: &Client, a: &FlightArgs, perf: Perf) -> Result<(u64, Vec<u64>)> {
+    let full = batch(perf.per_batch);
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new((0u64, Vec::new()));
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = (0..a.num_threads.max(1))
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    while next.fetch_add(1, Ordering::SeqCst) < a.num_streams {
+                        let descriptor = FlightDescriptor::new_path(vec!["perf-put".into()]);
+                        let mut writer = client.do_put(&descriptor, &full.schema())?;
+                        let (mut left, mut lat) = (perf.records, Vec::new());
+                        while left > 0 {
+                            let n = left.min(perf.per_batch as u64) as usize;
+                            let t = Instant::now();
+                            writer.write(full.slice(0, n))?;
+                            lat.push(t.elapsed().as_nanos() as u64);
+                            left -= n as u64;
+                        }
+                        let stored: u64 = writer
+                            .finish()?
+                            .first()
+                            .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok())
+                            .context("the server sent no row count")?;
+                        let mut r = results.lock().expect("results");
+                        r.0 += stored;
+                        r.1.extend(lat);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().map_err(|_| anyhow::anyhow!("a writer thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    let (records, lat) = results.into_inner().expect("results");
+    if records != perf.records * a.num_streams as u64 {
+        bail!("the server stored {records} records, expected {}", perf.records * a.num_streams as u64);
+    }
+    Ok((records, lat))
+}
+
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_server(key_text: &str) -> Result<(Child, String)> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["bench", "flight-server", "--listen", "127.0.0.1:0"])
+        .env("WIRESPEED_KEY", key_text)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the perf server")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+    match line.trim().strip_prefix("listening ") {
+        Some(url) => Ok((child, url.to_string())),
+        None => {
+            let _ = child.kill();
+            bail!("the perf server did not start")
+        }
+    }
+}

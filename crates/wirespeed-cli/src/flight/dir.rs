@@ -1,0 +1,246 @@
+//! A directory as a Flight service: every Arrow IPC file (`.arrow`, `.feather`, `.arrows`)
+//! and Parquet file below the root is a flight keyed by its relative path. Uploads land under
+//! a hidden temporary name and are renamed into place only once complete.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use arrow_ipc::reader::{FileReader, StreamReader};
+use arrow_ipc::writer::FileWriter;
+use arrow_schema::{ArrowError, SchemaRef};
+use bytes::Bytes;
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use wirespeed_files::paths::{join_under, part_path};
+use wirespeed_flight::{Error, Handler, Input, Output, Payload, Result};
+
+pub struct DirService {
+    root: PathBuf,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    IpcFile,
+    IpcStream,
+    Parquet,
+}
+
+fn format_of(path: &Path) -> Option<Format> {
+    match path.extension()?.to_str()? {
+        "arrow" | "feather" | "ipc" => Some(Format::IpcFile),
+        "arrows" => Some(Format::IpcStream),
+        "parquet" => Some(Format::Parquet),
+        _ => None,
+    }
+}
+
+/// Batches read from a file, in order.
+type Batches = Box<dyn Iterator<Item = std::result::Result<RecordBatch, ArrowError>> + Send>;
+
+/// Opens a flight's file; errors name the flight, not the server's paths.
+fn open(path: &Path, name: &str) -> Result<(SchemaRef, Batches, Option<i64>)> {
+    let format = format_of(path).ok_or_else(|| Error::not_found(format!("{name}: not an Arrow or Parquet file")))?;
+    let file = File::open(path).map_err(|e| io_error(name, e))?;
+    let bad = |e: &dyn std::fmt::Display| Error::internal(format!("{name}: {e}"));
+    match format {
+        Format::IpcFile => {
+            let r = FileReader::try_new_buffered(file, None).map_err(|e| bad(&e))?;
+            Ok((r.schema(), Box::new(r), None))
+        }
+        Format::IpcStream => {
+            let r = StreamReader::try_new(BufReader::new(file), None).map_err(|e| bad(&e))?;
+            Ok((r.schema(), Box::new(r), None))
+        }
+        Format::Parquet => {
+            let b = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| bad(&e))?;
+            let rows = b.metadata().file_metadata().num_rows();
+            let schema = b.schema().clone();
+            let r = b.build().map_err(|e| bad(&e))?;
+            Ok((schema, Box::new(r), Some(rows)))
+        }
+    }
+}
+
+fn io_error(name: &str, e: std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => Error::not_found(format!("no flight {name}")),
+        std::io::ErrorKind::PermissionDenied => Error::permission_denied(format!("{name}: {e}")),
+        _ => Error::internal(format!("{name}: {e}")),
+    }
+}
+
+impl DirService {
+    pub fn new(root: PathBuf) -> anyhow::Result<Self> {
+        anyhow::ensure!(root.is_dir(), "{} is not a directory", root.display());
+        Ok(DirService { root })
+    }
+
+    /// The file a flight name points at, refusing names that leave the root or pass through
+    /// a symlink.
+    fn resolve(&self, name: &str) -> Result<PathBuf> {
+        let path = join_under(&self.root, name.as_bytes())
+            .map_err(|_| Error::invalid_argument(format!("bad flight name {name:?}")))?;
+        let mut at = self.root.clone();
+        for part in Path::new(name).components() {
+            at.push(part);
+            if at.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(Error::permission_denied(format!("{name:?} passes through a symlink")));
+            }
+        }
+        Ok(path)
+    }
+
+    fn name_of(descriptor: &FlightDescriptor) -> Result<String> {
+        if descriptor.path.is_empty() {
+            return Err(Error::invalid_argument("this server takes path descriptors (the file's path under its root)"));
+        }
+        Ok(descriptor.path.join("/"))
+    }
+
+    fn info(&self, name: &str) -> Result<FlightInfo> {
+        let path = self.resolve(name)?;
+        let (schema, batches, rows) = open(&path, name)?;
+        let rows = match rows {
+            Some(r) => r,
+            None => batches.map(|b| b.map(|b| b.num_rows() as i64).unwrap_or(0)).sum(),
+        };
+        let bytes = path.metadata().map(|m| m.len() as i64).unwrap_or(-1);
+        Ok(FlightInfo::new()
+            .try_with_schema(&schema)?
+            .with_descriptor(FlightDescriptor::new_path(vec![name.to_string()]))
+            .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(name.to_string())))
+            .with_total_records(rows)
+            .with_total_bytes(bytes))
+    }
+
+    /// Every servable file below the root, as relative names, sorted.
+    fn names(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for e in entries.flatten() {
+                let Ok(kind) = e.file_type() else { continue };
+                let path = e.path();
+                let hidden = e.file_name().to_string_lossy().starts_with('.');
+                if kind.is_dir() && !hidden {
+                    stack.push(path);
+                } else if kind.is_file() && !hidden && format_of(&path).is_some() {
+                    if let Some(rel) = path.strip_prefix(&self.root).ok().and_then(|p| p.to_str()) {
+                        out.push(rel.to_string());
+                    }
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+impl Handler for DirService {
+    fn list_flights(&self, criteria: &[u8]) -> Result<Vec<FlightInfo>> {
+        let prefix = String::from_utf8_lossy(criteria);
+        // A file that cannot be read is left out of the listing rather than failing it.
+        Ok(self.names().iter().filter(|n| n.starts_with(&*prefix)).filter_map(|n| self.info(n).ok()).collect())
+    }
+
+    fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo> {
+        self.info(&Self::name_of(descriptor)?)
+    }
+
+    fn get_schema(&self, descriptor: &FlightDescriptor) -> Result<SchemaRef> {
+        let name = Self::name_of(descriptor)?;
+        Ok(open(&self.resolve(&name)?, &name)?.0)
+    }
+
+    fn do_get(&self, ticket: &[u8]) -> Result<Output> {
+        let name = std::str::from_utf8(ticket).map_err(|_| Error::invalid_argument("tickets are UTF-8 paths"))?;
+        let (schema, batches, _) = open(&self.resolve(name)?, name)?;
+        Ok(Output::new(schema, batches.map(|b| b.map(Payload::batch).map_err(Error::from))))
+    }
+
+    fn do_put(&self, descriptor: &FlightDescriptor, input: Input) -> Result<Vec<Bytes>> {
+        let name = Self::name_of(descriptor)?;
+        let dest = self.resolve(&name)?;
+        let format = format_of(&dest).ok_or_else(|| {
+            Error::invalid_argument(format!("{name:?}: name it .arrow, .feather, .arrows or .parquet"))
+        })?;
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_error(&name, e))?;
+        }
+        let part = part_path(&dest);
+        match write_file(&part, &name, format, input) {
+            Ok(rows) => {
+                std::fs::rename(&part, &dest).map_err(|e| io_error(&name, e))?;
+                Ok(vec![Bytes::from(format!("{{\"path\":{name:?},\"rows\":{rows}}}"))])
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&part);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Writes the upload to `part` and syncs it; returns the rows written.
+fn write_file(part: &Path, name: &str, format: Format, input: Input) -> Result<u64> {
+    let schema = input.schema().clone();
+    let file = File::create(part).map_err(|e| io_error(name, e))?;
+    let mut rows = 0u64;
+    let file = match format {
+        Format::Parquet => {
+            let mut w = ArrowWriter::try_new(file, schema, None).map_err(|e| Error::internal(e.to_string()))?;
+            for p in input {
+                if let Some(b) = p?.batch {
+                    rows += b.num_rows() as u64;
+                    w.write(&b).map_err(|e| Error::internal(format!("{name}: {e}")))?;
+                }
+            }
+            w.into_inner().map_err(|e| Error::internal(format!("{name}: {e}")))?
+        }
+        Format::IpcFile | Format::IpcStream => {
+            let mut w: Box<dyn IpcSink> = match format {
+                Format::IpcFile => Box::new(FileWriter::try_new(file, &schema)?),
+                _ => Box::new(arrow_ipc::writer::StreamWriter::try_new(file, &schema)?),
+            };
+            for p in input {
+                if let Some(b) = p?.batch {
+                    rows += b.num_rows() as u64;
+                    w.write_batch(&b)?;
+                }
+            }
+            w.finish_file()?
+        }
+    };
+    file.sync_all().map_err(|e| io_error(name, e))?;
+    Ok(rows)
+}
+
+/// The two IPC writers, as one.
+trait IpcSink {
+    fn write_batch(&mut self, batch: &RecordBatch) -> std::result::Result<(), ArrowError>;
+    fn finish_file(self: Box<Self>) -> std::result::Result<File, ArrowError>;
+}
+
+impl IpcSink for FileWriter<File> {
+    fn write_batch(&mut self, batch: &RecordBatch) -> std::result::Result<(), ArrowError> {
+        self.write(batch)
+    }
+    fn finish_file(mut self: Box<Self>) -> std::result::Result<File, ArrowError> {
+        self.finish()?;
+        self.into_inner()
+    }
+}
+
+impl IpcSink for arrow_ipc::writer::StreamWriter<File> {
+    fn write_batch(&mut self, batch: &RecordBatch) -> std::result::Result<(), ArrowError> {
+        self.write(batch)
+    }
+    fn finish_file(mut self: Box<Self>) -> std::result::Result<File, ArrowError> {
+        self.finish()?;
+        self.into_inner()
+    }
+}

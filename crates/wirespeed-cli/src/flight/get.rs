@@ -1,0 +1,154 @@
+//! `wirespeed get URL PATH -o FILE`: fetches one flight from any Flight server, over the
+//! fastest plane it offers, into an Arrow IPC file (or Parquet, or an IPC stream on stdout).
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use clap::Args;
+use parquet::arrow::ArrowWriter;
+use wirespeed_files::paths::part_path;
+use wirespeed_flight::{Client, FlightDescriptor, PlaneKind, Transport};
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// The server: grpc://host:port.
+    url: String,
+    /// The flight's path on the server.
+    path: String,
+    /// Where to write it: FILE.arrow (or .feather), FILE.parquet, or - for an IPC stream on
+    /// standard output.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Plane: auto (the fastest offered), grpc, shm, tcp or ucx.
+    #[arg(long, default_value = "auto")]
+    transport: String,
+    /// Data-plane key file instead of WIRESPEED_KEY; with neither, gRPC carries the data.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Password file (or WIRESPEED_FLIGHT_PASSWORD) for servers that want Basic auth.
+    #[arg(long)]
+    password_file: Option<PathBuf>,
+    /// Print rows, bytes, plane and speed.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+pub fn transport(name: &str) -> anyhow::Result<Transport> {
+    Ok(match name {
+        "auto" => Transport::Auto,
+        "grpc" => Transport::Grpc,
+        other => Transport::Only(
+            PlaneKind::parse(other)
+                .ok_or_else(|| anyhow::anyhow!("unknown transport {other:?} (auto, grpc, shm, tcp, ucx)"))?,
+        ),
+    })
+}
+
+pub fn run(a: GetArgs) -> anyhow::Result<()> {
+    let mut client = Client::connect(&a.url)?.with_transport(transport(&a.transport)?);
+    if let Some(key) = super::key(a.key_file.as_deref())? {
+        client = client.with_key(key);
+    }
+    if let Some(p) = super::password(a.password_file.as_deref())? {
+        client.authenticate("wirespeed", &p)?;
+    }
+    let started = Instant::now();
+    let descriptor = FlightDescriptor::new_path(vec![a.path.clone()]);
+    let info = client.get_flight_info(&descriptor).with_context(|| format!("cannot get {}", a.path))?;
+    let schema = std::sync::Arc::new(info.clone().try_decode_schema()?);
+    let mut sink = Sink::create(&a.output, &schema)?;
+    let (mut rows, mut bytes, mut plane) = (0u64, 0u64, "grpc");
+    let fetched = (|| -> anyhow::Result<()> {
+        for endpoint in &info.endpoint {
+            let reader = client.do_get(endpoint)?;
+            plane = reader.plane().name();
+            for batch in reader {
+                let batch = batch?;
+                rows += batch.num_rows() as u64;
+                bytes += batch.get_array_memory_size() as u64;
+                sink.write(&batch)?;
+            }
+        }
+        Ok(())
+    })();
+    match fetched {
+        Ok(()) => sink.commit()?,
+        Err(e) => {
+            sink.abandon();
+            return Err(e.context(format!("cannot get {}", a.path)));
+        }
+    }
+    if a.verbose {
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!(
+            "wirespeed: {rows} rows, {:.1} MB over {plane} in {secs:.2} s ({:.2} GB/s)",
+            bytes as f64 / 1e6,
+            bytes as f64 / secs / 1e9
+        );
+    }
+    Ok(())
+}
+
+/// The output, written under a hidden name until complete.
+enum Sink {
+    Ipc { writer: arrow_ipc::writer::FileWriter<File>, part: PathBuf, dest: PathBuf },
+    Parquet { writer: ArrowWriter<File>, part: PathBuf, dest: PathBuf },
+    Stdout(arrow_ipc::writer::StreamWriter<std::io::Stdout>),
+}
+
+impl Sink {
+    fn create(dest: &std::path::Path, schema: &SchemaRef) -> anyhow::Result<Self> {
+        if dest.as_os_str() == "-" {
+            return Ok(Sink::Stdout(arrow_ipc::writer::StreamWriter::try_new(std::io::stdout(), schema)?));
+        }
+        let part = part_path(dest);
+        let file = File::create(&part).with_context(|| format!("cannot create {}", part.display()))?;
+        let dest = dest.to_path_buf();
+        Ok(if dest.extension().is_some_and(|e| e == "parquet") {
+            Sink::Parquet { writer: ArrowWriter::try_new(file, schema.clone(), None)?, part, dest }
+        } else {
+            Sink::Ipc { writer: arrow_ipc::writer::FileWriter::try_new(file, schema)?, part, dest }
+        })
+    }
+
+    fn write(&mut self, batch: &RecordBatch) -> anyhow::Result<()> {
+        match self {
+            Sink::Ipc { writer, .. } => writer.write(batch)?,
+            Sink::Parquet { writer, .. } => writer.write(batch)?,
+            Sink::Stdout(writer) => writer.write(batch)?,
+        }
+        Ok(())
+    }
+
+    fn commit(self) -> anyhow::Result<()> {
+        let (file, part, dest) = match self {
+            Sink::Ipc { mut writer, part, dest } => {
+                writer.finish()?;
+                (writer.into_inner()?, part, dest)
+            }
+            Sink::Parquet { writer, part, dest } => (writer.into_inner()?, part, dest),
+            Sink::Stdout(mut writer) => {
+                writer.finish()?;
+                writer.into_inner()?.flush()?;
+                return Ok(());
+            }
+        };
+        file.sync_all().with_context(|| format!("cannot write {}", part.display()))?;
+        std::fs::rename(&part, &dest).with_context(|| format!("cannot rename into {}", dest.display()))?;
+        Ok(())
+    }
+
+    fn abandon(self) {
+        match self {
+            Sink::Ipc { part, .. } | Sink::Parquet { part, .. } => {
+                let _ = std::fs::remove_file(part);
+            }
+            Sink::Stdout(_) => {}
+        }
+    }
+}

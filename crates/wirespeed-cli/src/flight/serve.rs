@@ -1,0 +1,69 @@
+//! `wirespeed serve DIR [--listen HOST:PORT]`: a Flight server for the Arrow and Parquet files
+//! under DIR, with uploads, on gRPC and on every data plane.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use wirespeed::Key;
+use wirespeed_flight::{PlaneKind, Server};
+
+use super::dir::DirService;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The directory to serve; uploads land in it too.
+    dir: PathBuf,
+    /// gRPC address; the data planes listen on the same host.
+    #[arg(long, default_value = "0.0.0.0:8815")]
+    listen: String,
+    /// Data planes to offer besides gRPC: any of shm, tcp, ucx, or none.
+    #[arg(long, default_value = "shm,ucx,tcp", value_delimiter = ',')]
+    planes: Vec<String>,
+    /// Data-plane key file instead of WIRESPEED_KEY; with neither, one is generated and printed.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Require this password (Flight Basic auth, then bearer tokens) instead of
+    /// WIRESPEED_FLIGHT_PASSWORD; with neither, gRPC is open.
+    #[arg(long)]
+    password_file: Option<PathBuf>,
+}
+
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    let service = DirService::new(a.dir.clone())?;
+    let mut planes = Vec::new();
+    for p in a.planes.iter().filter(|p| p.as_str() != "none") {
+        planes.push(PlaneKind::parse(p).ok_or_else(|| anyhow::anyhow!("unknown plane {p:?} (shm, tcp, ucx or none)"))?);
+    }
+    let mut builder = Server::builder(service).listen(&a.listen).planes(&planes);
+    if !planes.is_empty() {
+        let key = match super::key(a.key_file.as_deref())? {
+            Some(k) => k,
+            None => {
+                let (k, text) = Key::generate()?;
+                eprintln!("wirespeed: key {text} (clients need it as WIRESPEED_KEY for the data planes)");
+                k
+            }
+        };
+        builder = builder.key(key);
+    }
+    if let Some(p) = super::password(a.password_file.as_deref())? {
+        builder = builder.password(p);
+    }
+    let server = builder.start().with_context(|| format!("cannot serve on {}", a.listen))?;
+    let planes: Vec<&str> = server.planes().iter().map(|(k, _)| k.scheme()).collect();
+    let planes = if planes.is_empty() { "none".to_string() } else { planes.join(", ") };
+    eprintln!(
+        "wirespeed: serving {} on grpc://{} (data planes: {planes})",
+        a.dir.display(),
+        listen_addr(&a.listen, &server)
+    );
+    server.wait()?;
+    Ok(())
+}
+
+/// What to print as the address: the port the server got, on the host asked for.
+fn listen_addr(listen: &str, server: &Server) -> String {
+    let host = listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("0.0.0.0");
+    format!("{host}:{}", server.addr().port())
+}
