@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: run test bootstrap build lint unit conformance-ucx bench-compare
+.PHONY: run test bootstrap build lint unit conformance-ucx interop bench-compare bench-flight
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -27,8 +27,17 @@ conformance-ucx: bootstrap
 	UCX_TLS=tcp WIRESPEED_UCX_ERROR_MODE=peer cargo test --locked -p wirespeed --test conformance ucx::
 	UCX_TLS=posix,cma,self cargo test --locked -p wirespeed --test conformance ucx::
 
-test: lint unit conformance-ucx
+# Arrow Flight interop with a real pyarrow (from the bootstrap's venv), both directions.
+interop: bootstrap
+	cargo build --locked -p wirespeed-cli
+	.venv/bin/python -m pytest -q tests/interop
+
+test: lint unit conformance-ucx interop
 
 # Peers in the same run: iperf3, ucx_perftest, memcpy.
 bench-compare: build
 	@bash bench/compare.sh
+
+# Flight planes against pyarrow.flight over grpc+tcp and grpc+unix.
+bench-flight: build
+	@bash bench/flight_compare.sh

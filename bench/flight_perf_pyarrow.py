@@ -20,6 +20,13 @@ def batch(rows):
 
 
 class PerfServer(flight.FlightServerBase):
+    def get_flight_info(self, context, descriptor):
+        # The command `wirespeed bench flight` sends: {"streams", "records", "per_batch"}.
+        spec = json.loads(descriptor.command)
+        ticket = json.dumps({"records": spec["records"], "per_batch": spec["per_batch"]}).encode()
+        endpoints = [flight.FlightEndpoint(ticket, []) for _ in range(spec["streams"])]
+        return flight.FlightInfo(batch(0).schema, descriptor, endpoints, spec["streams"] * spec["records"], -1)
+
     def do_get(self, context, ticket):
         spec = json.loads(ticket.ticket)
         full = batch(spec["per_batch"])

@@ -25,3 +25,21 @@ if command -v rustup >/dev/null 2>&1; then
   rustup show active-toolchain >/dev/null
 fi
 command -v cargo >/dev/null || { echo "bootstrap: cargo not found; install rustup first" >&2; exit 1; }
+
+# A Python venv with pyarrow: the foreign Flight client and server in the interop tests and
+# the peer in bench/flight_compare.sh. Pinned, so every machine tests against the same pyarrow.
+PY_PACKAGES=(pyarrow==26.0.1 pytest==9.2.0)
+VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+if ! "$VENV/bin/python" -c "import pyarrow.flight, pytest" >/dev/null 2>&1; then
+  echo "bootstrap: creating $VENV with ${PY_PACKAGES[*]}"
+  rm -rf "$VENV"
+  if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+  fi
+  "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+fi

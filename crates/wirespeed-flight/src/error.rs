@@ -71,8 +71,12 @@ impl Error {
 }
 
 impl From<tonic::Status> for Error {
+    /// Keeps the message proper: Arrow servers append ". Detail: …" (a Python traceback from
+    /// pyarrow) after it.
     fn from(s: tonic::Status) -> Self {
-        Error::Status { code: s.code(), message: s.message().to_string() }
+        let first_line = s.message().lines().next().unwrap_or_default();
+        let message = first_line.split(". Detail: ").next().unwrap_or_default();
+        Error::Status { code: s.code(), message: message.to_string() }
     }
 }
 

@@ -14,10 +14,12 @@ use bytes::Bytes;
 use wirespeed::Key;
 use wirespeed_flight::{Client, Code, Error, Handler, Input, Output, Payload, PlaneKind, Result, Server, Transport};
 
+type Flights = HashMap<String, (SchemaRef, Vec<RecordBatch>)>;
+
 /// Flights kept in memory, keyed by path; "endless" streams batches until cancelled.
 #[derive(Default, Clone)]
 struct Memory {
-    flights: Arc<Mutex<HashMap<String, (SchemaRef, Vec<RecordBatch>)>>>,
+    flights: Arc<Mutex<Flights>>,
     endless_pulls: Arc<AtomicUsize>,
 }
 

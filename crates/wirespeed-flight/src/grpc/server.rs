@@ -116,7 +116,10 @@ async fn open_input(mut stream: Streaming<FlightData>) -> Result<(FlightDescript
         .flight_descriptor
         .clone()
         .ok_or_else(|| Status::invalid_argument("the first message must carry a FlightDescriptor"))?;
-    Ok((descriptor, Reader::new(stream, Handle::current(), Some(first))))
+    // A client may name the flight in a message of its own (pyarrow does for DoExchange).
+    let naming_only = first.data_header.is_empty() && first.app_metadata.is_empty();
+    let pending = (!naming_only).then_some(first);
+    Ok((descriptor, Reader::new(stream, Handle::current(), pending)))
 }
 
 fn input(mut reader: Reader) -> Result<Input> {

@@ -35,10 +35,8 @@ impl Planes {
     /// A stream on a cached connection, or on a fresh one if there is none or it died.
     fn stream(&self, url: &str) -> Result<Stream> {
         let cached = self.connections.lock().expect("planes lock").get(url).cloned();
-        if let Some(conn) = cached {
-            if let Ok(stream) = conn.open_stream() {
-                return Ok(stream);
-            }
+        if let Some(Ok(stream)) = cached.map(|conn| conn.open_stream()) {
+            return Ok(stream);
         }
         let conn = wirespeed::connect(url, &self.key, &self.config)?;
         let stream = conn.open_stream()?;

@@ -57,10 +57,11 @@ fn serve_connection(conn: Connection, shared: Arc<Shared>) {
 
 fn serve_call(stream: Stream, shared: &Shared) {
     let stream = Arc::new(stream);
-    if let Err(e) = run_call(&stream, shared) {
-        if !matches!(e, Error::Transport(_)) {
-            send_error(&stream, &e);
-        }
+    // A transport error means the stream is gone: nobody to tell.
+    if let Err(e) = run_call(&stream, shared)
+        && !matches!(e, Error::Transport(_))
+    {
+        send_error(&stream, &e);
     }
     close(&stream, LINGER);
 }

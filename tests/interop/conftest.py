@@ -1,0 +1,93 @@
+"""Fixtures for the Flight interop tests: the real `wirespeed` binary and pyarrow.flight."""
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("WIRESPEED_BIN", ROOT / "target" / "debug" / "wirespeed"))
+KEY = "interop test key, 0123456789"
+
+
+def table(rows=50_000, seed=0):
+    return pa.table({
+        "a": pa.array(range(seed, seed + rows), pa.int64()),
+        "s": pa.array([None if i % 11 == 0 else f"row {i}" for i in range(rows)]),
+        "d": pa.array(["red", "green", "blue"] * (rows // 3) + ["red"] * (rows % 3)).dictionary_encode(),
+    })
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A wirespeed process that announces its gRPC address on a line of its output."""
+
+    def __init__(self, args, env=None, pattern=r"grpc://(\S+)"):
+        self.proc = subprocess.Popen([str(BIN), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "WIRESPEED_KEY": KEY, **(env or {})}, text=True)
+        deadline = time.time() + 30
+        self.output = []
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            m = re.search(pattern, line)
+            if m:
+                self.url = "grpc://" + m.group(1)
+                return
+        self.proc.kill()
+        raise RuntimeError("wirespeed did not start: " + "".join(self.output))
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def served(tmp_path):
+    """`wirespeed serve` over a directory of Arrow and Parquet files."""
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    files = {
+        "plain.arrow": table(seed=1),
+        "lz4.feather": table(seed=2),
+        "sub/t.parquet": table(seed=3),
+    }
+    feather.write_feather(files["plain.arrow"], data / "plain.arrow", compression="uncompressed")
+    feather.write_feather(files["lz4.feather"], data / "lz4.feather", compression="lz4")
+    pq.write_table(files["sub/t.parquet"], data / "sub" / "t.parquet")
+    port = free_port()
+    proc = Proc(["serve", str(data), "--listen", f"127.0.0.1:{port}"])
+    proc.dir, proc.files = data, files
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def perf_server():
+    """`wirespeed bench flight-server`: echoes exchanges, counts uploads."""
+    proc = Proc(["bench", "flight-server", "--listen", "127.0.0.1:0"])
+    yield proc
+    proc.stop()
+
+
+def run(*args, env=None):
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "WIRESPEED_KEY": KEY, **(env or {})})
+
+
+def python():
+    return sys.executable

@@ -1,0 +1,196 @@
+"""Arrow Flight interop in both directions, with the real binaries:
+pyarrow.flight against `wirespeed serve` / `wirespeed bench flight-server`, and the wirespeed
+client (`wirespeed get`, `wirespeed bench flight`) against pyarrow.flight servers."""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, Proc, free_port, python, run, table
+
+
+def names(infos):
+    return sorted("/".join(p.decode() for p in i.descriptor.path) for i in infos)
+
+
+def test_pyarrow_lists_and_describes_every_file(served):
+    c = flight.connect(served.url)
+    infos = list(c.list_flights())
+    assert names(infos) == sorted(served.files)
+    for info in infos:
+        name = "/".join(p.decode() for p in info.descriptor.path)
+        assert info.total_records == served.files[name].num_rows
+        assert info.schema.equals(served.files[name].schema)
+        uris = [l.uri.decode() for l in info.endpoints[0].locations]
+        assert uris[0].startswith("grpc://"), uris
+        assert any(u.startswith("wirespeed+shm://") for u in uris), uris
+    schema = c.get_schema(flight.FlightDescriptor.for_path("sub/t.parquet")).schema
+    assert schema.equals(served.files["sub/t.parquet"].schema)
+
+
+def test_pyarrow_reads_every_file(served):
+    c = flight.connect(served.url)
+    for name, expected in served.files.items():
+        info = c.get_flight_info(flight.FlightDescriptor.for_path(name))
+        got = c.do_get(info.endpoints[0].ticket).read_all()
+        assert got.equals(expected), name
+
+
+def test_pyarrow_uploads_land_atomically(served):
+    c = flight.connect(served.url)
+    t = table(rows=30_000, seed=7)
+    for name in ["up/new.arrow", "up/new.parquet"]:
+        writer, answer = c.do_put(flight.FlightDescriptor.for_path(name), t.schema)
+        writer.write_table(t, max_chunksize=4096)
+        writer.done_writing()
+        result = json.loads(answer.read().to_pybytes())
+        writer.close()
+        assert result == {"path": name, "rows": t.num_rows}
+        info = c.get_flight_info(flight.FlightDescriptor.for_path(name))
+        assert c.do_get(info.endpoints[0].ticket).read_all().equals(t)
+    assert feather.read_table(served.dir / "up" / "new.arrow").equals(t)
+    assert pq.read_table(served.dir / "up" / "new.parquet").equals(t)
+    assert not [p for p in (served.dir / "up").iterdir() if p.name.startswith(".")]
+
+
+def test_a_client_killed_mid_upload_leaves_nothing(served):
+    script = f"""
+import os, pyarrow as pa, pyarrow.flight as flight
+c = flight.connect({served.url!r})
+t = pa.table({{"a": pa.array(range(100_000), pa.int64())}})
+w, _ = c.do_put(flight.FlightDescriptor.for_path("up/killed.arrow"), t.schema)
+for _ in range(50):
+    w.write_table(t)
+os._exit(9)
+"""
+    proc = subprocess.run([python(), "-c", script], timeout=60)
+    assert proc.returncode == 9
+    deadline = time.time() + 10
+    up = served.dir / "up"
+    while time.time() < deadline and up.exists() and any(up.iterdir()):
+        time.sleep(0.1)
+    assert not (up / "killed.arrow").exists()
+    assert not up.exists() or not list(up.iterdir()), list(up.iterdir())
+    # The server still serves.
+    c = flight.connect(served.url)
+    assert len(list(c.list_flights())) == len(served.files)
+
+
+def test_errors_reach_pyarrow_with_their_codes(served):
+    c = flight.connect(served.url)
+    with pytest.raises(flight.FlightError if False else KeyError):  # NOT_FOUND is a KeyError in pyarrow
+        c.get_flight_info(flight.FlightDescriptor.for_path("missing.arrow"))
+    with pytest.raises(KeyError):
+        c.do_get(flight.Ticket(b"missing.arrow")).read_all()
+    with pytest.raises(pa.ArrowInvalid):
+        c.get_flight_info(flight.FlightDescriptor.for_path("../escape.arrow"))
+    with pytest.raises(pa.ArrowInvalid):
+        c.get_flight_info(flight.FlightDescriptor.for_command(b"select 1"))
+    writer, _ = c.do_put(flight.FlightDescriptor.for_path("bad.csv"), table(10).schema)
+    with pytest.raises(pa.ArrowInvalid):
+        writer.write_table(table(10))
+        writer.close()
+
+
+def test_pyarrow_exchanges_with_wirespeed(perf_server):
+    c = flight.connect(perf_server.url)
+    t = table(rows=10_000)
+    writer, reader = c.do_exchange(flight.FlightDescriptor.for_command(b"echo"))
+    writer.begin(t.schema)
+    for b in t.to_batches(max_chunksize=1000):
+        writer.write_batch(b)
+        assert reader.read_chunk().data.equals(b)
+    writer.done_writing()
+    with pytest.raises(StopIteration):
+        reader.read_chunk()
+    writer.close()
+
+
+def test_basic_auth_and_bearer_tokens(tmp_path):
+    (tmp_path / "d").mkdir()
+    feather.write_feather(table(100), tmp_path / "d" / "t.arrow")
+    proc = Proc(["serve", str(tmp_path / "d"), "--listen", f"127.0.0.1:{free_port()}"],
+                env={"WIRESPEED_FLIGHT_PASSWORD": "s3cret"})
+    try:
+        c = flight.connect(proc.url)
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            list(c.list_flights())
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            c.authenticate_basic_token("me", "wrong")
+        header = c.authenticate_basic_token("me", "s3cret")
+        options = flight.FlightCallOptions(headers=[header])
+        assert names(c.list_flights(options=options)) == ["t.arrow"]
+        r = run("get", proc.url, "t.arrow", "-o", str(tmp_path / "out.arrow"), env={"WIRESPEED_FLIGHT_PASSWORD": "s3cret"})
+        assert r.returncode == 0, r.stderr
+        r = run("get", proc.url, "t.arrow", "-o", str(tmp_path / "no.arrow"), env={"WIRESPEED_FLIGHT_PASSWORD": "x"})
+        assert r.returncode == 3 and "password" in r.stderr, r.stderr
+    finally:
+        proc.stop()
+
+
+class TableServer(flight.FlightServerBase):
+    """A plain pyarrow.flight server: one flight per table, uploads kept in memory."""
+
+    def __init__(self, location, tables):
+        super().__init__(location)
+        self.tables = tables
+
+    def get_flight_info(self, context, descriptor):
+        name = descriptor.path[0].decode()
+        if name not in self.tables:
+            raise KeyError(name)
+        t = self.tables[name]
+        return flight.FlightInfo(t.schema, descriptor, [flight.FlightEndpoint(name.encode(), [])], t.num_rows, -1)
+
+    def do_get(self, context, ticket):
+        return flight.RecordBatchStream(self.tables[ticket.ticket.decode()])
+
+
+@pytest.fixture
+def pyarrow_server():
+    port = free_port()
+    t = table(rows=40_000, seed=5)
+    server = TableServer(f"grpc://127.0.0.1:{port}", {"t": t})
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    yield f"grpc://127.0.0.1:{port}", t
+    server.shutdown()
+
+
+def test_wirespeed_get_from_a_pyarrow_server(pyarrow_server, tmp_path):
+    url, t = pyarrow_server
+    r = run("get", url, "t", "-o", str(tmp_path / "t.arrow"), "-v")
+    assert r.returncode == 0, r.stderr
+    assert "over grpc" in r.stderr, r.stderr
+    assert feather.read_table(tmp_path / "t.arrow").equals(t)
+    r = run("get", url, "t", "-o", str(tmp_path / "t.parquet"))
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(tmp_path / "t.parquet").equals(t)
+    r = run("get", url, "missing", "-o", str(tmp_path / "m.arrow"))
+    assert r.returncode != 0 and r.stderr.count("\n") == 1, r.stderr
+    assert not list(tmp_path.glob("*m.arrow*"))
+
+
+def test_wirespeed_bench_against_pyarrows_perf_server(tmp_path):
+    port = free_port()
+    server = subprocess.Popen([python(), str(ROOT / "bench" / "flight_perf_pyarrow.py"), "serve", f"grpc://127.0.0.1:{port}"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert "listening" in server.stdout.readline()
+        for extra in [[], ["-test_put"]]:
+            r = run("bench", "flight", "-server_host", "127.0.0.1", "-server_port", str(port), "-num_streams", "3",
+                    "-num_threads", "2", "-records_per_stream", "100000", "--json", *extra)
+            assert r.returncode == 0, r.stderr
+            report = json.loads(r.stdout)
+            assert report["bytes"] == 3 * 100_000 * 32 and report["transport"] == "grpc", report
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait()
