@@ -206,10 +206,10 @@ fn get(client: &Client, a: &FlightArgs, perf: Perf) -> Result<(u64, Vec<u64>)> {
             .map(|_| {
                 s.spawn(|| -> Result<()> {
                     while let Some(endpoint) = info.endpoint.get(next.fetch_add(1, Ordering::SeqCst)) {
-                        let mut reader = client.do_get(endpoint)?;
+                        let reader = client.do_get(endpoint)?;
                         let (mut records, mut lat) = (0u64, Vec::new());
                         let mut t = Instant::now();
-                        while let Some(b) = reader.next() {
+                        for b in reader {
                             records += b?.num_rows() as u64;
                             lat.push(t.elapsed().as_nanos() as u64);
                             t = Instant::now();

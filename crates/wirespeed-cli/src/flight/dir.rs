@@ -128,10 +128,12 @@ impl DirService {
                 let hidden = e.file_name().to_string_lossy().starts_with('.');
                 if kind.is_dir() && !hidden {
                     stack.push(path);
-                } else if kind.is_file() && !hidden && format_of(&path).is_some() {
-                    if let Some(rel) = path.strip_prefix(&self.root).ok().and_then(|p| p.to_str()) {
-                        out.push(rel.to_string());
-                    }
+                } else if kind.is_file()
+                    && !hidden
+                    && format_of(&path).is_some()
+                    && let Some(rel) = path.strip_prefix(&self.root).ok().and_then(|p| p.to_str())
+                {
+                    out.push(rel.to_string());
                 }
             }
         }
