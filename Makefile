@@ -29,7 +29,7 @@ conformance-ucx: bootstrap
 
 # Arrow Flight interop with a real pyarrow (from the bootstrap's venv), both directions.
 interop: bootstrap
-	cargo build --locked -p wirespeed-cli
+	cargo build --locked --profile test -p wirespeed-cli  # the binary `cargo test` built
 	.venv/bin/python -m pytest -q tests/interop
 
 test: lint unit conformance-ucx interop

@@ -70,7 +70,7 @@ pub fn run(a: GetArgs) -> anyhow::Result<()> {
             for batch in reader {
                 let batch = batch?;
                 rows += batch.num_rows() as u64;
-                bytes += batch.get_array_memory_size() as u64;
+                bytes += data_bytes(&batch);
                 sink.write(&batch)?;
             }
         }
@@ -92,6 +92,11 @@ pub fn run(a: GetArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The bytes of data a batch holds (its slices, not the capacity behind them).
+fn data_bytes(batch: &RecordBatch) -> u64 {
+    batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64).sum()
 }
 
 /// The output, written under a hidden name until complete.
