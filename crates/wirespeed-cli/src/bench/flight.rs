@@ -195,88 +195,83 @@ pub fn run(a: FlightArgs) -> Result<()> {
     Ok(())
 }
 
-/// Reads every stream; returns the records and each batch's read time.
-fn get(client: &Client, a: &FlightArgs, perf: Perf) -> Result<(u64, Vec<u64>)> {
-    let cmd = json!({"streams": a.num_streams, "records": perf.records, "per_batch": perf.per_batch}).to_string();
-    let info = client.get_flight_info(&FlightDescriptor::new_cmd(cmd))?;
+/// Runs `one(stream index)` for every stream on `num_threads` threads; sums the records each
+/// returns, gathers its per-batch times, and checks the total.
+fn streams(
+    a: &FlightArgs,
+    perf: Perf,
+    one: impl Fn(usize) -> Result<(u64, Vec<u64>)> + Sync,
+) -> Result<(u64, Vec<u64>)> {
     let next = AtomicUsize::new(0);
     let results = Mutex::new((0u64, Vec::new()));
     std::thread::scope(|s| -> Result<()> {
         let workers: Vec<_> = (0..a.num_threads.max(1))
             .map(|_| {
                 s.spawn(|| -> Result<()> {
-                    while let Some(endpoint) = info.endpoint.get(next.fetch_add(1, Ordering::SeqCst)) {
-                        let reader = client.do_get(endpoint)?;
-                        let (mut records, mut lat) = (0u64, Vec::new());
-                        let mut t = Instant::now();
-                        for b in reader {
-                            records += b?.num_rows() as u64;
-                            lat.push(t.elapsed().as_nanos() as u64);
-                            t = Instant::now();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        if i >= a.num_streams {
+                            return Ok(());
                         }
+                        let (records, lat) = one(i)?;
                         let mut r = results.lock().expect("results");
                         r.0 += records;
                         r.1.extend(lat);
                     }
-                    Ok(())
                 })
             })
             .collect();
         for w in workers {
-            w.join().map_err(|_| anyhow::anyhow!("a reader thread panicked"))??;
+            w.join().map_err(|_| anyhow::anyhow!("a benchmark thread panicked"))??;
         }
         Ok(())
     })?;
     let (records, lat) = results.into_inner().expect("results");
-    if records != perf.records * a.num_streams as u64 {
-        bail!("read {records} records, expected {}", perf.records * a.num_streams as u64);
+    let expected = perf.records * a.num_streams as u64;
+    if records != expected {
+        bail!("{records} records arrived, expected {expected}");
     }
     Ok((records, lat))
 }
 
-/// Writes every stream; returns the records and each batch's write time.
+/// Reads every stream, timing each batch.
+fn get(client: &Client, a: &FlightArgs, perf: Perf) -> Result<(u64, Vec<u64>)> {
+    let cmd = json!({"streams": a.num_streams, "records": perf.records, "per_batch": perf.per_batch}).to_string();
+    let info = client.get_flight_info(&FlightDescriptor::new_cmd(cmd))?;
+    anyhow::ensure!(info.endpoint.len() == a.num_streams, "the server offered {} streams", info.endpoint.len());
+    streams(a, perf, |i| {
+        let (mut records, mut lat) = (0u64, Vec::new());
+        let mut t = Instant::now();
+        for b in client.do_get(&info.endpoint[i])? {
+            records += b?.num_rows() as u64;
+            lat.push(t.elapsed().as_nanos() as u64);
+            t = Instant::now();
+        }
+        Ok((records, lat))
+    })
+}
+
+/// Writes every stream, timing each batch; the server reports the records it stored.
 fn put(client: &Client, a: &FlightArgs, perf: Perf) -> Result<(u64, Vec<u64>)> {
     let full = batch(perf.per_batch);
-    let next = AtomicUsize::new(0);
-    let results = Mutex::new((0u64, Vec::new()));
-    std::thread::scope(|s| -> Result<()> {
-        let workers: Vec<_> = (0..a.num_threads.max(1))
-            .map(|_| {
-                s.spawn(|| -> Result<()> {
-                    while next.fetch_add(1, Ordering::SeqCst) < a.num_streams {
-                        let descriptor = FlightDescriptor::new_path(vec!["perf-put".into()]);
-                        let mut writer = client.do_put(&descriptor, &full.schema())?;
-                        let (mut left, mut lat) = (perf.records, Vec::new());
-                        while left > 0 {
-                            let n = left.min(perf.per_batch as u64) as usize;
-                            let t = Instant::now();
-                            writer.write(full.slice(0, n))?;
-                            lat.push(t.elapsed().as_nanos() as u64);
-                            left -= n as u64;
-                        }
-                        let stored: u64 = writer
-                            .finish()?
-                            .first()
-                            .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok())
-                            .context("the server sent no row count")?;
-                        let mut r = results.lock().expect("results");
-                        r.0 += stored;
-                        r.1.extend(lat);
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().map_err(|_| anyhow::anyhow!("a writer thread panicked"))??;
+    streams(a, perf, |_| {
+        let descriptor = FlightDescriptor::new_path(vec!["perf-put".into()]);
+        let mut writer = client.do_put(&descriptor, &full.schema())?;
+        let (mut left, mut lat) = (perf.records, Vec::new());
+        while left > 0 {
+            let n = left.min(perf.per_batch as u64) as usize;
+            let t = Instant::now();
+            writer.write(full.slice(0, n))?;
+            lat.push(t.elapsed().as_nanos() as u64);
+            left -= n as u64;
         }
-        Ok(())
-    })?;
-    let (records, lat) = results.into_inner().expect("results");
-    if records != perf.records * a.num_streams as u64 {
-        bail!("the server stored {records} records, expected {}", perf.records * a.num_streams as u64);
-    }
-    Ok((records, lat))
+        let stored = writer
+            .finish()?
+            .first()
+            .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok())
+            .context("the server sent no row count")?;
+        Ok((stored, lat))
+    })
 }
 
 struct ChildGuard(Child);
