@@ -20,6 +20,16 @@ struct Latency {
     max: f64,
 }
 
+impl Latency {
+    fn print(&self) {
+        println!("Latency mean: {:.0} us", self.mean);
+        println!("Latency quantile=0.5: {:.0} us", self.p50);
+        println!("Latency quantile=0.95: {:.0} us", self.p95);
+        println!("Latency quantile=0.99: {:.0} us", self.p99);
+        println!("Latency max: {:.0} us", self.max);
+    }
+}
+
 impl Report {
     fn mb_per_s(&self) -> f64 {
         (self.messages * self.message_bytes as u64) as f64 / self.seconds / 1e6
@@ -70,11 +80,7 @@ impl Report {
         println!("Nanos: {}", (self.seconds * 1e9) as u64);
         println!("Speed: {:.1} MB/s", self.mb_per_s());
         println!("Throughput: {:.1} messages/s", self.msgs_per_s());
-        println!("Latency mean: {:.0} us", lat.mean);
-        println!("Latency quantile=0.5: {:.0} us", lat.p50);
-        println!("Latency quantile=0.95: {:.0} us", lat.p95);
-        println!("Latency quantile=0.99: {:.0} us", lat.p99);
-        println!("Latency max: {:.0} us", lat.max);
+        lat.print();
     }
 }
 
@@ -110,10 +116,6 @@ impl Report {
         println!("Nanos: {}", (self.seconds * 1e9) as u64);
         println!("Speed: {mib_per_s:.3} MB/s");
         println!("Throughput: {:.3} batches/s", self.msgs_per_s());
-        println!("Latency mean: {:.0} us", lat.mean);
-        println!("Latency quantile=0.5: {:.0} us", lat.p50);
-        println!("Latency quantile=0.95: {:.0} us", lat.p95);
-        println!("Latency quantile=0.99: {:.0} us", lat.p99);
-        println!("Latency max: {:.0} us", lat.max);
+        lat.print();
     }
 }

@@ -36,10 +36,6 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    pub fn schema(&self) -> Option<&SchemaRef> {
-        self.schema.as_ref()
-    }
-
     pub fn decode(&mut self, meta: &[u8], body: Buffer, app_metadata: Bytes) -> Result<Decoded> {
         if meta.is_empty() {
             return Ok(Decoded::Metadata(app_metadata));
