@@ -24,7 +24,7 @@ use wirespeed::{Key, Stream};
 use crate::error::{Error, Result};
 use crate::grpc::server::{EXCHANGE_ACTION, PUT_ACTION};
 use crate::grpc::{self, CONNECTION_WINDOW, MAX_MESSAGE, STREAM_WINDOW};
-use crate::ipc::{Decoded, DecodedStream};
+use crate::ipc::DecodedStream;
 use crate::location::{PlaneKind, PlaneLocation};
 use crate::plane::client::Planes;
 use crate::plane::proto::Method;
@@ -360,10 +360,7 @@ impl FlightReader {
     }
 
     fn start(mut source: Box<dyn DecodedStream>, plane: Plane, stream: Option<Arc<Stream>>) -> Result<Self> {
-        let schema = match source.next_decoded()? {
-            Some(Decoded::Schema(schema)) => schema,
-            _ => return Err(Error::Protocol("the stream did not start with a schema".into())),
-        };
+        let schema = source.read_schema()?;
         Ok(FlightReader { source, schema, plane, stream, done: false })
     }
 

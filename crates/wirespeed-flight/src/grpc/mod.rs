@@ -21,12 +21,8 @@ pub const STREAM_WINDOW: u32 = 16 << 20;
 pub const CONNECTION_WINDOW: u32 = 64 << 20;
 
 pub fn flight_data(frame: Frame) -> FlightData {
-    FlightData {
-        flight_descriptor: None,
-        data_header: frame.meta.clone(),
-        app_metadata: frame.app_metadata.clone(),
-        data_body: frame.body_bytes(),
-    }
+    let data_body = frame.body_bytes();
+    FlightData { flight_descriptor: None, data_header: frame.meta, app_metadata: frame.app_metadata, data_body }
 }
 
 /// Encodes payloads into FlightData, schema first.

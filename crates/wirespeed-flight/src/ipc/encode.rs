@@ -49,6 +49,7 @@ impl Frame {
 pub struct Encoder {
     inner: StreamEncoder,
     schema: Option<Frame>,
+    encoded_once: bool,
 }
 
 impl Encoder {
@@ -62,7 +63,11 @@ impl Encoder {
             &options,
         );
         let schema_frame = Frame { meta: Bytes::from(encoded.ipc_message), ..Frame::default() };
-        Ok(Encoder { inner: StreamEncoder::try_new_with_options(schema, options)?, schema: Some(schema_frame) })
+        Ok(Encoder {
+            inner: StreamEncoder::try_new_with_options(schema, options)?,
+            schema: Some(schema_frame),
+            encoded_once: false,
+        })
     }
 
     /// The schema frame, once; the stream starts with it.
@@ -73,7 +78,13 @@ impl Encoder {
     /// The frames for `batch`: any dictionaries it needs, then the batch with `app_metadata`.
     pub fn encode(&mut self, batch: &RecordBatch, app_metadata: Bytes) -> Result<Vec<Frame>, ArrowError> {
         let mut frames = split(self.inner.encode(batch)?)?;
-        frames.retain(|f| !is_schema(&f.meta));
+        // Only the stream encoder's first output starts with its schema.
+        if !self.encoded_once {
+            self.encoded_once = true;
+            if frames.first().is_some_and(|f| is_schema(&f.meta)) {
+                frames.remove(0);
+            }
+        }
         if let Some(last) = frames.last_mut() {
             last.app_metadata = app_metadata;
         }
