@@ -93,14 +93,15 @@ impl ServerBuilder {
         std_listener.set_nonblocking(true).map_err(|e| Error::internal(e.to_string()))?;
         let grpc = runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(std_listener)?;
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            // The builder's tcp_nodelay applies only to listeners tonic binds itself; without it
+            // every small gRPC reply waits out the peer's delayed ACK (40 ms).
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let svc = FlightServiceServer::new(service)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE);
             tonic::transport::Server::builder()
                 .initial_stream_window_size(STREAM_WINDOW)
                 .initial_connection_window_size(CONNECTION_WINDOW)
-                .tcp_nodelay(true)
                 .add_service(svc)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stop_rx.await;

@@ -54,6 +54,15 @@ impl Handler for Memory {
                 }),
             ));
         }
+        if name == "large" {
+            // 160 MiB in 1 MiB batches: more than a shared-memory ring holds.
+            let b = RecordBatch::try_from_iter([(
+                "x",
+                Arc::new(Int64Array::from_iter_values(0..LARGE_BATCH_ROWS)) as ArrayRef,
+            )])
+            .unwrap();
+            return Ok(Output::new(b.schema(), (0..LARGE_BATCHES).map(move |_| Ok(Payload::batch(b.clone())))));
+        }
         if name == "fails-midway" {
             let b = batch(0, 10);
             let items = vec![Ok(Payload::batch(b.clone())), Err(Error::internal("the disk fell off"))];
@@ -95,6 +104,9 @@ impl Handler for Memory {
         ))
     }
 }
+
+const LARGE_BATCHES: usize = 160;
+const LARGE_BATCH_ROWS: i64 = 1 << 17;
 
 fn batch(start: i64, rows: i64) -> RecordBatch {
     let dict: DictionaryArray<Int32Type> = (0..rows).map(|i| ["red", "green", "blue"][(i % 3) as usize]).collect();
@@ -385,4 +397,20 @@ fn a_password_protects_the_control_plane() {
     c.authenticate("me", "hunter2").unwrap();
     put(&c, "x", &[batch(0, 5)]);
     assert_eq!(c.list_flights(b"").unwrap().len(), 1);
+}
+
+/// A client may keep every batch of a stream larger than the transport's buffers (as
+/// `read_all` does): batches that wrap transport memory must not stall the stream.
+#[test]
+fn a_client_may_hold_every_batch_of_a_large_stream() {
+    let memory = Memory::default();
+    let server = server(&memory);
+    memory.flights.lock().unwrap().insert("large".into(), (batch(0, 1).schema(), vec![]));
+    for plane in PLANES {
+        let c = client(&server, plane);
+        let info = c.get_flight_info(&path("large")).unwrap();
+        let held: Vec<RecordBatch> = c.do_get(&info.endpoint[0]).unwrap().collect::<Result<_>>().unwrap();
+        assert_eq!(held.len(), LARGE_BATCHES, "{plane:?}");
+        assert!(held.iter().all(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(5) == 5));
+    }
 }

@@ -160,6 +160,35 @@ fn owned_bodies_arrive_in_order(scheme: &str) {
     });
 }
 
+/// A receiver may keep every message of a stream several times larger than the transport's
+/// buffers (shm's ring, ucx's pools); the sender must not stall on the memory those pin.
+fn held_bodies_never_stall_the_sender(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let config = Config::default();
+    let (size, count) = (1 << 20, 4 * config.shm_ring_bytes / (1 << 20));
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let st = c.open_stream().unwrap();
+            for i in 0..count {
+                st.send(&(i as u32).to_le_bytes(), &[&pattern(i as u64, size)]).unwrap();
+            }
+            st.finish().unwrap();
+            assert!(st.recv().unwrap().is_none());
+        });
+        let st = s.accept_stream().unwrap();
+        let mut held = Vec::new();
+        while let Some(m) = st.recv().unwrap() {
+            held.push(m);
+        }
+        st.finish().unwrap();
+        assert_eq!(held.len(), count);
+        for (i, m) in held.iter().enumerate() {
+            assert_eq!(m.header, (i as u32).to_le_bytes());
+            assert!(m.body.to_vec() == pattern(i as u64, size), "message {i} changed while held");
+        }
+    });
+}
+
 fn bodies_of_every_size_around_the_thresholds(scheme: &str) {
     let (_l, c, s) = pair(scheme);
     let mut sizes = vec![0, 1, 63, 64, 65, 4095, 4096, 4097];
@@ -674,6 +703,10 @@ macro_rules! conformance {
             #[test]
             fn owned_bodies_arrive_in_order() {
                 super::owned_bodies_arrive_in_order(S)
+            }
+            #[test]
+            fn held_bodies_never_stall_the_sender() {
+                super::held_bodies_never_stall_the_sender(S)
             }
             #[test]
             fn bodies_of_every_size_around_the_thresholds() {

@@ -3,12 +3,12 @@
 //! SCM_RIGHTS. Frames are copied into the ring once by the sender; the receiver gets views of
 //! the ring (zero copy) that go back to the sender when dropped.
 
+mod mapping;
 mod pull;
 mod ring;
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::memfd::{MFdFlags, memfd_create};
-use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr, recvmsg, sendmsg};
 
+use self::mapping::{Mapping, Privatized, privatize};
 use self::ring::{CTL_BYTES, Ring, align};
 use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
@@ -50,15 +50,15 @@ pub fn connect(path: &Path, key: &Key, config: &Config) -> Result<Connection> {
     let (cap, fds) = recv_fds(&sock)?;
     sock.set_read_timeout(None)?;
     let [memfd, a_data, a_space, b_data, b_space] = fds;
-    let map = Mapping::map(&memfd, cap)?;
-    let (a, b) = map.rings(cap);
+    let map = map_all(&memfd, cap)?;
+    let (a, b) = rings(&map, cap);
     // The client sends on ring A and receives on ring B.
     build(
         sock,
         Role::Client,
         peer,
         config,
-        map,
+        (map, memfd),
         (a, a_data, a_space),
         (b, b_data, b_space),
         format!("shm://{}", path.display()),
@@ -118,9 +118,9 @@ impl Acceptor for ShmAcceptor {
         let fds = [memfd, efd()?, efd()?, efd()?, efd()?];
         send_fds(&sock, cap, &fds)?;
         let [memfd, a_data, a_space, b_data, b_space] = fds;
-        let map = Mapping::map(&memfd, cap)?;
-        let (a, b) = map.rings(cap);
-        build(sock, Role::Server, params, config, map, (b, b_data, b_space), (a, a_data, a_space), peer)
+        let map = map_all(&memfd, cap)?;
+        let (a, b) = rings(&map, cap);
+        build(sock, Role::Server, params, config, (map, memfd), (b, b_data, b_space), (a, a_data, a_space), peer)
     }
 }
 
@@ -132,20 +132,23 @@ fn build(
     role: Role,
     peer: Peer,
     config: &Config,
-    map: Mapping,
+    (map, memfd): (Mapping, OwnedFd),
     send: Side,
     recv: Side,
     name: String,
 ) -> Result<Connection> {
     let map = Arc::new(map);
+    // Where our receive ring's data lies in the memfd: ring B for a client, A for a server.
+    let rx_offset = if role == Role::Client { DATA_AT + recv.0.cap() as usize } else { DATA_AT };
     let (tx_ring, tx_data, tx_space) = send;
     let (rx_ring, rx_data, rx_space) = recv;
     let lender = Arc::new(RingLender {
         ring: rx_ring,
         released: Default::default(),
         _map: map.clone(),
+        moved: Mutex::new(Vec::new()),
         space: rx_space,
-        track: Mutex::new(Track { base: 0, ends: VecDeque::new() }),
+        track: Mutex::new(Track { base: 0, ends: VecDeque::new(), evacuated: Vec::new() }),
     });
     let peer_pid =
         nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::PeerCredentials).ok().map(|c| c.pid());
@@ -157,6 +160,8 @@ fn build(
         limits: config.limits,
         lender,
         wake: Waker { efd: rx_data, sock: sock.try_clone()? },
+        memfd,
+        rx_offset,
     };
     let tx = ShmTx {
         ring: tx_ring,
@@ -207,57 +212,25 @@ fn recv_fds(sock: &UnixStream) -> Result<(usize, [OwnedFd; 5])> {
     Ok((cap, fds))
 }
 
-/// The shared mapping; unmapped when the last ring user and lent view are gone.
-struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
+/// Maps the whole memfd: the control page and both rings.
+fn map_all(memfd: &OwnedFd, cap: usize) -> Result<Mapping> {
+    let len = DATA_AT + 2 * cap;
+    let st = nix::sys::stat::fstat(memfd).map_err(io::Error::from)?;
+    if st.st_size as usize != len {
+        return Err(Error::Protocol("the shared memory has the wrong size".into()));
+    }
+    Mapping::shared(memfd, 0, len)
 }
 
-// SAFETY: the mapping is plain memory; concurrent access goes through the ring protocol.
-unsafe impl Send for Mapping {}
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    fn map(memfd: &OwnedFd, cap: usize) -> Result<Self> {
-        let len = DATA_AT + 2 * cap;
-        let st = nix::sys::stat::fstat(memfd).map_err(io::Error::from)?;
-        if st.st_size as usize != len {
-            return Err(Error::Protocol("the shared memory has the wrong size".into()));
-        }
-        // SAFETY: a fresh shared mapping of a memfd we hold, of exactly its size.
-        let ptr = unsafe {
-            mmap(
-                None,
-                NonZeroUsize::new(len).expect("non-zero"),
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE,
-                memfd,
-                0,
-            )
-        }
-        .map_err(io::Error::from)?;
-        Ok(Mapping { ptr: ptr.cast(), len })
-    }
-
-    /// Ring A (client to server) and ring B (server to client).
-    fn rings(&self, cap: usize) -> (Ring, Ring) {
-        let base = self.ptr.as_ptr();
-        // SAFETY: both control blocks fit in the first page, both data areas follow it.
-        unsafe {
-            (
-                Ring::new(base.cast(), base.add(DATA_AT), cap as u64),
-                Ring::new(base.add(CTL_BYTES).cast(), base.add(DATA_AT + cap), cap as u64),
-            )
-        }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: we mapped exactly this range, and nothing uses it any more.
-        unsafe {
-            let _ = munmap(self.ptr.cast(), self.len);
-        }
+/// Ring A (client to server) and ring B (server to client).
+fn rings(map: &Mapping, cap: usize) -> (Ring, Ring) {
+    let base = map.ptr.as_ptr();
+    // SAFETY: both control blocks fit in the first page, both data areas follow it.
+    unsafe {
+        (
+            Ring::new(base.cast(), base.add(DATA_AT), cap as u64),
+            Ring::new(base.add(CTL_BYTES).cast(), base.add(DATA_AT + cap), cap as u64),
+        )
     }
 }
 
@@ -269,6 +242,17 @@ struct Waker {
 
 impl Waker {
     fn wait(&self, sleeping: &AtomicU32, deadline: Instant, ready: impl Fn() -> bool) -> Result<bool> {
+        self.wait_announced(sleeping, deadline, ready, || {})
+    }
+
+    /// As `wait`, calling `announce` once the sleeping flag is up (before the first sleep).
+    fn wait_announced(
+        &self,
+        sleeping: &AtomicU32,
+        deadline: Instant,
+        ready: impl Fn() -> bool,
+        announce: impl Fn(),
+    ) -> Result<bool> {
         if ready() {
             return Ok(true);
         }
@@ -286,6 +270,7 @@ impl Waker {
         }
         sleeping.store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
+        announce();
         let result = loop {
             if ready() {
                 break Ok(true);
@@ -386,7 +371,9 @@ impl FrameTx for ShmTx {
             let (ring, h) = (self.ring, self.head);
             let deadline = Instant::now() + timeout;
             let fits = || ring.reserve(h, &mut 0, total).is_some();
-            if !self.wake.wait(ring.producer_sleeping(), deadline, fits)? {
+            // A receiver whose views pin the ring must learn that we wait (see `ShmRx::pinned`).
+            let announce = || notify(ring.consumer_sleeping(), &self.notify);
+            if !self.wake.wait_announced(ring.producer_sleeping(), deadline, fits, announce)? {
                 return Err(Error::Timeout(timeout));
             }
         };
@@ -467,6 +454,9 @@ struct ShmRx {
     limits: Limits,
     lender: Arc<RingLender>,
     wake: Waker,
+    /// To map the receive ring afresh after an evacuation.
+    memfd: OwnedFd,
+    rx_offset: usize,
 }
 
 impl FrameRx for ShmRx {
@@ -476,8 +466,13 @@ impl FrameRx for ShmRx {
                 self.head = self.ring.head();
             }
             let Some(f) = self.ring.locate(self.pos, self.head, &self.limits)? else {
+                if self.pinned() {
+                    self.evacuate()?;
+                    continue;
+                }
                 let (ring, pos) = (self.ring, self.pos);
-                if !self.wake.wait(ring.consumer_sleeping(), deadline, || ring.head() != pos)? {
+                let ready = || ring.head() != pos || self.pinned();
+                if !self.wake.wait(ring.consumer_sleeping(), deadline, ready)? {
                     return Ok(false);
                 }
                 continue;
@@ -524,6 +519,28 @@ impl FrameRx for ShmRx {
 }
 
 impl ShmRx {
+    /// The sender waits for room while views we lent out (held by the application, or by a
+    /// receive assembling a message) keep most of the ring: only an evacuation frees it.
+    fn pinned(&self) -> bool {
+        self.under_pressure() && self.ring.producer_sleeping().load(Ordering::Relaxed) != 0
+    }
+
+    /// Moves every frame still lent out to private memory at the same address (see
+    /// [`mapping`]), continues on a fresh mapping of the ring, and frees the ring.
+    fn evacuate(&mut self) -> Result<()> {
+        let cap = self.ring.cap() as usize;
+        let fresh = Mapping::shared(&self.memfd, self.rx_offset, cap)?;
+        let held = self.lender.held(cap as u64);
+        let old = NonNull::new(self.ring.data_ptr(0)).expect("mapped memory");
+        // SAFETY: the data area is page aligned and owned by a mapping the lender keeps alive;
+        // the sender writes only released space, and lent frames are not released.
+        let pages = unsafe { privatize(old, cap, &held)? };
+        // SAFETY: the fresh mapping is the same ring's data, kept alive by the lender.
+        self.ring = unsafe { self.ring.with_data(fresh.ptr.as_ptr()) };
+        self.lender.forget_all(fresh, pages);
+        Ok(())
+    }
+
     /// Pulls a split frame's tail from the sender and waits for the sender's part; `false` if
     /// the deadline passed first (the next call resumes).
     fn complete_split(&mut self, f: &ring::Located, desc_at: u64, segments: usize, deadline: Instant) -> Result<bool> {
@@ -555,9 +572,12 @@ struct RingLender {
     ring: Ring,
     /// Our own copy of the tail we published, so checks need not touch the shared line.
     released: std::sync::atomic::AtomicU64,
-    _map: Arc<Mapping>,
     space: OwnedFd,
+    /// Declared (so dropped) before the mappings its evacuated pages lie in.
     track: Mutex<Track>,
+    _map: Arc<Mapping>,
+    /// Fresh mappings of the ring after evacuations; views may point into any of them.
+    moved: Mutex<Vec<Mapping>>,
 }
 
 struct Track {
@@ -565,6 +585,16 @@ struct Track {
     base: u64,
     /// Ring position after each consumed frame, and whether it is released.
     ends: VecDeque<(u64, bool)>,
+    /// Views moved to private memory by evacuations and not returned yet.
+    evacuated: Vec<Evacuated>,
+}
+
+/// One evacuation's views: their private pages are freed once the last comes back.
+struct Evacuated {
+    tokens: std::ops::Range<u64>,
+    outstanding: usize,
+    /// Freed when dropped.
+    _pages: Privatized,
 }
 
 impl RingLender {
@@ -576,6 +606,36 @@ impl RingLender {
             self.advance(&mut t);
         }
         token
+    }
+
+    /// The ring offsets of every frame lent out and not given back.
+    fn held(&self, cap: u64) -> Vec<(usize, usize)> {
+        let t = self.track.lock().unwrap_or_else(|p| p.into_inner());
+        let mut start = self.released.load(Ordering::Relaxed);
+        let mut held = Vec::new();
+        for &(end, released) in &t.ends {
+            if !released {
+                // Frames never wrap, so the range is contiguous in the data area.
+                let at = (start % cap) as usize;
+                held.push((at, at + (end - start) as usize));
+            }
+            start = end;
+        }
+        held
+    }
+
+    /// After an evacuation: every outstanding view now lies in `pages`, so the ring space is
+    /// free; the pages go once those views come back.
+    fn forget_all(&self, fresh: Mapping, pages: Privatized) {
+        self.moved.lock().unwrap_or_else(|p| p.into_inner()).push(fresh);
+        let mut t = self.track.lock().unwrap_or_else(|p| p.into_inner());
+        let tokens = t.base..t.base + t.ends.len() as u64;
+        let outstanding = t.ends.iter().filter(|e| !e.1).count();
+        if outstanding > 0 {
+            t.evacuated.push(Evacuated { tokens, outstanding, _pages: pages });
+        }
+        t.ends.iter_mut().for_each(|e| e.1 = true);
+        self.advance(&mut t);
     }
 
     fn advance(&self, t: &mut Track) {
@@ -596,7 +656,16 @@ impl RingLender {
 impl Lender for RingLender {
     fn release(&self, token: u64) {
         let mut t = self.track.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(i) = token.checked_sub(t.base) else { return };
+        let Some(i) = token.checked_sub(t.base) else {
+            // An evacuated view; dropping the last of its evacuation frees the private pages.
+            if let Some(k) = t.evacuated.iter().position(|e| e.tokens.contains(&token)) {
+                t.evacuated[k].outstanding -= 1;
+                if t.evacuated[k].outstanding == 0 {
+                    t.evacuated.swap_remove(k);
+                }
+            }
+            return;
+        };
         if let Some(e) = t.ends.get_mut(i as usize) {
             e.1 = true;
         }

@@ -11,6 +11,8 @@ use crate::error::{Error, FrameError, Result};
 use crate::proto::frame::{FLAG_PULL, FrameHeader, HEADER_LEN, Kind, Limits};
 
 pub const ALIGN: u64 = 64;
+/// See [`Ring::reserve`]: about what a consumer that keeps up has in flight, and well inside L2.
+const REWIND_AFTER: u64 = 2 << 20;
 
 pub fn align(n: u64) -> u64 {
     n.div_ceil(ALIGN) * ALIGN
@@ -63,6 +65,14 @@ impl Ring {
         Ring { ctl, data, cap }
     }
 
+    /// The same ring, read through another mapping of its data.
+    ///
+    /// # Safety
+    /// As for `new`: `data` must map this ring's `cap` bytes for as long as the ring is used.
+    pub unsafe fn with_data(self, data: *mut u8) -> Self {
+        Ring { data, ..self }
+    }
+
     fn ctl(&self) -> &Ctl {
         // SAFETY: guaranteed by `Ring::new`.
         unsafe { &*self.ctl }
@@ -102,21 +112,42 @@ impl Ring {
     /// read; `None` if it does not fit yet. Returns (pad bytes to skip first, start position).
     /// The shared tail is read only when the cached one says the frame does not fit, so the
     /// consumer's cache line is not pulled over on every frame.
+    ///
+    /// Past the first [`Ring::rewind_after`] bytes, the producer starts again at offset 0
+    /// whenever the consumer has released everything. A consumer that keeps up then keeps both
+    /// sides on the same few cache-hot megabytes, and the rest of the ring is never faulted in.
+    /// Only an empty ring is rewound: a pad is released in order, so a pad behind frames the
+    /// consumer still holds (the first chunks of a message it is assembling) would take the room
+    /// the rest of that message needs.
     pub fn reserve(&self, head: u64, tail: &mut u64, total: u64) -> Option<(u64, u64)> {
-        let to_end = self.cap - head % self.cap;
-        let pad = if total <= to_end { 0 } else { to_end };
-        let fits = |tail: u64| {
+        let at = head % self.cap;
+        let to_end = self.cap - at;
+        let fits = |tail: u64, pad: u64| {
             let used = head.wrapping_sub(tail);
             // A corrupt tail (used > cap) never lets us write over unreleased data.
             used <= self.cap && self.cap - used >= pad + total
         };
-        if !fits(*tail) {
+        if at >= self.rewind_after() {
+            if *tail != head {
+                *tail = self.tail();
+            }
+            if *tail == head && fits(head, to_end) {
+                return Some((to_end, head + to_end));
+            }
+        }
+        let pad = if total <= to_end { 0 } else { to_end };
+        if !fits(*tail, pad) {
             *tail = self.tail();
-            if !fits(*tail) {
+            if !fits(*tail, pad) {
                 return None;
             }
         }
         Some((pad, head + pad))
+    }
+
+    /// How far into the ring the producer goes before it tries to start again at 0.
+    fn rewind_after(&self) -> u64 {
+        (self.cap / 4).min(REWIND_AFTER)
     }
 
     /// Producer: writes a Pad frame covering `pad` bytes at `head`.
@@ -240,6 +271,20 @@ mod tests {
         let pad = r.locate(832, head, &l).unwrap().unwrap();
         assert_eq!((pad.header.kind, pad.total), (Kind::Pad, 192));
         assert!(r.locate(1024 + 320, head, &l).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_producer_past_the_first_quarter_starts_again_at_zero_once_the_ring_is_empty() {
+        let (_m, r) = ring(1024); // rewinds past 256 bytes
+        let mut head = 0;
+        assert_eq!(put(&r, &mut head, 200), Some(0)); // 320 bytes
+        assert_eq!(put(&r, &mut head, 0), Some(320)); // not all released: go on in place
+        r.release_to(320);
+        assert_eq!(put(&r, &mut head, 0), Some(384)); // still not all
+        r.release_to(448);
+        assert_eq!(put(&r, &mut head, 0), Some(1024)); // empty: pad 576, start over
+        let pad = r.locate(448, head, &Limits::default()).unwrap().unwrap();
+        assert_eq!((pad.header.kind, pad.total), (Kind::Pad, 576));
     }
 
     proptest::proptest! {
