@@ -84,10 +84,9 @@ impl Drop for Privatized {
 pub unsafe fn privatize(at: NonNull<u8>, len: usize, held: &[(usize, usize)]) -> Result<Privatized> {
     let size = NonZeroUsize::new(len).expect("non-zero");
     // SAFETY: a fresh private anonymous mapping.
-    let copy = unsafe {
-        mmap_anonymous(None, size, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE)
-    }
-    .map_err(io::Error::from)?;
+    let copy =
+        unsafe { mmap_anonymous(None, size, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE) }
+            .map_err(io::Error::from)?;
     for &(start, end) in held {
         // SAFETY: both ranges lie inside `len` bytes of their mappings (the caller's contract).
         unsafe {
@@ -96,9 +95,8 @@ pub unsafe fn privatize(at: NonNull<u8>, len: usize, held: &[(usize, usize)]) ->
     }
     // SAFETY: moves our private pages over the range in one step; the old pages' contents are
     // already in the copy, and the caller keeps the range's owner alive.
-    let moved = unsafe {
-        mremap(copy, len, len, MRemapFlags::MREMAP_MAYMOVE | MRemapFlags::MREMAP_FIXED, Some(at.cast()))
-    };
+    let moved =
+        unsafe { mremap(copy, len, len, MRemapFlags::MREMAP_MAYMOVE | MRemapFlags::MREMAP_FIXED, Some(at.cast())) };
     if let Err(e) = moved {
         // SAFETY: the copy is still ours.
         unsafe {

@@ -113,12 +113,11 @@ impl Ring {
     /// The shared tail is read only when the cached one says the frame does not fit, so the
     /// consumer's cache line is not pulled over on every frame.
     ///
-    /// Past the first [`Ring::rewind_after`] bytes, the producer starts again at offset 0
-    /// whenever the consumer has released everything. A consumer that keeps up then keeps both
+    /// Past the first [`Ring::rewind_after`] bytes, the producer starts again at offset 0 as
+    /// soon as the consumer has released room there. A consumer that keeps up then keeps both
     /// sides on the same few cache-hot megabytes, and the rest of the ring is never faulted in.
-    /// Only an empty ring is rewound: a pad is released in order, so a pad behind frames the
-    /// consumer still holds (the first chunks of a message it is assembling) would take the room
-    /// the rest of that message needs.
+    /// (A consumer that holds frames behind the pad, the first chunks of a message it is
+    /// assembling, say, gets its room back by evacuating them; see `shm::mapping`.)
     pub fn reserve(&self, head: u64, tail: &mut u64, total: u64) -> Option<(u64, u64)> {
         let at = head % self.cap;
         let to_end = self.cap - at;
@@ -128,10 +127,10 @@ impl Ring {
             used <= self.cap && self.cap - used >= pad + total
         };
         if at >= self.rewind_after() {
-            if *tail != head {
+            if !fits(*tail, to_end) {
                 *tail = self.tail();
             }
-            if *tail == head && fits(head, to_end) {
+            if fits(*tail, to_end) {
                 return Some((to_end, head + to_end));
             }
         }
@@ -274,15 +273,14 @@ mod tests {
     }
 
     #[test]
-    fn a_producer_past_the_first_quarter_starts_again_at_zero_once_the_ring_is_empty() {
+    fn a_producer_past_the_first_quarter_starts_again_at_zero_once_room_is_released() {
         let (_m, r) = ring(1024); // rewinds past 256 bytes
         let mut head = 0;
         assert_eq!(put(&r, &mut head, 200), Some(0)); // 320 bytes
-        assert_eq!(put(&r, &mut head, 0), Some(320)); // not all released: go on in place
+        assert_eq!(put(&r, &mut head, 0), Some(320)); // nothing released at 0: go on in place
+        assert_eq!(put(&r, &mut head, 0), Some(384));
         r.release_to(320);
-        assert_eq!(put(&r, &mut head, 0), Some(384)); // still not all
-        r.release_to(448);
-        assert_eq!(put(&r, &mut head, 0), Some(1024)); // empty: pad 576, start over
+        assert_eq!(put(&r, &mut head, 0), Some(1024)); // 64 bytes fit at 0: pad 576, start over
         let pad = r.locate(448, head, &Limits::default()).unwrap().unwrap();
         assert_eq!((pad.header.kind, pad.total), (Kind::Pad, 576));
     }
