@@ -38,7 +38,19 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// Transfers allocate and free buffers of 64 KiB to a few MiB per message. glibc hands those
+/// out as fresh mmaps and trims freed heap at once, so every message paid page faults and TLB
+/// shoot-downs; keep them on a heap that stays mapped instead.
+fn keep_buffers_mapped() {
+    // SAFETY: mallopt only changes allocator parameters, before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
+}
+
 fn main() {
+    keep_buffers_mapped();
     let cli = Cli::parse_from(flight_benchmark_flags(std::env::args_os()));
     let result = match cli.command {
         Command::Send(args) => tools::send::run(args),
