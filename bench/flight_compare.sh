@@ -4,11 +4,12 @@
 # DoGet and DoPut, one stream, at 128 KiB and 2 MiB batches (4 int64 columns): wirespeed over
 # grpc, tcp, shm and ucx (`wirespeed bench flight`), pyarrow client and server over grpc+tcp
 # and grpc+unix (bench/flight_perf_pyarrow.py). Medians of RUNS runs; ratios against the pyarrow
-# transport each target names. Env: RUNS (3), BYTES per stream (1.28 GB), PY (the venv python).
+# transport each target names. Env: RUNS (3), BYTES per stream (320 MB, arrow-flight-benchmark's
+# default), PY (the venv python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
-BYTES=${BYTES:-1280000000}
+BYTES=${BYTES:-320000000}
 PY=${PY:-.venv/bin/python}
 WS=${WS:-target/release/wirespeed}
 RECORDS=$((BYTES / 32))
