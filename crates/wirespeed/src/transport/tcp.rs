@@ -138,6 +138,7 @@ struct TcpRx {
 
 impl FrameRx for TcpRx {
     fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
+        let mut spin_until = None;
         loop {
             if let Some(f) = self.decoder.take_frame() {
                 if f.header.flags != 0 {
@@ -176,13 +177,11 @@ impl FrameRx for TcpRx {
                 Ok(n) if direct => unsafe { self.decoder.payload_filled(n) },
                 Ok(n) => self.hi = n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // Data a sender is streaming comes back within microseconds: polling
-                    // the socket briefly saves a sleep and a wake-up per read.
-                    let spin_end = Instant::now() + SPIN;
-                    while Instant::now() < spin_end
-                        && wait_fd(self.sock.as_fd(), PollFlags::POLLIN, Instant::now())?.is_none()
-                    {
+                    // Data a sender is streaming comes back within microseconds: retrying the
+                    // read briefly saves a sleep and a wake-up per read.
+                    if Instant::now() < *spin_until.get_or_insert_with(|| Instant::now() + SPIN) {
                         std::hint::spin_loop();
+                        continue;
                     }
                     if wait_fd(self.sock.as_fd(), PollFlags::POLLIN, deadline)?.is_none() {
                         return Ok(false);

@@ -530,7 +530,7 @@ impl ShmRx {
     fn evacuate(&mut self) -> Result<()> {
         let cap = self.ring.cap() as usize;
         let fresh = Mapping::shared(&self.memfd, self.rx_offset, cap)?;
-        let held = self.lender.held(cap as u64);
+        let held = self.lender.held();
         let old = NonNull::new(self.ring.data_ptr(0)).expect("mapped memory");
         // SAFETY: the data area is page aligned and owned by a mapping the lender keeps alive;
         // the sender writes only released space, and lent frames are not released.
@@ -609,7 +609,8 @@ impl RingLender {
     }
 
     /// The ring offsets of every frame lent out and not given back.
-    fn held(&self, cap: u64) -> Vec<(usize, usize)> {
+    fn held(&self) -> Vec<(usize, usize)> {
+        let cap = self.ring.cap();
         let t = self.track.lock().unwrap_or_else(|p| p.into_inner());
         let mut start = self.released.load(Ordering::Relaxed);
         let mut held = Vec::new();
