@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use wirespeed::Connection;
-use xxhash_rust::xxh3::{Xxh3, xxh3_128};
+use twox_hash::XxHash3_128;
 
 use crate::Summary;
 use crate::error::{FilesError, Result};
@@ -290,7 +290,7 @@ fn make_symlink(dest: &Path, e: &Entry) -> Result<()> {
 }
 
 fn write_inline(dest: &Path, e: &Entry, data: &[u8], sum: u128, sh: &State) -> Result<()> {
-    if xxh3_128(data) != sum {
+    if XxHash3_128::oneshot(data) != sum {
         return Err(FilesError::Checksum { path: dest.display().to_string(), index: 0 });
     }
     if let Some(out) = &sh.stream {
@@ -413,7 +413,7 @@ fn chunk_sums(path: &Path, size: u64, chunk: u64) -> Result<Option<Vec<(u32, u12
         let off = index * chunk;
         let n = (size - off).min(chunk) as usize;
         f.read_exact_at(&mut buf[..n], off).map_err(|e| FilesError::io(path, e))?;
-        sums.push((index as u32, xxh3_128(&buf[..n])));
+        sums.push((index as u32, XxHash3_128::oneshot(&buf[..n])));
     }
     Ok(Some(sums))
 }
@@ -526,11 +526,11 @@ fn write_chunk(
     index: u32,
     sum: u128,
 ) -> Result<u64> {
-    let mut hasher = Xxh3::new();
+    let mut hasher = XxHash3_128::new();
     let out = f.part_file(sh)?;
     let mut at = offset;
     let n = stream.read_body(body, max, |buf| {
-        hasher.update(buf);
+        hasher.write(buf);
         match out.as_ref() {
             None => write_stream(sh.stream.as_ref().expect("no part file means a stream"), buf)?,
             Some(file) if f.entry.sparse => write_sparse(file, buf, at).map_err(|e| FilesError::io(&f.part, e))?,
@@ -539,7 +539,7 @@ fn write_chunk(
         at += buf.len() as u64;
         Ok(())
     })?;
-    if hasher.digest128() != sum {
+    if hasher.finish_128() != sum {
         return Err(FilesError::Checksum { path: f.dest.display().to_string(), index });
     }
     Ok(n)

@@ -13,7 +13,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
 use wirespeed::Connection;
-use xxhash_rust::xxh3::xxh3_128;
+use twox_hash::XxHash3_128;
 
 use crate::Summary;
 use crate::error::{FilesError, Result};
@@ -240,7 +240,7 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
             if entry.size <= INLINE_MAX && entry.size != STREAMED {
                 let data = read_small(&path, entry.size)?;
                 entry.size = data.len() as u64;
-                entry.inline = Some(xxh3_128(&data));
+                entry.inline = Some(XxHash3_128::oneshot(&data));
                 batch.body.extend_from_slice(&data);
             } else {
                 asks += 1;
@@ -416,7 +416,7 @@ fn send_chunk(
     } else {
         buf.resize(len, 0);
         file.read_exact_at(buf, offset).map_err(|e| changed_or_io(&f.path, e))?;
-        let sum = xxh3_128(buf);
+        let sum = XxHash3_128::oneshot(buf);
         if have == Some(sum) {
             s.send(&Msg::Same { id, index }, &[])?;
             sh.progress.add_reused(len as u64);
@@ -449,7 +449,7 @@ fn send_whole(s: &Link, f: &SrcFile, sh: &State, buf: &mut Vec<u8>, pace: &mut P
         if n == 0 {
             break;
         }
-        let sum = xxh3_128(&buf[..n]);
+        let sum = XxHash3_128::oneshot(&buf[..n]);
         pace.wait(n as u64);
         s.send(&Msg::Chunk { id: f.id, index, sum }, &[&buf[..n]])?;
         offset += n as u64;

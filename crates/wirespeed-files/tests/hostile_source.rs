@@ -6,7 +6,7 @@ use std::thread;
 use wirespeed::{Config, Key};
 use wirespeed_files::proto::{Entry, Kind, Msg, VERSION};
 use wirespeed_files::{FilesError, Output, Progress, Side, SinkOptions};
-use xxhash_rust::xxh3::xxh3_128;
+use twox_hash::XxHash3_128;
 
 fn entry(id: u64, kind: Kind, path: &[u8], target: &[u8], data: &[u8]) -> Entry {
     Entry {
@@ -19,7 +19,7 @@ fn entry(id: u64, kind: Kind, path: &[u8], target: &[u8], data: &[u8]) -> Entry 
         mtime_nsec: 0,
         sparse: false,
         target: target.to_vec(),
-        inline: (kind == Kind::File).then(|| xxh3_128(data)),
+        inline: (kind == Kind::File).then(|| XxHash3_128::oneshot(data)),
     }
 }
 
