@@ -1,5 +1,6 @@
 //! `wirespeed pipe` as users run it: stages are real processes on "hosts" reached through a
-//! real sshd on 127.0.0.1 (the same host more than once, as ports are ephemeral).
+//! real sshd on 127.0.0.1 (the same host more than once, as ports are ephemeral), or on hosts
+//! made of network namespaces.
 
 mod support;
 
@@ -12,8 +13,13 @@ use support::*;
 
 /// Runs `wirespeed pipe STAGES` with `input` on its standard input.
 fn pipe(sshd: &Sshd, stages: &[&str], input: &[u8]) -> std::process::Output {
+    pipe_with(sshd, &[], stages, input)
+}
+
+fn pipe_with(sshd: &Sshd, flags: &[&str], stages: &[&str], input: &[u8]) -> std::process::Output {
     let mut child = sshd
         .tool("pipe")
+        .args(flags)
         .args(stages)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -42,6 +48,29 @@ fn data_flows_through_commands_on_several_hosts() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let want: Vec<u8> = data.to_ascii_uppercase().into_iter().filter(|b| *b != b'E').collect();
     assert!(out.stdout == want, "{} bytes, {} expected", out.stdout.len(), want.len());
+}
+
+/// Two hosts made of network namespaces, one visited twice: the data goes from host to host
+/// over their network, not through the machine that started the pipeline.
+#[test]
+fn stages_on_two_hosts_pass_data_directly() {
+    let Some((hosts, sshd)) = netns::Hosts::with_sshd(2) else { return };
+    let (a, b) = (hosts.addrs[0].as_str(), hosts.addrs[1].as_str());
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dst) = (dir.path().join("src.txt"), dir.path().join("dst.txt"));
+    let data = text(20_000_000);
+    fs::write(&src, &data).unwrap();
+    let (b_before, here_before) = (hosts.received(1), hosts.received_here());
+
+    let stages = [format!("{a}:< {}", src.display()), format!("{b}:tr a-z A-Z"), format!("{a}:> {}", dst.display())];
+    let stages: Vec<&str> = stages.iter().map(String::as_str).collect();
+    // Over TCP: both hosts share this kernel, so `auto` would rightly take shared memory.
+    let out = pipe_with(&sshd, &["--transport", "tcp"], &stages, b"");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(fs::read(&dst).unwrap() == data.to_ascii_uppercase());
+    let (to_b, to_here) = (hosts.received(1) - b_before, hosts.received_here() - here_before);
+    assert!(to_b > data.len() as u64, "host b received {to_b} bytes over its network, less than the data");
+    assert!(to_here < data.len() as u64 / 10, "{to_here} bytes came through the initiating host");
 }
 
 #[test]

@@ -222,6 +222,29 @@ fn cp_remote_to_local_and_remote_to_remote() {
     assert_eq!(fs::read(b.join("big.bin")).unwrap(), fs::read(tree.join("sub dir/big.bin")).unwrap());
 }
 
+/// Two hosts made of network namespaces: a remote to remote copy goes straight from one to the
+/// other over their network, not through the machine that started it.
+#[test]
+fn cp_remote_to_remote_goes_directly_between_two_hosts() {
+    // Declared in this order, sshd goes first: no process outlives its namespace.
+    let Some((hosts, sshd)) = netns::Hosts::with_sshd(2) else { return };
+    let (a, b) = (hosts.addrs[0].as_str(), hosts.addrs[1].as_str());
+    let dir = tempfile::tempdir().unwrap();
+    let tree = tricky_tree(dir.path());
+    let dst = dir.path().join("on-b");
+    fs::create_dir(&dst).unwrap();
+    let big = fs::metadata(tree.join("sub dir/big.bin")).unwrap().len();
+    let (b_before, here_before) = (hosts.received(1), hosts.received_here());
+
+    // Over TCP: both ends share this kernel, so `auto` would rightly take shared memory.
+    let out = run(sshd.cp().args(["-r", "--transport", "tcp"]).arg(remote_on(a, &tree)).arg(remote_on(b, &dst)));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(snapshot(&tree, false), snapshot(&dst.join("tree"), false));
+    let (to_b, to_here) = (hosts.received(1) - b_before, hosts.received_here() - here_before);
+    assert!(to_b > big, "host b received {to_b} bytes over its network, less than the data");
+    assert!(to_here < big / 10, "{to_here} bytes came through the initiating host");
+}
+
 #[test]
 fn a_receiver_killed_mid_copy_leaves_no_complete_file_and_resume_finishes_it() {
     let sshd = Sshd::start();

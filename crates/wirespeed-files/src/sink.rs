@@ -13,8 +13,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wirespeed::Connection;
 use twox_hash::XxHash3_128;
+use wirespeed::Connection;
 
 use crate::Summary;
 use crate::error::{FilesError, Result};

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
-use wirespeed::Connection;
 use twox_hash::XxHash3_128;
+use wirespeed::Connection;
 
 use crate::Summary;
 use crate::error::{FilesError, Result};

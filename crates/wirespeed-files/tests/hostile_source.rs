@@ -3,10 +3,10 @@
 
 use std::thread;
 
+use twox_hash::XxHash3_128;
 use wirespeed::{Config, Key};
 use wirespeed_files::proto::{Entry, Kind, Msg, VERSION};
 use wirespeed_files::{FilesError, Output, Progress, Side, SinkOptions};
-use twox_hash::XxHash3_128;
 
 fn entry(id: u64, kind: Kind, path: &[u8], target: &[u8], data: &[u8]) -> Entry {
     Entry {

@@ -1,7 +1,9 @@
-//! Helpers for tests that run the real binary: a throwaway sshd on 127.0.0.1, trees to
-//! compare, and child processes that never outlive their deadline.
+//! Helpers for tests that run the real binary: a throwaway sshd on 127.0.0.1 (or on hosts made
+//! of network namespaces), trees to compare, and child processes that never outlive their deadline.
 
 #![allow(dead_code)]
+
+pub mod netns;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -72,15 +74,21 @@ pub fn start_recv(cmd: &mut Command) -> Receiver {
     Receiver { child, port, stderr }
 }
 
-/// An sshd on 127.0.0.1 with its own host key, trusting one fresh user key.
+/// An sshd on 127.0.0.1 with its own host key, trusting one fresh user key; or one such sshd
+/// per host of a [`netns::Hosts`], all on one port with the same keys.
 pub struct Sshd {
-    child: Child,
+    children: Vec<Child>,
     dir: tempfile::TempDir,
     pub port: u16,
 }
 
 impl Sshd {
     pub fn start() -> Sshd {
+        Sshd::start_on(&[(None, "127.0.0.1")])
+    }
+
+    /// One sshd for each `(network namespace, address)`.
+    pub fn start_on(hosts: &[(Option<&str>, &str)]) -> Sshd {
         let sshd = Path::new("/usr/sbin/sshd");
         assert!(sshd.exists(), "sshd is missing: `make test` installs openssh-server (scripts/bootstrap.sh)");
         let dir = tempfile::tempdir().unwrap();
@@ -95,36 +103,49 @@ impl Sshd {
         }
         fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).unwrap();
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
-             PidFile {d}/sshd.pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n\
-             KbdInteractiveAuthentication no\nSubsystem sftp internal-sftp\n",
-            d = d.display()
-        );
-        fs::write(d.join("sshd_config"), config).unwrap();
         // Privilege separation needs this directory; as root we may create it.
         let _ = fs::create_dir_all("/run/sshd");
-        let child = Command::new(sshd)
-            .arg("-D")
-            .arg("-e")
-            .arg("-f")
-            .arg(d.join("sshd_config"))
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start sshd");
-        let s = Sshd { child, dir, port };
+        let mut s = Sshd { children: Vec::new(), dir, port };
+        for (i, (netns, addr)) in hosts.iter().enumerate() {
+            let d = s.dir.path();
+            let config = format!(
+                "Port {port}\nListenAddress {addr}\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+                 PidFile {d}/sshd{i}.pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\n\
+                 PasswordAuthentication no\nKbdInteractiveAuthentication no\nSubsystem sftp internal-sftp\n",
+                d = d.display()
+            );
+            let conf = d.join(format!("sshd_config{i}"));
+            fs::write(&conf, config).unwrap();
+            let mut cmd = match netns {
+                Some(ns) => {
+                    let mut c = Command::new("ip");
+                    c.args(["netns", "exec", ns]).arg(sshd);
+                    c
+                }
+                None => Command::new(sshd),
+            };
+            let child = cmd.args(["-D", "-e", "-f"]).arg(conf).stderr(Stdio::null()).spawn().expect("start sshd");
+            s.children.push(child);
+        }
+        for (_, addr) in hosts {
+            s.wait_until_up(addr);
+        }
+        s
+    }
+
+    fn wait_until_up(&self, addr: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let ok = Command::new("ssh")
-                .args(s.ssh_args())
-                .args(["127.0.0.1", "true"])
+                .args(self.ssh_args())
+                .args([addr, "true"])
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|st| st.success());
             if ok {
-                return s;
+                return;
             }
-            assert!(Instant::now() < deadline, "sshd did not come up");
+            assert!(Instant::now() < deadline, "sshd on {addr} did not come up");
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -171,13 +192,20 @@ impl Sshd {
 
 impl Drop for Sshd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
 pub fn remote(p: &Path) -> OsString {
-    let mut s = OsString::from("127.0.0.1:");
+    remote_on("127.0.0.1", p)
+}
+
+/// `HOST:PATH`.
+pub fn remote_on(host: &str, p: &Path) -> OsString {
+    let mut s = OsString::from(format!("{host}:"));
     s.push(p);
     s
 }
