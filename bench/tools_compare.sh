@@ -2,7 +2,8 @@
 # The file tools against their peers, in one run on loopback:
 #   a 2 GiB file to /dev/null:   wirespeed send/recv  vs  nc
 #   a 2 GiB file to tmpfs:       wirespeed cp (over ssh)  vs  scp, and a local cp
-#   10,000 files of 4 KiB:       wirespeed cp -r (over ssh)  vs  rsync -a (over ssh), and a local rsync -a
+#   10,000 files of 4 KiB:       wirespeed cp -r  vs  rsync -a, both over ssh and both local;
+#                                and how long ssh itself takes to run a command (its floor)
 # Remote ends go through a throwaway sshd on 127.0.0.1 (keys made here, nothing else touched).
 # Every figure is the median of RUNS runs (default 3); MB = 10^6 bytes.
 set -euo pipefail
@@ -89,6 +90,8 @@ scp_cp() { fresh; timed scp -q $SSH_OPTS -P "$SSH_PORT" "$1" "127.0.0.1:$DST/"; 
 local_cp() { fresh; timed cp "$1" "$DST/"; }
 rsync_remote() { fresh; timed rsync -a -e "ssh $SSH_OPTS -p $SSH_PORT" "$1" "127.0.0.1:$DST/"; }
 rsync_local() { fresh; timed rsync -a "$1" "$DST/"; }
+ws_local() { fresh; timed "$BIN" cp -r "$1" "$DST/"; }
+ssh_true() { timed ssh $SSH_OPTS -p "$SSH_PORT" 127.0.0.1 true; }
 
 runs() { # command... -> median seconds over RUNS
   local xs=()
@@ -117,9 +120,12 @@ row "cp 2 GiB → tmpfs, auto (shm)" "$ws_auto" "scp" "$scp_s" "$SIZE" "≥ 4"
 row "cp 2 GiB → tmpfs, auto (shm)" "$ws_auto" "local cp" "$cp_s" "$SIZE" "≥ 0.8"
 row "cp 2 GiB → tmpfs, tcp" "$(runs ws_cp tcp "$WORK/big")" "scp" "$scp_s" "$SIZE" "≥ 4"
 ws_tree=$(runs ws_cp auto "$WORK/tree" -r)
-row "cp -r $FILES × 4 KiB → tmpfs" "$ws_tree" "rsync -a (ssh)" "$(runs rsync_remote "$WORK/tree")" "$tree_bytes" "≥ 3"
-row "cp -r $FILES × 4 KiB → tmpfs" "$ws_tree" "rsync -a (local)" "$(runs rsync_local "$WORK/tree")" "$tree_bytes" "—"
+row "cp -r $FILES × 4 KiB → tmpfs, over ssh" "$ws_tree" "rsync -a (ssh)" "$(runs rsync_remote "$WORK/tree")" "$tree_bytes" "≥ 3"
+row "cp -r $FILES × 4 KiB → tmpfs, local" "$(runs ws_local "$WORK/tree")" "rsync -a (local)" "$(runs rsync_local "$WORK/tree")" "$tree_bytes" "≥ 3"
+ssh_s=$(runs ssh_true)
 
 echo "| case | wirespeed MB/s | peer | peer MB/s | ratio | target |"
 echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
+echo
+echo "ssh start-up (\`ssh 127.0.0.1 true\`): $(python3 -c "print(f'{$ssh_s:.2f}')") s, in both over-ssh tree rows"
