@@ -23,7 +23,7 @@ use wirespeed::{Key, Stream};
 
 use crate::error::{Error, Result};
 use crate::grpc::server::{EXCHANGE_ACTION, PUT_ACTION};
-use crate::grpc::{self, CONNECTION_WINDOW, MAX_MESSAGE, STREAM_WINDOW};
+use crate::grpc::{self, CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE, STREAM_WINDOW};
 use crate::ipc::DecodedStream;
 use crate::location::{PlaneKind, PlaneLocation};
 use crate::plane::client::Planes;
@@ -86,6 +86,7 @@ impl Client {
             .connect_timeout(std::time::Duration::from_secs(10))
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME)
             .tcp_nodelay(true);
         let channel =
             runtime.block_on(endpoint.connect()).map_err(|e| Error::unavailable(format!("cannot reach {url}: {e}")))?;
@@ -330,7 +331,8 @@ impl Client {
         F: FnOnce(FlightServiceClient<Channel>, tonic::Request<ReceiverStream<FlightData>>) -> Fut,
         Fut: std::future::Future<Output = Result<T>> + Send + 'static,
     {
-        let (encoder, mut first) = grpc::Writer::start(schema)?;
+        let (encoder, first) = grpc::Writer::start(schema)?;
+        let mut first = grpc::flight_data(first);
         first.flight_descriptor = Some(descriptor.clone());
         let (tx, rx) = mpsc::channel(2);
         tx.try_send(first).map_err(|_| Error::internal("request queue full at start"))?;
@@ -453,9 +455,9 @@ impl FlightWriter {
                 other => other,
             },
             WriterInner::GrpcPut { writer, .. } | WriterInner::GrpcExchange { writer } => {
-                for data in writer.encoder.encode(payload)? {
+                for frame in writer.encoder.encode(payload)? {
                     let tx = writer.tx.as_ref().ok_or_else(|| Error::internal("writer already finished"))?;
-                    if tx.blocking_send(data).is_err() {
+                    if tx.blocking_send(grpc::flight_data(frame)).is_err() {
                         return Err(self.failure());
                     }
                 }

@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::sync::oneshot;
 use wirespeed::Key;
 
 use crate::error::{Error, Result};
 use crate::grpc::auth::Auth;
+use crate::grpc::router::Router;
 use crate::grpc::server::{Advert, Service};
-use crate::grpc::{CONNECTION_WINDOW, MAX_MESSAGE, STREAM_WINDOW};
+use crate::grpc::{CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW};
 use crate::location::PlaneKind;
 use crate::plane::capability::Minter;
 use crate::plane::server::{Shared, accept_loop};
@@ -96,13 +96,11 @@ impl ServerBuilder {
             // The builder's tcp_nodelay applies only to listeners tonic binds itself; without it
             // every small gRPC reply waits out the peer's delayed ACK (40 ms).
             let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let svc = FlightServiceServer::new(service)
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE);
             tonic::transport::Server::builder()
                 .initial_stream_window_size(STREAM_WINDOW)
                 .initial_connection_window_size(CONNECTION_WINDOW)
-                .add_service(svc)
+                .max_frame_size(MAX_FRAME)
+                .add_service(Router::new(service))
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stop_rx.await;
                 })

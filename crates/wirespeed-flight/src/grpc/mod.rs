@@ -1,7 +1,10 @@
 //! The gRPC plane: standard Flight, so every Flight client and server works with ours.
-//! Frames become FlightData (the body concatenated, as protobuf needs) and back.
+//! Frames become FlightData and back: the server writes them itself ([`codec`]), the client
+//! through prost (the body concatenated, as prost needs).
 
 pub mod auth;
+pub mod codec;
+pub mod router;
 pub mod server;
 
 use arrow_buffer::Buffer;
@@ -19,36 +22,39 @@ pub const MAX_MESSAGE: usize = 1 << 30;
 /// round trip.
 pub const STREAM_WINDOW: u32 = 16 << 20;
 pub const CONNECTION_WINDOW: u32 = 64 << 20;
+/// Largest HTTP/2 frame we accept: a 128 KiB batch comes in one frame instead of eight of
+/// the 16 KiB default.
+pub const MAX_FRAME: u32 = 1 << 20;
 
 pub fn flight_data(frame: Frame) -> FlightData {
     let data_body = frame.body_bytes();
     FlightData { flight_descriptor: None, data_header: frame.meta, app_metadata: frame.app_metadata, data_body }
 }
 
-/// Encodes payloads into FlightData, schema first.
+/// Encodes payloads into frames, schema first.
 pub struct Writer {
     encoder: Encoder,
 }
 
 impl Writer {
-    /// The writer and the schema's FlightData.
-    pub fn start(schema: &SchemaRef) -> Result<(Self, FlightData)> {
+    /// The writer and the schema's frame.
+    pub fn start(schema: &SchemaRef) -> Result<(Self, Frame)> {
         let mut encoder = Encoder::new(schema)?;
-        let first = flight_data(encoder.schema_frame().unwrap_or_default());
+        let first = encoder.schema_frame().unwrap_or_default();
         Ok((Writer { encoder }, first))
     }
 
-    pub fn encode(&mut self, payload: Payload) -> Result<Vec<FlightData>> {
+    pub fn encode(&mut self, payload: Payload) -> Result<Vec<Frame>> {
         Ok(match payload.batch {
-            Some(batch) => self.encoder.encode(&batch, payload.app_metadata)?.into_iter().map(flight_data).collect(),
-            None => vec![flight_data(Frame::metadata_only(payload.app_metadata))],
+            Some(batch) => self.encoder.encode(&batch, payload.app_metadata)?,
+            None => vec![Frame::metadata_only(payload.app_metadata)],
         })
     }
 }
 
-/// Runs on a blocking thread: encodes an output and hands each FlightData to `emit`, which
-/// says false once nobody listens (the client went away), ending the stream early.
-pub fn pump(schema: &SchemaRef, payloads: Payloads, mut emit: impl FnMut(Result<FlightData>) -> bool) {
+/// Runs on a blocking thread: encodes an output and hands each frame to `emit`, which says
+/// false once nobody listens (the client went away), ending the stream early.
+pub fn pump(schema: &SchemaRef, payloads: Payloads, mut emit: impl FnMut(Result<Frame>) -> bool) {
     let (mut writer, first) = match Writer::start(schema) {
         Ok(w) => w,
         Err(e) => {

@@ -20,9 +20,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::Auth;
-use super::{Reader, pump};
+use super::{Reader, flight_data, pump};
 use crate::error::{Error, Result};
-use crate::ipc::DecodedStream;
+use crate::ipc::{DecodedStream, Frame};
 use crate::location::{PlaneKind, PlaneLocation};
 use crate::plane::proto::Method;
 use crate::plane::server::Shared;
@@ -52,6 +52,8 @@ pub struct Service {
 }
 
 type Stream<T> = BoxStream<'static, Result<T, Status>>;
+/// What DoGet and DoExchange answer with (see [`super::router`]).
+pub type FrameStream = Stream<Frame>;
 
 impl Service {
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
@@ -92,6 +94,42 @@ impl Service {
     }
 }
 
+impl Service {
+    /// DoGet, answered with frames.
+    pub async fn get_frames(&self, request: Request<Ticket>) -> Result<Response<FrameStream>, Status> {
+        self.authorize(&request)?;
+        let handler = self.handler();
+        let ticket = request.into_inner().ticket;
+        let output = blocking(move || handler.do_get(&ticket)).await?;
+        let (tx, rx) = channel();
+        tokio::task::spawn_blocking(move || pump_to(&tx, output));
+        Ok(Response::new(rx))
+    }
+
+    /// DoExchange, answered with frames.
+    pub async fn exchange_frames(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<FrameStream>, Status> {
+        self.authorize(&request)?;
+        let handler = self.handler();
+        let (descriptor, reader) = open_input(request.into_inner()).await?;
+        let (tx, rx) = channel();
+        tokio::task::spawn_blocking(move || match input(reader).and_then(|i| handler.do_exchange(&descriptor, i)) {
+            Ok(output) => pump_to(&tx, output),
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e.into()));
+            }
+        });
+        Ok(Response::new(rx))
+    }
+}
+
+/// The generated service's form of a frame stream (the router serves frames directly).
+fn as_flight_data(frames: FrameStream) -> Stream<FlightData> {
+    frames.map(|f| f.map(flight_data)).boxed()
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T, Status> {
     tokio::task::spawn_blocking(f)
         .await
@@ -105,7 +143,7 @@ fn channel<T: Send + 'static>() -> (mpsc::Sender<Result<T, Status>>, Stream<T>) 
     (tx, ReceiverStream::new(rx).boxed())
 }
 
-fn pump_to(tx: &mpsc::Sender<Result<FlightData, Status>>, output: crate::service::Output) {
+fn pump_to(tx: &mpsc::Sender<Result<Frame, Status>>, output: crate::service::Output) {
     pump(&output.schema, output.payloads, |d| tx.blocking_send(d.map_err(Status::from)).is_ok());
 }
 
@@ -191,13 +229,7 @@ impl FlightService for Service {
     }
 
     async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
-        self.authorize(&request)?;
-        let handler = self.handler();
-        let ticket = request.into_inner().ticket;
-        let output = blocking(move || handler.do_get(&ticket)).await?;
-        let (tx, rx) = channel();
-        tokio::task::spawn_blocking(move || pump_to(&tx, output));
-        Ok(Response::new(rx))
+        Ok(self.get_frames(request).await?.map(as_flight_data))
     }
 
     async fn do_put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
@@ -213,17 +245,7 @@ impl FlightService for Service {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoExchangeStream>, Status> {
-        self.authorize(&request)?;
-        let handler = self.handler();
-        let (descriptor, reader) = open_input(request.into_inner()).await?;
-        let (tx, rx) = channel();
-        tokio::task::spawn_blocking(move || match input(reader).and_then(|i| handler.do_exchange(&descriptor, i)) {
-            Ok(output) => pump_to(&tx, output),
-            Err(e) => {
-                let _ = tx.blocking_send(Err(e.into()));
-            }
-        });
-        Ok(Response::new(rx))
+        Ok(self.exchange_frames(request).await?.map(as_flight_data))
     }
 
     async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {

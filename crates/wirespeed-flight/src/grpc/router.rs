@@ -1,0 +1,94 @@
+//! The Flight service as tonic serves it, except that DoGet and DoExchange answer through
+//! [`FrameCodec`], which writes each batch's buffers straight into gRPC's buffer.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use arrow_flight::{FlightData, Ticket};
+use tonic::codegen::{Body, BoxFuture, Service as TowerService, StdError, http};
+use tonic::server::{Grpc, NamedService, ServerStreamingService, StreamingService};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::MAX_MESSAGE;
+use super::codec::FrameCodec;
+use super::server::{FrameStream, Service};
+use crate::ipc::Frame;
+
+#[derive(Clone)]
+pub struct Router {
+    service: Arc<Service>,
+    rest: FlightServiceServer<Service>,
+}
+
+impl Router {
+    pub fn new(service: Service) -> Self {
+        let service = Arc::new(service);
+        let rest = FlightServiceServer::from_arc(service.clone())
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        Router { service, rest }
+    }
+}
+
+impl NamedService for Router {
+    const NAME: &'static str = "arrow.flight.protocol.FlightService";
+}
+
+impl<B> TowerService<http::Request<B>> for Router
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let service = self.service.clone();
+        match req.uri().path() {
+            "/arrow.flight.protocol.FlightService/DoGet" => {
+                Box::pin(async move { Ok(grpc::<Ticket>().server_streaming(DoGet(service), req).await) })
+            }
+            "/arrow.flight.protocol.FlightService/DoExchange" => {
+                Box::pin(async move { Ok(grpc::<FlightData>().streaming(DoExchange(service), req).await) })
+            }
+            _ => self.rest.call(req),
+        }
+    }
+}
+
+fn grpc<D: prost::Message + Default + Send + 'static>() -> Grpc<FrameCodec<D>> {
+    Grpc::new(FrameCodec::default()).apply_max_message_size_config(Some(MAX_MESSAGE), Some(MAX_MESSAGE))
+}
+
+struct DoGet(Arc<Service>);
+
+impl ServerStreamingService<Ticket> for DoGet {
+    type Response = Frame;
+    type ResponseStream = FrameStream;
+    type Future = BoxFuture<Response<FrameStream>, Status>;
+
+    fn call(&mut self, request: Request<Ticket>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { service.get_frames(request).await })
+    }
+}
+
+struct DoExchange(Arc<Service>);
+
+impl StreamingService<FlightData> for DoExchange {
+    type Response = Frame;
+    type ResponseStream = FrameStream;
+    type Future = BoxFuture<Response<FrameStream>, Status>;
+
+    fn call(&mut self, request: Request<Streaming<FlightData>>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { service.exchange_frames(request).await })
+    }
+}
