@@ -90,7 +90,10 @@ impl Server {
                 // A client already here gets its own time to start, whatever is left of ours:
                 // dropping it now would leave it with a dead connection.
                 let wait = deadline.saturating_duration_since(Instant::now()).max(START_GRACE);
-                let control = hello.close().and_then(|()| Ok(conn.accept_stream_timeout(wait)?));
+                let closed = hello.close();
+                // Once no stream is open, the accept below reads the connection itself at once.
+                drop(hello);
+                let control = closed.and_then(|()| Ok(conn.accept_stream_timeout(wait)?));
                 match control {
                     Ok(control) => return Ok((conn, control)),
                     Err(e) if gone(&e) => continue,

@@ -65,7 +65,7 @@ pub(super) enum Waiting {
 }
 
 /// How long an accepting thread lets other readers be before it reads itself.
-const ACCEPT_SLICE: Duration = Duration::from_millis(10);
+const ACCEPT_SLICE: Duration = Duration::from_millis(1);
 
 /// A message received whole.
 #[derive(Debug)]
