@@ -378,7 +378,8 @@ fn many_concurrent_gets_and_puts_on_every_plane() {
                     put(&c, &name, &batches);
                     for _ in 0..3 {
                         let info = c.get_flight_info(&path(&name)).unwrap();
-                        let got: Vec<_> = c.do_get(&info.endpoint[0]).unwrap().map(|b| b.unwrap()).collect();
+                        let reader = c.do_get(&info.endpoint[0]).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+                        let got: Vec<_> = reader.map(|b| b.expect(&name)).collect();
                         assert_eq!(got, batches, "{name}");
                     }
                 });

@@ -688,6 +688,25 @@ fn tcp_oversized_frame_after_auth_fails_the_connection_only() {
     still_serves(&l);
 }
 
+/// A second finish sends nothing: the peer sees the stream end once, and the connection goes
+/// on serving (a second Finish frame would be a protocol violation that fails it).
+fn finishing_twice_ends_the_stream_once(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let a = c.open_stream().unwrap();
+    a.send(b"only", &[]).unwrap();
+    a.finish().unwrap();
+    a.finish().unwrap();
+    let b = s.accept_stream().unwrap();
+    assert_eq!(b.recv().unwrap().unwrap().header, b"only");
+    assert!(b.recv().unwrap().is_none());
+    let a2 = c.open_stream().unwrap();
+    a2.send(b"next", &[b"body"]).unwrap();
+    let b2 = s.accept_stream().unwrap();
+    let m = b2.recv().unwrap().unwrap();
+    assert_eq!((m.header.as_slice(), m.body.to_vec()), (&b"next"[..], b"body".to_vec()));
+    drop(b);
+}
+
 macro_rules! conformance {
     ($scheme:ident) => {
         mod $scheme {
@@ -695,6 +714,10 @@ macro_rules! conformance {
             #[test]
             fn round_trip() {
                 super::round_trip(S)
+            }
+            #[test]
+            fn finishing_twice_ends_the_stream_once() {
+                super::finishing_twice_ends_the_stream_once(S)
             }
             #[test]
             fn derived_keys_match_per_connection() {

@@ -6,7 +6,8 @@ use std::marker::PhantomData;
 
 use bytes::BufMut;
 use tonic::Status;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{Codec, EncodeBuf, Encoder};
+use tonic_prost::ProstDecoder;
 
 use crate::ipc::Frame;
 
@@ -30,7 +31,7 @@ impl<D: prost::Message + Default + Send + 'static> Codec for FrameCodec<D> {
     }
 
     fn decoder(&mut self) -> ProstDecoder<D> {
-        ProstDecoder(PhantomData)
+        ProstDecoder::default()
     }
 }
 
@@ -84,17 +85,6 @@ fn encoded_len(frame: &Frame) -> usize {
     field_len(DATA_HEADER, frame.meta.len())
         + field_len(APP_METADATA, frame.app_metadata.len())
         + field_len(DATA_BODY, frame.body_len())
-}
-
-pub struct ProstDecoder<D>(PhantomData<D>);
-
-impl<D: prost::Message + Default> Decoder for ProstDecoder<D> {
-    type Item = D;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<D>, Status> {
-        D::decode(src).map(Some).map_err(|e| Status::internal(format!("cannot decode the request: {e}")))
-    }
 }
 
 #[cfg(test)]

@@ -92,9 +92,7 @@ impl Service {
         }
         info
     }
-}
 
-impl Service {
     /// DoGet, answered with frames.
     pub async fn get_frames(&self, request: Request<Ticket>) -> Result<Response<FrameStream>, Status> {
         self.authorize(&request)?;

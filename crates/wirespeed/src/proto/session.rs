@@ -387,7 +387,9 @@ impl Session {
     }
 
     /// Marks our side of `id` finished; the caller then sends the Finish frame.
-    pub fn finish(&mut self, id: u32) -> Result<(), Error> {
+    /// Ends our direction of `id`; true if this call ended it and a Finish frame must go out.
+    /// A second finish sends nothing: the peer would take a second Finish as a violation.
+    pub fn finish(&mut self, id: u32) -> Result<bool, Error> {
         if let Some(e) = self.terminal_error() {
             return Err(e);
         }
@@ -395,8 +397,7 @@ impl Session {
         if let Some(code) = s.reset {
             return Err(Error::Reset { stream: id, code });
         }
-        s.send_open = false;
-        Ok(())
+        Ok(std::mem::replace(&mut s.send_open, false))
     }
 
     /// Aborts `id` in both directions and tells the peer.

@@ -460,10 +460,12 @@ impl Stream {
         }
     }
 
-    /// Tells the peer no more messages follow on this stream.
+    /// Tells the peer no more messages follow on this stream. Finishing again does nothing.
     pub fn finish(&self) -> Result<()> {
         let _serialised = self.send.lock().unwrap_or_else(|p| p.into_inner());
-        self.inner.lock().session.finish(self.id)?;
+        if !self.inner.lock().session.finish(self.id)? {
+            return Ok(());
+        }
         self.inner.write(&FrameHeader::new(Kind::Finish, self.id).encode(), &[])
     }
 
