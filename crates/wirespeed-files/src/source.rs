@@ -290,10 +290,12 @@ fn stream_entry() -> Entry {
 }
 
 fn read_small(path: &Path, size: u64) -> Result<Vec<u8>> {
-    let mut data = Vec::with_capacity(size as usize);
-    let f = File::open(path).map_err(|e| FilesError::io(path, e))?;
-    // A file that grew since the walk is sent as it was at the walk's size.
-    f.take(INLINE_MAX).read_to_end(&mut data).map_err(|e| FilesError::io(path, e))?;
+    let mut f = File::open(path).map_err(|e| FilesError::io(path, e))?;
+    // One read when the size still holds: a file that grew since the walk is sent as it was
+    // at the walk's size, one that shrank as it is now.
+    let mut data = vec![0u8; size.min(INLINE_MAX) as usize];
+    let n = fill(&mut f, &mut data).map_err(|e| FilesError::io(path, e))?;
+    data.truncate(n);
     Ok(data)
 }
 
