@@ -5,8 +5,10 @@ set -euo pipefail
 
 # libclang-dev: bindgen generates the UCX bindings (crates/ucx-sys) from the system headers.
 # openssh-server: the tests start a throwaway sshd on 127.0.0.1 for remote copies; rsync and
-# netcat are peers in bench/tools_compare.sh.
-APT_PACKAGES=(pkg-config iperf3 ucx-utils libucx-dev libclang-dev openssh-server openssh-client rsync netcat-openbsd)
+# netcat are peers in bench/tools_compare.sh. iproute2: `ip netns` makes two hosts for the
+# remote to remote tests.
+APT_PACKAGES=(pkg-config iperf3 ucx-utils libucx-dev libclang-dev openssh-server openssh-client rsync netcat-openbsd
+  iproute2)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
