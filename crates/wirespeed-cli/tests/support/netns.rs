@@ -7,6 +7,8 @@ use std::process::Command;
 pub struct Hosts {
     bridge: String,
     names: Vec<String>,
+    /// Each host's interface on the bridge, on our side.
+    ports: Vec<String>,
     pub addrs: Vec<String>,
 }
 
@@ -25,7 +27,7 @@ impl Hosts {
     pub fn new(n: usize) -> Result<Hosts, String> {
         let pid = std::process::id();
         let net = format!("10.{}.{}", 200 + (pid >> 8) % 50, pid & 0xff);
-        let mut h = Hosts { bridge: format!("wsbr{pid}"), names: Vec::new(), addrs: Vec::new() };
+        let mut h = Hosts { bridge: format!("wsbr{pid}"), names: Vec::new(), ports: Vec::new(), addrs: Vec::new() };
         ip(&["link", "add", &h.bridge, "type", "bridge"])?;
         ip(&["addr", "add", &format!("{net}.1/24"), "dev", &h.bridge])?;
         ip(&["link", "set", &h.bridge, "up"])?;
@@ -35,6 +37,7 @@ impl Hosts {
             h.names.push(ns.clone());
             ip(&["link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
             ip(&["link", "set", &port, "master", &h.bridge, "up"])?;
+            h.ports.push(port);
             ip(&["-n", &ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
             ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
@@ -67,7 +70,7 @@ impl Hosts {
 
     /// Bytes host `i` has received from the bridge so far.
     pub fn received(&self, i: usize) -> u64 {
-        self.counter(&format!("ws{}p{i}", std::process::id()), "tx_bytes")
+        self.counter(&self.ports[i], "tx_bytes")
     }
 
     /// Bytes the test's own namespace has received over the bridge so far.
