@@ -386,9 +386,8 @@ impl Session {
         Ok(Some(take))
     }
 
-    /// Marks our side of `id` finished; the caller then sends the Finish frame.
-    /// Ends our direction of `id`; true if this call ended it and a Finish frame must go out.
-    /// A second finish sends nothing: the peer would take a second Finish as a violation.
+    /// Ends our direction of `id`; true if this call ended it, and the caller then sends the
+    /// Finish frame. A second finish sends nothing: the peer would take it as a violation.
     pub fn finish(&mut self, id: u32) -> Result<bool, Error> {
         if let Some(e) = self.terminal_error() {
             return Err(e);
