@@ -51,7 +51,8 @@ fn establish(mut s: TcpStream, role: Role, peer: Peer, config: &Config, name: St
     let mut core = Core::new(config.limits)?;
     let ours = core.address()?;
     let theirs = swap_addresses(&mut s, &ours, config.handshake_timeout)?;
-    core.connect(&theirs, peer_failure_handling(&s)?)?;
+    let same_host = same_host(&s)?;
+    core.connect(&theirs, peer_failure_handling(same_host)?, same_host)?;
     let shared = Shared::new(core, s)?;
     let progress = shared.clone();
     let thread =
@@ -68,10 +69,16 @@ fn establish(mut s: TcpStream, role: Role, peer: Peer, config: &Config, name: St
 /// Overrides the choice of UCX error handling: `peer` or `none`.
 pub const ERROR_MODE_ENV: &str = "WIRESPEED_UCX_ERROR_MODE";
 
+/// Whether the peer runs on this host, as its bootstrap socket tells. Both sides decide alike.
+fn same_host(s: &TcpStream) -> Result<bool> {
+    let (local, peer) = (s.local_addr()?.ip(), s.peer_addr()?.ip());
+    Ok(local == peer || peer.is_loopback())
+}
+
 /// Whether UCX should detect a failed peer itself. Between hosts it should. On one host it
 /// must not: shared memory cannot report peer failures, so UCX would fall back to TCP.
-/// Either way the bootstrap socket reports a peer that dies. Both sides decide alike.
-fn peer_failure_handling(s: &TcpStream) -> Result<bool> {
+/// Either way the bootstrap socket reports a peer that dies.
+fn peer_failure_handling(same_host: bool) -> Result<bool> {
     match std::env::var(ERROR_MODE_ENV).as_deref() {
         Ok("peer") => return Ok(true),
         Ok("none") => return Ok(false),
@@ -80,8 +87,7 @@ fn peer_failure_handling(s: &TcpStream) -> Result<bool> {
         }
         Err(_) => {}
     }
-    let (local, peer) = (s.local_addr()?.ip(), s.peer_addr()?.ip());
-    Ok(!(local == peer || peer.is_loopback()))
+    Ok(!same_host)
 }
 
 /// Sends our worker address and reads the peer's: a little-endian u32 length, then the bytes.
