@@ -771,12 +771,14 @@ impl Inbox {
     }
 
     /// Starts pulling deferred rendezvous bodies, oldest first, while they fit under
-    /// `RECV_AHEAD` and `recv_window` (the oldest always may, so a larger body still moves).
+    /// `RECV_AHEAD` and `recv_window`. The oldest arrival always may, so a larger body still
+    /// moves, and so do bodies behind eager messages that filled the window after them.
     fn pull_deferred(&mut self) -> Result<()> {
         let worker = self.worker;
-        for a in self.arrivals.iter_mut() {
+        for (i, a) in self.arrivals.iter_mut().enumerate() {
             let Some((desc, length)) = a.deferred else { continue };
-            if self.held > 0 && (self.arrivals_held >= RECV_AHEAD || self.held + a.pad + length > self.recv_window) {
+            let full = self.arrivals_held >= RECV_AHEAD || self.held + a.pad + length > self.recv_window;
+            if i > 0 && self.held > 0 && full {
                 break;
             }
             // Before the descriptor leaves `deferred`: on failure it is still ours to release.
