@@ -117,6 +117,7 @@ fn establish(
         staging: vec![0; STAGING].into_boxed_slice(),
         lo: 0,
         hi: 0,
+        lowat: 1,
     };
     let tx = TcpTx { sock: s, max_payload: config.limits.max_payload as usize };
     Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), None, config, name))
@@ -134,7 +135,13 @@ struct TcpRx {
     staging: Box<[u8]>,
     lo: usize,
     hi: usize,
+    /// The socket's SO_RCVLOWAT: while a large payload is awaited, the kernel wakes us once
+    /// this much of it has arrived instead of for every segment.
+    lowat: usize,
 }
+
+/// The most of a payload we ask the kernel to gather before it wakes us.
+const LOWAT_MAX: usize = 512 << 10;
 
 impl FrameRx for TcpRx {
     fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
@@ -183,6 +190,11 @@ impl FrameRx for TcpRx {
                         std::hint::spin_loop();
                         continue;
                     }
+                    let lowat = if direct { missing.min(LOWAT_MAX) } else { 1 };
+                    if lowat != self.lowat {
+                        set_rcvlowat(&self.sock, lowat);
+                        self.lowat = lowat;
+                    }
                     if wait_fd(self.sock.as_fd(), PollFlags::POLLIN, deadline)?.is_none() {
                         return Ok(false);
                     }
@@ -191,6 +203,21 @@ impl FrameRx for TcpRx {
                 Err(e) => return Err(Error::ConnectionLost(e.to_string())),
             }
         }
+    }
+}
+
+/// Best effort: without it we are only woken more often.
+fn set_rcvlowat(sock: &TcpStream, bytes: usize) {
+    let v = bytes as libc::c_int;
+    // SAFETY: setsockopt reads one c_int from a live local.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
     }
 }
 
