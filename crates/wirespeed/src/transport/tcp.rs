@@ -227,6 +227,8 @@ impl Drop for TcpRx {
             return;
         }
         let Ok(sock) = self.sock.try_clone() else { return };
+        // Whatever the peer still sends must wake the lingering reader.
+        set_rcvlowat(&sock, 1);
         let _ = std::thread::Builder::new().name("wirespeed-linger".into()).spawn(move || {
             let deadline = Instant::now() + LINGER;
             let mut sink = [0u8; 16 << 10];
