@@ -29,11 +29,16 @@ pub fn join_under(root: &Path, rel: &[u8]) -> Result<PathBuf> {
 /// The hidden temporary a file is written under: `.NAME.wirespeed-part` beside it, so a
 /// copy cut short never looks complete, and `--resume` finds it again.
 pub fn part_path(dest: &Path) -> PathBuf {
-    let name = dest.file_name().map(|n| n.as_bytes()).unwrap_or(b"file");
-    let mut part = b".".to_vec();
+    dest.with_file_name(part_name(dest.file_name().map(|n| n.as_bytes()).unwrap_or(b"file")))
+}
+
+/// The part name for a file called `name`.
+pub fn part_name(name: &[u8]) -> OsString {
+    let mut part = Vec::with_capacity(name.len() + 1 + PART_SUFFIX.len());
+    part.push(b'.');
     part.extend_from_slice(name);
     part.extend_from_slice(PART_SUFFIX.as_bytes());
-    dest.with_file_name(OsString::from_vec(part))
+    OsString::from_vec(part)
 }
 
 pub fn bytes(p: &OsStr) -> Vec<u8> {

@@ -26,7 +26,7 @@ use crate::walk::{self, Found};
 /// Files up to this size travel inline with their entries.
 pub const INLINE_MAX: u64 = 64 << 10;
 /// A batch of entries is sent once its inline bytes or its header reach these sizes.
-const BATCH_BODY: usize = 1 << 20;
+const BATCH_BODY: usize = 256 << 10;
 const BATCH_HEADER: usize = 256 << 10;
 
 #[derive(Clone, Debug)]
@@ -234,21 +234,15 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
         if shared.failed.load(Ordering::Relaxed) {
             return Err(FilesError::Stopped);
         }
-        let Found { path, mut entry } = found;
+        let Found { path, mut entry, file } = found;
         if entry.kind == Kind::File {
             files += 1;
-            if entry.size <= INLINE_MAX && entry.size != STREAMED {
-                let data = read_small(&path, entry.size)?;
+            if let Some(mut f) = file.as_ref().filter(|_| entry.size <= INLINE_MAX) {
+                let data = batch.read_inline(&mut f, entry.size).map_err(|e| FilesError::io(&path, e))?;
                 entry.size = data.len() as u64;
-                entry.inline = Some(XxHash3_128::oneshot(&data));
-                batch.body.extend_from_slice(&data);
+                entry.inline = Some(XxHash3_128::oneshot(data));
             } else {
                 asks += 1;
-                let file = if entry.size == STREAMED {
-                    None
-                } else {
-                    Some(File::open(&path).map_err(|e| FilesError::io(&path, e))?)
-                };
                 let src = SrcFile { id: entry.id, path, file, size: entry.size, sparse: entry.sparse };
                 shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id, Arc::new(src));
             }
@@ -265,7 +259,7 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
     };
     match input {
         Input::Path(p) => walk::walk(p, opts.recursive, &mut visit)?,
-        Input::Reader(_) => visit(Found { path: PathBuf::from("-"), entry: stream_entry() })?,
+        Input::Reader(_) => visit(Found { path: PathBuf::from("-"), entry: stream_entry(), file: None })?,
     }
     batch.flush(control, shared.progress)?;
     shared.queue.lock().unwrap_or_else(|p| p.into_inner()).asks = Some(asks);
@@ -289,16 +283,6 @@ fn stream_entry() -> Entry {
     }
 }
 
-fn read_small(path: &Path, size: u64) -> Result<Vec<u8>> {
-    let mut f = File::open(path).map_err(|e| FilesError::io(path, e))?;
-    // One read when the size still holds: a file that grew since the walk is sent as it was
-    // at the walk's size, one that shrank as it is now.
-    let mut data = vec![0u8; size.min(INLINE_MAX) as usize];
-    let n = fill(&mut f, &mut data).map_err(|e| FilesError::io(path, e))?;
-    data.truncate(n);
-    Ok(data)
-}
-
 /// Entries and their inline bytes, gathered into one message.
 #[derive(Default)]
 struct Batch {
@@ -309,6 +293,17 @@ struct Batch {
 }
 
 impl Batch {
+    /// Reads a small file onto the end of the body; returns its bytes. One read when the size
+    /// still holds: a file that grew since the walk is sent as it was at the walk's size, one
+    /// that shrank as it is now.
+    fn read_inline(&mut self, f: &mut impl Read, size: u64) -> std::io::Result<&[u8]> {
+        let start = self.body.len();
+        self.body.resize(start + size as usize, 0);
+        let n = fill(f, &mut self.body[start..]);
+        self.body.truncate(start + *n.as_ref().unwrap_or(&0));
+        n.map(|n| &self.body[start..start + n])
+    }
+
     fn push(&mut self, e: Entry) {
         self.header_bytes += 60 + e.path.len() + e.target.len();
         self.entries.push(e);

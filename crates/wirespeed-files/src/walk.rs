@@ -1,83 +1,201 @@
 //! Walks a source path into entries: the root, then (with `recursive`) everything below it,
 //! depth first, names sorted. Symlinks are entries, never followed below the root; devices,
-//! fifos and sockets below the root are skipped.
+//! fifos and sockets below the root are skipped. Below the root every name is opened
+//! relative to its directory's descriptor (a path walk per file costs as much as reading a
+//! small one), and a regular file is handed over open, so its entry and its bytes come from
+//! the same file.
 
-use std::fs::{self, Metadata};
-use std::os::unix::fs::MetadataExt;
+use std::ffi::{CStr, CString, OsStr};
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use nix::dir::{Dir, Type};
+use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
+use nix::sys::stat::{FileStat, Mode, fstat, fstatat, stat};
 
 use crate::error::{FilesError, Result};
-use crate::paths;
 use crate::proto::{Entry, Kind};
 
 /// One thing found: where it is, and the entry that describes it (`inline` still unset).
 pub struct Found {
     pub path: PathBuf,
     pub entry: Entry,
-}
-
-pub fn entry_for(id: u64, rel: Vec<u8>, path: &Path, md: &Metadata) -> Result<Entry> {
-    let ft = md.file_type();
-    let (kind, target) = if ft.is_dir() {
-        (Kind::Dir, Vec::new())
-    } else if ft.is_symlink() {
-        (Kind::Symlink, paths::bytes(fs::read_link(path).map_err(|e| FilesError::io(path, e))?.as_os_str()))
-    } else if ft.is_file() {
-        (Kind::File, Vec::new())
-    } else {
-        return Err(FilesError::Usage(format!("{}: not a regular file, directory or symlink", path.display())));
-    };
-    let size = if kind == Kind::File { md.len() } else { 0 };
-    Ok(Entry {
-        id,
-        kind,
-        path: rel,
-        size,
-        mode: md.mode(),
-        mtime_sec: md.mtime(),
-        mtime_nsec: md.mtime_nsec() as u32,
-        sparse: kind == Kind::File && md.blocks() * 512 < size,
-        target,
-        inline: None,
-    })
+    /// The file, open, when the entry is a regular file.
+    pub file: Option<File>,
 }
 
 /// Calls `visit` for `root` and, if it is a directory and `recursive`, for all below it.
-pub fn walk(root: &Path, recursive: bool, mut visit: impl FnMut(Found) -> Result<()>) -> Result<()> {
+pub fn walk(root: &Path, recursive: bool, visit: impl FnMut(Found) -> Result<()>) -> Result<()> {
+    let io = |e: nix::Error| FilesError::io(root, e.into());
     // A symlink named on the command line is followed, as cp and scp do.
-    let md = fs::metadata(root).map_err(|e| FilesError::io(root, e))?;
-    if md.is_dir() && !recursive {
-        return Err(FilesError::Usage(format!("{} is a directory (use -r)", root.display())));
-    }
-    let mut next_id = 0u64;
-    let mut stack = vec![(root.to_path_buf(), Vec::new(), md)];
-    while let Some((path, rel, md)) = stack.pop() {
-        let entry = entry_for(next_id, rel.clone(), &path, &md)?;
-        next_id += 1;
-        let is_dir = entry.kind == Kind::Dir;
-        visit(Found { path: path.clone(), entry })?;
-        if !is_dir {
-            continue;
+    let opened = match kind(&stat(root).map_err(io)?) {
+        Some(Kind::Dir) if !recursive => {
+            return Err(FilesError::Usage(format!("{} is a directory (use -r)", root.display())));
         }
-        let mut children = Vec::new();
-        for item in fs::read_dir(&path).map_err(|e| FilesError::io(&path, e))? {
-            let item = item.map_err(|e| FilesError::io(&path, e))?;
-            let child = item.path();
-            let md = fs::symlink_metadata(&child).map_err(|e| FilesError::io(&child, e))?;
-            let ft = md.file_type();
-            if !(ft.is_file() || ft.is_dir() || ft.is_symlink()) {
-                continue; // devices, fifos and sockets are not copied
+        Some(Kind::Dir) => {
+            let dir = Dir::open(root, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty());
+            let dir = dir.map_err(io)?;
+            Opened::Dir(fstat(&dir).map_err(io)?, dir)
+        }
+        Some(Kind::File) => {
+            let file = File::open(root).map_err(|e| FilesError::io(root, e))?;
+            let st = fstat(&file).map_err(io)?;
+            if kind(&st) != Some(Kind::File) {
+                return Err(not_copied(root)); // swapped since the stat
             }
+            Opened::File(st, file)
+        }
+        _ => return Err(not_copied(root)),
+    };
+    let mut walker = Walker { next_id: 0, stack: Vec::new(), visit };
+    walker.emit(root.to_path_buf(), Vec::new(), opened)?;
+    while let Some(p) = walker.stack.pop() {
+        if let Some(opened) = open_below(&p)? {
+            walker.emit(p.path, p.rel, opened)?;
+        }
+    }
+    Ok(())
+}
+
+/// A name below the root, listed but not yet opened.
+struct Pending {
+    path: PathBuf,
+    rel: Vec<u8>,
+    dir: Rc<Dir>,
+    name: CString,
+    /// What the directory listing says it is, when it says.
+    hint: Option<Type>,
+}
+
+enum Opened {
+    File(FileStat, File),
+    Dir(FileStat, Dir),
+    Symlink(FileStat, Vec<u8>),
+}
+
+struct Walker<F> {
+    next_id: u64,
+    /// Reverse order, so popping gives names sorted.
+    stack: Vec<Pending>,
+    visit: F,
+}
+
+impl<F: FnMut(Found) -> Result<()>> Walker<F> {
+    fn emit(&mut self, path: PathBuf, rel: Vec<u8>, opened: Opened) -> Result<()> {
+        let id = self.next_id;
+        self.next_id += 1;
+        match opened {
+            Opened::File(st, file) => {
+                let entry = entry(id, Kind::File, rel, &st, Vec::new());
+                (self.visit)(Found { path, entry, file: Some(file) })
+            }
+            Opened::Symlink(st, target) => {
+                (self.visit)(Found { path, entry: entry(id, Kind::Symlink, rel, &st, target), file: None })
+            }
+            Opened::Dir(st, dir) => {
+                let entry = entry(id, Kind::Dir, rel.clone(), &st, Vec::new());
+                (self.visit)(Found { path: path.clone(), entry, file: None })?;
+                self.list(path, rel, dir)
+            }
+        }
+    }
+
+    fn list(&mut self, path: PathBuf, rel: Vec<u8>, mut dir: Dir) -> Result<()> {
+        let mut names = Vec::new();
+        for item in dir.iter() {
+            let item = item.map_err(|e| FilesError::io(&path, e.into()))?;
+            let name = item.file_name();
+            let hint = item.file_type();
+            if name == c"." || name == c".." || hint.is_some_and(|t| !copied(t)) {
+                continue;
+            }
+            names.push((name.to_owned(), hint));
+        }
+        let dir = Rc::new(dir);
+        let start = self.stack.len();
+        self.stack.extend(names.into_iter().map(|(name, hint)| {
+            let bytes = name.to_bytes();
             let mut child_rel = rel.clone();
             if !child_rel.is_empty() {
                 child_rel.push(b'/');
             }
-            child_rel.extend_from_slice(&paths::bytes(&item.file_name()));
-            children.push((child, child_rel, md));
-        }
-        // Reverse order on the stack pops them sorted.
-        children.sort_by(|a, b| b.1.cmp(&a.1));
-        stack.extend(children);
+            child_rel.extend_from_slice(bytes);
+            Pending { path: path.join(OsStr::from_bytes(bytes)), rel: child_rel, dir: dir.clone(), name, hint }
+        }));
+        self.stack[start..].sort_by(|a, b| b.rel.cmp(&a.rel));
+        Ok(())
     }
-    Ok(())
+}
+
+/// Opens a listed name, or for a symlink reads it; `None` for what is not copied.
+fn open_below(p: &Pending) -> Result<Option<Opened>> {
+    let io = |e: nix::Error| FilesError::io(&p.path, e.into());
+    let name: &CStr = &p.name;
+    let is = match p.hint {
+        Some(t) => t,
+        None => match kind(&fstatat(&*p.dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io)?) {
+            Some(Kind::File) => Type::File,
+            Some(Kind::Dir) => Type::Directory,
+            Some(Kind::Symlink) => Type::Symlink,
+            None => return Ok(None),
+        },
+    };
+    // O_NOFOLLOW: a name swapped for a symlink since the listing fails rather than leads
+    // elsewhere; O_NONBLOCK: one swapped for a fifo cannot block the walk.
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    Ok(match is {
+        Type::File => {
+            let file = File::from(openat(&*p.dir, name, flags, Mode::empty()).map_err(io)?);
+            let st = fstat(&file).map_err(io)?;
+            (kind(&st) == Some(Kind::File)).then_some(Opened::File(st, file))
+        }
+        Type::Directory => {
+            let dir = Dir::openat(&*p.dir, name, flags | OFlag::O_DIRECTORY, Mode::empty()).map_err(io)?;
+            Some(Opened::Dir(fstat(&dir).map_err(io)?, dir))
+        }
+        Type::Symlink => {
+            let st = fstatat(&*p.dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io)?;
+            if kind(&st) != Some(Kind::Symlink) {
+                return Ok(None); // swapped since the listing
+            }
+            let target = readlinkat(&*p.dir, name).map_err(io)?;
+            Some(Opened::Symlink(st, target.as_bytes().to_vec()))
+        }
+        _ => None,
+    })
+}
+
+fn copied(t: Type) -> bool {
+    matches!(t, Type::File | Type::Directory | Type::Symlink)
+}
+
+fn kind(st: &FileStat) -> Option<Kind> {
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => Some(Kind::File),
+        libc::S_IFDIR => Some(Kind::Dir),
+        libc::S_IFLNK => Some(Kind::Symlink),
+        _ => None,
+    }
+}
+
+fn not_copied(path: &Path) -> FilesError {
+    FilesError::Usage(format!("{}: not a regular file, directory or symlink", path.display()))
+}
+
+fn entry(id: u64, kind: Kind, rel: Vec<u8>, st: &FileStat, target: Vec<u8>) -> Entry {
+    let size = if kind == Kind::File { st.st_size as u64 } else { 0 };
+    Entry {
+        id,
+        kind,
+        path: rel,
+        size,
+        mode: st.st_mode,
+        mtime_sec: st.st_mtime,
+        mtime_nsec: st.st_mtime_nsec as u32,
+        sparse: kind == Kind::File && (st.st_blocks as u64) * 512 < size,
+        target,
+        inline: None,
+    }
 }

@@ -1,7 +1,9 @@
-//! The receiving side. The control thread creates directories and symlinks, writes inline
-//! files, and asks for each large file with a `Want` (listing, with `--resume`, the
+//! The receiving side. The control thread creates directories and symlinks, hands inline
+//! files to a few writing threads ([`inline`]), and asks for each large file with a `Want` (listing, with `--resume`, the
 //! checksums of chunks it already holds). A thread per data stream checks and writes chunks
 //! into the file's hidden part file; the last chunk renames it into place.
+
+mod inline;
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -9,7 +11,7 @@ use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -183,15 +185,33 @@ fn receive(
         over: AtomicBool::new(false),
     };
     let resume = flags & proto::RESUME != 0;
+    let (queue, units) = mpsc::sync_channel(inline::QUEUE);
+    let units = Mutex::new(units);
     thread::scope(|s| {
         s.spawn(|| accept_data_streams(conn, &shared, s));
-        let r = control_loop(control, &root, resume, &shared);
+        for _ in 0..inline_writers() {
+            s.spawn(|| inline::write_units(&units, &shared));
+        }
+        let r = control_loop(control, &root, resume, &shared, queue);
         shared.over.store(true, Ordering::Relaxed);
         r
     })
 }
 
-fn control_loop(control: &Link, root: &Path, resume: bool, sh: &State) -> Result<Summary> {
+/// Threads writing inline files: one per core, as each spends most of its time in the kernel.
+fn inline_writers() -> usize {
+    thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8))
+}
+
+/// Reads the source's entries until its `End`. Inline files go to the writers on `queue`,
+/// which closes when this returns.
+fn control_loop(
+    control: &Link,
+    root: &Path,
+    resume: bool,
+    sh: &State,
+    queue: mpsc::SyncSender<inline::Unit>,
+) -> Result<Summary> {
     let mut dirs = Vec::new();
     let mut created_links = Vec::new();
     let end = loop {
@@ -204,12 +224,25 @@ fn control_loop(control: &Link, root: &Path, resume: bool, sh: &State) -> Result
         };
         match msg {
             Msg::Entries(entries) => {
+                let mut units = inline::Units::new(&queue, body);
                 let mut at = 0usize;
                 for e in entries {
                     let dest = join_under(root, &e.path)?;
                     if created_links.iter().any(|l: &PathBuf| dest.starts_with(l) && dest != *l) {
                         return Err(FilesError::UnsafePath(String::from_utf8_lossy(&e.path).into_owned()));
                     }
+                    if let (Kind::File, Some(sum)) = (e.kind, e.inline) {
+                        let end = at.checked_add(e.size as usize).filter(|n| *n <= units.body().len());
+                        let end = end.ok_or_else(|| FilesError::Protocol("inline bytes run short".into()))?;
+                        match &sh.stream {
+                            Some(out) => write_to_stream(out, &dest, &units.body()[at..end], sum, sh)?,
+                            None => units.push(&dest, e, at..end, sh)?,
+                        }
+                        at = end;
+                        continue;
+                    }
+                    // Whatever else the entries hold happens after the files before it.
+                    units.flush(sh)?;
                     match e.kind {
                         Kind::Dir => {
                             make_dir(&dest, e.path.is_empty())?;
@@ -219,17 +252,10 @@ fn control_loop(control: &Link, root: &Path, resume: bool, sh: &State) -> Result
                             make_symlink(&dest, &e)?;
                             created_links.push(dest);
                         }
-                        Kind::File => match e.inline {
-                            Some(sum) => {
-                                let end = at.checked_add(e.size as usize).filter(|n| *n <= body.len());
-                                let end = end.ok_or_else(|| FilesError::Protocol("inline bytes run short".into()))?;
-                                write_inline(&dest, &e, &body[at..end], sum, sh)?;
-                                at = end;
-                            }
-                            None => ask(control, dest, e, resume, sh)?,
-                        },
+                        Kind::File => ask(control, dest, e, resume, sh)?,
                     }
                 }
+                units.flush(sh)?;
             }
             Msg::End { files, bytes } => break Summary { files, bytes },
             other => return Err(link::unexpected("from a source", &other)),
@@ -289,31 +315,15 @@ fn make_symlink(dest: &Path, e: &Entry) -> Result<()> {
     fs::rename(&part, dest).map_err(|err| FilesError::io(dest, err))
 }
 
-fn write_inline(dest: &Path, e: &Entry, data: &[u8], sum: u128, sh: &State) -> Result<()> {
+/// A single small file bound for a stream output.
+fn write_to_stream(out: &Shared<Box<dyn Write + Send>>, dest: &Path, data: &[u8], sum: u128, sh: &State) -> Result<()> {
     if XxHash3_128::oneshot(data) != sum {
         return Err(FilesError::Checksum { path: dest.display().to_string(), index: 0 });
     }
-    if let Some(out) = &sh.stream {
-        write_stream(out, data)?;
-    } else {
-        let part = part_path(dest);
-        let mut f = create_part(&part, e)?;
-        f.write_all(data).map_err(|err| FilesError::io(&part, err))?;
-        finish_file(&f, &part, dest, e, sh.preserve)?;
-    }
+    write_stream(out, data)?;
     sh.progress.add_bytes(data.len() as u64);
     sh.progress.file_done();
     Ok(())
-}
-
-fn create_part(part: &Path, e: &Entry) -> Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(e.mode & 0o777)
-        .open(part)
-        .map_err(|err| FilesError::io(part, err))
 }
 
 /// Sets metadata on the verified part file, then renames it into place.
