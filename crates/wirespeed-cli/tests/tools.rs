@@ -287,6 +287,31 @@ fn a_receiver_killed_mid_copy_leaves_no_complete_file_and_resume_finishes_it() {
 }
 
 #[test]
+fn cp_local_copies_trees_and_single_small_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = tricky_tree(dir.path());
+    let copy = dir.path().join("copy");
+    let out = run(wirespeed().args(["cp", "-r", "-p"]).arg(&tree).arg(&copy));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(snapshot(&tree, true), snapshot(&copy, true));
+
+    // A small file travels inline: to a new name, into a directory, and over an older copy.
+    let small = dir.path().join("small.txt");
+    fs::write(&small, b"a few bytes").unwrap();
+    let renamed = dir.path().join("renamed.txt");
+    let into = dir.path().join("into");
+    fs::create_dir(&into).unwrap();
+    fs::write(into.join("small.txt"), b"an older, longer version").unwrap();
+    for (to, lands) in [(&renamed, renamed.clone()), (&into, into.join("small.txt"))] {
+        let out = run(wirespeed().arg("cp").arg(&small).arg(to));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(fs::read(&lands).unwrap(), b"a few bytes");
+    }
+    let names: Vec<_> = fs::read_dir(&into).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["small.txt"], "nothing else is left beside it");
+}
+
+#[test]
 fn cp_reports_bad_sources_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(wirespeed().arg("cp").arg(dir.path().join("missing")).arg(dir.path().join("x")));

@@ -8,8 +8,9 @@ use crate::proto::FailClass;
 pub enum FilesError {
     #[error(transparent)]
     Transport(#[from] wirespeed::Error),
-    #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    /// Not a `source`: the message already ends with it, and `{:#}` would repeat it.
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("copy protocol: {0}")]
     Protocol(String),
     #[error("{path}: chunk {index} failed its checksum")]
@@ -31,7 +32,7 @@ pub enum FilesError {
 
 impl FilesError {
     pub fn io(path: &Path, source: std::io::Error) -> Self {
-        FilesError::Io { path: path.display().to_string(), source }
+        FilesError::Io { path: path.display().to_string(), error: source }
     }
 
     /// How this failure is reported to the other side.

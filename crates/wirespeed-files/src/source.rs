@@ -300,8 +300,8 @@ impl Batch {
         let start = self.body.len();
         self.body.resize(start + size as usize, 0);
         let n = fill(f, &mut self.body[start..]);
-        self.body.truncate(start + *n.as_ref().unwrap_or(&0));
-        n.map(|n| &self.body[start..start + n])
+        self.body.truncate(start + n.as_ref().map_or(0, |n| *n));
+        Ok(&self.body[start..start + n?])
     }
 
     fn push(&mut self, e: Entry) {

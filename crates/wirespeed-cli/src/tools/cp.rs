@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use wirespeed::{Config, Connection, Key};
-use wirespeed_files::{Input, Output, Progress, Server, Side, Summary, plane};
+use wirespeed_files::{FilesError, Input, Output, Progress, Server, Side, Summary, plane};
 
 use super::remote::{Agent, Place, RemoteArgs, Ssh};
 use super::{Common, CopyFlags, summary_line, with_progress};
@@ -141,7 +141,11 @@ fn local_to_local(a: &CpArgs, src: &Path, dst: &Path, key: &Key, progress: &Prog
             wirespeed_files::send(&conn, Side::Client, &Input::Path(src.to_path_buf()), &source_options(a), progress);
         drop(conn);
         let received = sink.join().map_err(|_| anyhow::anyhow!("the receiving thread panicked"))?;
-        // The sink's own error says more than the source's view of it.
-        received.and(sent.map_err(Into::into))
+        // The end that failed first reports; the other only heard of it from its peer.
+        let heard = |e: &anyhow::Error| matches!(e.downcast_ref(), Some(FilesError::Remote { .. }));
+        match (received, sent) {
+            (Err(r), Err(s)) if heard(&r) => Err(s.into()),
+            (received, sent) => received.and(sent.map_err(Into::into)),
+        }
     })
 }

@@ -249,7 +249,7 @@ fn parse_done(words: &[String]) -> Ended {
 /// Standard output closing early (`| head`) is no failure; anything else is.
 fn drained_error(e: &FilesError) -> String {
     match e {
-        FilesError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe => String::new(),
+        FilesError::Io { error, .. } if error.kind() == std::io::ErrorKind::BrokenPipe => String::new(),
         e => e.to_string(),
     }
 }

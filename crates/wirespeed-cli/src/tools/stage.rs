@@ -264,7 +264,7 @@ fn linked<T>(
 
 fn broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| match c.downcast_ref::<FilesError>() {
-        Some(FilesError::Io { source, .. }) => source.kind() == std::io::ErrorKind::BrokenPipe,
+        Some(FilesError::Io { error, .. }) => error.kind() == std::io::ErrorKind::BrokenPipe,
         _ => false,
     })
 }

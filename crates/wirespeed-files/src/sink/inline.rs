@@ -3,7 +3,7 @@
 //! named relative to that directory's descriptor, since on tmpfs a path walk per file costs
 //! about as much as the write.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
@@ -33,8 +33,15 @@ pub const QUEUE: usize = 8;
 /// Inline files of one directory, and the batch body that holds their bytes.
 pub struct Unit {
     dir: PathBuf,
-    files: Vec<(Entry, Range<usize>)>,
+    files: Vec<Small>,
     body: Arc<Buf>,
+}
+
+/// One file of a unit: its name in the unit's directory, entry, and bytes in the body.
+struct Small {
+    name: OsString,
+    entry: Entry,
+    bytes: Range<usize>,
 }
 
 /// Gathers one batch's inline files into units and queues them for the writers.
@@ -53,9 +60,11 @@ impl<'a> Units<'a> {
         &self.body
     }
 
-    /// Adds a file bound for `dest` whose bytes are `range` of the batch body.
-    pub fn push(&mut self, dest: &Path, e: Entry, range: Range<usize>, sh: &State) -> Result<()> {
-        let dir = dest.parent().unwrap_or(Path::new("."));
+    /// Adds a file bound for `dest` whose bytes are `bytes` of the batch body.
+    pub fn push(&mut self, dest: &Path, entry: Entry, bytes: Range<usize>, sh: &State) -> Result<()> {
+        let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
+            return Err(FilesError::Usage(format!("{}: not a place for a file", dest.display())));
+        };
         if self.current.as_ref().is_some_and(|u| u.dir != dir || u.files.len() == UNIT_FILES) {
             self.flush(sh)?;
         }
@@ -64,7 +73,7 @@ impl<'a> Units<'a> {
             files: Vec::with_capacity(UNIT_FILES),
             body: self.body.clone(),
         });
-        unit.files.push((e, range));
+        unit.files.push(Small { name: name.to_owned(), entry, bytes });
         Ok(())
     }
 
@@ -100,14 +109,13 @@ fn write_unit(unit: &Unit, sh: &State, unnamed: &mut bool) -> Result<()> {
     let io = |e: Errno| FilesError::io(&unit.dir, e.into());
     let dir = openat(AT_FDCWD, &unit.dir, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
         .map_err(io)?;
-    for (e, range) in &unit.files {
-        let name = e.path.rsplit(|b| *b == b'/').next().unwrap_or(&e.path);
-        let target = Target { dir: &dir, dir_path: &unit.dir, name: OsStr::from_bytes(name) };
-        let data = &unit.body[range.clone()];
-        if Some(XxHash3_128::oneshot(data)) != e.inline {
+    for f in &unit.files {
+        let target = Target { dir: &dir, dir_path: &unit.dir, name: &f.name };
+        let data = &unit.body[f.bytes.clone()];
+        if Some(XxHash3_128::oneshot(data)) != f.entry.inline {
             return Err(FilesError::Checksum { path: target.dest().display().to_string(), index: 0 });
         }
-        target.write(e, data, sh.preserve, unnamed)?;
+        target.write(&f.entry, data, sh.preserve, unnamed)?;
         sh.progress.add_bytes(data.len() as u64);
         sh.progress.file_done();
     }

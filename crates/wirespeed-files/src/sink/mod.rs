@@ -1,7 +1,8 @@
 //! The receiving side. The control thread creates directories and symlinks, hands inline
-//! files to a few writing threads ([`inline`]), and asks for each large file with a `Want` (listing, with `--resume`, the
-//! checksums of chunks it already holds). A thread per data stream checks and writes chunks
-//! into the file's hidden part file; the last chunk renames it into place.
+//! files to a few writing threads ([`inline`]), and asks for each large file with a `Want`
+//! (listing, with `--resume`, the checksums of chunks it already holds). A thread per data
+//! stream checks and writes chunks into the file's hidden part file; the last chunk renames
+//! it into place.
 
 mod inline;
 
