@@ -98,6 +98,7 @@ struct State<'a> {
     pending: Mutex<u64>,
     changed: Condvar,
     failed: Mutex<Option<FilesError>>,
+    /// The transfer ended or failed: the accepting thread and the inline writers stop.
     over: AtomicBool,
 }
 
