@@ -6,7 +6,8 @@
 #   ucx  with 64 streams vs 1 stream on one connection
 #   ucx  put and get (one-sided) vs ucx_perftest -t ucp_put_bw and -t ucp_get
 #   and a single-core memcpy figure as the ceiling for one-copy transports.
-# Every figure is the median of RUNS runs (default 3); MB = 10^6 bytes.
+# Every figure is the median of RUNS runs (default 3), ours taking turns with the peer's so
+# that drift of this shared machine hits both alike; MB = 10^6 bytes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/wirespeed}
@@ -49,38 +50,48 @@ ws_rma() { # op size -> MB/s, ucx over posix,cma,self
     python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
 }
 
+memcpy_1m() { # -> MB/s of one core copying 1 MiB blocks
+  "$BIN" bench memcpy --size 1048576 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
+}
+
 ws_ucx() { # tls size [streams] -> MB/s
   UCX_TLS=$1 ws ucx "$2" "${3:-1}"
 }
 
 runs() { local out=(); for _ in $(seq "$RUNS"); do out+=("$("$@")"); done; median "${out[@]}"; }
+# The peer's command and ours, taking turns RUNS times so that drift of this shared machine hits
+# both alike; sets $peer and $mine to the medians. Each argument is one command line.
+pair() {
+  local p=() m=()
+  for _ in $(seq "$RUNS"); do p+=("$(eval "$1")"); m+=("$(eval "$2")"); done
+  peer=$(median "${p[@]}"); mine=$(median "${m[@]}")
+}
 ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
 
 printf '%-44s %12s %12s %8s\n' "case" "wirespeed" "peer" "ratio"
 line() { printf '%-44s %12.0f %12.0f %8s\n' "$1" "$2" "$3" "$(ratio "$2" "$3")"; }
 
-peer=$(runs iperf); mine=$(runs ws tcp 1048576)
+pair "iperf" "ws tcp 1048576"
 line "tcp 1 MiB vs iperf3 (MB/s)" "$mine" "$peer"
 for size in 131072 1048576; do
-  peer=$(runs ucx_am_bw "$size"); mine=$(runs ws shm "$size")
+  pair "ucx_am_bw $size" "ws shm $size"
   line "shm $((size >> 10)) KiB vs ucx am_bw posix,cma (MB/s)" "$mine" "$peer"
 done
-peer=$(runs ucx_am_bw 4096); mine=$(runs ws shm 4096)
+pair "ucx_am_bw 4096" "ws shm 4096"
 line "shm 4 KiB vs ucx am_bw posix,cma (MB/s)" "$mine" "$peer"
 mine=$(runs ws_msgs shm 4096)
 printf '%-44s %12.0f %12s %8s\n' "shm 4 KiB (messages/s, target 1e6)" "$mine" "-" "$(ratio "$mine" 1000000)"
 for tls in tcp posix,cma,self; do
   for size in 131072 1048576; do
-    peer=$(runs ucx_am_bw "$size" "$tls"); mine=$(runs ws_ucx "$tls" "$size")
+    pair "ucx_am_bw $size $tls" "ws_ucx $tls $size"
     line "ucx $((size >> 10)) KiB vs ucx am_bw, UCX_TLS=$tls (MB/s)" "$mine" "$peer"
   done
 done
-one=$(runs ws_ucx posix,cma,self 1048576 1); many=$(runs ws_ucx posix,cma,self 1048576 64)
-line "ucx 1 MiB, 64 streams vs 1 stream (MB/s)" "$many" "$one"
-peer=$(runs ucx_perf ucp_put_bw 1048576); mine=$(runs ws_rma put 1048576)
+pair "ws_ucx posix,cma,self 1048576 1" "ws_ucx posix,cma,self 1048576 64"
+line "ucx 1 MiB, 64 streams vs 1 stream (MB/s)" "$mine" "$peer"
+pair "ucx_perf ucp_put_bw 1048576" "ws_rma put 1048576"
 line "ucx put 1 MiB vs ucp_put_bw, posix,cma (MB/s)" "$mine" "$peer"
-peer=$(runs ucx_perf ucp_get 1048576); mine=$(runs ws_rma get 1048576)
+pair "ucx_perf ucp_get 1048576" "ws_rma get 1048576"
 line "ucx get 1 MiB vs ucp_get, posix,cma (MB/s)" "$mine" "$peer"
-mcp=$(runs bash -c "\"$BIN\" bench memcpy --size 1048576 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"mb_per_s\"])'")
-mine=$(runs ws shm 1048576)
-line "shm 1 MiB vs one-core memcpy 1 MiB (MB/s)" "$mine" "$mcp"
+pair "memcpy_1m" "ws shm 1048576"
+line "shm 1 MiB vs one-core memcpy 1 MiB (MB/s)" "$mine" "$peer"

@@ -3,9 +3,10 @@
 #
 # DoGet and DoPut, one stream, at 128 KiB and 2 MiB batches (4 int64 columns): wirespeed over
 # grpc, tcp, shm and ucx (`wirespeed bench flight`), pyarrow client and server over grpc+tcp
-# and grpc+unix (bench/flight_perf_pyarrow.py). Medians of RUNS runs; ratios against the pyarrow
-# transport each target names. Env: RUNS (3), BYTES per stream (320 MB, arrow-flight-benchmark's
-# default), PY (the venv python).
+# and grpc+unix (bench/flight_perf_pyarrow.py). Medians of RUNS rounds, each running every plane
+# once, so that drift of this shared machine hits all alike; ratios against the pyarrow transport
+# each target names. Env: RUNS (3), BYTES per stream (320 MB, arrow-flight-benchmark's default),
+# PY (the venv python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
@@ -28,19 +29,26 @@ printf '%-6s %-8s %-10s %10s %12s   %s\n' method batch plane "MB/s" "p50 lat us"
 for per_batch in 4096 65536; do
   for method in get put; do
     declare -A mbs=() lat=()
-    measure() { # name, command...
-      local name=$1; shift
-      local outs=()
-      for _ in $(seq "$RUNS"); do outs+=("$("$@")"); done
-      mbs[$name]=$(for o in "${outs[@]}"; do echo "$o" | field "['mb_per_s']"; done | median)
-      lat[$name]=$(for o in "${outs[@]}"; do echo "$o" | field "['latency_us']['p50']"; done | median)
-    }
     put_flag=(); [ "$method" = put ] && put_flag=(-test_put)
-    measure py-tcp "$PY" bench/flight_perf_pyarrow.py "$method" "grpc+tcp://127.0.0.1:$port" "$RECORDS" "$per_batch"
-    measure py-unix "$PY" bench/flight_perf_pyarrow.py "$method" "grpc+unix://$work/flight.sock" "$RECORDS" "$per_batch"
-    for plane in grpc tcp shm ucx; do
-      measure "$plane" "$WS" bench flight -transport "$plane" -num_streams 1 -num_threads 1 \
-        -records_per_stream "$RECORDS" -records_per_batch "$per_batch" "${put_flag[@]}" --json
+    one() { # name -> one run's JSON
+      case $1 in
+        py-tcp) "$PY" bench/flight_perf_pyarrow.py "$method" "grpc+tcp://127.0.0.1:$port" "$RECORDS" "$per_batch" ;;
+        py-unix) "$PY" bench/flight_perf_pyarrow.py "$method" "grpc+unix://$work/flight.sock" "$RECORDS" "$per_batch" ;;
+        *) "$WS" bench flight -transport "$1" -num_streams 1 -num_threads 1 \
+             -records_per_stream "$RECORDS" -records_per_batch "$per_batch" "${put_flag[@]}" --json ;;
+      esac
+    }
+    # Every plane once per round, so that drift of this shared machine hits all alike.
+    for _ in $(seq "$RUNS"); do
+      for name in py-tcp py-unix grpc tcp shm ucx; do
+        out=$(one "$name")
+        mbs[$name]+="$(echo "$out" | field "['mb_per_s']") "
+        lat[$name]+="$(echo "$out" | field "['latency_us']['p50']") "
+      done
+    done
+    for name in py-tcp py-unix grpc tcp shm ucx; do
+      mbs[$name]=$(printf '%s\n' ${mbs[$name]} | median)
+      lat[$name]=$(printf '%s\n' ${lat[$name]} | median)
     done
     label="$((per_batch * 32 / 1024))KiB"
     for name in py-tcp py-unix grpc tcp shm ucx; do

@@ -5,7 +5,8 @@
 #   10,000 files of 4 KiB:       wirespeed cp -r  vs  rsync -a, both over ssh and both local;
 #                                and how long ssh itself takes to run a command (its floor)
 # Remote ends go through a throwaway sshd on 127.0.0.1 (keys made here, nothing else touched).
-# Every figure is the median of RUNS runs (default 3); MB = 10^6 bytes.
+# Every figure is the median of RUNS runs (default 3), taken in rounds of every command once, so
+# that drift of this shared machine hits ours and the peers' alike; MB = 10^6 bytes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(realpath "${BIN:-target/release/wirespeed}")
@@ -93,12 +94,6 @@ rsync_local() { fresh; timed rsync -a "$1" "$DST/"; }
 ws_local() { fresh; timed "$BIN" cp -r "$1" "$DST/"; }
 ssh_true() { timed ssh $SSH_OPTS -p "$SSH_PORT" 127.0.0.1 true; }
 
-runs() { # command... -> median seconds over RUNS
-  local xs=()
-  for _ in $(seq "$RUNS"); do xs+=("$("$@")"); done
-  median "${xs[@]}"
-}
-
 rows=()
 row() { # case, ours(s), peer name, peer(s), bytes, target
   rows+=("$(python3 -c '
@@ -108,21 +103,32 @@ o, t, n = float(ours), float(theirs), float(n)
 print(f"| {case} | {n/o/1e6:.0f} | {peer} | {n/t/1e6:.0f} | {t/o:.2f} | {target} |")' "$@")")
 }
 
+# Every command once per round, RUNS rounds, so that drift of this shared machine hits ours and
+# the peers' alike; each figure is the median of its RUNS times.
+commands=(
+  "nc_null" "ws_send_null auto" "ws_send_null tcp"
+  "scp_cp $WORK/big" "local_cp $WORK/big" "ws_cp auto $WORK/big" "ws_cp tcp $WORK/big"
+  "rsync_remote $WORK/tree" "ws_cp auto $WORK/tree -r" "rsync_local $WORK/tree" "ws_local $WORK/tree"
+  "ssh_true"
+)
+declare -A took=()
 tree_bytes=$(( FILES * 4096 ))
 echo "measuring (RUNS=$RUNS, file $SIZE bytes, tree $FILES files)..." >&2
-nc_s=$(runs nc_null)
-row "send → /dev/null, auto (shm)" "$(runs ws_send_null auto)" "nc" "$nc_s" "$SIZE" "≥ 2"
-row "send → /dev/null, tcp" "$(runs ws_send_null tcp)" "nc" "$nc_s" "$SIZE" "≥ 2"
-scp_s=$(runs scp_cp "$WORK/big")
-cp_s=$(runs local_cp "$WORK/big")
-ws_auto=$(runs ws_cp auto "$WORK/big")
-row "cp 2 GiB → tmpfs, auto (shm)" "$ws_auto" "scp" "$scp_s" "$SIZE" "≥ 4"
-row "cp 2 GiB → tmpfs, auto (shm)" "$ws_auto" "local cp" "$cp_s" "$SIZE" "≥ 0.8"
-row "cp 2 GiB → tmpfs, tcp" "$(runs ws_cp tcp "$WORK/big")" "scp" "$scp_s" "$SIZE" "≥ 4"
-ws_tree=$(runs ws_cp auto "$WORK/tree" -r)
-row "cp -r $FILES × 4 KiB → tmpfs, over ssh" "$ws_tree" "rsync -a (ssh)" "$(runs rsync_remote "$WORK/tree")" "$tree_bytes" "≥ 3"
-row "cp -r $FILES × 4 KiB → tmpfs, local" "$(runs ws_local "$WORK/tree")" "rsync -a (local)" "$(runs rsync_local "$WORK/tree")" "$tree_bytes" "≥ 3"
-ssh_s=$(runs ssh_true)
+for _ in $(seq "$RUNS"); do
+  for c in "${commands[@]}"; do took[$c]+="$(eval "$c") "; done
+done
+med() { median ${took[$1]}; }
+
+row "send → /dev/null, auto (shm)" "$(med "ws_send_null auto")" "nc" "$(med nc_null)" "$SIZE" "≥ 2"
+row "send → /dev/null, tcp" "$(med "ws_send_null tcp")" "nc" "$(med nc_null)" "$SIZE" "≥ 2"
+row "cp 2 GiB → tmpfs, auto (shm)" "$(med "ws_cp auto $WORK/big")" "scp" "$(med "scp_cp $WORK/big")" "$SIZE" "≥ 4"
+row "cp 2 GiB → tmpfs, auto (shm)" "$(med "ws_cp auto $WORK/big")" "local cp" "$(med "local_cp $WORK/big")" "$SIZE" "≥ 0.8"
+row "cp 2 GiB → tmpfs, tcp" "$(med "ws_cp tcp $WORK/big")" "scp" "$(med "scp_cp $WORK/big")" "$SIZE" "≥ 4"
+row "cp -r $FILES × 4 KiB → tmpfs, over ssh" "$(med "ws_cp auto $WORK/tree -r")" "rsync -a (ssh)" \
+  "$(med "rsync_remote $WORK/tree")" "$tree_bytes" "≥ 3"
+row "cp -r $FILES × 4 KiB → tmpfs, local" "$(med "ws_local $WORK/tree")" "rsync -a (local)" \
+  "$(med "rsync_local $WORK/tree")" "$tree_bytes" "≥ 3"
+ssh_s=$(med ssh_true)
 
 echo "| case | wirespeed MB/s | peer | peer MB/s | ratio | target |"
 echo "|---|---|---|---|---|---|"
