@@ -28,7 +28,7 @@ pub use error::{FilesError, Result};
 pub use plane::{Server, Transport};
 pub use progress::Progress;
 pub use sink::Output;
-pub use source::{Input, SourceOptions};
+pub use source::{Input, SourceOptions, default_streams};
 
 /// How long a control-stream wait may last: the sink may hash a large partial file before
 /// it answers.

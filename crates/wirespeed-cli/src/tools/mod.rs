@@ -24,9 +24,10 @@ pub struct Common {
     /// Fabric: auto (shared memory on one host, else TCP), tcp, shm or ucx.
     #[arg(long, default_value = "auto")]
     pub transport: Transport,
-    /// Parallel data streams, each with its own I/O thread.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub streams: u16,
+    /// Parallel data streams, each with its own I/O thread [default: one per core of the
+    /// sending host, at most 4].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub streams: Option<u16>,
     /// Print the bandwidth at the end.
     #[arg(short, long)]
     pub verbose: bool,
@@ -88,7 +89,7 @@ impl Common {
             recursive,
             preserve,
             resume,
-            streams: self.streams as usize,
+            streams: self.streams.map_or_else(wirespeed_files::default_streams, usize::from),
             rate_limit: (self.bwlimit > 0.0).then_some((self.bwlimit * 1e6) as u64),
             compress: self.compress.0,
             encrypt: self.encrypt,
@@ -103,7 +104,9 @@ impl Common {
     /// These options as an agent's command-line arguments.
     pub fn to_args(&self) -> Vec<OsString> {
         let mut v: Vec<OsString> = vec!["--transport".into(), format!("{:?}", self.transport).to_lowercase().into()];
-        v.extend(["--streams".into(), self.streams.to_string().into()]);
+        if let Some(n) = self.streams {
+            v.extend(["--streams".into(), n.to_string().into()]);
+        }
         v.extend(["--bwlimit".into(), self.bwlimit.to_string().into()]);
         v.extend(["--compress".into(), self.compress.to_string().into()]);
         if self.encrypt {
