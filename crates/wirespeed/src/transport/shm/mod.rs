@@ -488,18 +488,20 @@ impl FrameRx for ShmRx {
                 self.lender.push(end, true);
                 continue;
             }
-            let plen = f.header.payload_len() as usize;
-            let payload = if plen > 0 {
-                let token = self.lender.push(end, false);
-                let ptr = NonNull::new(self.ring.data_ptr(f.payload_at)).expect("mapped memory");
-                // SAFETY: the bytes stay in place until the lender gets the token back.
-                unsafe { Buf::lent(ptr, plen, self.lender.clone(), token) }
-            } else {
-                self.lender.push(end, true);
-                Buf::empty()
-            };
-            // SAFETY: validated by `locate` to lie inside the data area.
+            // SAFETY: validated by `locate` to lie inside the data area, which stays ours until
+            // the frame is released below (or its payload view comes back).
             let meta = unsafe { std::slice::from_raw_parts(self.ring.data_ptr(f.meta_at), f.header.meta_len as usize) };
+            let plen = f.header.payload_len() as usize;
+            if plen == 0 {
+                let read = sink(&f.header, meta, Buf::empty());
+                // Only now: the sender may write over the frame once it is released.
+                self.lender.push(end, true);
+                return read.map(|()| true);
+            }
+            let token = self.lender.push(end, false);
+            let ptr = NonNull::new(self.ring.data_ptr(f.payload_at)).expect("mapped memory");
+            // SAFETY: the bytes stay in place until the lender gets the token back.
+            let payload = unsafe { Buf::lent(ptr, plen, self.lender.clone(), token) };
             sink(&f.header, meta, payload)?;
             return Ok(true);
         }
