@@ -95,12 +95,17 @@ impl Link {
         self.stream.set_timeout(timeout);
     }
 
+    /// True when messages go as they are, neither compressed nor sealed.
+    fn unwrapped(&self) -> bool {
+        !self.sealing.load(Ordering::Relaxed) && self.wrapping.compress.is_none()
+    }
+
     pub fn send(&self, msg: &Msg, body: &[&[u8]]) -> Result<()> {
         let header = msg.encode();
-        let sealing = self.sealing.load(Ordering::Relaxed);
-        if !sealing && self.wrapping.compress.is_none() {
+        if self.unwrapped() {
             return Ok(self.stream.send(&header, body)?);
         }
+        let sealing = self.sealing.load(Ordering::Relaxed);
         let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
         let seal = match (sealing, self.wrapping.send_key()) {
             (true, Some(key)) => Some((key, Place { stream: self.stream.id(), counter: *sent })),
@@ -115,6 +120,26 @@ impl Link {
             *sent += 2;
         }
         Ok(())
+    }
+
+    /// Sends `msg` with a body of `len` bytes that `fill` writes piece by piece, in place in
+    /// transport memory when the message goes as it is (see [`Stream::send_filled`]), else
+    /// into `scratch` first. The inner error is `fill`'s, and ends the transfer.
+    pub fn send_filled(
+        &self,
+        msg: &Msg,
+        len: usize,
+        scratch: &mut Vec<u8>,
+        mut fill: impl FnMut(&mut [u8]) -> std::io::Result<()>,
+    ) -> Result<std::io::Result<()>> {
+        if self.unwrapped() {
+            return Ok(self.stream.send_filled(&msg.encode(), len as u64, fill)?);
+        }
+        scratch.resize(len, 0);
+        if let Err(e) = fill(scratch) {
+            return Ok(Err(e));
+        }
+        self.send(msg, &[scratch]).map(Ok)
     }
 
     /// The next message's header, with its body left on the stream, or `None` when the peer

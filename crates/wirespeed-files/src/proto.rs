@@ -5,7 +5,7 @@
 use crate::error::{FilesError, Result};
 
 /// Version of the copy protocol, checked in [`Msg::Begin`].
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// `Entry::size` of a file whose length is known only at its end (standard input).
 pub const STREAMED: u64 = u64::MAX;
 /// Longest path or symlink target accepted, in bytes.
@@ -58,8 +58,11 @@ pub enum Msg {
     /// answered with `Same` instead of their bytes. `sequential` wants them in order on
     /// one stream (the sink writes to a pipe).
     Want { id: u64, sequential: bool, have: Vec<(u32, u128)> },
-    /// One chunk of a file; its bytes are the body.
-    Chunk { id: u64, index: u32, sum: u128 },
+    /// One chunk of a file; its bytes are the body, and a `ChunkSum` follows it on its stream.
+    /// The sum trails so that a source can read a chunk straight into transport memory.
+    Chunk { id: u64, index: u32 },
+    /// The checksum (XXH3-128) of the chunk just before it on the same stream.
+    ChunkSum { sum: u128 },
     /// The sink already holds this chunk.
     Same { id: u64, index: u32 },
     /// The chunk lies in a hole of the source: all zeros.
@@ -130,10 +133,13 @@ impl Msg {
                     w.u128(*sum);
                 }
             }
-            Msg::Chunk { id, index, sum } => {
+            Msg::Chunk { id, index } => {
                 w.u8(6);
                 w.u64(*id);
                 w.u32(*index);
+            }
+            Msg::ChunkSum { sum } => {
+                w.u8(13);
                 w.u128(*sum);
             }
             Msg::Same { id, index } => {
@@ -201,13 +207,14 @@ impl Msg {
                 }
                 Msg::Want { id, sequential, have }
             }
-            6 => Msg::Chunk { id: r.u64()?, index: r.u32()?, sum: r.u128()? },
+            6 => Msg::Chunk { id: r.u64()?, index: r.u32()? },
             7 => Msg::Same { id: r.u64()?, index: r.u32()? },
             8 => Msg::Hole { id: r.u64()?, index: r.u32()? },
             9 => Msg::Eof { id: r.u64()?, size: r.u64()? },
             10 => Msg::End { files: r.u64()?, bytes: r.u64()? },
             11 => Msg::Done { files: r.u64()?, bytes: r.u64()? },
             12 => Msg::Fail { class: r.u8()?, message: String::from_utf8_lossy(&r.bytes()?).into_owned() },
+            13 => Msg::ChunkSum { sum: r.u128()? },
             t => return Err(FilesError::Protocol(format!("unknown message tag {t}"))),
         };
         if !r.0.is_empty() {
@@ -345,7 +352,8 @@ mod tests {
             },
             Msg::Entries(vec![entry(0, Some(7)), entry(1, None)]),
             Msg::Want { id: 9, sequential: true, have: vec![(0, 1), (5, u128::MAX)] },
-            Msg::Chunk { id: 1, index: 2, sum: 3 },
+            Msg::Chunk { id: 1, index: 2 },
+            Msg::ChunkSum { sum: u128::MAX - 3 },
             Msg::Same { id: 1, index: 2 },
             Msg::Hole { id: 1, index: 3 },
             Msg::Eof { id: 1, size: 77 },

@@ -417,56 +417,78 @@ fn send_chunk(
     let (id, file) = (f.id, f.file.as_ref().expect("sized files are open"));
     if f.sparse && is_hole(file, offset, len as u64) {
         s.send(&Msg::Hole { id, index }, &[])?;
-    } else {
+    } else if let Some(have) = have {
+        // The sink may hold this chunk already: read and compare before sending anything.
         buf.resize(len, 0);
         file.read_exact_at(buf, offset).map_err(|e| changed_or_io(&f.path, e))?;
-        let sum = XxHash3_128::oneshot(buf);
-        if have == Some(sum) {
+        if XxHash3_128::oneshot(buf) == have {
             s.send(&Msg::Same { id, index }, &[])?;
             sh.progress.add_reused(len as u64);
         } else {
             pace.wait(len as u64);
-            s.send(&Msg::Chunk { id, index, sum }, &[buf])?;
+            send_buffered(s, id, index, buf)?;
         }
+    } else {
+        return send_read(s, f, index, sh, buf, pace);
     }
     sh.progress.add_bytes(len as u64);
     Ok(())
 }
 
+/// Reads chunk `index` of a sized file straight onto the stream (into transport memory where
+/// it can), checksumming it on the way; its checksum follows.
+fn send_read(s: &Link, f: &SrcFile, index: u32, sh: &State, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
+    let offset = index as u64 * sh.chunk;
+    let len = (f.size - offset).min(sh.chunk) as usize;
+    let file = f.file.as_ref().expect("sized files are open");
+    pace.wait(len as u64);
+    let mut sum = XxHash3_128::new();
+    let mut at = offset;
+    let read = s.send_filled(&Msg::Chunk { id: f.id, index }, len, buf, |piece| {
+        file.read_exact_at(piece, at)?;
+        sum.write(piece);
+        at += piece.len() as u64;
+        Ok(())
+    })?;
+    read.map_err(|e| changed_or_io(&f.path, e))?;
+    s.send(&Msg::ChunkSum { sum: sum.finish_128() }, &[])?;
+    sh.progress.add_bytes(len as u64);
+    Ok(())
+}
+
+/// Sends a chunk already in memory, and its checksum.
+fn send_buffered(s: &Link, id: u64, index: u32, data: &[u8]) -> Result<()> {
+    s.send(&Msg::Chunk { id, index }, &[data])?;
+    s.send(&Msg::ChunkSum { sum: XxHash3_128::oneshot(data) }, &[])
+}
+
 /// Sends a file's chunks in order; standard input ends where it ends, with `Eof`.
 fn send_whole(s: &Link, f: &SrcFile, sh: &State, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
-    let mut reader = sh.reader.map(|r| r.lock());
+    let reader = match (&f.file, sh.reader) {
+        (Some(_), _) => {
+            // A sized file ends with its last chunk.
+            for index in 0..f.size.div_ceil(sh.chunk) as u32 {
+                send_read(s, f, index, sh, buf, pace)?;
+            }
+            return Ok(());
+        }
+        (None, Some(reader)) => reader,
+        (None, None) => return Err(FilesError::Protocol("a streamed file without a stream".into())),
+    };
+    let mut reader = reader.lock();
     let mut offset = 0u64;
     for index in 0.. {
         buf.resize(sh.chunk as usize, 0);
-        let n = match &f.file {
-            Some(file) => {
-                let want = (f.size - offset).min(sh.chunk) as usize;
-                file.read_exact_at(&mut buf[..want], offset).map_err(|e| changed_or_io(&f.path, e))?;
-                want
-            }
-            None => match reader.as_deref_mut() {
-                Some(r) => fill(r, buf).map_err(|e| FilesError::io(Path::new("<input stream>"), e))?,
-                None => return Err(FilesError::Protocol("a streamed file without a stream".into())),
-            },
-        };
+        let n = fill(&mut *reader, buf).map_err(|e| FilesError::io(Path::new("<input stream>"), e))?;
         if n == 0 {
             break;
         }
-        let sum = XxHash3_128::oneshot(&buf[..n]);
         pace.wait(n as u64);
-        s.send(&Msg::Chunk { id: f.id, index, sum }, &[&buf[..n]])?;
+        send_buffered(s, f.id, index, &buf[..n])?;
         offset += n as u64;
         sh.progress.add_bytes(n as u64);
-        if f.file.is_some() && offset == f.size {
-            break;
-        }
     }
-    // Only standard input needs its end marked; a sized file ends with its last chunk.
-    if f.file.is_none() {
-        s.send(&Msg::Eof { id: f.id, size: offset }, &[])?;
-    }
-    Ok(())
+    s.send(&Msg::Eof { id: f.id, size: offset }, &[])
 }
 
 /// Holds one stream to its share of `--bwlimit`.

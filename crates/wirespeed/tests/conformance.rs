@@ -744,6 +744,14 @@ macro_rules! conformance {
                 super::headers_survive_a_full_ring(S)
             }
             #[test]
+            fn filled_bodies_arrive_whole() {
+                super::filled_bodies_arrive_whole(S)
+            }
+            #[test]
+            fn failed_fill_resets_only_its_stream() {
+                super::failed_fill_resets_only_its_stream(S)
+            }
+            #[test]
             fn one_thread_serves_many_streams() {
                 super::one_thread_serves_many_streams(stringify!($scheme));
             }
@@ -817,6 +825,71 @@ macro_rules! conformance {
 conformance!(tcp);
 conformance!(shm);
 conformance!(ucx);
+
+/// Bodies written in place by `send_filled`, from several streams at once, arrive whole;
+/// the receivers read them piece by piece, as a file sink does.
+fn filled_bodies_arrive_whole(scheme: &str) {
+    const STREAMS: usize = 2;
+    const MESSAGES: usize = 40;
+    let (_l, c, s) = pair(scheme);
+    std::thread::scope(|scope| {
+        for i in 0..STREAMS {
+            let c = &c;
+            scope.spawn(move || {
+                let st = c.open_stream().unwrap();
+                for m in 0..MESSAGES {
+                    let seed = (i * 1000 + m) as u64;
+                    let body = pattern(seed, (4 << 20) - (seed as usize * 7919) % (1 << 20));
+                    let mut at = 0;
+                    let filled = st.send_filled(blake3::hash(&body).as_bytes(), body.len() as u64, |piece| {
+                        piece.copy_from_slice(&body[at..at + piece.len()]);
+                        at += piece.len();
+                        Ok(())
+                    });
+                    filled.unwrap().unwrap();
+                    assert_eq!(at, body.len());
+                    st.send(b"next", &[]).unwrap();
+                }
+                st.finish().unwrap();
+                assert!(st.recv().unwrap().is_none(), "the server finishes once it has read all");
+            });
+        }
+        for _ in 0..STREAMS {
+            let st = s.accept_stream().unwrap();
+            scope.spawn(move || {
+                while let Some(m) = st.recv_start().unwrap() {
+                    let mut h = blake3::Hasher::new();
+                    while let Some(chunk) = st.read_chunk().unwrap() {
+                        h.update(&chunk);
+                    }
+                    assert_eq!(m.header, h.finalize().as_bytes(), "checksum on stream {}", st.id());
+                    assert_eq!(st.recv().unwrap().unwrap().header, b"next");
+                }
+                st.finish().unwrap();
+            });
+        }
+    });
+}
+
+/// A fill that fails cuts its message short: the peer sees the stream reset, and the
+/// connection carries on.
+fn failed_fill_resets_only_its_stream(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let st = c.open_stream().unwrap();
+    let mut calls = 0;
+    let filled = st.send_filled(b"doomed", 3 << 20, |piece| {
+        calls += 1;
+        piece.fill(7);
+        if calls == 2 { Err(std::io::Error::other("disk gone")) } else { Ok(()) }
+    });
+    assert_eq!(filled.unwrap().unwrap_err().to_string(), "disk gone");
+    let peer = s.accept_stream().unwrap();
+    assert!(matches!(peer.recv(), Err(Error::Reset { code: ErrorCode::CANCELLED, .. })));
+    let st2 = c.open_stream().unwrap();
+    st2.send(b"still here", &[b"body"]).unwrap();
+    let m = s.accept_stream().unwrap().recv().unwrap().unwrap();
+    assert_eq!((m.header.as_slice(), m.body.to_vec()), (&b"still here"[..], b"body".to_vec()));
+}
 
 /// Messages without a body, sent as fast as a slower reader frees room: each header arrives
 /// as sent. (Space of a frame without payload must not be reused before its header is read.)

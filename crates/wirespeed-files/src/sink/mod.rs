@@ -491,11 +491,19 @@ fn serve_data(stream: &Link, sh: &State) -> Result<()> {
                 }
             }
         }
-        let got = if let Msg::Chunk { sum, .. } = msg {
-            let n = write_chunk(stream, body, expect, sh, &f, offset, index, sum)?;
+        let got = if let Msg::Chunk { .. } = msg {
+            let (n, sum) = write_chunk(stream, body, expect, sh, &f, offset)?;
             // A streamed file's chunks are full but for its last; its Eof says where it ends.
             if (!streamed && n != expect) || n == 0 {
                 return Err(bad("has the wrong length"));
+            }
+            match stream.recv_start()? {
+                Some((Msg::ChunkSum { sum: expected }, b)) if b.wire_len == 0 => {
+                    if sum != expected {
+                        return Err(FilesError::Checksum { path: f.dest.display().to_string(), index });
+                    }
+                }
+                _ => return Err(bad("is not followed by its checksum")),
             }
             n
         } else if body.wire_len != 0 {
@@ -525,19 +533,8 @@ fn file(sh: &State, id: u64) -> Result<Arc<SinkFile>> {
     files.get(&id).cloned().ok_or_else(|| FilesError::Protocol(format!("data for file {id}, which was not asked for")))
 }
 
-/// Streams one chunk's body (at most `max` bytes) into place while checksumming it, then
-/// checks the sum; returns its length.
-#[allow(clippy::too_many_arguments)]
-fn write_chunk(
-    stream: &Link,
-    body: Body,
-    max: u64,
-    sh: &State,
-    f: &SinkFile,
-    offset: u64,
-    index: u32,
-    sum: u128,
-) -> Result<u64> {
+/// Streams one chunk's body (at most `max` bytes) into place; returns its length and checksum.
+fn write_chunk(stream: &Link, body: Body, max: u64, sh: &State, f: &SinkFile, offset: u64) -> Result<(u64, u128)> {
     let mut hasher = XxHash3_128::new();
     let out = f.part_file(sh)?;
     let mut at = offset;
@@ -551,10 +548,7 @@ fn write_chunk(
         at += buf.len() as u64;
         Ok(())
     })?;
-    if hasher.finish_128() != sum {
-        return Err(FilesError::Checksum { path: f.dest.display().to_string(), index });
-    }
-    Ok(n)
+    Ok((n, hasher.finish_128()))
 }
 
 fn write_stream(out: &Shared<Box<dyn Write + Send>>, data: &[u8]) -> Result<()> {

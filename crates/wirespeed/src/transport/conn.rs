@@ -1,7 +1,7 @@
 //! The engine every backend shares: a [`Session`] behind a lock, driven by whichever waiting
 //! thread gets there first (leader/follower), so one reader needs no hand-off between threads.
 
-use std::io::IoSlice;
+use std::io::{self, IoSlice};
 
 use bytes::Bytes;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -9,7 +9,7 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use super::rma::{self, NativeRma};
-use super::{Config, FrameRx, FrameTx};
+use super::{Config, Fill, FrameRx, FrameTx};
 use crate::error::{Error, ErrorCode, Result};
 use crate::mem::{Body, Buf, RegionMem};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
@@ -32,6 +32,8 @@ pub(super) struct Inner {
     pub(super) timeout: Duration,
     pub(super) max_chunk: u64,
     zero_copy_limit: u64,
+    /// The backend lets senders fill frames in place ([`FrameTx::fills_in_place`]).
+    fills_in_place: bool,
     name: String,
     peer: Peer,
 }
@@ -94,6 +96,7 @@ impl Connection {
         let session = Session::new(role, super::handshake::our_params(config), peer.params);
         let max_chunk = config.max_chunk.min(tx.max_payload()) as u64;
         let zero_copy_limit = rx.zero_copy_limit();
+        let fills_in_place = tx.fills_in_place();
         Connection {
             inner: Arc::new(Inner {
                 state: Mutex::new(Shared {
@@ -110,6 +113,7 @@ impl Connection {
                 timeout: config.timeout,
                 max_chunk,
                 zero_copy_limit,
+                fills_in_place,
                 name,
                 peer,
             }),
@@ -347,19 +351,39 @@ impl Inner {
         self.check_write(res)
     }
 
+    /// Writes a frame of `len` payload bytes that `fill` writes: in place where the backend
+    /// can, else into `scratch` first, outside the send lock so other streams' fills overlap.
+    /// A failed fill writes nothing and comes back inside; the connection stays up.
+    fn write_filled(
+        &self,
+        head: &[u8],
+        len: usize,
+        fill: &mut Fill<'_>,
+        scratch: &mut Vec<u8>,
+    ) -> Result<io::Result<()>> {
+        if self.fills_in_place {
+            let res = self.tx().write_frame_filled(head, len, fill, self.timeout);
+            return self.check_write(res);
+        }
+        scratch.resize(len, 0);
+        if let Err(e) = fill(&mut scratch[..len]) {
+            return Ok(Err(e));
+        }
+        self.write(head, &[IoSlice::new(&scratch[..len])]).map(Ok)
+    }
+
     fn write_owned(&self, head: &[u8], payload: &[Bytes]) -> Result<()> {
         let res = self.tx().write_frame_owned(head, payload, self.timeout);
         self.check_write(res)
     }
 
     /// A failed write fails the connection.
-    fn check_write(&self, res: Result<()>) -> Result<()> {
-        if let Err(e) = res {
+    fn check_write<T>(&self, res: Result<T>) -> Result<T> {
+        res.map_err(|e| {
             let copy = e.duplicate();
             self.fail(e);
-            return Err(copy);
-        }
-        Ok(())
+            copy
+        })
     }
 }
 
@@ -368,8 +392,8 @@ impl Inner {
 pub struct Stream {
     inner: Arc<Inner>,
     id: u32,
-    /// Serialises senders so a message's frames stay together; holds the meta scratch.
-    send: Mutex<Vec<u8>>,
+    /// Serialises senders so a message's frames stay together; holds their scratch.
+    send: Mutex<Scratch>,
     /// Body bytes of the message being read that the application has not taken yet.
     body_left: Mutex<u64>,
     timeout: Duration,
@@ -379,7 +403,7 @@ impl Stream {
     fn new(inner: Arc<Inner>, id: u32) -> Self {
         inner.lock().handles += 1;
         let timeout = inner.timeout;
-        Stream { inner, id, send: Mutex::new(Vec::new()), body_left: Mutex::new(0), timeout }
+        Stream { inner, id, send: Mutex::new(Scratch::default()), body_left: Mutex::new(0), timeout }
     }
 
     pub fn id(&self) -> u32 {
@@ -398,7 +422,7 @@ impl Stream {
         let total = body.iter().map(|b| b.len() as u64).sum();
         let mut cursor = BodyCursor { bufs: body, index: 0, offset: 0 };
         let mut slices = Vec::new();
-        self.send_frames(header, total, |head, take| {
+        self.send_frames(header, total, |head, take, _| {
             cursor.take(take, &mut slices);
             let r = self.inner.write(head, &slices);
             slices.clear();
@@ -413,7 +437,7 @@ impl Stream {
         let total = body.iter().map(|b| b.len() as u64).sum();
         let (mut index, mut offset) = (0, 0);
         let mut parts = Vec::new();
-        self.send_frames(header, total, |head, mut take| {
+        self.send_frames(header, total, |head, mut take, _| {
             while take > 0 {
                 let b = &body[index];
                 let k = (b.len() - offset).min(take);
@@ -431,10 +455,43 @@ impl Stream {
         })
     }
 
+    /// Sends one message of `len` body bytes that `fill` writes, piece after piece in order,
+    /// straight into transport memory where the transport has it (shared memory), so a body
+    /// read from a file is copied once instead of twice. The outer error is the connection's;
+    /// the inner one is `fill`'s, after which the stream is reset (the peer sees the message
+    /// cut short).
+    pub fn send_filled(
+        &self,
+        header: &[u8],
+        len: u64,
+        mut fill: impl FnMut(&mut [u8]) -> io::Result<()>,
+    ) -> Result<io::Result<()>> {
+        let mut failed = None;
+        let sent = self.send_frames(header, len, |head, take, scratch| {
+            let filled = self.inner.write_filled(head, take, &mut fill, scratch)?;
+            filled.map_err(|e| {
+                failed = Some(e);
+                Error::Reset { stream: self.id, code: ErrorCode::CANCELLED }
+            })
+        });
+        if let Some(e) = failed {
+            self.reset(ErrorCode::CANCELLED);
+            return Ok(Err(e));
+        }
+        sent.map(Ok)
+    }
+
     /// Splits a message of `total` body bytes into frames as credit allows; `write` sends one
-    /// frame given its encoded head and how many body bytes follow the previous ones.
-    fn send_frames(&self, header: &[u8], total: u64, mut write: impl FnMut(&[u8], usize) -> Result<()>) -> Result<()> {
-        let mut meta = self.send.lock().unwrap_or_else(|p| p.into_inner());
+    /// frame given its encoded head, how many body bytes follow the previous ones, and a
+    /// scratch buffer.
+    fn send_frames(
+        &self,
+        header: &[u8],
+        total: u64,
+        mut write: impl FnMut(&[u8], usize, &mut Vec<u8>) -> Result<()>,
+    ) -> Result<()> {
+        let mut scratch = self.send.lock().unwrap_or_else(|p| p.into_inner());
+        let Scratch { meta, body } = &mut *scratch;
         meta.clear();
         meta.extend_from_slice(&[0; HEADER_LEN]);
         meta.extend_from_slice(&total.to_le_bytes());
@@ -451,7 +508,7 @@ impl Stream {
             h.len = take;
             meta[..HEADER_LEN].copy_from_slice(&h.encode());
             let head = if first { &meta[..] } else { &meta[..HEADER_LEN] };
-            write(head, take as usize)?;
+            write(head, take as usize, body)?;
             remaining -= take;
             first = false;
             if remaining == 0 {
@@ -586,6 +643,15 @@ impl Drop for Stream {
         drop(g);
         self.inner.flush_control();
     }
+}
+
+/// What a stream's sender reuses from one message to the next.
+#[derive(Default)]
+struct Scratch {
+    /// The frame header and message meta.
+    meta: Vec<u8>,
+    /// A body being filled, where the transport cannot fill in place.
+    body: Vec<u8>,
 }
 
 /// Walks a list of buffers, handing out the next `n` bytes as slices.

@@ -92,6 +92,9 @@ fn no_ucx() -> crate::error::Error {
     crate::error::Error::Fabric { op: "ucx://", status: "this build has no UCX support (feature \"ucx\")".into() }
 }
 
+/// Writes a frame's payload in place (see [`FrameTx::write_frame_filled`]).
+pub(crate) type Fill<'a> = dyn FnMut(&mut [u8]) -> std::io::Result<()> + 'a;
+
 /// Takes one received frame: its header, meta, and payload.
 pub(crate) type FrameSink<'a> = dyn FnMut(&FrameHeader, &[u8], Buf) -> Result<()> + 'a;
 
@@ -123,6 +126,25 @@ pub(crate) trait FrameTx: Send {
     fn write_frame_owned(&mut self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {
         let slices: Vec<IoSlice<'_>> = payload.iter().map(|b| IoSlice::new(b)).collect();
         self.write_frame(head, &slices, timeout)
+    }
+
+    /// True when the backend's frames lie in memory the peer reads (shared memory), which
+    /// [`FrameTx::write_frame_filled`] lets a sender fill in place.
+    fn fills_in_place(&self) -> bool {
+        false
+    }
+
+    /// Writes one frame whose `len` payload bytes `fill` writes straight into the peer's
+    /// memory, saving the copy from a staging buffer. If `fill` fails, nothing is written and
+    /// its error comes back inside. Only called when [`FrameTx::fills_in_place`].
+    fn write_frame_filled(
+        &mut self,
+        _head: &[u8],
+        _len: usize,
+        _fill: &mut Fill<'_>,
+        _timeout: Duration,
+    ) -> Result<std::io::Result<()>> {
+        Err(crate::error::Error::Protocol("this transport cannot fill frames in place".into()))
     }
 
     /// Largest payload this backend takes in one frame.

@@ -27,7 +27,7 @@ use self::ring::{CTL_BYTES, Ring, align};
 use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
 use super::sys::{accept_within, ms_until};
-use super::{Config, FrameRx, FrameSink, FrameTx, handshake};
+use super::{Config, Fill, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::mem::{Buf, Lender};
@@ -354,13 +354,10 @@ struct ShmTx {
     _map: Arc<Mapping>,
 }
 
-impl FrameTx for ShmTx {
-    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
-        let plen: usize = payload.iter().map(|s| s.len()).sum();
-        let split =
-            if self.split && plen >= pull::MIN_SPLIT { split_tail(payload, pull::sender_share(plen)) } else { None };
-        let body = Ring::frame_bytes(head.len(), plen as u64);
-        let total = body + split.as_ref().map_or(0, |(_, tail)| pull::descriptor_bytes(tail.len()));
+impl ShmTx {
+    /// Waits up to `timeout` for `total` bytes of room; returns where the frame goes. Nothing
+    /// is published: until `head` moves past it, the next reservation may take the place again.
+    fn reserve(&mut self, total: u64, timeout: Duration) -> Result<u64> {
         if total > self.ring.cap() / 2 {
             return Err(Error::Limit(format!("a {total}-byte frame does not fit the shared-memory ring")));
         }
@@ -380,6 +377,18 @@ impl FrameTx for ShmTx {
         if pad > 0 {
             self.ring.write_pad(self.head, pad);
         }
+        Ok(at)
+    }
+}
+
+impl FrameTx for ShmTx {
+    fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
+        let plen: usize = payload.iter().map(|s| s.len()).sum();
+        let split =
+            if self.split && plen >= pull::MIN_SPLIT { split_tail(payload, pull::sender_share(plen)) } else { None };
+        let body = Ring::frame_bytes(head.len(), plen as u64);
+        let total = body + split.as_ref().map_or(0, |(_, tail)| pull::descriptor_bytes(tail.len()));
+        let at = self.reserve(total, timeout)?;
         let frame = self.ring.data_ptr(at);
         let payload_at = self.ring.data_ptr(at + align(head.len() as u64));
         // SAFETY: `reserve` gave us `total` free bytes at `at`, before the ring's end.
@@ -430,6 +439,35 @@ impl FrameTx for ShmTx {
             notify(self.ring.consumer_sleeping(), &self.notify);
         }
         Ok(())
+    }
+
+    fn fills_in_place(&self) -> bool {
+        true
+    }
+
+    fn write_frame_filled(
+        &mut self,
+        head: &[u8],
+        len: usize,
+        fill: &mut Fill<'_>,
+        timeout: Duration,
+    ) -> Result<io::Result<()>> {
+        let total = Ring::frame_bytes(head.len(), len as u64);
+        let at = self.reserve(total, timeout)?;
+        let frame = self.ring.data_ptr(at);
+        // SAFETY: `reserve` gave us `total` free bytes at `at`, before the ring's end: the
+        // header and meta, then the payload area. The receiver sees none of it until published.
+        let payload = unsafe {
+            std::ptr::copy_nonoverlapping(head.as_ptr(), frame, head.len());
+            std::slice::from_raw_parts_mut(self.ring.data_ptr(at + align(head.len() as u64)), len)
+        };
+        if let Err(e) = fill(payload) {
+            return Ok(Err(e));
+        }
+        self.head = at + total;
+        self.ring.publish(self.head);
+        notify(self.ring.consumer_sleeping(), &self.notify);
+        Ok(Ok(()))
     }
 
     fn max_payload(&self) -> usize {
