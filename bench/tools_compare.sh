@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The file tools against their peers, in one run on loopback:
 #   a 2 GiB file to /dev/null:   wirespeed send/recv  vs  nc
-#   a 2 GiB file to tmpfs:       wirespeed cp (over ssh)  vs  scp, and a local cp
+#   a 2 GiB file to tmpfs:       wirespeed cp (over ssh)  vs  scp and a local cp;
+#                                wirespeed cp with both ends local  vs  a local cp
 #   10,000 files of 4 KiB:       wirespeed cp -r  vs  rsync -a, both over ssh and both local;
 #                                and how long ssh itself takes to run a command (its floor)
 # Remote ends go through a throwaway sshd on 127.0.0.1 (keys made here, nothing else touched).
@@ -107,7 +108,7 @@ print(f"| {case} | {n/o/1e6:.0f} | {peer} | {n/t/1e6:.0f} | {t/o:.2f} | {target}
 # the peers' alike; each figure is the median of its RUNS times.
 commands=(
   "nc_null" "ws_send_null auto" "ws_send_null tcp"
-  "scp_cp $WORK/big" "local_cp $WORK/big" "ws_cp auto $WORK/big" "ws_cp tcp $WORK/big"
+  "scp_cp $WORK/big" "local_cp $WORK/big" "ws_cp auto $WORK/big" "ws_cp tcp $WORK/big" "ws_local $WORK/big"
   "rsync_remote $WORK/tree" "ws_cp auto $WORK/tree -r" "rsync_local $WORK/tree" "ws_local $WORK/tree"
   "ssh_true"
 )
@@ -121,9 +122,10 @@ med() { median ${took[$1]}; }
 
 row "send → /dev/null, auto (shm)" "$(med "ws_send_null auto")" "nc" "$(med nc_null)" "$SIZE" "≥ 2"
 row "send → /dev/null, tcp" "$(med "ws_send_null tcp")" "nc" "$(med nc_null)" "$SIZE" "≥ 2"
-row "cp 2 GiB → tmpfs, auto (shm)" "$(med "ws_cp auto $WORK/big")" "scp" "$(med "scp_cp $WORK/big")" "$SIZE" "≥ 4"
-row "cp 2 GiB → tmpfs, auto (shm)" "$(med "ws_cp auto $WORK/big")" "local cp" "$(med "local_cp $WORK/big")" "$SIZE" "≥ 0.8"
-row "cp 2 GiB → tmpfs, tcp" "$(med "ws_cp tcp $WORK/big")" "scp" "$(med "scp_cp $WORK/big")" "$SIZE" "≥ 4"
+row "cp 2 GiB → tmpfs, over ssh, auto (shm)" "$(med "ws_cp auto $WORK/big")" "scp" "$(med "scp_cp $WORK/big")" "$SIZE" "≥ 4"
+row "cp 2 GiB → tmpfs, over ssh, auto (shm)" "$(med "ws_cp auto $WORK/big")" "local cp" "$(med "local_cp $WORK/big")" "$SIZE" "≥ 0.8"
+row "cp 2 GiB → tmpfs, over ssh, tcp" "$(med "ws_cp tcp $WORK/big")" "scp" "$(med "scp_cp $WORK/big")" "$SIZE" "≥ 4"
+row "cp 2 GiB → tmpfs, both ends local (shm)" "$(med "ws_local $WORK/big")" "local cp" "$(med "local_cp $WORK/big")" "$SIZE" "≥ 0.8"
 row "cp -r $FILES × 4 KiB → tmpfs, over ssh" "$(med "ws_cp auto $WORK/tree -r")" "rsync -a (ssh)" \
   "$(med "rsync_remote $WORK/tree")" "$tree_bytes" "≥ 3"
 row "cp -r $FILES × 4 KiB → tmpfs, local" "$(med "ws_local $WORK/tree")" "rsync -a (local)" \
