@@ -110,14 +110,17 @@ impl Ring {
 
     /// Producer: where a frame of `total` bytes goes, given our `head` and the last `tail` we
     /// read; `None` if it does not fit yet. Returns (pad bytes to skip first, start position).
-    /// The shared tail is read only when the cached one says the frame does not fit, so the
-    /// consumer's cache line is not pulled over on every frame.
+    /// The shared tail is read only when the cached one says the frame does not fit (or, past
+    /// the rewind point, that frames are still held), so the consumer's cache line is not
+    /// pulled over on every frame.
     ///
-    /// Past the first [`Ring::rewind_after`] bytes, the producer starts again at offset 0 as
-    /// soon as the consumer has released room there. A consumer that keeps up then keeps both
-    /// sides on the same few cache-hot megabytes, and the rest of the ring is never faulted in.
-    /// (A consumer that holds frames behind the pad, the first chunks of a message it is
-    /// assembling, say, gets its room back by evacuating them; see `shm::mapping`.)
+    /// Past the first [`Ring::rewind_after`] bytes, the producer starts again at offset 0 once
+    /// the consumer has released everything. A consumer that keeps up then keeps both sides on
+    /// the same few cache-hot megabytes, and the rest of the ring is never faulted in. Only an
+    /// empty ring rewinds: a pad written while frames are still held would count against the
+    /// ring until they come back, so a consumer holding a few views (writers still writing
+    /// them out, say) would look as if it pinned the whole ring, and its queued frames would be
+    /// copied out for nothing.
     pub fn reserve(&self, head: u64, tail: &mut u64, total: u64) -> Option<(u64, u64)> {
         let at = head % self.cap;
         let to_end = self.cap - at;
@@ -127,10 +130,10 @@ impl Ring {
             used <= self.cap && self.cap - used >= pad + total
         };
         if at >= self.rewind_after() {
-            if !fits(*tail, to_end) {
+            if *tail != head {
                 *tail = self.tail();
             }
-            if fits(*tail, to_end) {
+            if *tail == head && fits(*tail, to_end) {
                 return Some((to_end, head + to_end));
             }
         }
@@ -273,16 +276,20 @@ mod tests {
     }
 
     #[test]
-    fn a_producer_past_the_first_quarter_starts_again_at_zero_once_room_is_released() {
+    fn a_producer_past_the_first_quarter_starts_again_at_zero_once_everything_is_released() {
         let (_m, r) = ring(1024); // rewinds past 256 bytes
         let mut head = 0;
         assert_eq!(put(&r, &mut head, 200), Some(0)); // 320 bytes
-        assert_eq!(put(&r, &mut head, 0), Some(320)); // nothing released at 0: go on in place
+        assert_eq!(put(&r, &mut head, 0), Some(320)); // nothing released: go on in place
         assert_eq!(put(&r, &mut head, 0), Some(384));
         r.release_to(320);
-        assert_eq!(put(&r, &mut head, 0), Some(1024)); // 64 bytes fit at 0: pad 576, start over
-        let pad = r.locate(448, head, &Limits::default()).unwrap().unwrap();
-        assert_eq!((pad.header.kind, pad.total), (Kind::Pad, 576));
+        // Room at 0, but a pad now would sit behind the frames still held and keep the
+        // ring's whole end from them until they come back: go on in place.
+        assert_eq!(put(&r, &mut head, 0), Some(448));
+        r.release_to(512);
+        assert_eq!(put(&r, &mut head, 0), Some(1024)); // all released: pad 512, start over
+        let pad = r.locate(512, head, &Limits::default()).unwrap().unwrap();
+        assert_eq!((pad.header.kind, pad.total), (Kind::Pad, 512));
     }
 
     proptest::proptest! {
