@@ -483,7 +483,12 @@ fn close_delivers_everything_sent_before_it(scheme: &str) {
         scope.spawn(move || {
             let st = c.open_stream().unwrap();
             for i in 0..200u32 {
-                st.send(&i.to_le_bytes(), &[body]).unwrap();
+                // Owned bodies may still be queued when the connection closes.
+                if i % 2 == 0 {
+                    st.send(&i.to_le_bytes(), &[body]).unwrap();
+                } else {
+                    st.send_bytes(&i.to_le_bytes(), &[Bytes::copy_from_slice(body)]).unwrap();
+                }
             }
             st.finish().unwrap();
             // Close at once, with credit frames from the reader still unread.
@@ -540,6 +545,24 @@ fn recv_times_out_on_a_silent_peer(scheme: &str) {
     b.send(b"late", &[]).unwrap();
     a.set_timeout(Duration::from_secs(10));
     assert_eq!(a.recv().unwrap().unwrap().header, b"late");
+}
+
+/// A sender whose peer reads nothing gets a timeout once its window, the transport's
+/// buffers and any send queue are full, never a hang.
+fn sender_to_a_peer_that_never_reads_times_out(scheme: &str) {
+    let config = Config { timeout: Duration::from_millis(500), ..Config::default() };
+    let (_l, c, _s) = pair_with(scheme, &config);
+    let st = c.open_stream().unwrap();
+    let body = Bytes::from(pattern(3, 128 << 10));
+    let t = Instant::now();
+    let err = loop {
+        if let Err(e) = st.send_bytes(b"", std::slice::from_ref(&body)) {
+            break e;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "sends never stopped");
+    };
+    assert!(matches!(err, Error::Timeout(_) | Error::ConnectionLost(_)), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(10));
 }
 
 fn wrong_key_is_rejected(scheme: &str) {
@@ -789,6 +812,10 @@ macro_rules! conformance {
             #[test]
             fn recv_times_out_on_a_silent_peer() {
                 super::recv_times_out_on_a_silent_peer(S)
+            }
+            #[test]
+            fn sender_to_a_peer_that_never_reads_times_out() {
+                super::sender_to_a_peer_that_never_reads_times_out(S)
             }
             #[test]
             fn wrong_key_is_rejected() {

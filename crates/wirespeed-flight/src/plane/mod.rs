@@ -33,8 +33,9 @@ pub fn config() -> wirespeed::Config {
 
 fn send_frame(stream: &Stream, frame: &Frame) -> Result<()> {
     let header = Msg::Data { app_metadata: frame.app_metadata.clone(), meta: frame.meta.clone() }.encode();
-    let body: Vec<&[u8]> = frame.body.iter().map(|b| b.as_slice()).collect();
-    stream.send(&header, &body)?;
+    // Owned, so a transport may keep the buffers and return before they are on the wire.
+    let body: Vec<Bytes> = frame.body.iter().map(|b| Bytes::from_owner(b.clone())).collect();
+    stream.send_bytes(&header, &body)?;
     Ok(())
 }
 

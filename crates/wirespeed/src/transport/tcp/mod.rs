@@ -1,11 +1,15 @@
-//! TCP: frames written with vectored writes straight from the caller's buffers, read through
-//! a staging buffer for small frames and directly into the body buffer for large ones.
+//! TCP: frames written with vectored writes straight from the caller's buffers (owned ones
+//! through a writer thread that coalesces them), read through a staging buffer for small
+//! frames and directly into the body buffer for large ones.
+
+mod queue;
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use nix::poll::PollFlags;
 use nix::sys::socket::{setsockopt, sockopt};
 
@@ -18,11 +22,17 @@ use crate::key::Key;
 use crate::mem::Buf;
 use crate::proto::decoder::FrameDecoder;
 use crate::proto::session::Role;
+use queue::SendQueue;
 
 /// Bytes staged per read; payloads bigger than this bypass it.
 const STAGING: usize = 256 << 10;
+/// Bytes staged per read while frames are large: a header and typical meta.
+const HEAD_READ: usize = 4 << 10;
 /// How long a reader polls its socket before it sleeps in poll(2).
 const SPIN: Duration = Duration::from_micros(50);
+/// Owned payloads this large go straight to the socket when nothing is queued: they are
+/// large writes already.
+const DIRECT_MIN: usize = 512 << 10;
 
 pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
     let (mut s, a) = dial(addr, config.handshake_timeout)?;
@@ -118,8 +128,9 @@ fn establish(
         lo: 0,
         hi: 0,
         lowat: 1,
+        large_frames: false,
     };
-    let tx = TcpTx { sock: s, max_payload: config.limits.max_payload as usize };
+    let tx = TcpTx { sock: s, max_payload: config.limits.max_payload as usize, queue: None, timeout: config.timeout };
     Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), None, config, name))
 }
 
@@ -138,6 +149,8 @@ struct TcpRx {
     /// The socket's SO_RCVLOWAT: while a large payload is awaited, the kernel wakes us once
     /// this much of it has arrived instead of for every segment.
     lowat: usize,
+    /// The last frame's payload was read mostly directly.
+    large_frames: bool,
 }
 
 /// The most of a payload we ask the kernel to gather before it wakes us.
@@ -151,6 +164,7 @@ impl FrameRx for TcpRx {
                 if f.header.flags != 0 {
                     return Err(Error::Frame(FrameError::Reserved)); // flags belong to rings
                 }
+                self.large_frames = f.payload.len() >= STAGING / 4;
                 sink(&f.header, &f.meta, Buf::from(f.payload))?;
                 return Ok(true);
             }
@@ -168,7 +182,10 @@ impl FrameRx for TcpRx {
             } else {
                 self.lo = 0;
                 self.hi = 0;
-                (&self.sock).read(&mut self.staging)
+                // After a large frame, read little beyond the next header: whatever of its
+                // payload lands in staging must be copied out again.
+                let want = if self.large_frames { HEAD_READ } else { STAGING };
+                (&self.sock).read(&mut self.staging[..want])
             };
             match res {
                 Ok(0) => {
@@ -247,30 +264,34 @@ impl Drop for TcpRx {
 struct TcpTx {
     sock: TcpStream,
     max_payload: usize,
+    /// Started by the first owned frame; frames written directly wait until it is empty.
+    queue: Option<SendQueue>,
+    /// How long the queue's writer waits for room before it fails the connection.
+    timeout: Duration,
 }
 
 impl FrameTx for TcpTx {
     fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
+        if let Some(q) = &self.queue {
+            q.drain(timeout)?;
+        }
         let mut iov = Vec::with_capacity(payload.len() + 1);
         iov.push(IoSlice::new(head));
         iov.extend_from_slice(payload);
-        let mut bufs = &mut iov[..];
-        let mut deadline = None;
-        while !bufs.is_empty() {
-            match (&self.sock).write_vectored(bufs) {
-                Ok(0) => return Err(Error::ConnectionLost("the socket accepts no more data".into())),
-                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
-                    if wait_fd(self.sock.as_fd(), PollFlags::POLLOUT, deadline)?.is_none() {
-                        return Err(Error::Timeout(timeout));
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::ConnectionLost(e.to_string())),
-            }
+        write_all(&self.sock, &mut iov, timeout, |_| {})
+    }
+
+    fn write_frame_owned(&mut self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {
+        let len: usize = payload.iter().map(|b| b.len()).sum();
+        if len >= DIRECT_MIN && self.queue.as_ref().is_none_or(|q| q.is_empty()) {
+            let slices: Vec<IoSlice<'_>> = payload.iter().map(|b| IoSlice::new(b)).collect();
+            return self.write_frame(head, &slices, timeout);
         }
-        Ok(())
+        let q = match &mut self.queue {
+            Some(q) => q,
+            None => self.queue.insert(SendQueue::start(self.sock.try_clone()?, self.timeout)?),
+        };
+        q.push(head, payload, timeout)
     }
 
     fn max_payload(&self) -> usize {
@@ -278,6 +299,37 @@ impl FrameTx for TcpTx {
     }
 
     fn shutdown(&mut self, graceful: bool) {
+        if graceful && let Some(q) = &self.queue {
+            let _ = q.drain(LINGER); // what the peer does not take by then is lost anyway
+        }
         let _ = self.sock.shutdown(if graceful { Shutdown::Write } else { Shutdown::Both });
     }
+}
+
+/// Writes `bufs` whole on the non-blocking `sock`, reporting each write's bytes to `wrote`;
+/// fails once the socket has taken nothing for `timeout`.
+fn write_all(
+    sock: &TcpStream,
+    bufs: &mut [IoSlice<'_>],
+    timeout: Duration,
+    mut wrote: impl FnMut(usize),
+) -> Result<()> {
+    let mut bufs = bufs;
+    while !bufs.is_empty() {
+        match (&*sock).write_vectored(bufs) {
+            Ok(0) => return Err(Error::ConnectionLost("the socket accepts no more data".into())),
+            Ok(n) => {
+                IoSlice::advance_slices(&mut bufs, n);
+                wrote(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if wait_fd(sock.as_fd(), PollFlags::POLLOUT, Instant::now() + timeout)?.is_none() {
+                    return Err(Error::Timeout(timeout));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::ConnectionLost(e.to_string())),
+        }
+    }
+    Ok(())
 }
