@@ -7,6 +7,8 @@ mod queue;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -21,6 +23,7 @@ use crate::error::{Error, FrameError, Result};
 use crate::key::Key;
 use crate::mem::Buf;
 use crate::proto::decoder::FrameDecoder;
+use crate::proto::frame::Kind;
 use crate::proto::session::Role;
 use queue::SendQueue;
 
@@ -30,8 +33,11 @@ const STAGING: usize = 256 << 10;
 const HEAD_READ: usize = 4 << 10;
 /// How long a reader polls its socket before it sleeps in poll(2).
 const SPIN: Duration = Duration::from_micros(50);
-/// Owned payloads this large go straight to the socket when nothing is queued: they are
-/// large writes already.
+/// Owned frames sent within this of each other, with nothing but credit heard from the peer
+/// in between, are a burst: a sender's loop, not replies to the peer.
+const BURST_GAP: Duration = Duration::from_millis(1);
+/// Owned payloads from this size on are written directly even in a stream: they are large
+/// writes already.
 const DIRECT_MIN: usize = 512 << 10;
 
 pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
@@ -120,7 +126,9 @@ fn establish(
         let _ = setsockopt(&s, sockopt::RcvBuf, &config.tcp_buffer_bytes);
     }
     s.set_nonblocking(true)?;
+    let heard = Arc::new(AtomicU64::new(0));
     let rx = TcpRx {
+        heard: heard.clone(),
         sock: s.try_clone()?,
         eof: false,
         decoder: FrameDecoder::new(config.limits),
@@ -130,7 +138,14 @@ fn establish(
         lowat: 1,
         large_frames: false,
     };
-    let tx = TcpTx { sock: s, max_payload: config.limits.max_payload as usize, queue: None, timeout: config.timeout };
+    let tx = TcpTx {
+        sock: s,
+        max_payload: config.limits.max_payload as usize,
+        queue: None,
+        timeout: config.timeout,
+        last_owned: None,
+        heard,
+    };
     Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), None, config, name))
 }
 
@@ -151,6 +166,8 @@ struct TcpRx {
     lowat: usize,
     /// The last frame's payload was read mostly directly.
     large_frames: bool,
+    /// Frames other than credit read so far, for the sender's [`TcpTx::heard`].
+    heard: Arc<AtomicU64>,
 }
 
 /// The most of a payload we ask the kernel to gather before it wakes us.
@@ -165,6 +182,9 @@ impl FrameRx for TcpRx {
                     return Err(Error::Frame(FrameError::Reserved)); // flags belong to rings
                 }
                 self.large_frames = f.payload.len() >= STAGING / 4;
+                if f.header.kind != Kind::Credit {
+                    self.heard.fetch_add(1, Ordering::Relaxed);
+                }
                 sink(&f.header, &f.meta, Buf::from(f.payload))?;
                 return Ok(true);
             }
@@ -268,6 +288,10 @@ struct TcpTx {
     queue: Option<SendQueue>,
     /// How long the queue's writer waits for room before it fails the connection.
     timeout: Duration,
+    /// When the last owned frame was handed over, and `heard` then.
+    last_owned: Option<(Instant, u64)>,
+    /// Frames other than credit read from the peer so far (counted by the reader).
+    heard: Arc<AtomicU64>,
 }
 
 impl FrameTx for TcpTx {
@@ -282,16 +306,39 @@ impl FrameTx for TcpTx {
     }
 
     fn write_frame_owned(&mut self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {
+        // A frame on its own (a request, a reply) goes straight to the socket: no hand-off,
+        // so no added latency; so does a large one, which is a large write already. Smaller
+        // frames in a burst go to the writer thread, which coalesces them, and so does
+        // whatever the socket has no room for.
         let len: usize = payload.iter().map(|b| b.len()).sum();
-        if len >= DIRECT_MIN && self.queue.as_ref().is_none_or(|q| q.is_empty()) {
-            let slices: Vec<IoSlice<'_>> = payload.iter().map(|b| IoSlice::new(b)).collect();
-            return self.write_frame(head, &slices, timeout);
+        let heard = self.heard.load(Ordering::Relaxed);
+        let burst = len < DIRECT_MIN && self.last_owned.is_some_and(|(t, h)| h == heard && t.elapsed() < BURST_GAP);
+        let (mut head, mut payload) = (head, payload.to_vec());
+        if !burst && self.queue.as_ref().is_none_or(|q| q.is_empty()) {
+            let mut iov: Vec<IoSlice<'_>> =
+                std::iter::once(head).chain(payload.iter().map(|b| &b[..])).map(IoSlice::new).collect();
+            let mut n = write_ready(&self.sock, &mut &mut iov[..])?;
+            let skip = n.min(head.len());
+            head = &head[skip..];
+            n -= skip;
+            payload.retain_mut(|b| {
+                let k = n.min(b.len());
+                n -= k;
+                *b = b.slice(k..);
+                !b.is_empty()
+            });
+            if head.is_empty() && payload.is_empty() {
+                self.last_owned = Some((Instant::now(), heard));
+                return Ok(());
+            }
         }
         let q = match &mut self.queue {
             Some(q) => q,
             None => self.queue.insert(SendQueue::start(self.sock.try_clone()?, self.timeout)?),
         };
-        q.push(head, payload, timeout)
+        q.push(head, &payload, timeout)?;
+        self.last_owned = Some((Instant::now(), heard));
+        Ok(())
     }
 
     fn max_payload(&self) -> usize {
@@ -315,21 +362,32 @@ fn write_all(
     mut wrote: impl FnMut(usize),
 ) -> Result<()> {
     let mut bufs = bufs;
+    loop {
+        wrote(write_ready(sock, &mut bufs)?);
+        if bufs.is_empty() {
+            return Ok(());
+        }
+        if wait_fd(sock.as_fd(), PollFlags::POLLOUT, Instant::now() + timeout)?.is_none() {
+            return Err(Error::Timeout(timeout));
+        }
+    }
+}
+
+/// Writes as much of `bufs` as `sock` takes without waiting, advancing past it; returns how
+/// many bytes that was.
+fn write_ready(sock: &TcpStream, bufs: &mut &mut [IoSlice<'_>]) -> Result<usize> {
+    let mut done = 0;
     while !bufs.is_empty() {
         match (&*sock).write_vectored(bufs) {
             Ok(0) => return Err(Error::ConnectionLost("the socket accepts no more data".into())),
             Ok(n) => {
-                IoSlice::advance_slices(&mut bufs, n);
-                wrote(n);
+                IoSlice::advance_slices(bufs, n);
+                done += n;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if wait_fd(sock.as_fd(), PollFlags::POLLOUT, Instant::now() + timeout)?.is_none() {
-                    return Err(Error::Timeout(timeout));
-                }
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(Error::ConnectionLost(e.to_string())),
         }
     }
-    Ok(())
+    Ok(done)
 }

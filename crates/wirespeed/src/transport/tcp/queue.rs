@@ -58,8 +58,10 @@ impl SendQueue {
     pub(super) fn push(&self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {
         let sh = &self.shared;
         let mut st = sh.wait_until(timeout, |st| st.pending < LIMIT)?;
-        st.pieces.push_back(Bytes::copy_from_slice(head));
-        st.pending += head.len();
+        if !head.is_empty() {
+            st.pieces.push_back(Bytes::copy_from_slice(head));
+            st.pending += head.len();
+        }
         for p in payload.iter().filter(|p| !p.is_empty()) {
             st.pieces.push_back(p.clone());
             st.pending += p.len();
