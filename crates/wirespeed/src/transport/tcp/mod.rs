@@ -1,6 +1,6 @@
 //! TCP: frames written with vectored writes straight from the caller's buffers (owned ones
-//! through a writer thread that coalesces them), read through a staging buffer for small
-//! frames and directly into the body buffer for large ones.
+//! in a burst through a writer thread that coalesces them), read through a staging buffer for
+//! small frames and directly into the body buffer for large ones.
 
 mod queue;
 
