@@ -33,7 +33,7 @@ pub mod url;
 pub use bytes::Bytes;
 pub use error::{Error, ErrorCode, Result};
 pub use key::Key;
-pub use mem::{Body, Buf};
+pub use mem::{Body, Buf, SealedRegion};
 pub use transport::{
     Config, Connection, Incoming, Listener, Message, Ready, Region, RemoteRegion, Stream, connect, listen,
 };

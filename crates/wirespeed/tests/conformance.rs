@@ -189,6 +189,56 @@ fn held_bodies_never_stall_the_sender(scheme: &str) {
     });
 }
 
+/// Bodies in sealed regions arrive intact however they are sent (whole, sliced, mixed with
+/// heap pieces, borrowed), stay valid after the sender drops its regions, and keep arriving
+/// when more regions are used than a shm peer maps (those are copied).
+fn sealed_region_bodies_arrive_intact(scheme: &str) {
+    use wirespeed::SealedRegion;
+    let (_l, c, s) = pair(scheme);
+    let big = pattern(21, 3 << 20);
+    let small: Vec<Vec<u8>> = (0..300).map(|i| pattern(100 + i, 4096)).collect();
+    let mut expected: Vec<Vec<u8>> = Vec::new();
+    for round in 0..8 {
+        expected.push(big.clone());
+        expected.push(big[round * 64 + 1..(1 << 20) + round].to_vec());
+        expected.push(big[..100].to_vec());
+        expected.push([&big[..5000], &b"heap"[..]].concat());
+    }
+    expected.extend(small.iter().cloned());
+    std::thread::scope(|scope| {
+        let (big, small) = (&big, &small);
+        let sender = scope.spawn(move || {
+            let region = SealedRegion::copy_of(big).unwrap();
+            let st = c.open_stream().unwrap();
+            for round in 0..8 {
+                st.send_bytes(b"whole", &[region.slice(0, big.len())]).unwrap();
+                st.send_bytes(b"slice", &[region.slice(round * 64 + 1, (1 << 20) + round - round * 64 - 1)]).unwrap();
+                st.send(b"tiny", &[&region[..100]]).unwrap();
+                st.send_bytes(b"mixed", &[region.slice(0, 5000), wirespeed::Bytes::from_static(b"heap")]).unwrap();
+            }
+            drop(region);
+            for bytes in small {
+                let r = SealedRegion::copy_of(bytes).unwrap();
+                st.send(b"small", &[&r[..]]).unwrap();
+            }
+            st.finish().unwrap();
+            st
+        });
+        let st = s.accept_stream().unwrap();
+        let mut held = Vec::new();
+        while let Some(m) = st.recv().unwrap() {
+            held.push(m);
+        }
+        st.finish().unwrap();
+        let peer = sender.join().unwrap();
+        assert!(peer.recv().unwrap().is_none());
+        assert_eq!(held.len(), expected.len());
+        for (i, (m, want)) in held.iter().zip(&expected).enumerate() {
+            assert!(m.body.to_vec() == *want, "message {i} ({:?}) changed", String::from_utf8_lossy(&m.header));
+        }
+    });
+}
+
 fn bodies_of_every_size_around_the_thresholds(scheme: &str) {
     let (_l, c, s) = pair(scheme);
     let mut sizes = vec![0, 1, 63, 64, 65, 4095, 4096, 4097];
@@ -753,6 +803,10 @@ macro_rules! conformance {
             #[test]
             fn held_bodies_never_stall_the_sender() {
                 super::held_bodies_never_stall_the_sender(S)
+            }
+            #[test]
+            fn sealed_region_bodies_arrive_intact() {
+                super::sealed_region_bodies_arrive_intact(S)
             }
             #[test]
             fn bodies_of_every_size_around_the_thresholds() {

@@ -8,6 +8,10 @@ pub const HEADER_LEN: usize = 24;
 /// Shared-memory rings only, on Message and Data frames: the receiver pulls the payload's tail
 /// from the sender's memory (see docs/PROTOCOL.md); `aux` holds the number of segments.
 pub const FLAG_PULL: u8 = 1;
+/// Shared-memory rings only, on Message and Data frames: the payload lies in a sealed region
+/// the sender has handed over, and the ring holds a reference to it instead (see
+/// docs/PROTOCOL.md).
+pub const FLAG_SHARED: u8 = 2;
 
 /// What a frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +121,7 @@ impl FrameHeader {
     /// Parses and validates a header against `limits`; never panics on any input.
     pub fn decode(b: &[u8; HEADER_LEN], limits: &Limits) -> Result<Self, FrameError> {
         let kind = Kind::from_u8(b[0])?;
-        let flags_ok = b[1] == 0 || (b[1] == FLAG_PULL && kind.has_payload());
+        let flags_ok = b[1] == 0 || ((b[1] == FLAG_PULL || b[1] == FLAG_SHARED) && kind.has_payload());
         if !flags_ok || b[2] != 0 || b[3] != 0 {
             return Err(FrameError::Reserved);
         }

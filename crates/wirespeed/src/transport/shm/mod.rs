@@ -1,10 +1,12 @@
 //! Same-host shared memory. The two sides meet on a unix socket and authenticate there; the
 //! server then sends a memfd holding one ring per direction, plus eventfds for wake-ups, with
 //! SCM_RIGHTS. Frames are copied into the ring once by the sender; the receiver gets views of
-//! the ring (zero copy) that go back to the sender when dropped.
+//! the ring (zero copy) that go back to the sender when dropped. Payloads that lie in a sealed
+//! region are not copied at all: the peer maps the region and gets views of it.
 
 mod mapping;
 mod pull;
+mod regions;
 mod ring;
 
 use std::collections::VecDeque;
@@ -31,7 +33,7 @@ use super::{Config, Fill, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::mem::{Buf, Lender};
-use crate::proto::frame::{FLAG_PULL, Kind, Limits};
+use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, Kind, Limits};
 use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
 
@@ -162,11 +164,13 @@ fn build(
         wake: Waker { efd: rx_data, sock: sock.try_clone()? },
         memfd,
         rx_offset,
+        regions: Default::default(),
     };
     let tx = ShmTx {
         ring: tx_ring,
         head: 0,
         split: true,
+        regions: Default::default(),
         tail: 0,
         notify: tx_data,
         wake: Waker { efd: tx_space, sock },
@@ -278,8 +282,10 @@ impl Waker {
             if Instant::now() >= deadline {
                 break Ok(false);
             }
-            let mut fds =
-                [PollFd::new(self.efd.as_fd(), PollFlags::POLLIN), PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            // Hang-ups only: the socket also carries the peer's sealed regions (see `regions`).
+            // nix does not know POLLRDHUP, so its `revents` reads `None` when that is set.
+            let hang_up = PollFlags::from_bits_retain(libc::POLLRDHUP);
+            let mut fds = [PollFd::new(self.efd.as_fd(), PollFlags::POLLIN), PollFd::new(self.sock.as_fd(), hang_up)];
             match poll(&mut fds, PollTimeout::from(ms_until(deadline, 100))) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => break Err(Error::Io(e.into())),
@@ -288,7 +294,7 @@ impl Waker {
                 let mut b = [0u8; 8];
                 let _ = nix::unistd::read(&self.efd, &mut b);
             }
-            if fds[1].revents().is_some_and(|r| !r.is_empty()) && !ready() {
+            if fds[1].revents().is_none_or(|r| !r.is_empty()) && !ready() {
                 break Err(Error::ConnectionLost("the peer went away".into()));
             }
         };
@@ -347,6 +353,8 @@ struct ShmTx {
     head: u64,
     /// Split large frames with the receiver (until it refuses once).
     split: bool,
+    /// Sealed regions the peer has.
+    regions: regions::Outgoing,
     /// The consumer's tail as we last read it.
     tail: u64,
     notify: OwnedFd,
@@ -381,8 +389,35 @@ impl ShmTx {
     }
 }
 
+impl ShmTx {
+    /// A frame whose payload stays in a sealed region the peer has: the ring gets the header
+    /// and the reference.
+    fn write_shared(&mut self, head: &[u8], (id, offset): (u64, u64), timeout: Duration) -> Result<()> {
+        let at = self.reserve(Ring::frame_bytes(head.len(), regions::REF_BYTES), timeout)?;
+        let frame = self.ring.data_ptr(at);
+        let reference = self.ring.data_ptr(at + align(head.len() as u64));
+        // SAFETY: `reserve` gave us the frame's bytes at `at`, before the ring's end.
+        unsafe {
+            std::ptr::copy_nonoverlapping(head.as_ptr(), frame, head.len());
+            *frame.add(1) = FLAG_SHARED;
+            std::ptr::copy_nonoverlapping(id.to_le_bytes().as_ptr(), reference, 8);
+            std::ptr::copy_nonoverlapping(offset.to_le_bytes().as_ptr(), reference.add(8), 8);
+        }
+        self.head = at + Ring::frame_bytes(head.len(), regions::REF_BYTES);
+        self.ring.publish(self.head);
+        notify(self.ring.consumer_sleeping(), &self.notify);
+        Ok(())
+    }
+}
+
 impl FrameTx for ShmTx {
     fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
+        if let [one] = payload
+            && one.len() >= regions::MIN_SHARED
+            && let Some(reference) = self.regions.reference(one, &self.wake.sock)
+        {
+            return self.write_shared(head, reference, timeout);
+        }
         let plen: usize = payload.iter().map(|s| s.len()).sum();
         let split =
             if self.split && plen >= pull::MIN_SPLIT { split_tail(payload, pull::sender_share(plen)) } else { None };
@@ -495,6 +530,8 @@ struct ShmRx {
     /// To map the receive ring afresh after an evacuation.
     memfd: OwnedFd,
     rx_offset: usize,
+    /// The peer's sealed regions.
+    regions: regions::Incoming,
 }
 
 impl FrameRx for ShmRx {
@@ -530,6 +567,19 @@ impl FrameRx for ShmRx {
             // the frame is released below (or its payload view comes back).
             let meta = unsafe { std::slice::from_raw_parts(self.ring.data_ptr(f.meta_at), f.header.meta_len as usize) };
             let plen = f.header.payload_len() as usize;
+            if f.shared {
+                let mut reference = [0u8; regions::REF_BYTES as usize];
+                // SAFETY: `locate` checked that the reference lies inside the frame.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(self.ring.data_ptr(f.payload_at), reference.as_mut_ptr(), 16);
+                }
+                let read = self
+                    .regions
+                    .view(reference, plen, &self.wake.sock, deadline)
+                    .and_then(|payload| sink(&f.header, meta, payload));
+                self.lender.push(end, true);
+                return read.map(|()| true);
+            }
             if plen == 0 {
                 let read = sink(&f.header, meta, Buf::empty());
                 // Only now: the sender may write over the frame once it is released.

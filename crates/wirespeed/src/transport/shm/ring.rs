@@ -7,8 +7,9 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::pull::{MAX_SEGMENTS, descriptor_bytes};
+use super::regions::REF_BYTES;
 use crate::error::{Error, FrameError, Result};
-use crate::proto::frame::{FLAG_PULL, FrameHeader, HEADER_LEN, Kind, Limits};
+use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, FrameHeader, HEADER_LEN, Kind, Limits};
 
 pub const ALIGN: u64 = 64;
 /// See [`Ring::reserve`]: about what a consumer that keeps up has in flight, and well inside L2.
@@ -56,6 +57,8 @@ pub struct Located {
     pub total: u64,
     /// Split frames: where the pull descriptor is, and how many segments it has.
     pub pull: Option<(u64, usize)>,
+    /// The payload lies in a sealed region; `payload_at` holds the reference to it.
+    pub shared: bool,
 }
 
 impl Ring {
@@ -188,10 +191,12 @@ impl Ring {
         unsafe { std::ptr::copy_nonoverlapping(self.data_ptr(pos), raw.as_mut_ptr(), HEADER_LEN) };
         let header = FrameHeader::decode(&raw, limits)?;
         let mut pull = None;
+        let shared = header.flags & FLAG_SHARED != 0;
         let mut total = if header.kind == Kind::Pad {
             header.len.checked_add(HEADER_LEN as u64).ok_or_else(|| corrupt("pad"))?
         } else {
-            Ring::frame_bytes(HEADER_LEN + header.meta_len as usize, header.payload_len())
+            let in_ring = if shared { REF_BYTES } else { header.payload_len() };
+            Ring::frame_bytes(HEADER_LEN + header.meta_len as usize, in_ring)
         };
         if header.flags & FLAG_PULL != 0 {
             let segments = header.aux as usize;
@@ -213,6 +218,7 @@ impl Ring {
             payload_at: pos + align((HEADER_LEN + header.meta_len as usize) as u64),
             total,
             pull,
+            shared,
         }))
     }
 }
@@ -303,7 +309,8 @@ mod tests {
             if let Ok(Some(f)) = r.locate(pos * 64, head, &Limits::default()) {
                 let start = (pos * 64) % 1024;
                 proptest::prop_assert!(start + f.total <= 1024);
-                proptest::prop_assert!(f.payload_at - pos * 64 + f.header.payload_len() <= f.total);
+                let in_ring = if f.shared { REF_BYTES } else { f.header.payload_len() };
+                proptest::prop_assert!(f.payload_at - pos * 64 + in_ring <= f.total);
             }
         }
     }

@@ -1,9 +1,13 @@
 //! Message bodies: owned heap memory, or views lent by a transport (a shared-memory ring,
-//! later a registered region) that go back to it when dropped.
+//! or a peer's sealed region) that go back to it when dropped.
 
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::Arc;
+
+pub mod sealed;
+
+pub use sealed::SealedRegion;
 
 /// A transport that lends out views of its memory and takes them back on drop.
 pub trait Lender: Send + Sync {

@@ -1,0 +1,200 @@
+//! Sealed regions over a shared-memory connection: a payload that lies in a [`SealedRegion`]
+//! travels as a reference, and neither side copies it.
+//!
+//! The first time a region is referenced, the sender hands its memfd to the peer over the unix
+//! socket (16 bytes, `id: u64, len: u64`, with the descriptor as SCM_RIGHTS), then publishes
+//! frames whose ring payload is `(id: u64, offset: u64)`. The receiver maps each region once,
+//! after checking its seals, and lends out views of it. The descriptor is always sent before
+//! the first frame that needs it, so the receiver finds it waiting on the socket.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Instant;
+
+use nix::poll::PollFlags;
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr, recvmsg, sendmsg};
+
+use crate::error::{Error, FrameError, Result};
+use crate::mem::sealed::PeerRegion;
+use crate::mem::{Buf, SealedRegion};
+use crate::transport::sys::wait_fd;
+
+/// Bytes of a reference in the ring.
+pub const REF_BYTES: u64 = 16;
+/// Payloads smaller than this are copied: a copy of a few KiB costs less than the lookup.
+pub const MIN_SHARED: usize = 4 << 10;
+/// Regions one connection maps at most, in each direction; past it the sender copies.
+pub const MAX_REGIONS: usize = 256;
+
+/// Sender side: which regions the peer already has.
+#[derive(Default)]
+pub struct Outgoing {
+    sent: HashSet<u64>,
+}
+
+impl Outgoing {
+    /// The `(id, offset)` reference for `payload` if it lies in a sealed region that the peer
+    /// has, or has just been sent; `None` means copy it.
+    pub fn reference(&mut self, payload: &[u8], sock: &UnixStream) -> Option<(u64, u64)> {
+        let (region, offset) = SealedRegion::containing(payload.as_ptr(), payload.len())?;
+        if !self.sent.contains(&region.id()) {
+            if self.sent.len() >= MAX_REGIONS || hand_over(sock, &region).is_err() {
+                return None;
+            }
+            self.sent.insert(region.id());
+        }
+        Some((region.id(), offset as u64))
+    }
+}
+
+fn hand_over(sock: &UnixStream, region: &SealedRegion) -> nix::Result<()> {
+    let mut msg = [0u8; 16];
+    msg[..8].copy_from_slice(&region.id().to_le_bytes());
+    msg[8..].copy_from_slice(&(region.len() as u64).to_le_bytes());
+    let fds = [region.fd().as_raw_fd()];
+    // Never blocks: at most MAX_REGIONS small messages ever wait in the socket.
+    let sent = sendmsg::<UnixAddr>(
+        sock.as_raw_fd(),
+        &[IoSlice::new(&msg)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    if sent == msg.len() { Ok(()) } else { Err(nix::errno::Errno::EAGAIN) }
+}
+
+/// Receiver side: the peer's regions, mapped.
+#[derive(Default)]
+pub struct Incoming {
+    mapped: HashMap<u64, Arc<PeerRegion>>,
+}
+
+impl Incoming {
+    /// A view of `len` bytes at the reference `raw` (as read from the ring).
+    pub fn view(
+        &mut self,
+        raw: [u8; REF_BYTES as usize],
+        len: usize,
+        sock: &UnixStream,
+        deadline: Instant,
+    ) -> Result<Buf> {
+        let id = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
+        let offset = u64::from_le_bytes(raw[8..].try_into().expect("8 bytes"));
+        let region = match self.mapped.get(&id) {
+            Some(r) => r.clone(),
+            None => self.receive(id, sock, deadline)?,
+        };
+        let in_bounds = offset.checked_add(len as u64).is_some_and(|end| end <= region.len() as u64);
+        if !in_bounds {
+            return Err(Error::Frame(FrameError::Malformed("shared payload outside its region")));
+        }
+        // SAFETY: in bounds of the mapping, which the view keeps alive; sealed, so unchanging.
+        let ptr = unsafe { NonNull::new_unchecked(region.ptr().as_ptr().add(offset as usize)) };
+        // SAFETY: as above; the lender does nothing on release.
+        Ok(unsafe { Buf::lent(ptr, len, region, 0) })
+    }
+
+    /// Reads the peer's handed-over regions until region `id` arrives.
+    fn receive(&mut self, id: u64, sock: &UnixStream, deadline: Instant) -> Result<Arc<PeerRegion>> {
+        loop {
+            if self.mapped.len() >= MAX_REGIONS {
+                return Err(Error::Protocol(format!("the peer shared more than {MAX_REGIONS} regions")));
+            }
+            let (got, len, fd) = receive_one(sock, deadline)?;
+            let region = Arc::new(PeerRegion::map(&fd, len)?);
+            self.mapped.insert(got, region.clone());
+            if got == id {
+                return Ok(region);
+            }
+        }
+    }
+}
+
+fn receive_one(sock: &UnixStream, deadline: Instant) -> Result<(u64, u64, OwnedFd)> {
+    let lost = |why: String| Error::ConnectionLost(format!("no shared region from the peer: {why}"));
+    // Sent before the frame that refers to it, so only a broken peer makes us wait.
+    if wait_fd(sock.as_fd(), PollFlags::POLLIN, deadline)?.is_none() {
+        return Err(Error::Protocol("a frame refers to a shared region the peer never sent".into()));
+    }
+    let mut msg = [0u8; 16];
+    let mut iov = [IoSliceMut::new(&mut msg)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let r = recvmsg::<UnixAddr>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+        .map_err(|e| lost(e.to_string()))?;
+    let got = r.bytes;
+    let mut fd = None;
+    for c in r.cmsgs().map_err(|e| lost(e.to_string()))? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            for raw in v {
+                // SAFETY: the kernel just installed this descriptor for us; we own it now.
+                fd.get_or_insert(unsafe { OwnedFd::from_raw_fd(raw) });
+            }
+        }
+    }
+    match fd {
+        Some(fd) if got == msg.len() => Ok((
+            u64::from_le_bytes(msg[..8].try_into().expect("8 bytes")),
+            u64::from_le_bytes(msg[8..].try_into().expect("8 bytes")),
+            fd,
+        )),
+        _ if got == 0 => Err(lost("the peer went away".into())),
+        _ => Err(Error::Protocol("a malformed shared-region message".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+
+    use super::*;
+
+    fn reference(id: u64, offset: u64) -> [u8; 16] {
+        let mut r = [0u8; 16];
+        r[..8].copy_from_slice(&id.to_le_bytes());
+        r[8..].copy_from_slice(&offset.to_le_bytes());
+        r
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_millis(200)
+    }
+
+    #[test]
+    fn a_referenced_region_arrives_once_and_is_read_in_place() {
+        let (tx, rx) = UnixStream::pair().unwrap();
+        let region = SealedRegion::copy_of(b"0123456789abcdef").unwrap();
+        let mut out = Outgoing::default();
+        let (id, offset) = out.reference(&region[4..12], &tx).unwrap();
+        assert_eq!(out.reference(&region[..], &tx), Some((id, 0)), "handed over once");
+        assert_eq!(out.reference(b"heap memory", &tx), None);
+        let mut inc = Incoming::default();
+        assert_eq!(&inc.view(reference(id, offset), 8, &rx, soon()).unwrap()[..], b"456789ab");
+        assert_eq!(&inc.view(reference(id, 0), 16, &rx, soon()).unwrap()[..], b"0123456789abcdef");
+        assert!(matches!(inc.view(reference(id, 10), 7, &rx, soon()), Err(Error::Frame(_))), "past the end");
+    }
+
+    #[test]
+    fn forged_references_are_errors() {
+        let (tx, rx) = UnixStream::pair().unwrap();
+        let mut inc = Incoming::default();
+        let never = inc.view(reference(9, 0), 1, &rx, Instant::now() + Duration::from_millis(20));
+        assert!(matches!(never, Err(Error::Protocol(_))), "a region never handed over");
+
+        let plain = memfd_create("plain", MFdFlags::MFD_CLOEXEC).unwrap();
+        nix::unistd::ftruncate(&plain, 4096).unwrap();
+        let msg = reference(9, 4096); // id 9, 4096 bytes
+        let fds = [plain.as_raw_fd()];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        sendmsg::<UnixAddr>(tx.as_raw_fd(), &[IoSlice::new(&msg)], &cmsg, MsgFlags::empty(), None).unwrap();
+        assert!(matches!(inc.view(reference(9, 0), 1, &rx, soon()), Err(Error::Protocol(_))), "unsealed memory");
+
+        drop(tx);
+        assert!(matches!(inc.view(reference(9, 0), 1, &rx, soon()), Err(Error::ConnectionLost(_))));
+    }
+}
