@@ -181,15 +181,36 @@ fn put_then_get_on_every_plane() {
         assert_eq!(got, batches, "{name}");
         if transport == Transport::Only(PlaneKind::Shm) {
             let column = got[0].column(0).to_data().buffers()[0].as_ptr();
-            assert!(in_shared_memory(column), "batches read over shm wrap the ring, not a copy");
+            assert!(in_mapping(column, "memfd:wirespeed-shm"), "batches read over shm wrap the ring, not a copy");
         }
     }
 }
 
-/// True if `ptr` lies in a wirespeed shared-memory ring mapped into this process.
-fn in_shared_memory(ptr: *const u8) -> bool {
+/// Shared batches travel on every plane. Over shm the receiver's arrays lie in its own mapping
+/// of the sender's sealed region: neither side copied them, and they hold no ring space.
+#[test]
+fn shared_batches_travel_by_reference_over_shm() {
+    let memory = Memory::default();
+    let server = server(&memory);
+    for transport in PLANES {
+        let c = client(&server, transport);
+        let name = format!("shared {transport:?}");
+        let batches: Vec<_> = (0..3).map(|i| wirespeed_flight::share(&batch(i * 1000, 1000)).unwrap()).collect();
+        put(&c, &name, &batches);
+        let stored = memory.flights.lock().unwrap()[&name].1.clone();
+        assert_eq!(stored, batches, "{name}");
+        let column = stored[0].column(0).to_data().buffers()[0].as_ptr();
+        // The sender's own mapping is registered; the receiver's mapping of it is not.
+        let by_reference =
+            in_mapping(column, "memfd:wirespeed-sealed") && wirespeed::SealedRegion::containing(column, 1).is_none();
+        assert_eq!(by_reference, transport == Transport::Only(PlaneKind::Shm), "{name}");
+    }
+}
+
+/// True if `ptr` lies in a mapping of the memfd called `name` in this process.
+fn in_mapping(ptr: *const u8, name: &str) -> bool {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    maps.lines().filter(|l| l.contains("memfd:wirespeed-shm")).any(|l| {
+    maps.lines().filter(|l| l.contains(name)).any(|l| {
         let (lo, hi) = l.split_whitespace().next().unwrap().split_once('-').unwrap();
         let (lo, hi) = (usize::from_str_radix(lo, 16).unwrap(), usize::from_str_radix(hi, 16).unwrap());
         (lo..hi).contains(&(ptr as usize))

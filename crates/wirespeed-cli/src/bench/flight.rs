@@ -57,6 +57,10 @@ pub struct FlightArgs {
     /// Measure DoPut instead of DoGet.
     #[arg(long)]
     test_put: bool,
+    /// The side that sends keeps its batch in sealed shared memory (`wirespeed_flight::share`),
+    /// as a server holding a hot table would; the shm plane then sends it without copying.
+    #[arg(long)]
+    shared: bool,
     /// One JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -73,11 +77,18 @@ pub struct FlightServerArgs {
 struct Perf {
     records: u64,
     per_batch: usize,
+    shared: bool,
 }
 
 impl Perf {
     fn encode(&self) -> Bytes {
-        Bytes::from(json!({"records": self.records, "per_batch": self.per_batch}).to_string())
+        Bytes::from(json!({"records": self.records, "per_batch": self.per_batch, "shared": self.shared}).to_string())
+    }
+
+    /// The batch every message repeats (sliced for the last one).
+    fn batch(&self) -> wirespeed_flight::Result<RecordBatch> {
+        let full = batch(self.per_batch);
+        if self.shared { wirespeed_flight::share(&full) } else { Ok(full) }
     }
 
     fn decode(b: &[u8]) -> wirespeed_flight::Result<Perf> {
@@ -89,7 +100,8 @@ impl Perf {
         if per_batch == 0 || per_batch > 1 << 24 {
             return Err(Error::invalid_argument("records per batch must be 1 to 16M"));
         }
-        Ok(Perf { records: field("records")?, per_batch })
+        let shared = v.get("shared").and_then(|x| x.as_bool()).unwrap_or(false);
+        Ok(Perf { records: field("records")?, per_batch, shared })
     }
 }
 
@@ -117,7 +129,7 @@ impl Handler for PerfService {
 
     fn do_get(&self, ticket: &[u8]) -> wirespeed_flight::Result<Output> {
         let perf = Perf::decode(ticket)?;
-        let full = batch(perf.per_batch);
+        let full = perf.batch()?;
         let mut left = perf.records;
         let batches = std::iter::from_fn(move || {
             let n = left.min(perf.per_batch as u64) as usize;
@@ -170,7 +182,7 @@ pub fn run(a: FlightArgs) -> Result<()> {
         }
     };
     let client = Client::connect(&url)?.with_key(key).with_transport(transport);
-    let perf = Perf { records: a.records_per_stream, per_batch: a.records_per_batch };
+    let perf = Perf { records: a.records_per_stream, per_batch: a.records_per_batch, shared: a.shared };
     let batch_bytes = a.records_per_batch * 4 * 8;
 
     let Timed { records, latencies, seconds } =
@@ -241,7 +253,9 @@ fn streams(a: &FlightArgs, perf: Perf, one: impl Fn(usize) -> Result<(u64, Vec<u
 
 /// Reads every stream, timing each batch.
 fn get(client: &Client, a: &FlightArgs, perf: Perf) -> Result<Timed> {
-    let cmd = json!({"streams": a.num_streams, "records": perf.records, "per_batch": perf.per_batch}).to_string();
+    let cmd =
+        json!({"streams": a.num_streams, "records": perf.records, "per_batch": perf.per_batch, "shared": perf.shared})
+            .to_string();
     let info = client.get_flight_info(&FlightDescriptor::new_cmd(cmd))?;
     anyhow::ensure!(info.endpoint.len() == a.num_streams, "the server offered {} streams", info.endpoint.len());
     streams(a, perf, |i| {
@@ -258,7 +272,7 @@ fn get(client: &Client, a: &FlightArgs, perf: Perf) -> Result<Timed> {
 
 /// Writes every stream, timing each batch; the server reports the records it stored.
 fn put(client: &Client, a: &FlightArgs, perf: Perf) -> Result<Timed> {
-    let full = batch(perf.per_batch);
+    let full = perf.batch()?;
     streams(a, perf, |_| {
         let descriptor = FlightDescriptor::new_path(vec!["perf-put".into()]);
         let mut writer = client.do_put(&descriptor, &full.schema())?;

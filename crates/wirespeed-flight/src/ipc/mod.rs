@@ -7,10 +7,12 @@
 
 mod decode;
 mod encode;
+mod share;
 mod stream;
 
 pub use decode::{Decoded, Decoder};
 pub use encode::{Encoder, Frame};
+pub use share::share;
 pub use stream::DecodedStream;
 
 #[cfg(test)]

@@ -33,8 +33,12 @@ pub fn config() -> wirespeed::Config {
 
 fn send_frame(stream: &Stream, frame: &Frame) -> Result<()> {
     let header = Msg::Data { app_metadata: frame.app_metadata.clone(), meta: frame.meta.clone() }.encode();
-    // Owned, so a transport may keep the buffers and return before they are on the wire.
-    let body: Vec<Bytes> = frame.body.iter().map(|b| Bytes::from_owner(b.clone())).collect();
+    // Owned, so a transport may keep the buffers and return before they are on the wire. A
+    // body in a sealed region goes in one piece, which shm sends as a reference.
+    let body: Vec<Bytes> = match frame.body_in_region() {
+        Some(whole) => vec![whole],
+        None => frame.body.iter().map(|b| Bytes::from_owner(b.clone())).collect(),
+    };
     stream.send_bytes(&header, &body)?;
     Ok(())
 }

@@ -1,0 +1,109 @@
+//! Batches in sealed shared memory. [`share`] copies a batch once into a sealed region, laid out
+//! exactly as its IPC bodies. Every later encoding of it then finds each body in one piece
+//! inside the region, and the shm data plane hands the peer a reference instead of the bytes:
+//! neither side copies the data again, however often it is sent.
+
+use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
+use bytes::Bytes;
+use wirespeed::SealedRegion;
+
+use super::{Decoded, Decoder, Encoder, Frame};
+use crate::error::{Error, Result};
+
+/// Body alignment, as the encoder pads.
+const ALIGN: usize = 64;
+
+/// The same batch (dictionaries included), its buffers now in one sealed region.
+///
+/// Meant for data served many times, such as a table a server keeps in memory: the copy is
+/// paid once, and same-host clients on the shm plane then read it in place. A peer that is
+/// sent the batch can map the whole region.
+pub fn share(batch: &RecordBatch) -> Result<RecordBatch> {
+    let mut encoder = Encoder::new(&batch.schema())?;
+    let schema = encoder.schema_frame().ok_or_else(|| Error::Protocol("no schema to share".into()))?;
+    let frames = encoder.encode(batch, Bytes::new())?;
+    let starts: Vec<usize> = frames
+        .iter()
+        .scan(0, |at, f| {
+            let start = *at;
+            *at += f.body_len().next_multiple_of(ALIGN);
+            Some(start)
+        })
+        .collect();
+    let len = frames.iter().map(|f| f.body_len().next_multiple_of(ALIGN)).sum::<usize>().max(1);
+    let region = SealedRegion::build(len, |mem| {
+        for (frame, &start) in frames.iter().zip(&starts) {
+            let mut at = start;
+            for piece in &frame.body {
+                mem[at..at + piece.len()].copy_from_slice(piece);
+                at += piece.len();
+            }
+        }
+    })?;
+    let mut decoder = Decoder::default();
+    decoder.decode(&schema.meta, Buffer::from(Bytes::new()), Bytes::new())?;
+    let mut shared = None;
+    for (frame, start) in frames.iter().zip(starts) {
+        let body = Buffer::from(region.slice(start, frame.body_len()));
+        if let Decoded::Batch(b, _) = decoder.decode(&frame.meta, body, Bytes::new())? {
+            shared = Some(b);
+        }
+    }
+    shared.ok_or_else(|| Error::Protocol("the encoder produced no batch".into()))
+}
+
+impl Frame {
+    /// The body as one piece, if its buffers lie back to back (padding aside) inside one
+    /// sealed region, as those of a [`share`]d batch do.
+    pub fn body_in_region(&self) -> Option<Bytes> {
+        // Empty pieces may point anywhere.
+        let pieces = self.body.iter().skip_while(|p| p.is_empty());
+        let first = pieces.clone().next()?;
+        let len = self.body_len();
+        let (region, offset) = SealedRegion::containing(first.as_ptr(), len)?;
+        let mut at = first.as_ptr() as usize;
+        for piece in pieces {
+            // The encoder's padding is its own zeros; the region holds zeros there too.
+            let padding = piece.len() < ALIGN && piece.iter().all(|&b| b == 0);
+            if piece.as_ptr() as usize != at && !padding {
+                return None;
+            }
+            at += piece.len();
+        }
+        Some(region.slice(offset, len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::types::Int32Type;
+    use arrow_array::{ArrayRef, DictionaryArray, Int64Array, StringArray};
+
+    use super::*;
+
+    #[test]
+    fn a_shared_batch_is_equal_and_encodes_to_bodies_in_its_region() {
+        let n = 1000;
+        let dict: DictionaryArray<Int32Type> = (0..n).map(|i| ["red", "green", "blue"][i % 3]).collect();
+        let batch = RecordBatch::try_from_iter([
+            ("a", Arc::new(Int64Array::from_iter_values(0..n as i64)) as ArrayRef),
+            ("s", Arc::new(StringArray::from_iter((0..n).map(|i| (i % 5 != 0).then(|| format!("v{i}")))))),
+            ("d", Arc::new(dict)),
+        ])
+        .unwrap();
+        let shared = share(&batch).unwrap();
+        assert_eq!(shared, batch);
+        let mut encoder = Encoder::new(&batch.schema()).unwrap();
+        let frames = encoder.encode(&shared, Bytes::new()).unwrap();
+        assert_eq!(frames.len(), 2, "the dictionary, then the batch");
+        for f in &frames {
+            let body = f.body_in_region().expect("in one piece in the region");
+            assert!(body == f.body_bytes(), "the same bytes");
+        }
+        let heap = Encoder::new(&batch.schema()).unwrap().encode(&batch, Bytes::new()).unwrap();
+        assert!(heap.iter().all(|f| f.body_in_region().is_none()));
+    }
+}
