@@ -20,7 +20,7 @@ pub mod service;
 pub use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 pub use client::{Client, FlightReader, FlightWriter, Plane, Transport};
 pub use error::{Code, Error, Result};
-pub use ipc::share;
+pub use ipc::{share, share_all};
 pub use location::PlaneKind;
 pub use server::{Server, ServerBuilder};
 pub use service::{Handler, Input, Output, Payload, Payloads};

@@ -12,7 +12,7 @@ mod stream;
 
 pub use decode::{Decoded, Decoder};
 pub use encode::{Encoder, Frame};
-pub use share::share;
+pub use share::{share, share_all};
 pub use stream::DecodedStream;
 
 #[cfg(test)]

@@ -20,9 +20,20 @@ const ALIGN: usize = 64;
 /// paid once, and same-host clients on the shm plane then read it in place. A peer that is
 /// sent the batch can map the whole region.
 pub fn share(batch: &RecordBatch) -> Result<RecordBatch> {
-    let mut encoder = Encoder::new(&batch.schema())?;
+    let mut shared = share_all(std::slice::from_ref(batch))?;
+    shared.pop().ok_or_else(|| Error::Protocol("the encoder produced no batch".into()))
+}
+
+/// As [`share`], for batches of one schema, all in one region: a peer maps at most 256 regions
+/// per connection (past that, shm copies), so share a table's batches together.
+pub fn share_all(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
+    let Some(first) = batches.first() else { return Ok(Vec::new()) };
+    let mut encoder = Encoder::new(&first.schema())?;
     let schema = encoder.schema_frame().ok_or_else(|| Error::Protocol("no schema to share".into()))?;
-    let frames = encoder.encode(batch, Bytes::new())?;
+    let mut frames = Vec::new();
+    for batch in batches {
+        frames.extend(encoder.encode(batch, Bytes::new())?);
+    }
     let starts: Vec<usize> = frames
         .iter()
         .scan(0, |at, f| {
@@ -43,14 +54,14 @@ pub fn share(batch: &RecordBatch) -> Result<RecordBatch> {
     })?;
     let mut decoder = Decoder::default();
     decoder.decode(&schema.meta, Buffer::from(Bytes::new()), Bytes::new())?;
-    let mut shared = None;
+    let mut shared = Vec::with_capacity(batches.len());
     for (frame, start) in frames.iter().zip(starts) {
         let body = Buffer::from(region.slice(start, frame.body_len()));
         if let Decoded::Batch(b, _) = decoder.decode(&frame.meta, body, Bytes::new())? {
-            shared = Some(b);
+            shared.push(b);
         }
     }
-    shared.ok_or_else(|| Error::Protocol("the encoder produced no batch".into()))
+    Ok(shared)
 }
 
 impl Frame {
@@ -105,5 +116,14 @@ mod tests {
         }
         let heap = Encoder::new(&batch.schema()).unwrap().encode(&batch, Bytes::new()).unwrap();
         assert!(heap.iter().all(|f| f.body_in_region().is_none()));
+
+        let table = [batch.slice(0, 10), batch.slice(10, 990)];
+        let shared = share_all(&table).unwrap();
+        assert_eq!(shared, table);
+        let region = |b: &RecordBatch| {
+            wirespeed::SealedRegion::containing(b.column(0).to_data().buffers()[0].as_ptr(), 1).unwrap().0.id()
+        };
+        assert_eq!(region(&shared[0]), region(&shared[1]), "one region for the table");
+        assert!(share_all(&[]).unwrap().is_empty());
     }
 }

@@ -16,7 +16,7 @@ use std::num::NonZeroUsize;
 use std::ops::Deref;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 
 use nix::fcntl::{FcntlArg, SealFlag, fcntl};
@@ -43,6 +43,8 @@ struct Region {
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// Live regions by start address.
 static LIVE: RwLock<BTreeMap<usize, Weak<Region>>> = RwLock::new(BTreeMap::new());
+/// How many; while none, senders skip the lock (every large shm frame asks).
+static LIVE_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 impl SealedRegion {
     /// A region of `len` bytes (at least one) that `fill` writes before it is sealed.
@@ -66,6 +68,7 @@ impl SealedRegion {
         let region = Arc::new(Region { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), map, fd });
         let mut live = LIVE.write().unwrap_or_else(|p| p.into_inner());
         live.insert(region.map.ptr.as_ptr() as usize, Arc::downgrade(&region));
+        LIVE_COUNT.fetch_add(1, Ordering::Relaxed);
         Ok(SealedRegion(region))
     }
 
@@ -76,6 +79,9 @@ impl SealedRegion {
 
     /// The live region that holds all of `ptr..ptr+len`, and the offset of `ptr` in it.
     pub fn containing(ptr: *const u8, len: usize) -> Option<(SealedRegion, usize)> {
+        if LIVE_COUNT.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
         let at = ptr as usize;
         let live = LIVE.read().unwrap_or_else(|p| p.into_inner());
         let (&start, weak) = live.range(..=at).next_back()?;
@@ -118,6 +124,7 @@ impl Drop for Region {
         let mut live = LIVE.write().unwrap_or_else(|p| p.into_inner());
         // Still mapped here, so no other region can have taken the address yet.
         live.remove(&(self.map.ptr.as_ptr() as usize));
+        LIVE_COUNT.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
