@@ -387,13 +387,12 @@ impl ShmTx {
         }
         Ok(at)
     }
-}
 
-impl ShmTx {
     /// A frame whose payload stays in a sealed region the peer has: the ring gets the header
     /// and the reference.
     fn write_shared(&mut self, head: &[u8], (id, offset): (u64, u64), timeout: Duration) -> Result<()> {
-        let at = self.reserve(Ring::frame_bytes(head.len(), regions::REF_BYTES), timeout)?;
+        let total = Ring::frame_bytes(head.len(), regions::REF_BYTES);
+        let at = self.reserve(total, timeout)?;
         let frame = self.ring.data_ptr(at);
         let reference = self.ring.data_ptr(at + align(head.len() as u64));
         // SAFETY: `reserve` gave us the frame's bytes at `at`, before the ring's end.
@@ -403,7 +402,7 @@ impl ShmTx {
             std::ptr::copy_nonoverlapping(id.to_le_bytes().as_ptr(), reference, 8);
             std::ptr::copy_nonoverlapping(offset.to_le_bytes().as_ptr(), reference.add(8), 8);
         }
-        self.head = at + Ring::frame_bytes(head.len(), regions::REF_BYTES);
+        self.head = at + total;
         self.ring.publish(self.head);
         notify(self.ring.consumer_sleeping(), &self.notify);
         Ok(())
@@ -571,7 +570,8 @@ impl FrameRx for ShmRx {
                 let mut reference = [0u8; regions::REF_BYTES as usize];
                 // SAFETY: `locate` checked that the reference lies inside the frame.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(self.ring.data_ptr(f.payload_at), reference.as_mut_ptr(), 16);
+                    let at = self.ring.data_ptr(f.payload_at);
+                    std::ptr::copy_nonoverlapping(at, reference.as_mut_ptr(), reference.len());
                 }
                 let read = self
                     .regions

@@ -25,7 +25,7 @@ use crate::transport::sys::wait_fd;
 
 /// Bytes of a reference in the ring.
 pub const REF_BYTES: u64 = 16;
-/// Payloads smaller than this are copied: a copy of a few KiB costs less than the lookup.
+/// Payloads smaller than this are copied, which costs about as much as a reference.
 pub const MIN_SHARED: usize = 4 << 10;
 /// Regions one connection maps at most, in each direction; past it the sender copies.
 pub const MAX_REGIONS: usize = 256;
