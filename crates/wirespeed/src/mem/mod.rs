@@ -5,8 +5,10 @@ use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+mod mapping;
 pub mod sealed;
 
+pub(crate) use mapping::Mapping;
 pub use sealed::SealedRegion;
 
 /// A transport that lends out views of its memory and takes them back on drop.

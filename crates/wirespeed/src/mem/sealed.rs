@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::num::NonZeroUsize;
 use std::ops::Deref;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
@@ -21,9 +20,8 @@ use std::sync::{Arc, RwLock, Weak};
 
 use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
-use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
 
-use super::Lender;
+use super::{Lender, Mapping};
 use crate::error::{Error, Result};
 
 /// Seals every region carries; a peer maps only memory that has them.
@@ -36,7 +34,7 @@ pub struct SealedRegion(Arc<Region>);
 
 struct Region {
     id: u64,
-    map: Mapped,
+    map: Mapping,
     fd: OwnedFd,
 }
 
@@ -49,22 +47,20 @@ static LIVE_COUNT: AtomicUsize = AtomicUsize::new(0);
 impl SealedRegion {
     /// A region of `len` bytes (at least one) that `fill` writes before it is sealed.
     pub fn build(len: usize, fill: impl FnOnce(&mut [u8])) -> Result<Self> {
-        let size = NonZeroUsize::new(len).ok_or_else(|| Error::Limit("a sealed region cannot be empty".into()))?;
+        if len == 0 {
+            return Err(Error::Limit("a sealed region cannot be empty".into()));
+        }
         let fd = memfd_create("wirespeed-sealed", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
             .map_err(io::Error::from)?;
         nix::unistd::ftruncate(&fd, len as i64).map_err(io::Error::from)?;
         {
-            // SAFETY: a fresh shared mapping of a memfd of `len` bytes that only we hold.
-            let ptr =
-                unsafe { mmap(None, size, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, &fd, 0) }
-                    .map_err(io::Error::from)?;
-            let writable = Mapped { ptr: ptr.cast(), len };
+            let writable = Mapping::shared(&fd, 0, len)?;
             // SAFETY: the mapping is ours alone and `len` bytes long.
             fill(unsafe { std::slice::from_raw_parts_mut(writable.ptr.as_ptr(), len) });
             // Dropped (unmapped) here: the write seal needs every writable mapping gone.
         }
         fcntl(&fd, FcntlArg::F_ADD_SEALS(SEALS | SealFlag::F_SEAL_SEAL)).map_err(io::Error::from)?;
-        let map = Mapped::map(&fd, size)?;
+        let map = Mapping::read_only(&fd, len)?;
         let region = Arc::new(Region { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), map, fd });
         let mut live = LIVE.write().unwrap_or_else(|p| p.into_inner());
         live.insert(region.map.ptr.as_ptr() as usize, Arc::downgrade(&region));
@@ -87,7 +83,7 @@ impl SealedRegion {
         let (&start, weak) = live.range(..=at).next_back()?;
         let region = weak.upgrade()?;
         let offset = at - start;
-        (offset.checked_add(len)? <= region.map.len).then_some((SealedRegion(region), offset))
+        (offset.checked_add(len)? <= region.map.len()).then_some((SealedRegion(region), offset))
     }
 
     /// Unique in this process, never reused.
@@ -109,7 +105,8 @@ impl SealedRegion {
 impl Deref for SealedRegion {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.0.map.bytes()
+        // SAFETY: mapped while the region lives, and sealed against change.
+        unsafe { std::slice::from_raw_parts(self.0.map.ptr.as_ptr(), self.0.map.len()) }
     }
 }
 
@@ -130,12 +127,12 @@ impl Drop for Region {
 
 impl std::fmt::Debug for SealedRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SealedRegion(#{}, {} bytes)", self.0.id, self.0.map.len)
+        write!(f, "SealedRegion(#{}, {} bytes)", self.0.id, self.0.map.len())
     }
 }
 
 /// A peer's sealed region, mapped read-only; received bodies are views of it.
-pub struct PeerRegion(Mapped);
+pub struct PeerRegion(Mapping);
 
 impl PeerRegion {
     /// Maps a descriptor a peer sent as a sealed region of `len` bytes, after checking that
@@ -148,19 +145,18 @@ impl PeerRegion {
             return Err(bad("is not sealed against writes".into()));
         }
         let st = nix::sys::stat::fstat(fd).map_err(io::Error::from)?;
-        let size = usize::try_from(len).ok().and_then(NonZeroUsize::new);
-        let Some(size) = size.filter(|_| st.st_size as u64 == len) else {
+        if len == 0 || st.st_size as u64 != len {
             return Err(bad(format!("has {} bytes, not the {len} announced", st.st_size)));
-        };
-        Ok(PeerRegion(Mapped::map(fd, size)?))
+        }
+        Ok(PeerRegion(Mapping::read_only(fd, len as usize)?))
     }
 
     pub fn len(&self) -> usize {
-        self.0.len
+        self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.len == 0
+        self.0.is_empty()
     }
 
     /// Start of the mapping.
@@ -172,39 +168,6 @@ impl PeerRegion {
 /// Views of a peer's region need nothing back: the mapping lives while any view does.
 impl Lender for PeerRegion {
     fn release(&self, _token: u64) {}
-}
-
-/// A shared mapping, unmapped when dropped.
-struct Mapped {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: read-only memory whose bytes are sealed against change.
-unsafe impl Send for Mapped {}
-unsafe impl Sync for Mapped {}
-
-impl Mapped {
-    fn map(fd: &OwnedFd, len: NonZeroUsize) -> Result<Self> {
-        // SAFETY: a fresh read-only mapping; the callers checked the file's size.
-        let ptr =
-            unsafe { mmap(None, len, ProtFlags::PROT_READ, MapFlags::MAP_SHARED, fd, 0) }.map_err(io::Error::from)?;
-        Ok(Mapped { ptr: ptr.cast(), len: len.get() })
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: mapped for `len` bytes while self lives, and sealed against change.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: we mapped exactly this range, and nothing uses it any more.
-        unsafe {
-            let _ = munmap(self.ptr.cast(), self.len);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -234,11 +197,7 @@ mod tests {
         let r = SealedRegion::copy_of(&[7u8; 4096]).unwrap();
         assert!(nix::unistd::write(r.fd(), b"x").is_err());
         assert!(nix::unistd::ftruncate(r.fd(), 0).is_err());
-        // SAFETY: asking for a writable mapping, which the seal refuses.
-        let writable = unsafe {
-            mmap(None, NonZeroUsize::new(4096).unwrap(), ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, r.fd(), 0)
-        };
-        assert!(writable.is_err());
+        assert!(Mapping::shared(r.fd(), 0, 4096).is_err(), "no writable mapping");
         assert!(SealedRegion::build(0, |_| ()).is_err());
     }
 

@@ -42,3 +42,37 @@ pub(crate) fn accept_within<T>(
         Err(e) => Err(e),
     }
 }
+
+/// Sends `bytes` on a unix socket with `fds` attached (SCM_RIGHTS); returns the bytes sent.
+pub(crate) fn send_with_fds(
+    sock: &std::os::unix::net::UnixStream,
+    bytes: &[u8],
+    fds: &[std::os::fd::RawFd],
+    flags: nix::sys::socket::MsgFlags,
+) -> nix::Result<usize> {
+    use nix::sys::socket::{ControlMessage, UnixAddr, sendmsg};
+    use std::os::fd::AsRawFd;
+    let iov = [std::io::IoSlice::new(bytes)];
+    sendmsg::<UnixAddr>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(fds)], flags, None)
+}
+
+/// Receives up to `buf.len()` bytes from a unix socket and the descriptors attached to them (at
+/// most `N` fit; the kernel drops the rest); returns the bytes received and the descriptors.
+pub(crate) fn recv_with_fds<const N: usize>(
+    sock: &std::os::unix::net::UnixStream,
+    buf: &mut [u8],
+) -> nix::Result<(usize, Vec<std::os::fd::OwnedFd>)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, UnixAddr, recvmsg};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!([RawFd; N]);
+    let msg = recvmsg::<UnixAddr>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: the kernel just installed these descriptors for us; we own them now.
+            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    Ok((msg.bytes, fds))
+}

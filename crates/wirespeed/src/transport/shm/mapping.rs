@@ -1,5 +1,5 @@
-//! The shared mapping of the memfd, and evacuation: moving the frames the application still
-//! holds out of the ring without moving them in its address space.
+//! Evacuation: moving the frames the application still holds out of the ring without moving
+//! them in its address space.
 //!
 //! Ring space is freed in order, so a view the application keeps (say, every batch of a stream
 //! it collects) pins the ring behind it and the sender would wait forever. When that happens the
@@ -10,50 +10,11 @@
 
 use std::io;
 use std::num::NonZeroUsize;
-use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 
-use nix::sys::mman::{MRemapFlags, MapFlags, MmapAdvise, ProtFlags, madvise, mmap, mmap_anonymous, mremap, munmap};
+use nix::sys::mman::{MRemapFlags, MapFlags, MmapAdvise, ProtFlags, madvise, mmap_anonymous, mremap, munmap};
 
 use crate::error::Result;
-
-/// A mapping; unmapped when dropped (when the last ring user and lent view are gone).
-pub struct Mapping {
-    pub ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain memory; concurrent access goes through the ring protocol.
-unsafe impl Send for Mapping {}
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    /// Maps `len` bytes of `memfd` from `offset` (a multiple of the page size), shared.
-    pub fn shared(memfd: &OwnedFd, offset: usize, len: usize) -> Result<Self> {
-        // SAFETY: a fresh shared mapping of a memfd we hold; the caller checked its size.
-        let ptr = unsafe {
-            mmap(
-                None,
-                NonZeroUsize::new(len).expect("non-zero"),
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                memfd,
-                offset as i64,
-            )
-        }
-        .map_err(io::Error::from)?;
-        Ok(Mapping { ptr: ptr.cast(), len })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: we mapped exactly this range, and nothing uses it any more.
-        unsafe {
-            let _ = munmap(self.ptr.cast(), self.len);
-        }
-    }
-}
 
 /// Private pages put in place by [`privatize`]. Dropping this frees their memory (the range
 /// stays mapped, reading zeros, until its mapping goes), so only drop it once nothing reads

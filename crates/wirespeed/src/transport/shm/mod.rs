@@ -10,8 +10,8 @@ mod regions;
 mod ring;
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{self, IoSlice};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::ptr::NonNull;
@@ -22,17 +22,17 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::memfd::{MFdFlags, memfd_create};
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr, recvmsg, sendmsg};
+use nix::sys::socket::MsgFlags;
 
-use self::mapping::{Mapping, Privatized, privatize};
+use self::mapping::{Privatized, privatize};
 use self::ring::{CTL_BYTES, Ring, align};
 use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
-use super::sys::{accept_within, ms_until};
+use super::sys::{accept_within, ms_until, recv_with_fds, send_with_fds};
 use super::{Config, Fill, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::mem::{Buf, Lender};
+use crate::mem::{Buf, Lender, Mapping};
 use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, Kind, Limits};
 use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
@@ -181,32 +181,15 @@ fn build(
 
 fn send_fds(sock: &UnixStream, cap: usize, fds: &[OwnedFd; 5]) -> Result<()> {
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    let bytes = (cap as u64).to_le_bytes();
-    sendmsg::<UnixAddr>(
-        sock.as_raw_fd(),
-        &[IoSlice::new(&bytes)],
-        &[ControlMessage::ScmRights(&raw)],
-        MsgFlags::empty(),
-        None,
-    )
-    .map_err(|e| Error::ConnectionLost(format!("cannot hand over the shared memory: {e}")))?;
+    send_with_fds(sock, &(cap as u64).to_le_bytes(), &raw, MsgFlags::empty())
+        .map_err(|e| Error::ConnectionLost(format!("cannot hand over the shared memory: {e}")))?;
     Ok(())
 }
 
 fn recv_fds(sock: &UnixStream) -> Result<(usize, [OwnedFd; 5])> {
     let mut bytes = [0u8; 8];
-    let mut iov = [IoSliceMut::new(&mut bytes)];
-    let mut space = nix::cmsg_space!([RawFd; 5]);
-    let msg = recvmsg::<UnixAddr>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+    let (got, fds) = recv_with_fds::<5>(sock, &mut bytes)
         .map_err(|e| Error::ConnectionLost(format!("no shared memory from the server: {e}")))?;
-    let mut fds = Vec::new();
-    for c in msg.cmsgs().map_err(io::Error::from)? {
-        if let ControlMessageOwned::ScmRights(v) = c {
-            // SAFETY: the kernel just installed these descriptors for us; we own them now.
-            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
-        }
-    }
-    let got = msg.bytes;
     let fds: [OwnedFd; 5] =
         fds.try_into().map_err(|_| Error::Protocol("the server sent the wrong descriptors".into()))?;
     let cap = u64::from_le_bytes(bytes) as usize;

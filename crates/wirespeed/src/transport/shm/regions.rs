@@ -8,20 +8,19 @@
 //! the first frame that needs it, so the receiver finds it waiting on the socket.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Instant;
 
 use nix::poll::PollFlags;
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr, recvmsg, sendmsg};
+use nix::sys::socket::MsgFlags;
 
 use crate::error::{Error, FrameError, Result};
 use crate::mem::sealed::PeerRegion;
 use crate::mem::{Buf, SealedRegion};
-use crate::transport::sys::wait_fd;
+use crate::transport::sys::{recv_with_fds, send_with_fds, wait_fd};
 
 /// Bytes of a reference in the ring.
 pub const REF_BYTES: u64 = 16;
@@ -55,15 +54,9 @@ fn hand_over(sock: &UnixStream, region: &SealedRegion) -> nix::Result<()> {
     let mut msg = [0u8; 16];
     msg[..8].copy_from_slice(&region.id().to_le_bytes());
     msg[8..].copy_from_slice(&(region.len() as u64).to_le_bytes());
-    let fds = [region.fd().as_raw_fd()];
     // Never blocks: at most MAX_REGIONS small messages ever wait in the socket.
-    let sent = sendmsg::<UnixAddr>(
-        sock.as_raw_fd(),
-        &[IoSlice::new(&msg)],
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
+    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+    let sent = send_with_fds(sock, &msg, &[region.fd().as_raw_fd()], flags)?;
     if sent == msg.len() { Ok(()) } else { Err(nix::errno::Errno::EAGAIN) }
 }
 
@@ -121,21 +114,8 @@ fn receive_one(sock: &UnixStream, deadline: Instant) -> Result<(u64, u64, OwnedF
         return Err(Error::Protocol("a frame refers to a shared region the peer never sent".into()));
     }
     let mut msg = [0u8; 16];
-    let mut iov = [IoSliceMut::new(&mut msg)];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
-    let r = recvmsg::<UnixAddr>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
-        .map_err(|e| lost(e.to_string()))?;
-    let got = r.bytes;
-    let mut fd = None;
-    for c in r.cmsgs().map_err(|e| lost(e.to_string()))? {
-        if let ControlMessageOwned::ScmRights(v) = c {
-            for raw in v {
-                // SAFETY: the kernel just installed this descriptor for us; we own it now.
-                fd.get_or_insert(unsafe { OwnedFd::from_raw_fd(raw) });
-            }
-        }
-    }
-    match fd {
+    let (got, fds) = recv_with_fds::<1>(sock, &mut msg).map_err(|e| lost(e.to_string()))?;
+    match fds.into_iter().next() {
         Some(fd) if got == msg.len() => Ok((
             u64::from_le_bytes(msg[..8].try_into().expect("8 bytes")),
             u64::from_le_bytes(msg[8..].try_into().expect("8 bytes")),
@@ -189,9 +169,7 @@ mod tests {
         let plain = memfd_create("plain", MFdFlags::MFD_CLOEXEC).unwrap();
         nix::unistd::ftruncate(&plain, 4096).unwrap();
         let msg = reference(9, 4096); // id 9, 4096 bytes
-        let fds = [plain.as_raw_fd()];
-        let cmsg = [ControlMessage::ScmRights(&fds)];
-        sendmsg::<UnixAddr>(tx.as_raw_fd(), &[IoSlice::new(&msg)], &cmsg, MsgFlags::empty(), None).unwrap();
+        send_with_fds(&tx, &msg, &[plain.as_raw_fd()], MsgFlags::empty()).unwrap();
         assert!(matches!(inc.view(reference(9, 0), 1, &rx, soon()), Err(Error::Protocol(_))), "unsealed memory");
 
         drop(tx);

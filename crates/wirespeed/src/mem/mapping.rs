@@ -1,0 +1,59 @@
+//! Shared mappings of memory file descriptors (shm rings, sealed regions).
+
+use std::io;
+use std::num::NonZeroUsize;
+use std::os::fd::AsFd;
+use std::ptr::NonNull;
+
+use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+
+use crate::error::Result;
+
+/// A shared mapping, unmapped when dropped.
+pub struct Mapping {
+    pub ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: plain memory; who may write it when is the owner's protocol (a ring's, or none at
+// all for sealed memory).
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` from `offset` (a multiple of the page size), readable and
+    /// writable. The caller checked the file's size.
+    pub fn shared(fd: impl AsFd, offset: usize, len: usize) -> Result<Self> {
+        Self::map(fd, offset, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)
+    }
+
+    /// Maps the first `len` bytes of `fd` read-only.
+    pub fn read_only(fd: impl AsFd, len: usize) -> Result<Self> {
+        Self::map(fd, 0, len, ProtFlags::PROT_READ)
+    }
+
+    fn map(fd: impl AsFd, offset: usize, len: usize, prot: ProtFlags) -> Result<Self> {
+        let size = NonZeroUsize::new(len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: a fresh shared mapping of a file the caller holds.
+        let ptr =
+            unsafe { mmap(None, size, prot, MapFlags::MAP_SHARED, fd, offset as i64) }.map_err(io::Error::from)?;
+        Ok(Mapping { ptr: ptr.cast(), len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we mapped exactly this range, and nothing uses it any more.
+        unsafe {
+            let _ = munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
