@@ -34,16 +34,12 @@ pub fn share_all(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     for batch in batches {
         frames.extend(encoder.encode(batch, Bytes::new())?);
     }
-    let starts: Vec<usize> = frames
-        .iter()
-        .scan(0, |at, f| {
-            let start = *at;
-            *at += f.body_len().next_multiple_of(ALIGN);
-            Some(start)
-        })
-        .collect();
-    let len = frames.iter().map(|f| f.body_len().next_multiple_of(ALIGN)).sum::<usize>().max(1);
-    let region = SealedRegion::build(len, |mem| {
+    let (mut starts, mut len) = (Vec::with_capacity(frames.len()), 0);
+    for f in &frames {
+        starts.push(len);
+        len += f.body_len().next_multiple_of(ALIGN);
+    }
+    let region = SealedRegion::build(len.max(1), |mem| {
         for (frame, &start) in frames.iter().zip(&starts) {
             let mut at = start;
             for piece in &frame.body {

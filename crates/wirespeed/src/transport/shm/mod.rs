@@ -373,17 +373,16 @@ impl ShmTx {
 
     /// A frame whose payload stays in a sealed region the peer has: the ring gets the header
     /// and the reference.
-    fn write_shared(&mut self, head: &[u8], (id, offset): (u64, u64), timeout: Duration) -> Result<()> {
+    fn write_shared(&mut self, head: &[u8], reference: regions::Pair, timeout: Duration) -> Result<()> {
         let total = Ring::frame_bytes(head.len(), regions::REF_BYTES);
         let at = self.reserve(total, timeout)?;
         let frame = self.ring.data_ptr(at);
-        let reference = self.ring.data_ptr(at + align(head.len() as u64));
         // SAFETY: `reserve` gave us the frame's bytes at `at`, before the ring's end.
         unsafe {
             std::ptr::copy_nonoverlapping(head.as_ptr(), frame, head.len());
             *frame.add(1) = FLAG_SHARED;
-            std::ptr::copy_nonoverlapping(id.to_le_bytes().as_ptr(), reference, 8);
-            std::ptr::copy_nonoverlapping(offset.to_le_bytes().as_ptr(), reference.add(8), 8);
+            let to = self.ring.data_ptr(at + align(head.len() as u64));
+            std::ptr::copy_nonoverlapping(reference.as_ptr(), to, reference.len());
         }
         self.head = at + total;
         self.ring.publish(self.head);
@@ -550,7 +549,7 @@ impl FrameRx for ShmRx {
             let meta = unsafe { std::slice::from_raw_parts(self.ring.data_ptr(f.meta_at), f.header.meta_len as usize) };
             let plen = f.header.payload_len() as usize;
             if f.shared {
-                let mut reference = [0u8; regions::REF_BYTES as usize];
+                let mut reference: regions::Pair = [0; 16];
                 // SAFETY: `locate` checked that the reference lies inside the frame.
                 unsafe {
                     let at = self.ring.data_ptr(f.payload_at);

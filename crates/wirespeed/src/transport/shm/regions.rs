@@ -19,11 +19,25 @@ use nix::sys::socket::MsgFlags;
 
 use crate::error::{Error, FrameError, Result};
 use crate::mem::sealed::PeerRegion;
-use crate::mem::{Buf, SealedRegion};
+use crate::mem::{Buf, SealedRegion, check_span};
 use crate::transport::sys::{recv_with_fds, send_with_fds, wait_fd};
 
+/// Two u64s, little-endian: a reference `(id, offset)` in the ring, or a hand-over `(id, len)`.
+pub type Pair = [u8; 16];
 /// Bytes of a reference in the ring.
-pub const REF_BYTES: u64 = 16;
+pub const REF_BYTES: u64 = std::mem::size_of::<Pair>() as u64;
+
+fn pack(a: u64, b: u64) -> Pair {
+    let mut p = [0u8; 16];
+    p[..8].copy_from_slice(&a.to_le_bytes());
+    p[8..].copy_from_slice(&b.to_le_bytes());
+    p
+}
+
+fn unpack(p: &Pair) -> (u64, u64) {
+    let half = |r: &[u8]| u64::from_le_bytes(r.try_into().expect("8 bytes"));
+    (half(&p[..8]), half(&p[8..]))
+}
 /// Payloads smaller than this are copied, which costs about as much as a reference.
 pub const MIN_SHARED: usize = 4 << 10;
 /// Regions one connection maps at most, in each direction; past it the sender copies.
@@ -38,7 +52,7 @@ pub struct Outgoing {
 impl Outgoing {
     /// The `(id, offset)` reference for `payload` if it lies in a sealed region that the peer
     /// has, or has just been sent; `None` means copy it.
-    pub fn reference(&mut self, payload: &[u8], sock: &UnixStream) -> Option<(u64, u64)> {
+    pub fn reference(&mut self, payload: &[u8], sock: &UnixStream) -> Option<Pair> {
         let (region, offset) = SealedRegion::containing(payload.as_ptr(), payload.len())?;
         if !self.sent.contains(&region.id()) {
             if self.sent.len() >= MAX_REGIONS || hand_over(sock, &region).is_err() {
@@ -46,14 +60,12 @@ impl Outgoing {
             }
             self.sent.insert(region.id());
         }
-        Some((region.id(), offset as u64))
+        Some(pack(region.id(), offset as u64))
     }
 }
 
 fn hand_over(sock: &UnixStream, region: &SealedRegion) -> nix::Result<()> {
-    let mut msg = [0u8; 16];
-    msg[..8].copy_from_slice(&region.id().to_le_bytes());
-    msg[8..].copy_from_slice(&(region.len() as u64).to_le_bytes());
+    let msg = pack(region.id(), region.len() as u64);
     // Never blocks: at most MAX_REGIONS small messages ever wait in the socket.
     let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
     let sent = send_with_fds(sock, &msg, &[region.fd().as_raw_fd()], flags)?;
@@ -67,24 +79,15 @@ pub struct Incoming {
 }
 
 impl Incoming {
-    /// A view of `len` bytes at the reference `raw` (as read from the ring).
-    pub fn view(
-        &mut self,
-        raw: [u8; REF_BYTES as usize],
-        len: usize,
-        sock: &UnixStream,
-        deadline: Instant,
-    ) -> Result<Buf> {
-        let id = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
-        let offset = u64::from_le_bytes(raw[8..].try_into().expect("8 bytes"));
+    /// A view of `len` bytes at `reference` (as read from the ring).
+    pub fn view(&mut self, reference: Pair, len: usize, sock: &UnixStream, deadline: Instant) -> Result<Buf> {
+        let (id, offset) = unpack(&reference);
         let region = match self.mapped.get(&id) {
             Some(r) => r.clone(),
             None => self.receive(id, sock, deadline)?,
         };
-        let in_bounds = offset.checked_add(len as u64).is_some_and(|end| end <= region.len() as u64);
-        if !in_bounds {
-            return Err(Error::Frame(FrameError::Malformed("shared payload outside its region")));
-        }
+        check_span(offset, len, region.len() as u64)
+            .map_err(|_| Error::Frame(FrameError::Malformed("shared payload outside its region")))?;
         // SAFETY: in bounds of the mapping, which the view keeps alive; sealed, so unchanging.
         let ptr = unsafe { NonNull::new_unchecked(region.ptr().as_ptr().add(offset as usize)) };
         // SAFETY: as above; the lender does nothing on release.
@@ -113,14 +116,13 @@ fn receive_one(sock: &UnixStream, deadline: Instant) -> Result<(u64, u64, OwnedF
     if wait_fd(sock.as_fd(), PollFlags::POLLIN, deadline)?.is_none() {
         return Err(Error::Protocol("a frame refers to a shared region the peer never sent".into()));
     }
-    let mut msg = [0u8; 16];
+    let mut msg: Pair = [0; 16];
     let (got, fds) = recv_with_fds::<1>(sock, &mut msg).map_err(|e| lost(e.to_string()))?;
     match fds.into_iter().next() {
-        Some(fd) if got == msg.len() => Ok((
-            u64::from_le_bytes(msg[..8].try_into().expect("8 bytes")),
-            u64::from_le_bytes(msg[8..].try_into().expect("8 bytes")),
-            fd,
-        )),
+        Some(fd) if got == msg.len() => {
+            let (id, len) = unpack(&msg);
+            Ok((id, len, fd))
+        }
         _ if got == 0 => Err(lost("the peer went away".into())),
         _ => Err(Error::Protocol("a malformed shared-region message".into())),
     }
@@ -134,13 +136,6 @@ mod tests {
 
     use super::*;
 
-    fn reference(id: u64, offset: u64) -> [u8; 16] {
-        let mut r = [0u8; 16];
-        r[..8].copy_from_slice(&id.to_le_bytes());
-        r[8..].copy_from_slice(&offset.to_le_bytes());
-        r
-    }
-
     fn soon() -> Instant {
         Instant::now() + Duration::from_millis(200)
     }
@@ -150,29 +145,29 @@ mod tests {
         let (tx, rx) = UnixStream::pair().unwrap();
         let region = SealedRegion::copy_of(b"0123456789abcdef").unwrap();
         let mut out = Outgoing::default();
-        let (id, offset) = out.reference(&region[4..12], &tx).unwrap();
-        assert_eq!(out.reference(&region[..], &tx), Some((id, 0)), "handed over once");
+        let (id, offset) = unpack(&out.reference(&region[4..12], &tx).unwrap());
+        assert_eq!(out.reference(&region[..], &tx), Some(pack(id, 0)), "handed over once");
         assert_eq!(out.reference(b"heap memory", &tx), None);
         let mut inc = Incoming::default();
-        assert_eq!(&inc.view(reference(id, offset), 8, &rx, soon()).unwrap()[..], b"456789ab");
-        assert_eq!(&inc.view(reference(id, 0), 16, &rx, soon()).unwrap()[..], b"0123456789abcdef");
-        assert!(matches!(inc.view(reference(id, 10), 7, &rx, soon()), Err(Error::Frame(_))), "past the end");
+        assert_eq!(&inc.view(pack(id, offset), 8, &rx, soon()).unwrap()[..], b"456789ab");
+        assert_eq!(&inc.view(pack(id, 0), 16, &rx, soon()).unwrap()[..], b"0123456789abcdef");
+        assert!(matches!(inc.view(pack(id, 10), 7, &rx, soon()), Err(Error::Frame(_))), "past the end");
     }
 
     #[test]
     fn forged_references_are_errors() {
         let (tx, rx) = UnixStream::pair().unwrap();
         let mut inc = Incoming::default();
-        let never = inc.view(reference(9, 0), 1, &rx, Instant::now() + Duration::from_millis(20));
+        let never = inc.view(pack(9, 0), 1, &rx, Instant::now() + Duration::from_millis(20));
         assert!(matches!(never, Err(Error::Protocol(_))), "a region never handed over");
 
         let plain = memfd_create("plain", MFdFlags::MFD_CLOEXEC).unwrap();
         nix::unistd::ftruncate(&plain, 4096).unwrap();
-        let msg = reference(9, 4096); // id 9, 4096 bytes
+        let msg = pack(9, 4096); // id 9, 4096 bytes
         send_with_fds(&tx, &msg, &[plain.as_raw_fd()], MsgFlags::empty()).unwrap();
-        assert!(matches!(inc.view(reference(9, 0), 1, &rx, soon()), Err(Error::Protocol(_))), "unsealed memory");
+        assert!(matches!(inc.view(pack(9, 0), 1, &rx, soon()), Err(Error::Protocol(_))), "unsealed memory");
 
         drop(tx);
-        assert!(matches!(inc.view(reference(9, 0), 1, &rx, soon()), Err(Error::ConnectionLost(_))));
+        assert!(matches!(inc.view(pack(9, 0), 1, &rx, soon()), Err(Error::ConnectionLost(_))));
     }
 }
