@@ -3,6 +3,7 @@ pyarrow.flight against `wirespeed serve` / `wirespeed bench flight-server`, and 
 client (`wirespeed get`, `wirespeed bench flight`) against pyarrow.flight servers."""
 import json
 import os
+import queue
 import signal
 import subprocess
 import threading
@@ -194,3 +195,40 @@ def test_wirespeed_bench_against_pyarrows_perf_server(tmp_path):
     finally:
         server.send_signal(signal.SIGKILL)
         server.wait()
+
+
+def test_cached_tables_are_served_from_memory_until_their_file_changes(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    path = d / "t.arrow"
+    first, second, third = table(seed=1), table(seed=2), table(seed=3)
+    feather.write_feather(first, path, compression="uncompressed")
+    proc = Proc(["serve", str(d), "--listen", f"127.0.0.1:{free_port()}", "--cache-mb", "64"])
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(l) for l in proc.proc.stdout], daemon=True).start()
+    try:
+        c = flight.connect(proc.url)
+        ticket = c.get_flight_info(flight.FlightDescriptor.for_path("t.arrow")).endpoints[0].ticket
+        assert c.do_get(ticket).read_all().equals(first)
+        deadline = time.time() + 30
+        while "cached t.arrow" not in lines.get(timeout=max(0.1, deadline - time.time())):
+            pass
+
+        # New bytes under the same inode, length and mtime: the cache cannot tell, so what it
+        # serves shows that it came from memory.
+        st = path.stat()
+        with open(path, "r+b") as f:
+            feather.write_feather(second, f, compression="uncompressed")
+            assert f.tell() == st.st_size
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert c.do_get(ticket).read_all().equals(first)
+        r = run("get", proc.url, "t.arrow", "-o", str(tmp_path / "shm.arrow"), "-v")
+        assert r.returncode == 0 and "over shm" in r.stderr, r.stderr
+        assert feather.read_table(tmp_path / "shm.arrow").equals(first)
+
+        # A file renamed into place, as uploads are, is read afresh.
+        feather.write_feather(third, d / ".t.arrow.new", compression="uncompressed")
+        os.replace(d / ".t.arrow.new", path)
+        assert c.do_get(ticket).read_all().equals(third)
+    finally:
+        proc.stop()

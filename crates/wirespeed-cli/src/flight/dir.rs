@@ -1,10 +1,12 @@
 //! A directory as a Flight service: every Arrow IPC file (`.arrow`, `.feather`, `.arrows`)
 //! and Parquet file below the root is a flight keyed by its relative path. Uploads land under
-//! a hidden temporary name and are renamed into place only once complete.
+//! a hidden temporary name and are renamed into place only once complete. With a cache
+//! (`--cache-mb`), tables read once are served from memory while their files stay unchanged.
 
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
@@ -17,8 +19,11 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use wirespeed_files::paths::{join_under, part_path};
 use wirespeed_flight::{Error, Handler, Input, Output, Payload, Result};
 
+use super::cache::{Stamp, Table, TableCache};
+
 pub struct DirService {
     root: PathBuf,
+    cache: Option<Arc<TableCache>>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -73,9 +78,36 @@ fn io_error(name: &str, e: std::io::Error) -> Error {
 }
 
 impl DirService {
-    pub fn new(root: PathBuf) -> anyhow::Result<Self> {
+    /// Serves `root`, keeping up to `cache_bytes` of decoded tables in memory (0: none).
+    pub fn new(root: PathBuf, cache_bytes: usize) -> anyhow::Result<Self> {
         anyhow::ensure!(root.is_dir(), "{} is not a directory", root.display());
-        Ok(DirService { root })
+        Ok(DirService { root, cache: (cache_bytes > 0).then(|| Arc::new(TableCache::new(cache_bytes))) })
+    }
+
+    /// The cache, and the stamp of the file at `path`; `None` without a cache.
+    fn stamp(&self, path: &Path, name: &str) -> Result<Option<(&Arc<TableCache>, Stamp)>> {
+        let Some(cache) = &self.cache else { return Ok(None) };
+        Ok(Some((cache, Stamp::of(path).map_err(|e| io_error(name, e))?)))
+    }
+
+    /// The table at `path` if the cache holds it as the file is now.
+    fn hit(&self, path: &Path, name: &str) -> Result<Option<Table>> {
+        Ok(self.stamp(path, name)?.and_then(|(cache, stamp)| cache.get(path, stamp)))
+    }
+
+    /// A flight's batches: from the cache when it holds the file as it is now; otherwise from
+    /// the file, filling the cache on the way.
+    fn read(&self, path: &Path, name: &str) -> Result<(SchemaRef, Batches)> {
+        let stamp = self.stamp(path, name)?;
+        if let Some(t) = stamp.and_then(|(cache, stamp)| cache.get(path, stamp)) {
+            let b = t.batches;
+            return Ok((t.schema, Box::new((0..b.len()).map(move |i| Ok(b[i].clone())))));
+        }
+        let (schema, batches, _) = open(path, name)?;
+        match stamp {
+            Some((cache, stamp)) => Ok((schema.clone(), Box::new(cache.filling(name, path, stamp, schema, batches)))),
+            None => Ok((schema, batches)),
+        }
     }
 
     /// The file a flight name points at, refusing names that leave the root or pass through
@@ -102,10 +134,16 @@ impl DirService {
 
     fn info(&self, name: &str) -> Result<FlightInfo> {
         let path = self.resolve(name)?;
-        let (schema, batches, rows) = open(&path, name)?;
-        let rows = match rows {
-            Some(r) => r,
-            None => batches.map(|b| b.map(|b| b.num_rows() as i64).unwrap_or(0)).sum(),
+        let (schema, rows) = match self.hit(&path, name)? {
+            Some(t) => (t.schema.clone(), t.rows()),
+            None => {
+                let (schema, batches, rows) = open(&path, name)?;
+                let rows = match rows {
+                    Some(r) => r,
+                    None => batches.map(|b| b.map(|b| b.num_rows() as i64).unwrap_or(0)).sum(),
+                };
+                (schema, rows)
+            }
         };
         let bytes = path.metadata().map(|m| m.len() as i64).unwrap_or(-1);
         Ok(FlightInfo::new()
@@ -155,12 +193,16 @@ impl Handler for DirService {
 
     fn get_schema(&self, descriptor: &FlightDescriptor) -> Result<SchemaRef> {
         let name = Self::name_of(descriptor)?;
-        Ok(open(&self.resolve(&name)?, &name)?.0)
+        let path = self.resolve(&name)?;
+        match self.hit(&path, &name)? {
+            Some(t) => Ok(t.schema),
+            None => Ok(open(&path, &name)?.0),
+        }
     }
 
     fn do_get(&self, ticket: &[u8]) -> Result<Output> {
         let name = std::str::from_utf8(ticket).map_err(|_| Error::invalid_argument("tickets are UTF-8 paths"))?;
-        let (schema, batches, _) = open(&self.resolve(name)?, name)?;
+        let (schema, batches) = self.read(&self.resolve(name)?, name)?;
         Ok(Output::new(schema, batches.map(|b| b.map(Payload::batch).map_err(Error::from))))
     }
 

@@ -1,5 +1,6 @@
 //! Arrow Flight from the command line: `serve DIR` and `get URL PATH`.
 
+pub mod cache;
 pub mod dir;
 pub mod get;
 pub mod serve;

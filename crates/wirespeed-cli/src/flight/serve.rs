@@ -27,10 +27,15 @@ pub struct ServeArgs {
     /// WIRESPEED_FLIGHT_PASSWORD; with neither, gRPC is open.
     #[arg(long)]
     password_file: Option<PathBuf>,
+    /// Keep up to this many MiB of decoded tables in memory (0: none). A table read again is
+    /// then served without reading its file, and same-host clients on the shm plane map it
+    /// instead of receiving a copy. A changed file is read afresh.
+    #[arg(long, default_value_t = 0, value_name = "MIB")]
+    cache_mb: usize,
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
-    let service = DirService::new(a.dir.clone())?;
+    let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?;
     let mut planes = Vec::new();
     for p in a.planes.iter().filter(|p| p.as_str() != "none") {
         planes.push(PlaneKind::parse(p).ok_or_else(|| anyhow::anyhow!("unknown plane {p:?} (shm, tcp, ucx or none)"))?);
