@@ -65,6 +65,40 @@ fn send_and_recv_move_a_file_and_a_pipe() {
 }
 
 #[test]
+fn a_file_to_standard_output_comes_over_every_stream_in_order() {
+    // Ten chunks of 4 MiB with a hole across two of them: the chunks travel over four
+    // streams, and the sink still writes them (the hole as zeros) in order.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sparse.bin");
+    let mut expected: Vec<u8> = (0..38_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    expected[8 << 20..16 << 20].fill(0);
+    let f = fs::File::create(&path).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&expected[..8 << 20], 0).unwrap();
+    f.write_all_at(&expected[16 << 20..], 16 << 20).unwrap();
+    drop(f);
+    for transport in ["auto", "tcp", "ucx"] {
+        let mut recv = start_recv(
+            with_key(&mut wirespeed(), "k5")
+                .args(["recv", "--listen", "127.0.0.1:0", "--transport", transport])
+                .stdout(Stdio::piped()),
+        );
+        let mut stdout = recv.child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut stdout, &mut v).unwrap();
+            v
+        });
+        let sent = run(with_key(&mut wirespeed(), "k5")
+            .args(["send", &format!("127.0.0.1:{}", recv.port), "--streams", "4", "--transport", transport])
+            .arg(&path));
+        assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+        assert!(wait_for(&mut recv.child, Duration::from_secs(60)).success(), "{}", recv.stderr.join().unwrap());
+        assert!(reader.join().unwrap() == expected, "{transport}: the bytes differ");
+    }
+}
+
+#[test]
 fn a_wrong_key_fails_with_the_auth_exit_code() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("f"), b"secret").unwrap();

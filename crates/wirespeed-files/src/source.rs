@@ -101,7 +101,7 @@ enum Job {
         index: u32,
         have: Option<u128>,
     },
-    /// All chunks in order on one stream.
+    /// The input stream (of unknown length), in order on one stream.
     Whole(Arc<SrcFile>),
 }
 
@@ -347,14 +347,14 @@ fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
             return Err(FilesError::Protocol("the sink ended the control stream early".into()));
         };
         match msg {
-            Msg::Want { id, sequential, have } => {
+            Msg::Want { id, have } => {
                 let file = shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                 let Some(file) = file else {
                     return Err(FilesError::Protocol(format!("the sink wants file {id}, which is not on offer")));
                 };
                 let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
                 q.wants += 1;
-                if sequential || file.size == STREAMED {
+                if file.size == STREAMED {
                     q.jobs.push_back(Job::Whole(file));
                 } else {
                     let have: HashMap<u32, u128> = have.into_iter().collect();
@@ -462,18 +462,10 @@ fn send_buffered(s: &Link, id: u64, index: u32, data: &[u8]) -> Result<()> {
     s.send(&Msg::ChunkSum { sum: XxHash3_128::oneshot(data) }, &[])
 }
 
-/// Sends a file's chunks in order; standard input ends where it ends, with `Eof`.
+/// Sends the input stream's chunks in order on one stream; it ends where it ends, with `Eof`.
 fn send_whole(s: &Link, f: &SrcFile, sh: &State, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
-    let reader = match (&f.file, sh.reader) {
-        (Some(_), _) => {
-            // A sized file ends with its last chunk.
-            for index in 0..f.size.div_ceil(sh.chunk) as u32 {
-                send_read(s, f, index, sh, buf, pace)?;
-            }
-            return Ok(());
-        }
-        (None, Some(reader)) => reader,
-        (None, None) => return Err(FilesError::Protocol("a streamed file without a stream".into())),
+    let Some(reader) = sh.reader.filter(|_| f.file.is_none()) else {
+        return Err(FilesError::Protocol("a streamed file without a stream".into()));
     };
     let mut reader = reader.lock();
     let mut offset = 0u64;

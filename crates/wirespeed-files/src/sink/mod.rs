@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use twox_hash::XxHash3_128;
 use wirespeed::Connection;
@@ -47,8 +47,11 @@ impl Output {
 }
 
 const BLOCK: usize = 4096;
-/// After the source's End, how long the data may stall before the sink gives up.
+/// After the source's End, how long the data may stall before the sink gives up; also how
+/// long a chunk for a stream output waits while the chunks before it do not move.
 const STALL: Duration = Duration::from_secs(30);
+/// How often a chunk waiting for its turn looks whether the transfer failed.
+const TURN_POLL: Duration = Duration::from_millis(100);
 
 /// A large file being received.
 struct SinkFile {
@@ -60,6 +63,8 @@ struct SinkFile {
     /// With `--resume` the part file may start as a copy of an existing destination.
     base: Option<PathBuf>,
     state: Mutex<Chunks>,
+    /// Signalled as a stream output moves on to its next chunk.
+    turn: Condvar,
 }
 
 impl SinkFile {
@@ -81,10 +86,45 @@ impl SinkFile {
 }
 
 struct Chunks {
-    /// Chunks done, or for a streamed file the next index expected.
+    /// Chunks done.
     seen: Vec<bool>,
     left: u64,
+    /// The chunk a stream output writes next.
     next: u32,
+}
+
+impl SinkFile {
+    /// Waits until chunk `index` is the next a stream output writes: the chunks of a file of
+    /// known size come over every data stream, so each waits for its turn, unread. Those of
+    /// a streamed file come in order on one stream, and any other order is an error.
+    fn wait_turn(&self, index: u32, sh: &State) -> Result<()> {
+        let streamed = self.entry.size == STREAMED;
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        // When the file last moved on; it may stall no longer than STALL.
+        let mut moved = (st.next, Instant::now());
+        while index != st.next {
+            let bad = |why: &str| FilesError::Protocol(format!("{}: chunk {index} {why}", self.dest.display()));
+            if streamed || index < st.next {
+                return Err(bad("is out of order"));
+            }
+            if st.next != moved.0 {
+                moved = (st.next, Instant::now());
+            } else if moved.1.elapsed() >= STALL {
+                return Err(bad("waited too long for the chunks before it"));
+            }
+            if sh.over.load(Ordering::Relaxed) || sh.failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+                return Err(FilesError::Stopped);
+            }
+            st = self.turn.wait_timeout(st, TURN_POLL).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        Ok(())
+    }
+
+    /// A stream output's chunk is written: the next may go.
+    fn pass_turn(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).next += 1;
+        self.turn.notify_all();
+    }
 }
 
 struct State<'a> {
@@ -266,14 +306,14 @@ fn control_loop(
     // Wait for the data streams to finish every file. All data was sent before End, so a
     // wait with no progress for a whole timeout means the source left some out.
     let mut pending = sh.pending.lock().unwrap_or_else(|p| p.into_inner());
-    let (mut seen, mut since) = (sh.progress.get().0, std::time::Instant::now());
+    let (mut seen, mut since) = (sh.progress.get().0, Instant::now());
     while *pending > 0 {
         if let Some(e) = sh.take_failure() {
             return Err(e);
         }
         let now = sh.progress.get().0;
         if now != seen {
-            (seen, since) = (now, std::time::Instant::now());
+            (seen, since) = (now, Instant::now());
         } else if since.elapsed() > STALL {
             return Err(FilesError::Protocol(format!("{} files never arrived in full", *pending)));
         }
@@ -382,6 +422,7 @@ fn ask(control: &Link, dest: PathBuf, e: Entry, resume: bool, sh: &State) -> Res
         out: Mutex::new(None),
         base,
         state: Mutex::new(Chunks { seen: vec![false; chunks as usize], left: chunks, next: 0 }),
+        turn: Condvar::new(),
         entry: e,
     };
     if !have.is_empty() && file.base.is_none() {
@@ -393,7 +434,7 @@ fn ask(control: &Link, dest: PathBuf, e: Entry, resume: bool, sh: &State) -> Res
     if sh.files.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(file)).is_some() {
         return Err(FilesError::Protocol(format!("file id {id} sent twice")));
     }
-    control.send(&Msg::Want { id, sequential: sh.stream.is_some(), have }, &[])
+    control.send(&Msg::Want { id, have }, &[])
 }
 
 fn open_part(part: &Path, e: &Entry, truncate: bool) -> Result<File> {
@@ -475,21 +516,20 @@ fn serve_data(stream: &Link, sh: &State) -> Result<()> {
         let offset = index as u64 * sh.chunk;
         let expect = if streamed { sh.chunk } else { f.entry.size.saturating_sub(offset).min(sh.chunk) };
         let bad = |what: &str| FilesError::Protocol(format!("{}: chunk {index} {what}", f.dest.display()));
-        {
+        if streamed && !matches!(msg, Msg::Chunk { .. }) {
+            return Err(bad("is not data")); // a streamed file is all data chunks
+        }
+        if !streamed {
             let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
-            // A stream output takes chunks in order; a streamed file is all data chunks.
-            if streamed || sh.stream.is_some() {
-                if index != st.next || (streamed && !matches!(msg, Msg::Chunk { .. })) {
-                    return Err(bad("is out of order"));
-                }
-                st.next += 1;
+            match st.seen.get_mut(index as usize) {
+                Some(seen) if !*seen => *seen = true,
+                _ => return Err(bad("is unknown or repeated")),
             }
-            if !streamed {
-                match st.seen.get_mut(index as usize) {
-                    Some(seen) if !*seen => *seen = true,
-                    _ => return Err(bad("is unknown or repeated")),
-                }
-            }
+        }
+        // A stream output, and a streamed file anywhere, are written in order.
+        let ordered = streamed || sh.stream.is_some();
+        if ordered {
+            f.wait_turn(index, sh)?;
         }
         let got = if let Msg::Chunk { .. } = msg {
             let (n, sum) = write_chunk(stream, body, expect, sh, &f, offset)?;
@@ -509,11 +549,18 @@ fn serve_data(stream: &Link, sh: &State) -> Result<()> {
         } else if body.wire_len != 0 {
             return Err(bad("carries unexpected bytes"));
         } else {
-            if matches!(msg, Msg::Same { .. }) {
-                sh.progress.add_reused(expect);
+            match (&msg, &sh.stream) {
+                (Msg::Same { .. }, Some(_)) => return Err(bad("cannot be in a stream output already")),
+                (Msg::Same { .. }, None) => sh.progress.add_reused(expect),
+                // A hole in a stream output is its zeros.
+                (_, Some(out)) => write_stream(out, &vec![0; expect as usize])?,
+                _ => {}
             }
             expect
         };
+        if ordered {
+            f.pass_turn();
+        }
         sh.progress.add_bytes(got);
         if !streamed {
             let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
