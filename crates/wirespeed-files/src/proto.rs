@@ -55,8 +55,9 @@ pub enum Msg {
     /// Source to sink: entries in walk order; inline bytes fill the body in entry order.
     Entries(Vec<Entry>),
     /// Sink to source: send this file. Chunks listed in `have` whose checksum matches are
-    /// answered with `Same` instead of their bytes.
-    Want { id: u64, have: Vec<(u32, u128)> },
+    /// answered with `Same` instead of their bytes. `ordered`: the sink writes the file in
+    /// order (to a pipe or device), so chunks out of turn wait at the sink.
+    Want { id: u64, ordered: bool, have: Vec<(u32, u128)> },
     /// One chunk of a file; its bytes are the body, and a `ChunkSum` follows it on its stream.
     /// The sum trails so that a source can read a chunk straight into transport memory.
     Chunk { id: u64, index: u32 },
@@ -122,9 +123,10 @@ impl Msg {
                     w.entry(e);
                 }
             }
-            Msg::Want { id, have } => {
+            Msg::Want { id, ordered, have } => {
                 w.u8(5);
                 w.u64(*id);
+                w.u8(*ordered as u8);
                 w.u32(have.len() as u32);
                 for (index, sum) in have {
                     w.u32(*index);
@@ -197,12 +199,13 @@ impl Msg {
             }
             5 => {
                 let id = r.u64()?;
+                let ordered = r.u8()? != 0;
                 let n = r.u32()? as usize;
                 let mut have = Vec::with_capacity(n.min(r.0.len() / 20));
                 for _ in 0..n {
                     have.push((r.u32()?, r.u128()?));
                 }
-                Msg::Want { id, have }
+                Msg::Want { id, ordered, have }
             }
             6 => Msg::Chunk { id: r.u64()?, index: r.u32()? },
             7 => Msg::Same { id: r.u64()?, index: r.u32()? },
@@ -348,7 +351,7 @@ mod tests {
                 root_kind: Kind::Dir,
             },
             Msg::Entries(vec![entry(0, Some(7)), entry(1, None)]),
-            Msg::Want { id: 9, have: vec![(0, 1), (5, u128::MAX)] },
+            Msg::Want { id: 9, ordered: true, have: vec![(0, 1), (5, u128::MAX)] },
             Msg::Chunk { id: 1, index: 2 },
             Msg::ChunkSum { sum: u128::MAX - 3 },
             Msg::Same { id: 1, index: 2 },

@@ -101,7 +101,7 @@ enum Job {
         index: u32,
         have: Option<u128>,
     },
-    /// The input stream (of unknown length), in order on one stream.
+    /// All chunks in order on one stream.
     Whole(Arc<SrcFile>),
 }
 
@@ -121,6 +121,8 @@ struct State<'a> {
     /// Bytes per second for each stream.
     stream_rate: Option<u64>,
     progress: &'a Progress,
+    /// The connection's frames are filled in place (a shared ring).
+    in_place: bool,
     waiting: Mutex<HashMap<u64, Arc<SrcFile>>>,
     queue: Mutex<Queue>,
     ready: Condvar,
@@ -170,6 +172,7 @@ pub fn run_source(
         chunk: opts.chunk_size as u64,
         stream_rate: opts.rate_limit.map(|r| (r / opts.streams.max(1) as u64).max(1)),
         progress,
+        in_place: conn.fills_in_place(),
         waiting: Mutex::new(HashMap::new()),
         queue: Mutex::new(Queue::default()),
         ready: Condvar::new(),
@@ -347,14 +350,17 @@ fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
             return Err(FilesError::Protocol("the sink ended the control stream early".into()));
         };
         match msg {
-            Msg::Want { id, have } => {
+            Msg::Want { id, ordered, have } => {
                 let file = shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                 let Some(file) = file else {
                     return Err(FilesError::Protocol(format!("the sink wants file {id}, which is not on offer")));
                 };
                 let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
                 q.wants += 1;
-                if file.size == STREAMED {
+                // Chunks for an ordered output spread over the streams, except over a shared
+                // ring: there one stream already reads straight into it, and chunks waiting
+                // their turn would hold ring space the others need.
+                if file.size == STREAMED || (ordered && shared.in_place) {
                     q.jobs.push_back(Job::Whole(file));
                 } else {
                     let have: HashMap<u32, u128> = have.into_iter().collect();
@@ -462,10 +468,18 @@ fn send_buffered(s: &Link, id: u64, index: u32, data: &[u8]) -> Result<()> {
     s.send(&Msg::ChunkSum { sum: XxHash3_128::oneshot(data) }, &[])
 }
 
-/// Sends the input stream's chunks in order on one stream; it ends where it ends, with `Eof`.
+/// Sends a file's chunks in order on one stream; standard input ends where it ends, with `Eof`.
 fn send_whole(s: &Link, f: &SrcFile, sh: &State, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
-    let Some(reader) = sh.reader.filter(|_| f.file.is_none()) else {
-        return Err(FilesError::Protocol("a streamed file without a stream".into()));
+    let reader = match (&f.file, sh.reader) {
+        (Some(_), _) => {
+            // A sized file ends with its last chunk.
+            for index in 0..f.size.div_ceil(sh.chunk) as u32 {
+                send_read(s, f, index, sh, buf, pace)?;
+            }
+            return Ok(());
+        }
+        (None, Some(reader)) => reader,
+        (None, None) => return Err(FilesError::Protocol("a streamed file without a stream".into())),
     };
     let mut reader = reader.lock();
     let mut offset = 0u64;

@@ -434,7 +434,7 @@ fn ask(control: &Link, dest: PathBuf, e: Entry, resume: bool, sh: &State) -> Res
     if sh.files.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(file)).is_some() {
         return Err(FilesError::Protocol(format!("file id {id} sent twice")));
     }
-    control.send(&Msg::Want { id, have }, &[])
+    control.send(&Msg::Want { id, ordered: sh.stream.is_some(), have }, &[])
 }
 
 fn open_part(part: &Path, e: &Entry, truncate: bool) -> Result<File> {

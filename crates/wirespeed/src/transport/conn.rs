@@ -120,6 +120,12 @@ impl Connection {
         }
     }
 
+    /// Whether messages are written straight into transport memory (a shared ring) rather
+    /// than copied from the sender's buffers: see [`Stream::send_filled`].
+    pub fn fills_in_place(&self) -> bool {
+        self.inner.fills_in_place
+    }
+
     /// Who is on the other end, for messages.
     pub fn peer(&self) -> &str {
         &self.inner.name
