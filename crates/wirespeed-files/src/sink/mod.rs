@@ -83,27 +83,17 @@ impl SinkFile {
         }
         Ok(out.clone())
     }
-}
 
-struct Chunks {
-    /// Chunks done.
-    seen: Vec<bool>,
-    left: u64,
-    /// The chunk a stream output writes next.
-    next: u32,
-}
-
-impl SinkFile {
     /// Waits until chunk `index` is the next a stream output writes: the chunks of a file of
-    /// known size come over every data stream, so each waits for its turn, unread. Those of
-    /// a streamed file come in order on one stream, and any other order is an error.
+    /// known size may come over any data stream, so each waits for its turn, unread. Those
+    /// of a streamed file come in order on one stream, and any other order is an error.
     fn wait_turn(&self, index: u32, sh: &State) -> Result<()> {
         let streamed = self.entry.size == STREAMED;
+        let bad = |why: &str| FilesError::Protocol(format!("{}: chunk {index} {why}", self.dest.display()));
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         // When the file last moved on; it may stall no longer than STALL.
         let mut moved = (st.next, Instant::now());
         while index != st.next {
-            let bad = |why: &str| FilesError::Protocol(format!("{}: chunk {index} {why}", self.dest.display()));
             if streamed || index < st.next {
                 return Err(bad("is out of order"));
             }
@@ -125,6 +115,14 @@ impl SinkFile {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).next += 1;
         self.turn.notify_all();
     }
+}
+
+struct Chunks {
+    /// Chunks done.
+    seen: Vec<bool>,
+    left: u64,
+    /// The chunk a stream output writes next.
+    next: u32,
 }
 
 struct State<'a> {
