@@ -14,6 +14,22 @@ fn with_key<'a>(c: &'a mut Command, key: &str) -> &'a mut Command {
     c.env("WIRESPEED_KEY", key)
 }
 
+/// `recv` writing to its standard output, and a thread collecting what it writes.
+fn recv_to_stdout(key: &str, transport: &str) -> (Receiver, std::thread::JoinHandle<Vec<u8>>) {
+    let mut recv = start_recv(
+        with_key(&mut wirespeed(), key)
+            .args(["recv", "--listen", "127.0.0.1:0", "--transport", transport])
+            .stdout(Stdio::piped()),
+    );
+    let mut stdout = recv.child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut v).unwrap();
+        v
+    });
+    (recv, reader)
+}
+
 #[test]
 fn send_and_recv_move_a_file_and_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
@@ -36,17 +52,7 @@ fn send_and_recv_move_a_file_and_a_pipe() {
         assert_eq!(fs::read(&out).unwrap(), data);
 
         // Standard input to standard output: length unknown until the end.
-        let mut recv = start_recv(
-            with_key(&mut wirespeed(), "k2")
-                .args(["recv", "--listen", "127.0.0.1:0", "--transport", transport])
-                .stdout(Stdio::piped()),
-        );
-        let mut stdout = recv.child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut stdout, &mut v).unwrap();
-            v
-        });
+        let (mut recv, reader) = recv_to_stdout("k2", transport);
         let mut send = with_key(&mut wirespeed(), "k2")
             .args(["send", &format!("127.0.0.1:{}", recv.port), "--transport", transport])
             .stdin(Stdio::piped())
@@ -79,17 +85,7 @@ fn a_file_to_standard_output_arrives_in_order_over_four_streams() {
     f.write_all_at(&expected[16 << 20..], 16 << 20).unwrap();
     drop(f);
     for transport in ["auto", "tcp", "ucx"] {
-        let mut recv = start_recv(
-            with_key(&mut wirespeed(), "k5")
-                .args(["recv", "--listen", "127.0.0.1:0", "--transport", transport])
-                .stdout(Stdio::piped()),
-        );
-        let mut stdout = recv.child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut stdout, &mut v).unwrap();
-            v
-        });
+        let (mut recv, reader) = recv_to_stdout("k5", transport);
         let sent = run(with_key(&mut wirespeed(), "k5")
             .args(["send", &format!("127.0.0.1:{}", recv.port), "--streams", "4", "--transport", transport])
             .arg(&path));
