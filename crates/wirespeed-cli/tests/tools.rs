@@ -342,6 +342,59 @@ fn cp_local_copies_trees_and_single_small_files() {
     assert_eq!(names, ["small.txt"], "nothing else is left beside it");
 }
 
+/// A tree of more large (not inline) files than the process may open copies, and resumes,
+/// under a small descriptor limit: the source holds only some open ahead of the transfer,
+/// and the sink closes each file as it finishes it.
+#[test]
+fn trees_of_more_large_files_than_descriptors_copy_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("big");
+    fs::create_dir(&src).unwrap();
+    for i in 0..150u32 {
+        let data: Vec<u8> = (0..70_000 + i).map(|b| (b.wrapping_mul(31) ^ i) as u8).collect();
+        fs::write(src.join(format!("f{i:03}")), data).unwrap();
+    }
+    let few_descriptors = |c: &mut Command| {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only setrlimit, which is async-signal-safe, runs in the forked child.
+        unsafe {
+            c.pre_exec(|| {
+                let lim = libc::rlimit { rlim_cur: 64, rlim_max: 64 };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            })
+        };
+    };
+    for transport in ["auto", "tcp", "ucx"] {
+        let copy = dir.path().join(format!("copy-{transport}"));
+        let mut cmd = wirespeed();
+        few_descriptors(cmd.args(["cp", "-r", "--transport", transport]).arg(&src).arg(&copy));
+        let out = run(&mut cmd);
+        assert!(out.status.success(), "{transport}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(snapshot(&src, false), snapshot(&copy, false), "{transport}");
+    }
+
+    // An interrupted copy that wrote every file but renamed none: each part file is checked,
+    // kept and renamed, none opened before its turn.
+    let resumed = dir.path().join("resumed");
+    fs::create_dir_all(resumed.join("big")).unwrap();
+    for e in fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        let part = format!(".{}.wirespeed-part", e.file_name().to_str().unwrap());
+        fs::copy(e.path(), resumed.join("big").join(part)).unwrap();
+    }
+    let mut cmd = wirespeed();
+    few_descriptors(cmd.args(["cp", "-r", "--resume"]).arg(&src).arg(&resumed));
+    let out = run(&mut cmd);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("already in place"), "{said}");
+    assert_eq!(snapshot(&src, false), snapshot(&resumed.join("big"), false));
+}
+
 #[test]
 fn cp_reports_bad_sources_in_one_line() {
     let dir = tempfile::tempdir().unwrap();

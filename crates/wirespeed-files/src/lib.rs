@@ -8,6 +8,7 @@
 mod envelope;
 pub mod error;
 mod link;
+mod open_files;
 pub mod paths;
 pub mod plane;
 pub mod progress;

@@ -18,6 +18,7 @@ use wirespeed::Connection;
 use crate::Summary;
 use crate::error::{FilesError, Result};
 use crate::link::{self, Link, Wrapping};
+use crate::open_files::{Held, OpenFiles};
 use crate::progress::Progress;
 use crate::proto::{self, Entry, Kind, Msg, STREAMED};
 use crate::shared::Shared;
@@ -93,6 +94,7 @@ struct SrcFile {
     file: Option<File>,
     size: u64,
     sparse: bool,
+    _held: Option<Held>,
 }
 
 enum Job {
@@ -124,6 +126,7 @@ struct State<'a> {
     /// The connection's frames are filled in place (a shared ring).
     in_place: bool,
     waiting: Mutex<HashMap<u64, Arc<SrcFile>>>,
+    open_files: Arc<OpenFiles>,
     queue: Mutex<Queue>,
     ready: Condvar,
     failed: AtomicBool,
@@ -174,6 +177,7 @@ pub fn run_source(
         progress,
         in_place: conn.fills_in_place(),
         waiting: Mutex::new(HashMap::new()),
+        open_files: OpenFiles::new(),
         queue: Mutex::new(Queue::default()),
         ready: Condvar::new(),
         failed: AtomicBool::new(false),
@@ -253,7 +257,18 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
                 entry.inline = Some(XxHash3_128::oneshot(data));
             } else {
                 asks += 1;
-                let src = SrcFile { id: entry.id, path, file, size: entry.size, sparse: entry.sparse };
+                let held = match &file {
+                    None => None,
+                    Some(_) => match shared.open_files.try_hold() {
+                        Some(h) => Some(h),
+                        None => {
+                            // The sink asks only for files it has heard of: send those first.
+                            batch.flush(control, shared.progress)?;
+                            Some(shared.open_files.hold(&shared.failed)?)
+                        }
+                    },
+                };
+                let src = SrcFile { id: entry.id, path, file, size: entry.size, sparse: entry.sparse, _held: held };
                 shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id, Arc::new(src));
             }
             if entry.size != STREAMED {

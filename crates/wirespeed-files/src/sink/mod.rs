@@ -60,8 +60,10 @@ struct SinkFile {
     part: PathBuf,
     /// The part file, opened when the first bytes arrive.
     out: Mutex<Option<Arc<File>>>,
-    /// With `--resume` the part file may start as a copy of an existing destination.
+    /// With `--resume` the part file may start as a copy of an existing destination,
     base: Option<PathBuf>,
+    /// or as the part file an interrupted copy left, kept rather than truncated.
+    resumed_part: bool,
     state: Mutex<Chunks>,
     /// Signalled as a stream output moves on to its next chunk.
     turn: Condvar,
@@ -79,9 +81,14 @@ impl SinkFile {
             if let Some(base) = &self.base {
                 fs::copy(base, &self.part).map_err(|e| FilesError::io(&self.part, e))?;
             }
-            *out = Some(Arc::new(open_part(&self.part, &self.entry, self.base.is_none())?));
+            *out = Some(Arc::new(self.open_part()?));
         }
         Ok(out.clone())
+    }
+
+    /// The part file, emptied unless it carries chunks over from an interrupted copy.
+    fn open_part(&self) -> Result<File> {
+        open_part(&self.part, &self.entry, self.base.is_none() && !self.resumed_part)
     }
 
     /// Waits until chunk `index` is the next a stream output writes: the chunks of a file of
@@ -418,15 +425,12 @@ fn ask(control: &Link, dest: PathBuf, e: Entry, resume: bool, sh: &State) -> Res
         dest,
         part,
         out: Mutex::new(None),
+        resumed_part: !have.is_empty() && base.is_none(),
         base,
         state: Mutex::new(Chunks { seen: vec![false; chunks as usize], left: chunks, next: 0 }),
         turn: Condvar::new(),
         entry: e,
     };
-    if !have.is_empty() && file.base.is_none() {
-        *file.out.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Arc::new(open_part(&file.part, &file.entry, false)?));
-    }
     let id = file.entry.id;
     *sh.pending.lock().unwrap_or_else(|p| p.into_inner()) += 1;
     if sh.files.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(file)).is_some() {
@@ -627,11 +631,15 @@ fn finish(sh: &State, f: &SinkFile) -> Result<()> {
             None if f.base.is_some() && sh.preserve => set_metadata(None, &f.dest, &f.entry)?,
             None if f.base.is_some() => {}
             None => {
-                let file = open_part(&f.part, &f.entry, true)?;
+                let file = f.open_part()?;
                 finish_file(&file, &f.part, &f.dest, &f.entry, sh.preserve)?;
             }
         }
     }
+    // Done with: its descriptor closes now rather than at the end of the transfer, so a
+    // tree of many files stays within the descriptor limit.
+    sh.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&f.entry.id);
+    f.out.lock().unwrap_or_else(|p| p.into_inner()).take();
     sh.progress.file_done();
     *sh.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
     sh.changed.notify_all();
