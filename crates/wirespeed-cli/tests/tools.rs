@@ -395,6 +395,61 @@ fn trees_of_more_large_files_than_descriptors_copy_and_resume() {
     assert_eq!(snapshot(&src, false), snapshot(&resumed.join("big"), false));
 }
 
+/// A 2 MiB tmpfs, unmounted when dropped.
+struct TinyDisk(tempfile::TempDir);
+
+impl TinyDisk {
+    /// `None` where this user may not mount (tests run as root in CI).
+    fn mount() -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount").args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"]).arg(dir.path()).status();
+        ok.is_ok_and(|s| s.success()).then_some(TinyDisk(dir))
+    }
+}
+
+impl Drop for TinyDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+/// A full disk fails the copy with the I/O exit code and one line; what does lie under a
+/// final name is whole.
+#[test]
+fn a_full_disk_fails_the_copy_and_leaves_nothing_half_written() {
+    let Some(disk) = TinyDisk::mount() else {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.bin");
+    fs::write(&big, (0..5_000_000u32).map(|i| (i % 253) as u8).collect::<Vec<_>>()).unwrap();
+    let tree = dir.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    for i in 0..1000u32 {
+        fs::write(tree.join(format!("f{i:04}")), vec![i as u8; 4096]).unwrap();
+    }
+    for transport in ["auto", "tcp"] {
+        for (src, flags) in [(&big, &[][..]), (&tree, &["-r"][..])] {
+            let to = disk.0.path().join(transport);
+            fs::create_dir_all(&to).unwrap();
+            let out = run(wirespeed().arg("cp").args(flags).args(["--transport", transport]).arg(src).arg(&to));
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(5), "{transport}: {said}");
+            assert!(said.contains("No space left") && said.lines().count() == 1, "{transport}: {said}");
+            assert!(!to.join("big.bin").exists(), "{transport}: the big file is not in place");
+            if let Ok(landed) = fs::read_dir(to.join("tree")) {
+                for e in landed {
+                    let e = e.unwrap();
+                    let name = e.file_name();
+                    assert_eq!(fs::read(e.path()).unwrap(), fs::read(tree.join(&name)).unwrap(), "{name:?}");
+                }
+            }
+            fs::remove_dir_all(&to).unwrap();
+        }
+    }
+}
+
 #[test]
 fn cp_reports_bad_sources_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
