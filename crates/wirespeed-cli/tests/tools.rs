@@ -115,6 +115,41 @@ fn a_wrong_key_fails_with_the_auth_exit_code() {
     assert!(!dir.path().join("out").exists());
 }
 
+/// A file that shrinks while it is sent fails the transfer, and both ends say why: not with
+/// the stream resets and lost connections that follow from it.
+#[test]
+fn a_source_that_changes_mid_transfer_is_the_error_both_ends_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = "changing source";
+    for transport in ["auto", "tcp"] {
+        let src = dir.path().join("growing.log");
+        fs::write(&src, vec![7u8; 30_000_000]).unwrap();
+        let out = dir.path().join(format!("out-{transport}"));
+        fs::create_dir(&out).unwrap();
+        let mut recv = start_recv(with_key(&mut wirespeed(), key).args(["recv", "--listen", "127.0.0.1:0"]).arg(&out));
+        let shrink = {
+            let src = src.clone();
+            // 10 MB/s: the file is cut while most of it is still to be sent.
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                fs::File::options().write(true).open(&src).unwrap().set_len(1_000_000).unwrap();
+            })
+        };
+        let sent = run(with_key(&mut wirespeed(), key)
+            .args(["send", "--bwlimit", "10", "--transport", transport, &format!("127.0.0.1:{}", recv.port)])
+            .arg(&src));
+        shrink.join().unwrap();
+        let said = String::from_utf8_lossy(&sent.stderr);
+        assert_eq!(sent.status.code(), Some(5), "{transport}: {said}");
+        assert!(said.contains("changed while it was read") && said.lines().count() == 1, "{transport}: {said}");
+        let status = wait_for(&mut recv.child, Duration::from_secs(20));
+        let heard = recv.stderr.join().unwrap();
+        assert_eq!(status.code(), Some(5), "{transport}: {heard}");
+        assert!(heard.contains("changed while it was read"), "{transport}: {heard}");
+        assert!(!out.join("growing.log").exists(), "{transport}: nothing in place");
+    }
+}
+
 /// Relays one TCP connection to `to`, keeping a copy of what the client sent.
 fn tap(to: u16) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
     use std::io::Read;

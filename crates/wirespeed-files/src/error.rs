@@ -47,4 +47,29 @@ impl FilesError {
     }
 }
 
+impl FilesError {
+    /// How much this error says about why a transfer failed. When several parts of a
+    /// transfer fail, most of them only because another did, the most telling is reported.
+    fn telling(&self) -> u8 {
+        match self {
+            FilesError::Stopped => 0,
+            // The peer gave up on a stream; its control stream says why.
+            FilesError::Transport(wirespeed::Error::Reset { code: wirespeed::ErrorCode::CANCELLED, .. }) => 1,
+            FilesError::Transport(_) => 2,
+            FilesError::Remote { .. } => 3,
+            _ => 4,
+        }
+    }
+
+    /// True when the peer only cancelled a stream, and its own account is still to come.
+    pub fn is_peer_cancel(&self) -> bool {
+        self.telling() == 1
+    }
+
+    /// The more telling of two failures; the first when they tell as much.
+    pub fn or_cause(self, other: FilesError) -> FilesError {
+        if other.telling() > self.telling() { other } else { self }
+    }
+}
+
 pub type Result<T, E = FilesError> = std::result::Result<T, E>;

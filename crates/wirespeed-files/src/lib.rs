@@ -31,9 +31,10 @@ pub use progress::Progress;
 pub use sink::Output;
 pub use source::{Input, SourceOptions, default_streams};
 
-/// How long a control-stream wait may last: the sink may hash a large partial file before
-/// it answers.
-pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a transfer may stand still before it fails, by default. Its control stream is
+/// quiet while a large file moves, and the sink may hash a large partial file before it
+/// answers; waits on it last this long after the last bytes moved.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// What a finished transfer moved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,15 +71,23 @@ pub fn send(
             s
         }
     };
-    control.set_timeout(CONTROL_TIMEOUT);
+    control.set_timeout(opts.stall_timeout);
     source::run_source(conn, &control, &wrapping, input, opts, progress)
 }
 
 /// What a receiving end insists on.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SinkOptions {
     /// Refuse a source that does not encrypt, and encrypt what we send back.
     pub encrypt: bool,
+    /// How long the transfer may stand still before it fails.
+    pub stall_timeout: Duration,
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        SinkOptions { encrypt: false, stall_timeout: STALL_TIMEOUT }
+    }
 }
 
 /// Receives a transfer over `conn` into `output`.
@@ -98,7 +107,7 @@ pub fn receive(
         }
         Side::Server(s) => Link::new(s, &wrapping),
     };
-    control.set_timeout(CONTROL_TIMEOUT);
+    control.set_timeout(opts.stall_timeout);
     sink::run_sink(conn, &control, &wrapping, output, progress)
 }
 

@@ -196,7 +196,20 @@ impl Link {
 
     /// The next whole message, or `None` when the peer finished the stream.
     pub fn recv(&self) -> Result<Option<(Msg, Buf)>> {
-        let Some((msg, body)) = self.recv_start()? else { return Ok(None) };
+        self.recv_while(|| false)
+    }
+
+    /// [`Link::recv`] on a control stream, which stays quiet while the data streams carry a
+    /// large file: a wait that times out starts again as long as `moving` says the transfer
+    /// still moves, so only a stalled transfer times out, however long a moving one takes.
+    pub fn recv_while(&self, mut moving: impl FnMut() -> bool) -> Result<Option<(Msg, Buf)>> {
+        let started = loop {
+            match self.recv_start() {
+                Err(FilesError::Transport(wirespeed::Error::Timeout(_))) if moving() => continue,
+                r => break r?,
+            }
+        };
+        let Some((msg, body)) = started else { return Ok(None) };
         Ok(Some((msg, self.read_whole(body, CONTROL_BODY_MAX)?)))
     }
 

@@ -27,6 +27,16 @@ impl Progress {
     pub fn add_reused(&self, n: u64) {
         self.reused.fetch_add(n, Relaxed);
     }
+    /// For a wait that may be renewed while the transfer moves: each call says whether bytes
+    /// moved since the one before (or since this was made).
+    pub fn mover(&self) -> impl FnMut() -> bool + '_ {
+        let mut last = self.bytes.load(Relaxed);
+        move || {
+            let now = self.bytes.load(Relaxed);
+            std::mem::replace(&mut last, now) != now
+        }
+    }
+
     pub fn get(&self) -> (u64, u64, u64) {
         (self.bytes.load(Relaxed), self.total.load(Relaxed), self.files.load(Relaxed))
     }

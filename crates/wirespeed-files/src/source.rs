@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use twox_hash::XxHash3_128;
 use wirespeed::Connection;
@@ -44,6 +45,8 @@ pub struct SourceOptions {
     pub compress: Option<i32>,
     /// Seal everything (`--encrypt`), and require the sink to.
     pub encrypt: bool,
+    /// How long the transfer may stand still before it fails.
+    pub stall_timeout: Duration,
 }
 
 impl Default for SourceOptions {
@@ -57,6 +60,7 @@ impl Default for SourceOptions {
             rate_limit: None,
             compress: None,
             encrypt: false,
+            stall_timeout: crate::STALL_TIMEOUT,
         }
     }
 }
@@ -219,13 +223,18 @@ pub fn run_source(
                 join(h)
             }
             (Ok(_), None) => Err(FilesError::Stopped),
-            (Err(e), _) => {
+            (Err(e), reader) => {
                 // Remote failures need no echo; ours the sink must hear, which also makes it
                 // drop the connection and so ends our control reader.
                 if !matches!(e, FilesError::Remote { .. }) {
                     control.fail(&e);
                 }
-                Err(e)
+                match reader {
+                    // The sink cancelled a stream because it failed: its account of why is
+                    // on its way to our control reader.
+                    Some(h) if e.is_peer_cancel() => first_cause(Err(e), join(h).err().unwrap_or(FilesError::Stopped)),
+                    _ => Err(e),
+                }
             }
         }
     })
@@ -235,8 +244,8 @@ pub fn run_source(
 /// because another failed does not know the cause.
 fn first_cause<T>(current: Result<T>, e: FilesError) -> Result<T> {
     match current {
-        Ok(_) | Err(FilesError::Stopped) => Err(e),
-        failed => failed,
+        Ok(_) => Err(e),
+        Err(c) => Err(c.or_cause(e)),
     }
 }
 
@@ -361,7 +370,7 @@ fn read_control(control: &Link, shared: &State) -> Result<Summary> {
 
 fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
     loop {
-        let Some((msg, _)) = control.recv()? else {
+        let Some((msg, _)) = control.recv_while(shared.progress.mover())? else {
             return Err(FilesError::Protocol("the sink ended the control stream early".into()));
         };
         match msg {

@@ -98,7 +98,7 @@ impl Common {
     }
 
     pub fn sink_options(&self) -> SinkOptions {
-        SinkOptions { encrypt: self.encrypt }
+        SinkOptions { encrypt: self.encrypt, ..SinkOptions::default() }
     }
 
     /// These options as an agent's command-line arguments.

@@ -150,9 +150,10 @@ struct State<'a> {
 impl State<'_> {
     fn fail(&self, e: FilesError) {
         let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-        if f.is_none() {
-            *f = Some(e);
-        }
+        *f = Some(match f.take() {
+            Some(first) => first.or_cause(e),
+            None => e,
+        });
         drop(f);
         self.changed.notify_all();
     }
@@ -262,9 +263,12 @@ fn control_loop(
     let mut dirs = Vec::new();
     let mut created_links = Vec::new();
     let end = loop {
-        let got = control.recv();
+        let got = control.recv_while(sh.progress.mover());
         if let Some(e) = sh.take_failure() {
-            return Err(e);
+            return Err(match got {
+                Err(g) => e.or_cause(g),
+                Ok(_) => with_cause(control, e),
+            });
         }
         let Some((msg, body)) = got? else {
             return Err(FilesError::Protocol("the source ended the control stream early".into()));
@@ -314,7 +318,7 @@ fn control_loop(
     let (mut seen, mut since) = (sh.progress.get().0, Instant::now());
     while *pending > 0 {
         if let Some(e) = sh.take_failure() {
-            return Err(e);
+            return Err(with_cause(control, e));
         }
         let now = sh.progress.get().0;
         if now != seen {
@@ -399,6 +403,21 @@ fn set_metadata(f: Option<&File>, path: &Path, e: &Entry) -> Result<()> {
             let d = File::open(path).map_err(io)?;
             d.set_times(times).map_err(io)?;
             fs::set_permissions(path, perms).map_err(io)
+        }
+    }
+}
+
+/// `e`, or when it only says that the source cancelled a stream, the source's own account,
+/// which follows on the control stream (the source stops walking once it fails).
+fn with_cause(control: &Link, e: FilesError) -> FilesError {
+    if !e.is_peer_cancel() {
+        return e;
+    }
+    loop {
+        match control.recv() {
+            Ok(Some(_)) => continue,
+            Ok(None) => return e,
+            Err(cause) => return e.or_cause(cause),
         }
     }
 }
