@@ -53,7 +53,11 @@ fn transport_code(w: &Error) -> i32 {
     match w {
         Error::Auth(_) | Error::Key(_) => AUTH,
         Error::Rejected { reason, .. } if matches!(**reason, Error::Auth(_)) => AUTH,
-        Error::ConnectionLost(_) | Error::Timeout(_) | Error::Closed | Error::Version { .. } => CONNECTION,
+        Error::ConnectionLost(_)
+        | Error::Timeout(_)
+        | Error::Closed
+        | Error::Version { .. }
+        | Error::WrongFabric { .. } => CONNECTION,
         Error::Io(_) => IO,
         _ => FAILURE,
     }

@@ -71,14 +71,22 @@ impl Server {
 
     /// Waits for the client that starts a transfer; returns its connection and the control
     /// stream it opened. Connections that only looked (and moved to shared memory) are
-    /// skipped; a failed handshake ends the wait with its error.
+    /// skipped, and so are clients the handshake refused; when no client comes, the last
+    /// refusal is the error, else a timeout.
     pub fn accept(&self, timeout: Duration) -> Result<(Connection, Stream)> {
         let deadline = Instant::now() + timeout;
+        // A client refused (a wrong key, another transport) has been told why; we wait on for
+        // the right one, and name the refusal if none comes.
+        let mut refused = None;
         loop {
             for l in std::iter::once(&self.main).chain(self.shm.as_ref()) {
                 let conn = match l.accept_timeout(Duration::from_millis(20)) {
                     Ok(c) => c,
                     Err(wirespeed::Error::Timeout(_)) => continue,
+                    Err(e @ wirespeed::Error::Rejected { .. }) => {
+                        refused = Some(e);
+                        continue;
+                    }
                     Err(e) => return Err(e.into()),
                 };
                 let hello = Link::plain(conn.open_stream()?);
@@ -101,7 +109,7 @@ impl Server {
                 }
             }
             if Instant::now() >= deadline {
-                return Err(wirespeed::Error::Timeout(timeout).into());
+                return Err(refused.unwrap_or(wirespeed::Error::Timeout(timeout)).into());
             }
         }
     }

@@ -67,6 +67,8 @@ pub enum Error {
     Key(String),
     #[error("authentication failed: {0}")]
     Auth(&'static str),
+    #[error("the peer uses {theirs} here and this end {ours}: both ends need the same transport")]
+    WrongFabric { ours: crate::proto::handshake::Fabric, theirs: crate::proto::handshake::Fabric },
     #[error("protocol version mismatch: we speak {ours}, the peer speaks {theirs}")]
     Version { ours: u16, theirs: u16 },
     #[error("not a wirespeed peer (bad magic)")]
@@ -101,7 +103,7 @@ impl Error {
         match self {
             Error::Auth(_) => ErrorCode::AUTH,
             Error::Version { .. } => ErrorCode::VERSION,
-            Error::Frame(_) | Error::Protocol(_) | Error::BadMagic => ErrorCode::PROTOCOL,
+            Error::Frame(_) | Error::Protocol(_) | Error::BadMagic | Error::WrongFabric { .. } => ErrorCode::PROTOCOL,
             Error::Limit(_) => ErrorCode::LIMIT,
             Error::Timeout(_) => ErrorCode::TIMEOUT,
             Error::Remote { code, .. } | Error::Reset { code, .. } => *code,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use wirespeed::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
-use wirespeed::proto::handshake::{Handshake, Params};
+use wirespeed::proto::handshake::{Fabric, Handshake, Params};
 use wirespeed::{Bytes, Config, Connection, Error, ErrorCode, Key, Listener, Ready, connect, listen};
 
 fn key() -> Key {
@@ -626,7 +626,8 @@ fn wrong_key_is_rejected(scheme: &str) {
 fn wrong_version_is_rejected(scheme: &str) {
     let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
     let mut s = raw(l.url());
-    let (_, mut hello) = Handshake::client(b"k", Params { caps: 0, max_streams: 1, stream_window: 1 }, [0; 32]);
+    let (_, mut hello) =
+        Handshake::client(b"k", Params { fabric: Fabric::Tcp, caps: 0, max_streams: 1, stream_window: 1 }, [0; 32]);
     hello[HEADER_LEN + 4] = 99; // version field of the Hello
     s.write_all(&hello).unwrap();
     assert_eq!(read_error_code(&mut *s), Some(ErrorCode::VERSION.0));
@@ -647,7 +648,8 @@ fn garbage_is_rejected(scheme: &str) {
 
 fn truncated_frame_is_rejected(scheme: &str) {
     let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
-    let (_, hello) = Handshake::client(b"k", Params { caps: 0, max_streams: 1, stream_window: 1 }, [0; 32]);
+    let (_, hello) =
+        Handshake::client(b"k", Params { fabric: Fabric::Tcp, caps: 0, max_streams: 1, stream_window: 1 }, [0; 32]);
     let mut s = raw(l.url());
     s.write_all(&hello[..hello.len() / 2]).unwrap();
     drop(s);
@@ -734,13 +736,31 @@ fn shm_listen_never_clobbers_a_file_or_a_live_listener() {
     still_serves(&listen(&url, &key(), &Config::default()).unwrap());
 }
 
+/// tcp and ucx listen on TCP ports alike. A client asking one for the other's fabric learns
+/// so after the key is proven, before anything fabric-specific (a UCX address) is read.
+#[test]
+fn a_client_of_another_fabric_is_refused_and_the_listener_serves_on() {
+    for (listening, asking) in [("tcp", "ucx"), ("ucx", "tcp")] {
+        let l = listen(&fresh_url(listening), &key(), &Config::default()).unwrap();
+        let port = l.url().rsplit(':').next().unwrap();
+        let err = connect(&format!("{asking}://127.0.0.1:{port}"), &key(), &Config::default()).err().unwrap();
+        assert!(matches!(err, Error::WrongFabric { .. }), "{asking} client of a {listening} listener: {err}");
+        let refused = expect_rejected(&l);
+        assert!(refused.to_string().contains("same transport"), "{refused}");
+        still_serves(&l);
+    }
+}
+
 /// Data-phase bad input needs a raw authenticated client; over TCP we can be one.
 #[test]
 fn tcp_oversized_frame_after_auth_fails_the_connection_only() {
     let l = listen(&fresh_url("tcp"), &key(), &Config::default()).unwrap();
     let mut s = TcpStream::connect(l.url().trim_start_matches("tcp://")).unwrap();
-    let (mut hs, hello) =
-        Handshake::client(key().as_bytes(), Params { caps: 0, max_streams: 8, stream_window: 1 << 20 }, [3; 32]);
+    let (mut hs, hello) = Handshake::client(
+        key().as_bytes(),
+        Params { fabric: Fabric::Tcp, caps: 0, max_streams: 8, stream_window: 1 << 20 },
+        [3; 32],
+    );
     s.write_all(&hello).unwrap();
     while !hs.is_done() {
         let mut head = [0u8; HEADER_LEN];

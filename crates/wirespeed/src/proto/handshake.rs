@@ -27,9 +27,39 @@ const CLIENT_LABEL: &[u8] = b"wirespeed-v1 client proof";
 const SERVER_LABEL: &[u8] = b"wirespeed-v1 server proof";
 const SECRET_LABEL: &[u8] = b"wirespeed-v1 session secret";
 
+/// What follows the handshake on its socket. Both ends must use the same: a client that
+/// asks for UCX from a TCP listener would read frames as a UCX address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fabric {
+    /// Frames on this socket.
+    Tcp = 0,
+    /// A shared-memory ring, set up over this (unix) socket.
+    Shm = 1,
+    /// A swap of UCX worker addresses, then UCX.
+    Ucx = 2,
+}
+
+impl Fabric {
+    fn from_u8(b: u8) -> Option<Self> {
+        [Fabric::Tcp, Fabric::Shm, Fabric::Ucx].into_iter().find(|f| *f as u8 == b)
+    }
+}
+
+impl std::fmt::Display for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Fabric::Tcp => "tcp",
+            Fabric::Shm => "shm",
+            Fabric::Ucx => "ucx",
+        })
+    }
+}
+
 /// What each side announces about itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Params {
+    /// What follows the handshake.
+    pub fabric: Fabric,
     /// Capability bits; none are defined in version 1.
     pub caps: u32,
     /// Most concurrent streams this side accepts from the peer.
@@ -87,6 +117,8 @@ enum State {
 
 pub struct Handshake {
     key: Vec<u8>,
+    /// Ours, which the peer's must match.
+    fabric: Fabric,
     hello_c: [u8; HELLO_LEN],
     hello_s: [u8; HELLO_LEN],
     peer: Option<Params>,
@@ -99,6 +131,7 @@ impl Handshake {
         let hello_c = encode_hello(&ours, &nonce);
         let hs = Handshake {
             key: key.to_vec(),
+            fabric: ours.fabric,
             hello_c,
             hello_s: [0; HELLO_LEN],
             peer: None,
@@ -112,6 +145,7 @@ impl Handshake {
     pub fn server(key: &[u8], ours: Params, nonce: [u8; 32]) -> Self {
         Handshake {
             key: key.to_vec(),
+            fabric: ours.fabric,
             hello_c: [0; HELLO_LEN],
             hello_s: encode_hello(&ours, &nonce),
             peer: None,
@@ -159,6 +193,7 @@ impl Handshake {
                 if !self.verify(SERVER_LABEL, &meta[HELLO_LEN..]) {
                     return Err(fail_with_frame(Error::Auth("the server does not know our key")));
                 }
+                self.same_fabric(&peer)?;
                 self.peer = Some(peer);
                 let mut send = Vec::new();
                 encode_control(&mut send, FrameHeader::new(Kind::Auth, 0), &self.proof(CLIENT_LABEL));
@@ -168,6 +203,10 @@ impl Handshake {
             (State::ServerAwaitAuth, Kind::Auth) if meta.len() == PROOF_LEN => {
                 if !self.verify(CLIENT_LABEL, meta) {
                     return Err(fail_with_frame(Error::Auth("the client's key is wrong")));
+                }
+                // A client that checked would have given up already; this one did not.
+                if let Some(peer) = &self.peer {
+                    self.same_fabric(peer)?;
                 }
                 let mut send = Vec::new();
                 encode_control(&mut send, FrameHeader::new(Kind::AuthOk, 0), &[]);
@@ -184,6 +223,14 @@ impl Handshake {
                 meta.len()
             )))),
         }
+    }
+
+    /// Checked once the peer has proven the key, so a stranger learns nothing from it.
+    fn same_fabric(&self, peer: &Params) -> Result<(), Failure> {
+        if peer.fabric == self.fabric {
+            return Ok(());
+        }
+        Err(fail_with_frame(Error::WrongFabric { ours: self.fabric, theirs: peer.fabric }))
     }
 
     fn peer(&self) -> Option<Peer> {
@@ -213,6 +260,7 @@ fn encode_hello(p: &Params, nonce: &[u8; 32]) -> [u8; HELLO_LEN] {
     let mut b = [0u8; HELLO_LEN];
     b[0..4].copy_from_slice(&MAGIC);
     b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    b[6] = p.fabric as u8;
     b[8..12].copy_from_slice(&p.caps.to_le_bytes());
     b[12..16].copy_from_slice(&p.max_streams.to_le_bytes());
     b[16..24].copy_from_slice(&p.stream_window.to_le_bytes());
@@ -229,7 +277,9 @@ fn decode_hello(b: &[u8]) -> Result<Params, Error> {
         return Err(Error::Version { ours: VERSION, theirs: version });
     }
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    let fabric = Fabric::from_u8(b[6]).ok_or_else(|| Error::Protocol(format!("unknown fabric {}", b[6])))?;
     let params = Params {
+        fabric,
         caps: u32_at(8),
         max_streams: u32_at(12),
         stream_window: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
@@ -263,7 +313,7 @@ mod tests {
     use crate::proto::decoder::FrameDecoder;
     use crate::proto::frame::{HEADER_LEN, Limits};
 
-    const P: Params = Params { caps: 0, max_streams: 16, stream_window: 1 << 20 };
+    const P: Params = Params { fabric: Fabric::Tcp, caps: 0, max_streams: 16, stream_window: 1 << 20 };
 
     fn frames(bytes: &[u8]) -> Vec<(FrameHeader, Vec<u8>)> {
         let mut d = FrameDecoder::new(Limits::default());
@@ -279,8 +329,17 @@ mod tests {
     }
 
     fn run(client_key: &[u8], server_key: &[u8]) -> (Result<Peer, Error>, Result<Peer, Error>) {
-        let (mut c, hello) = Handshake::client(client_key, P, [1; 32]);
-        let mut s = Handshake::server(server_key, P, [2; 32]);
+        run_with(client_key, P, server_key, P)
+    }
+
+    fn run_with(
+        client_key: &[u8],
+        cp: Params,
+        server_key: &[u8],
+        sp: Params,
+    ) -> (Result<Peer, Error>, Result<Peer, Error>) {
+        let (mut c, hello) = Handshake::client(client_key, cp, [1; 32]);
+        let mut s = Handshake::server(server_key, sp, [2; 32]);
         let mut to_server = hello;
         let (mut c_res, mut s_res) = (None, None);
         for _ in 0..4 {
@@ -315,6 +374,17 @@ mod tests {
             }
         }
         (c_res.expect("client finished"), s_res.expect("server finished"))
+    }
+
+    #[test]
+    fn different_fabrics_fail_at_the_client_and_the_server_hears_why() {
+        let ucx = Params { fabric: Fabric::Ucx, ..P };
+        let (c, s) = run_with(b"k", ucx, b"k", P);
+        assert!(matches!(c, Err(Error::WrongFabric { ours: Fabric::Ucx, theirs: Fabric::Tcp })), "{c:?}");
+        assert!(matches!(&s, Err(Error::Remote { message, .. }) if message.contains("tcp")), "{s:?}");
+        // A wrong key is still reported as such, not as the fabric.
+        let (c, _) = run_with(b"k", ucx, b"other", P);
+        assert!(matches!(c, Err(Error::Auth(_))), "{c:?}");
     }
 
     #[test]
@@ -361,7 +431,7 @@ mod tests {
     #[test]
     fn test_vector_handshake() {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        let p = Params { caps: 0, max_streams: 16, stream_window: 1 << 20 };
+        let p = Params { fabric: Fabric::Tcp, caps: 0, max_streams: 16, stream_window: 1 << 20 };
         let (mut c, hello) = Handshake::client(b"key", p, [1; 32]);
         let mut s = Handshake::server(b"key", p, [2; 32]);
         assert_eq!(

@@ -499,7 +499,8 @@ fn charge(s: &mut StreamState, id: u32, cost: u64) -> Result<(), Error> {
 mod tests {
     use super::*;
 
-    const P: Params = Params { caps: 0, max_streams: 4, stream_window: 1000 };
+    const P: Params =
+        Params { fabric: crate::proto::handshake::Fabric::Tcp, caps: 0, max_streams: 4, stream_window: 1000 };
 
     fn pair() -> (Session, Session) {
         (Session::new(Role::Client, P, P), Session::new(Role::Server, P, P))

@@ -93,7 +93,7 @@ impl Connection {
         config: &Config,
         name: String,
     ) -> Self {
-        let session = Session::new(role, super::handshake::our_params(config), peer.params);
+        let session = Session::new(role, super::handshake::our_params(config, peer.params.fabric), peer.params);
         let max_chunk = config.max_chunk.min(tx.max_payload()) as u64;
         let zero_copy_limit = rx.zero_copy_limit();
         let fills_in_place = tx.fills_in_place();

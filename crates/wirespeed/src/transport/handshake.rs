@@ -9,7 +9,7 @@ use super::Config;
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
-use crate::proto::handshake::{Handshake, Params, Peer, error_frame};
+use crate::proto::handshake::{Fabric, Handshake, Params, Peer, error_frame};
 
 /// Handshake frames are small; anything bigger is refused before it is read.
 const HANDSHAKE_LIMITS: Limits = Limits { max_meta: 1024, max_payload: 0 };
@@ -33,8 +33,8 @@ impl DeadlineIo for UnixStream {
     }
 }
 
-pub(crate) fn our_params(config: &Config) -> Params {
-    Params { caps: 0, max_streams: config.max_streams, stream_window: config.stream_window }
+pub(crate) fn our_params(config: &Config, fabric: Fabric) -> Params {
+    Params { fabric, caps: 0, max_streams: config.max_streams, stream_window: config.stream_window }
 }
 
 fn nonce() -> Result<[u8; 32]> {
@@ -44,14 +44,14 @@ fn nonce() -> Result<[u8; 32]> {
 }
 
 /// Authenticates as the client; returns the server.
-pub(crate) fn client(io: &mut impl DeadlineIo, key: &Key, config: &Config) -> Result<Peer> {
-    let (hs, hello) = Handshake::client(key.as_bytes(), our_params(config), nonce()?);
+pub(crate) fn client(io: &mut impl DeadlineIo, key: &Key, config: &Config, fabric: Fabric) -> Result<Peer> {
+    let (hs, hello) = Handshake::client(key.as_bytes(), our_params(config, fabric), nonce()?);
     drive(io, hs, hello, config)
 }
 
 /// Authenticates as the server; returns the client.
-pub(crate) fn server(io: &mut impl DeadlineIo, key: &Key, config: &Config) -> Result<Peer> {
-    let hs = Handshake::server(key.as_bytes(), our_params(config), nonce()?);
+pub(crate) fn server(io: &mut impl DeadlineIo, key: &Key, config: &Config, fabric: Fabric) -> Result<Peer> {
+    let hs = Handshake::server(key.as_bytes(), our_params(config, fabric), nonce()?);
     drive(io, hs, Vec::new(), config)
 }
 

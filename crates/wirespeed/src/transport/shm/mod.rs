@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::mem::{Buf, Lender, Mapping};
 use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, Kind, Limits};
+use crate::proto::handshake::Fabric;
 use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
 
@@ -47,7 +48,7 @@ const MAX_RING: usize = 1 << 30;
 pub fn connect(path: &Path, key: &Key, config: &Config) -> Result<Connection> {
     let mut sock = UnixStream::connect(path)
         .map_err(|e| Error::ConnectionLost(format!("cannot connect to shm://{}: {e}", path.display())))?;
-    let peer = handshake::client(&mut sock, key, config)?;
+    let peer = handshake::client(&mut sock, key, config, Fabric::Shm)?;
     sock.set_read_timeout(Some(config.handshake_timeout))?;
     let (cap, fds) = recv_fds(&sock)?;
     sock.set_read_timeout(None)?;
@@ -108,7 +109,7 @@ impl Acceptor for ShmAcceptor {
     }
 
     fn establish(mut sock: UnixStream, peer: String, (key, config): &(Key, Config)) -> Result<Connection> {
-        let params = handshake::server(&mut sock, key, config)?;
+        let params = handshake::server(&mut sock, key, config, Fabric::Shm)?;
         let cap = config.shm_ring_bytes;
         let memfd = memfd_create("wirespeed-shm", MFdFlags::MFD_CLOEXEC).map_err(io::Error::from)?;
         nix::unistd::ftruncate(&memfd, (DATA_AT + 2 * cap) as i64).map_err(io::Error::from)?;

@@ -24,6 +24,7 @@ use crate::key::Key;
 use crate::mem::Buf;
 use crate::proto::decoder::FrameDecoder;
 use crate::proto::frame::Kind;
+use crate::proto::handshake::Fabric;
 use crate::proto::session::Role;
 use queue::SendQueue;
 
@@ -42,13 +43,13 @@ const DIRECT_MIN: usize = 512 << 10;
 
 pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
     let (mut s, a) = dial(addr, config.handshake_timeout)?;
-    let peer = handshake::client(&mut s, key, config)?;
+    let peer = handshake::client(&mut s, key, config, Fabric::Tcp)?;
     establish(s, Role::Client, peer, config, format!("tcp://{a}"))
 }
 
 pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
     listen_with("tcp", addr, key, config, |mut s, peer, key, config| {
-        let params = handshake::server(&mut s, key, config)?;
+        let params = handshake::server(&mut s, key, config, Fabric::Tcp)?;
         establish(s, Role::Server, params, config, peer)
     })
 }

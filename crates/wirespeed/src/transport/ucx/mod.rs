@@ -26,6 +26,7 @@ use super::listener::Listener;
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake, tcp};
 use crate::error::{Error, Result};
 use crate::key::Key;
+use crate::proto::handshake::Fabric;
 use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
 
@@ -36,13 +37,13 @@ const FLUSH_LIMIT: Duration = Duration::from_secs(2);
 
 pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
     let (mut s, a) = tcp::dial(addr, config.handshake_timeout)?;
-    let peer = handshake::client(&mut s, key, config)?;
+    let peer = handshake::client(&mut s, key, config, Fabric::Ucx)?;
     establish(s, Role::Client, peer, config, format!("ucx://{a}"))
 }
 
 pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
     tcp::listen_with("ucx", addr, key, config, |mut s, peer, key, config| {
-        let params = handshake::server(&mut s, key, config)?;
+        let params = handshake::server(&mut s, key, config, Fabric::Ucx)?;
         establish(s, Role::Server, params, config, peer)
     })
 }
@@ -109,6 +110,11 @@ fn swap_addresses(s: &mut TcpStream, ours: &[u8], timeout: Duration) -> Result<V
     }
     let mut theirs = vec![0u8; len];
     s.read_exact(&mut theirs).map_err(lost)?;
+    // UCX asserts, and so aborts, on an address of a version it does not know (the low four
+    // bits of its first byte; 1.13 to 1.18 know 0 and 1). Refuse one here instead.
+    if theirs[0] & 0x0f > 1 {
+        return Err(Error::Protocol(format!("not a UCX worker address (header byte {:#04x})", theirs[0])));
+    }
     s.set_read_timeout(None)?;
     s.set_write_timeout(None)?;
     Ok(theirs)
