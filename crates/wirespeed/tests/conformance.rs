@@ -736,6 +736,15 @@ fn shm_listen_never_clobbers_a_file_or_a_live_listener() {
     still_serves(&listen(&url, &key(), &Config::default()).unwrap());
 }
 
+/// UCX, once loaded, interposes libc's memory calls to keep its registration cache right,
+/// and its `mremap` drops the target address that shm's evacuation passes: in a process that
+/// had made a ucx connection, held shm bodies were overwritten.
+#[test]
+fn shm_held_bodies_survive_in_a_process_that_loaded_ucx() {
+    still_serves(&listen(&fresh_url("ucx"), &key(), &Config::default()).unwrap());
+    held_bodies_never_stall_the_sender("shm");
+}
+
 /// tcp and ucx listen on TCP ports alike. A client asking one for the other's fabric learns
 /// so after the key is proven, before anything fabric-specific (a UCX address) is read.
 #[test]

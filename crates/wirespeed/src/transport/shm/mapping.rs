@@ -12,7 +12,7 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
 
-use nix::sys::mman::{MRemapFlags, MapFlags, MmapAdvise, ProtFlags, madvise, mmap_anonymous, mremap, munmap};
+use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags, madvise, mmap_anonymous, munmap};
 
 use crate::error::Result;
 
@@ -56,14 +56,29 @@ pub unsafe fn privatize(at: NonNull<u8>, len: usize, held: &[(usize, usize)]) ->
     }
     // SAFETY: moves our private pages over the range in one step; the old pages' contents are
     // already in the copy, and the caller keeps the range's owner alive.
-    let moved =
-        unsafe { mremap(copy, len, len, MRemapFlags::MREMAP_MAYMOVE | MRemapFlags::MREMAP_FIXED, Some(at.cast())) };
-    if let Err(e) = moved {
-        // SAFETY: the copy is still ours.
+    if let Err(e) = unsafe { move_pages(copy.as_ptr(), len, at.as_ptr()) } {
+        // SAFETY: the copy is still ours (a move that failed leaves it in place).
         unsafe {
             let _ = munmap(copy, len);
         }
-        return Err(io::Error::from(e).into());
+        return Err(e.into());
     }
     Ok(Privatized { at, len })
+}
+
+/// `mremap(from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to)` as a raw system call. UCX, once
+/// loaded, interposes libc's `mremap` with a four-argument version that drops `to`, so the
+/// kernel got whatever the register held: the pages landed at a stray address (unmapping what
+/// was there) and held views were overwritten. UCX watches mappings only to invalidate its
+/// registration cache, and ring memory is never registered with it.
+///
+/// # Safety
+/// As for `mremap`: `from` must be a mapping of `len` bytes we own, and `to..to + len` a range
+/// whose current contents may go.
+unsafe fn move_pages(from: *mut std::ffi::c_void, len: usize, to: *mut u8) -> io::Result<()> {
+    let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+    // SAFETY: the caller's contract; every argument is passed as the kernel expects. With
+    // MREMAP_FIXED a success always lands at `to`.
+    let r = unsafe { libc::syscall(libc::SYS_mremap, from, len, len, flags, to) };
+    if r == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
