@@ -108,7 +108,7 @@ pub fn receive(
         Side::Server(s) => Link::new(s, &wrapping),
     };
     control.set_timeout(opts.stall_timeout);
-    sink::run_sink(conn, &control, &wrapping, output, progress)
+    sink::run_sink(conn, &control, &wrapping, output, opts.stall_timeout, progress)
 }
 
 /// The name a source path is known by at the sink: its last component (`.` and `..` are

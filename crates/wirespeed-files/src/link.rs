@@ -142,6 +142,17 @@ impl Link {
         self.send(msg, &[scratch]).map(Ok)
     }
 
+    /// [`Link::recv_start`], waiting on as long as `moving` says the transfer still moves
+    /// (see [`Link::recv_while`]).
+    pub fn recv_start_while(&self, mut moving: impl FnMut() -> bool) -> Result<Option<(Msg, Body)>> {
+        loop {
+            match self.recv_start() {
+                Err(FilesError::Transport(wirespeed::Error::Timeout(_))) if moving() => continue,
+                r => return r,
+            }
+        }
+    }
+
     /// The next message's header, with its body left on the stream, or `None` when the peer
     /// finished the stream. A `Fail` from the peer becomes [`FilesError::Remote`].
     pub fn recv_start(&self) -> Result<Option<(Msg, Body)>> {
@@ -202,14 +213,8 @@ impl Link {
     /// [`Link::recv`] on a control stream, which stays quiet while the data streams carry a
     /// large file: a wait that times out starts again as long as `moving` says the transfer
     /// still moves, so only a stalled transfer times out, however long a moving one takes.
-    pub fn recv_while(&self, mut moving: impl FnMut() -> bool) -> Result<Option<(Msg, Buf)>> {
-        let started = loop {
-            match self.recv_start() {
-                Err(FilesError::Transport(wirespeed::Error::Timeout(_))) if moving() => continue,
-                r => break r?,
-            }
-        };
-        let Some((msg, body)) = started else { return Ok(None) };
+    pub fn recv_while(&self, moving: impl FnMut() -> bool) -> Result<Option<(Msg, Buf)>> {
+        let Some((msg, body)) = self.recv_start_while(moving)? else { return Ok(None) };
         Ok(Some((msg, self.read_whole(body, CONTROL_BODY_MAX)?)))
     }
 

@@ -126,6 +126,8 @@ struct State<'a> {
     chunk: u64,
     /// Bytes per second for each stream.
     stream_rate: Option<u64>,
+    /// How long the transfer may stand still.
+    stall: Duration,
     progress: &'a Progress,
     /// The connection's frames are filled in place (a shared ring).
     in_place: bool,
@@ -178,6 +180,7 @@ pub fn run_source(
         wrapping,
         chunk: opts.chunk_size as u64,
         stream_rate: opts.rate_limit.map(|r| (r / opts.streams.max(1) as u64).max(1)),
+        stall: opts.stall_timeout,
         progress,
         in_place: conn.fills_in_place(),
         waiting: Mutex::new(HashMap::new()),
@@ -415,7 +418,12 @@ fn serve_jobs(conn: &Connection, shared: &State) -> Result<()> {
         while let Some(job) = shared.next_job() {
             let s = match &mut stream {
                 Some(s) => s,
-                None => stream.insert(Link::new(conn.open_stream()?, shared.wrapping)),
+                None => {
+                    // A slow sink may hold credit back for a while; only the stall timeout ends it.
+                    let mut link = Link::new(conn.open_stream()?, shared.wrapping);
+                    link.set_timeout(shared.stall);
+                    stream.insert(link)
+                }
             };
             match job {
                 Job::Chunk { file, index, have } => send_chunk(s, &file, index, have, shared, &mut buf, &mut pace)?,

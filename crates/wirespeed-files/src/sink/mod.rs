@@ -47,9 +47,6 @@ impl Output {
 }
 
 const BLOCK: usize = 4096;
-/// After the source's End, how long the data may stall before the sink gives up; also how
-/// long a chunk for a stream output waits while the chunks before it do not move.
-const STALL: Duration = Duration::from_secs(30);
 /// How often a chunk waiting for its turn looks whether the transfer failed.
 const TURN_POLL: Duration = Duration::from_millis(100);
 
@@ -98,7 +95,7 @@ impl SinkFile {
         let streamed = self.entry.size == STREAMED;
         let bad = |why: &str| FilesError::Protocol(format!("{}: chunk {index} {why}", self.dest.display()));
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        // When the file last moved on; it may stall no longer than STALL.
+        // When the file last moved on; it may stall no longer than the stall timeout.
         let mut moved = (st.next, Instant::now());
         while index != st.next {
             if streamed || index < st.next {
@@ -106,7 +103,7 @@ impl SinkFile {
             }
             if st.next != moved.0 {
                 moved = (st.next, Instant::now());
-            } else if moved.1.elapsed() >= STALL {
+            } else if moved.1.elapsed() >= sh.stall {
                 return Err(bad("waited too long for the chunks before it"));
             }
             if sh.over.load(Ordering::Relaxed) || sh.failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
@@ -139,6 +136,8 @@ struct State<'a> {
     /// Where a single file goes in order instead of into a part file.
     stream: Option<Shared<Box<dyn Write + Send>>>,
     progress: &'a Progress,
+    /// How long the transfer may stand still: no chunk, on any stream, for this long.
+    stall: Duration,
     files: Mutex<HashMap<u64, Arc<SinkFile>>>,
     pending: Mutex<u64>,
     changed: Condvar,
@@ -169,9 +168,10 @@ pub fn run_sink(
     control: &Link,
     wrapping: &Arc<Wrapping>,
     output: &Output,
+    stall: Duration,
     progress: &Progress,
 ) -> Result<Summary> {
-    let r = receive(conn, control, wrapping, output, progress);
+    let r = receive(conn, control, wrapping, output, stall, progress);
     if let Err(e) = &r
         && !matches!(e, FilesError::Remote { .. })
     {
@@ -185,6 +185,7 @@ fn receive(
     control: &Link,
     wrapping: &Arc<Wrapping>,
     output: &Output,
+    stall: Duration,
     progress: &Progress,
 ) -> Result<Summary> {
     let Some((Msg::Begin { version, flags, chunk_size, root_name, root_kind }, _)) = control.recv()? else {
@@ -226,6 +227,7 @@ fn receive(
         preserve: flags & proto::PRESERVE != 0,
         stream,
         progress,
+        stall,
         files: Mutex::new(HashMap::new()),
         pending: Mutex::new(0),
         changed: Condvar::new(),
@@ -323,7 +325,7 @@ fn control_loop(
         let now = sh.progress.get().0;
         if now != seen {
             (seen, since) = (now, Instant::now());
-        } else if since.elapsed() > STALL {
+        } else if since.elapsed() > sh.stall {
             return Err(FilesError::Protocol(format!("{} files never arrived in full", *pending)));
         }
         pending = sh.changed.wait_timeout(pending, Duration::from_millis(200)).unwrap_or_else(|p| p.into_inner()).0;
@@ -497,7 +499,8 @@ fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s State<'s>, s: &'s threa
     while !sh.over.load(Ordering::Relaxed) {
         match conn.accept_stream_timeout(Duration::from_millis(100)) {
             Ok(stream) => {
-                let link = Link::new(stream, sh.wrapping);
+                let mut link = Link::new(stream, sh.wrapping);
+                link.set_timeout(sh.stall);
                 s.spawn(move || {
                     if let Err(e) = serve_data(&link, sh) {
                         sh.fail(e);
@@ -516,7 +519,8 @@ fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s State<'s>, s: &'s threa
 }
 
 fn serve_data(stream: &Link, sh: &State) -> Result<()> {
-    while let Some((msg, body)) = stream.recv_start()? {
+    // Streams take turns with files: one may wait long for its next chunk while others move.
+    while let Some((msg, body)) = stream.recv_start_while(sh.progress.mover())? {
         let (id, index) = match msg {
             Msg::Chunk { id, index, .. } | Msg::Same { id, index } | Msg::Hole { id, index } => (id, index),
             Msg::Eof { id, size } => {
