@@ -373,7 +373,9 @@ fn read_control(control: &Link, shared: &State) -> Result<Summary> {
 
 fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
     loop {
-        let Some((msg, _)) = control.recv_while(shared.progress.mover())? else {
+        // A streamed input (a command's output) may pause as long as its command is silent.
+        let mut moved = shared.progress.mover();
+        let Some((msg, _)) = control.recv_while(|| moved() || shared.reader.is_some())? else {
             return Err(FilesError::Protocol("the sink ended the control stream early".into()));
         };
         match msg {

@@ -11,7 +11,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -138,6 +138,9 @@ struct State<'a> {
     progress: &'a Progress,
     /// How long the transfer may stand still: no chunk, on any stream, for this long.
     stall: Duration,
+    /// Streamed files (a command's output) being received: they may pause for as long as
+    /// their command is silent, so waits do not time out while one is open.
+    streaming: AtomicUsize,
     files: Mutex<HashMap<u64, Arc<SinkFile>>>,
     pending: Mutex<u64>,
     changed: Condvar,
@@ -155,6 +158,13 @@ impl State<'_> {
         });
         drop(f);
         self.changed.notify_all();
+    }
+
+    /// For waits that renew while the transfer lives: bytes moved since the last look, or a
+    /// streamed file is open.
+    fn alive(&self) -> impl FnMut() -> bool + '_ {
+        let mut moved = self.progress.mover();
+        move || moved() || self.streaming.load(Ordering::Relaxed) > 0
     }
 
     fn take_failure(&self) -> Option<FilesError> {
@@ -228,6 +238,7 @@ fn receive(
         stream,
         progress,
         stall,
+        streaming: AtomicUsize::new(0),
         files: Mutex::new(HashMap::new()),
         pending: Mutex::new(0),
         changed: Condvar::new(),
@@ -265,7 +276,7 @@ fn control_loop(
     let mut dirs = Vec::new();
     let mut created_links = Vec::new();
     let end = loop {
-        let got = control.recv_while(sh.progress.mover());
+        let got = control.recv_while(sh.alive());
         if let Some(e) = sh.take_failure() {
             return Err(match got {
                 Err(g) => e.or_cause(g),
@@ -427,7 +438,12 @@ fn with_cause(control: &Link, e: FilesError) -> FilesError {
 /// Registers a large file and asks the source for it.
 fn ask(control: &Link, dest: PathBuf, e: Entry, resume: bool, sh: &State) -> Result<()> {
     let part = part_path(&dest);
-    let chunks = if e.size == STREAMED { 0 } else { e.size.div_ceil(sh.chunk) };
+    let chunks = if e.size == STREAMED {
+        sh.streaming.fetch_add(1, Ordering::Relaxed);
+        0
+    } else {
+        e.size.div_ceil(sh.chunk)
+    };
     if chunks > u32::MAX as u64 {
         return Err(FilesError::Protocol(format!("{}: too many chunks", dest.display())));
     }
@@ -520,7 +536,7 @@ fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s State<'s>, s: &'s threa
 
 fn serve_data(stream: &Link, sh: &State) -> Result<()> {
     // Streams take turns with files: one may wait long for its next chunk while others move.
-    while let Some((msg, body)) = stream.recv_start_while(sh.progress.mover())? {
+    while let Some((msg, body)) = stream.recv_start_while(sh.alive())? {
         let (id, index) = match msg {
             Msg::Chunk { id, index, .. } | Msg::Same { id, index } | Msg::Hole { id, index } => (id, index),
             Msg::Eof { id, size } => {
@@ -644,6 +660,9 @@ fn write_sparse(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
 }
 
 fn finish(sh: &State, f: &SinkFile) -> Result<()> {
+    if f.entry.size == STREAMED {
+        sh.streaming.fetch_sub(1, Ordering::Relaxed);
+    }
     if let Some(out) = &sh.stream {
         out.lock().flush().map_err(|e| FilesError::io(Path::new("<output stream>"), e))?;
     } else {

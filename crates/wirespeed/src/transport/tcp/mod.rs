@@ -121,6 +121,7 @@ fn establish(
     name: String,
 ) -> Result<Connection> {
     s.set_nodelay(true)?;
+    super::sys::keep_alive(&s);
     if config.tcp_buffer_bytes > 0 {
         // Best effort: the kernel caps these at net.core.{w,r}mem_max.
         let _ = setsockopt(&s, sockopt::SndBuf, &config.tcp_buffer_bytes);
