@@ -269,16 +269,14 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
                 entry.inline = Some(XxHash3_128::oneshot(data));
             } else {
                 asks += 1;
-                let held = match &file {
-                    None => None,
-                    Some(_) => match shared.open_files.try_hold() {
-                        Some(h) => Some(h),
-                        None => {
-                            // The sink asks only for files it has heard of: send those first.
-                            batch.flush(control, shared.progress)?;
-                            Some(shared.open_files.hold(&shared.failed)?)
-                        }
-                    },
+                let held = match (&file, shared.open_files.try_hold()) {
+                    (None, _) => None,
+                    (Some(_), Some(h)) => Some(h),
+                    (Some(_), None) => {
+                        // The sink asks only for files it has heard of: send those first.
+                        batch.flush(control, shared.progress)?;
+                        Some(shared.open_files.hold(&shared.failed)?)
+                    }
                 };
                 let src = SrcFile { id: entry.id, path, file, size: entry.size, sparse: entry.sparse, _held: held };
                 shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id, Arc::new(src));
