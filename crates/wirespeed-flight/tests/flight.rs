@@ -436,3 +436,29 @@ fn a_client_may_hold_every_batch_of_a_large_stream() {
         assert!(held.iter().all(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(5) == 5));
     }
 }
+
+/// A consumer may stop reading for longer than any transport wait, as gRPC allows: the server
+/// waits for it rather than failing the call (before, a data-plane call failed after 30 s).
+#[test]
+fn a_consumer_may_pause_longer_than_a_transport_wait() {
+    let memory = Memory::default();
+    let server = server(&memory);
+    memory.flights.lock().unwrap().insert("large".into(), (batch(0, 1).schema(), vec![]));
+    let pause = wirespeed::Config::default().timeout + Duration::from_secs(2);
+    std::thread::scope(|s| {
+        for plane in PLANES {
+            let c = client(&server, plane);
+            s.spawn(move || {
+                let info = c.get_flight_info(&path("large")).unwrap();
+                let mut reader = c.do_get(&info.endpoint[0]).unwrap();
+                assert!(reader.next_payload().unwrap().is_some());
+                std::thread::sleep(pause);
+                let mut got = 1;
+                while reader.next_payload().unwrap().is_some() {
+                    got += 1;
+                }
+                assert_eq!(got, LARGE_BATCHES, "{plane:?}");
+            });
+        }
+    });
+}

@@ -20,10 +20,17 @@ use crate::ipc::{Decoded, DecodedStream, Decoder, Encoder, Frame};
 use crate::service::{Payload, Payloads};
 use proto::Msg;
 
+/// How long a data-plane call may wait on its peer. A Flight consumer may pause reading for
+/// as long as it likes (gRPC has no deadline per message), and a producer may take long for
+/// its next batch; a peer that is gone is found sooner by its connection (keepalive, hang-up).
+pub const CALL_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// The wirespeed settings for data-plane connections: chunks large enough that a batch of up
-/// to 8 MiB arrives in one piece (and so wraps transport memory without a copy).
+/// to 8 MiB arrives in one piece (and so wraps transport memory without a copy), and waits
+/// as patient as gRPC's.
 pub fn config() -> wirespeed::Config {
     wirespeed::Config {
+        timeout: CALL_WAIT,
         max_chunk: 8 << 20,
         shm_ring_bytes: 64 << 20,
         stream_window: 32 << 20,
@@ -80,9 +87,10 @@ pub fn send_output(stream: &Stream, schema: &SchemaRef, payloads: Payloads) -> R
     Ok(())
 }
 
-pub fn send_error(stream: &Stream, error: &Error) {
+/// Tells the peer why the call failed; false if it could not be told.
+pub fn send_error(stream: &Stream, error: &Error) -> bool {
     let msg = Msg::Error { code: error.code() as i32, message: error.message() };
-    let _ = stream.send(&msg.encode(), &[]);
+    stream.send(&msg.encode(), &[]).is_ok()
 }
 
 /// Reads IPC frames from a data-plane stream and decodes them.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use arrow_flight::FlightDescriptor;
 use prost::Message as _;
-use wirespeed::{Connection, Listener, Stream};
+use wirespeed::{Connection, ErrorCode, Listener, Stream};
 
 use super::capability::{Grant, Minter};
 use super::proto::{Method, Msg};
@@ -57,13 +57,19 @@ fn serve_connection(conn: Connection, shared: Arc<Shared>) {
 
 fn serve_call(stream: Stream, shared: &Shared) {
     let stream = Arc::new(stream);
-    // A transport error means the stream is gone: nobody to tell.
-    if let Err(e) = run_call(&stream, shared)
-        && !matches!(e, Error::Transport(_))
-    {
-        send_error(&stream, &e);
+    let told = match run_call(&stream, shared) {
+        Ok(()) => true,
+        // The stream is gone or stuck: nobody to tell.
+        Err(Error::Transport(_)) => false,
+        Err(e) => send_error(&stream, &e),
+    };
+    if told {
+        close(&stream, LINGER);
+    } else {
+        // Never finish a call the client was not told failed: it would take the output it
+        // has so far for the whole of it.
+        stream.reset(ErrorCode::CANCELLED);
     }
-    close(&stream, LINGER);
 }
 
 fn run_call(stream: &Arc<Stream>, shared: &Shared) -> Result<()> {
