@@ -45,9 +45,7 @@ impl FilesError {
             _ => FailClass::Other,
         }
     }
-}
 
-impl FilesError {
     /// How much this error says about why a transfer failed. When several parts of a
     /// transfer fail, most of them only because another did, the most telling is reported.
     fn telling(&self) -> u8 {
@@ -73,3 +71,28 @@ impl FilesError {
 }
 
 pub type Result<T, E = FilesError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_telling_failure_wins_and_ties_keep_the_first() {
+        let cancel =
+            || FilesError::Transport(wirespeed::Error::Reset { stream: 3, code: wirespeed::ErrorCode::CANCELLED });
+        let lost = || FilesError::Transport(wirespeed::Error::ConnectionLost("gone".into()));
+        let remote = || FilesError::Remote { class: FailClass::Io, message: "disk full".into() };
+        let local = || FilesError::Changed { path: "f".into() };
+        let order = [|| FilesError::Stopped, cancel, lost, remote, local];
+        for (i, weaker) in order.iter().enumerate() {
+            for stronger in &order[i + 1..] {
+                let want = stronger().to_string();
+                assert_eq!(weaker().or_cause(stronger()).to_string(), want);
+                assert_eq!(stronger().or_cause(weaker()).to_string(), want);
+            }
+        }
+        assert!(cancel().is_peer_cancel() && !lost().is_peer_cancel());
+        let first = FilesError::Changed { path: "first".into() };
+        assert!(first.or_cause(local()).to_string().contains("first"));
+    }
+}
