@@ -6,6 +6,7 @@
 //! hang-up means the peer is gone, whatever the fabric noticed.
 
 mod context;
+mod lingering;
 mod pool;
 mod rma;
 mod worker;
@@ -156,10 +157,12 @@ impl Drop for Handle {
         let linger = self.closed_gracefully.load(Ordering::SeqCst);
         self.shared.stop(linger);
         let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(t) = thread
-            && !linger
-        {
-            let _ = t.join();
+        match thread {
+            Some(t) if linger => lingering::keep(t),
+            Some(t) => {
+                let _ = t.join();
+            }
+            None => {}
         }
     }
 }

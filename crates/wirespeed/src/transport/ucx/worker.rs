@@ -171,7 +171,7 @@ const RUN: u8 = 0;
 const LINGER: u8 = 1;
 const STOP: u8 = 2;
 /// How long a closed connection keeps its worker for a peer still reading.
-const LINGER_LIMIT: Duration = Duration::from_secs(5);
+pub(super) const LINGER_LIMIT: Duration = Duration::from_secs(5);
 
 impl Shared {
     /// Wraps a connected `core`; `sock` is the authenticated bootstrap socket.
