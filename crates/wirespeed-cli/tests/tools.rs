@@ -123,6 +123,41 @@ fn refused_senders_fail_with_their_exit_code_and_the_receiver_waits_on() {
     assert_eq!(fs::read(dir.path().join("out")).unwrap(), b"secret");
 }
 
+/// A file that shrinks while it is sent fails the transfer, and both ends say why: not with
+/// the stream resets and lost connections that follow from it.
+#[test]
+fn a_source_that_changes_mid_transfer_is_the_error_both_ends_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = "changing source";
+    for transport in ["auto", "tcp"] {
+        let src = dir.path().join("growing.log");
+        fs::write(&src, vec![7u8; 30_000_000]).unwrap();
+        let out = dir.path().join(format!("out-{transport}"));
+        fs::create_dir(&out).unwrap();
+        let mut recv = start_recv(with_key(&mut wirespeed(), key).args(["recv", "--listen", "127.0.0.1:0"]).arg(&out));
+        let shrink = {
+            let src = src.clone();
+            // 10 MB/s: the file is cut while most of it is still to be sent.
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                fs::File::options().write(true).open(&src).unwrap().set_len(1_000_000).unwrap();
+            })
+        };
+        let sent = run(with_key(&mut wirespeed(), key)
+            .args(["send", "--bwlimit", "10", "--transport", transport, &format!("127.0.0.1:{}", recv.port)])
+            .arg(&src));
+        shrink.join().unwrap();
+        let said = String::from_utf8_lossy(&sent.stderr);
+        assert_eq!(sent.status.code(), Some(5), "{transport}: {said}");
+        assert!(said.contains("changed while it was read") && said.lines().count() == 1, "{transport}: {said}");
+        let status = wait_for(&mut recv.child, Duration::from_secs(20));
+        let heard = recv.stderr.join().unwrap();
+        assert_eq!(status.code(), Some(5), "{transport}: {heard}");
+        assert!(heard.contains("changed while it was read"), "{transport}: {heard}");
+        assert!(!out.join("growing.log").exists(), "{transport}: nothing in place");
+    }
+}
+
 /// Relays one TCP connection to `to`, keeping a copy of what the client sent.
 fn tap(to: u16) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
     use std::io::Read;
