@@ -34,8 +34,7 @@ use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::mem::{Buf, Lender, Mapping};
 use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, Kind, Limits};
-use crate::proto::handshake::Fabric;
-use crate::proto::handshake::Peer;
+use crate::proto::handshake::{Fabric, Peer};
 use crate::proto::session::Role;
 
 /// How long a waiting side polls shared memory before it sleeps on its eventfd.

@@ -27,8 +27,7 @@ use super::listener::Listener;
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake, tcp};
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::proto::handshake::Fabric;
-use crate::proto::handshake::Peer;
+use crate::proto::handshake::{Fabric, Peer};
 use crate::proto::session::Role;
 
 /// Worker addresses are a few hundred bytes; anything near this is not one.
