@@ -269,10 +269,11 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
                 entry.inline = Some(XxHash3_128::oneshot(data));
             } else {
                 asks += 1;
-                let held = match (&file, shared.open_files.try_hold()) {
-                    (None, _) => None,
-                    (Some(_), Some(h)) => Some(h),
-                    (Some(_), None) => {
+                // Only an open file takes a slot (standard input has none).
+                let held = match file.as_ref().map(|_| shared.open_files.try_hold()) {
+                    None => None,
+                    Some(Some(h)) => Some(h),
+                    Some(None) => {
                         // The sink asks only for files it has heard of: send those first.
                         batch.flush(control, shared.progress)?;
                         Some(shared.open_files.hold(&shared.failed)?)
