@@ -385,6 +385,69 @@ fn cp_local_copies_trees_and_single_small_files() {
     assert_eq!(names, ["small.txt"], "nothing else is left beside it");
 }
 
+/// `--sync` leaves alone the files the destination has with the same size and time (their
+/// inodes stay) and copies the rest; `--no-clobber` replaces nothing that is there. Both
+/// locally and to a remote end, whose agent gets the flags and reports what it kept.
+#[test]
+fn sync_copies_only_what_changed_and_no_clobber_replaces_nothing() {
+    use std::os::unix::fs::MetadataExt;
+    let sshd = Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ino = |p: &std::path::Path| fs::metadata(p).unwrap().ino();
+    let write_at = |p: &std::path::Path, data: &[u8], secs: u64| {
+        fs::write(p, data).unwrap();
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(secs);
+        fs::File::options().write(true).open(p).unwrap().set_modified(t).unwrap();
+    };
+    for (name, is_remote) in [("local", false), ("remote", true)] {
+        let src = dir.path().join(format!("src-{name}"));
+        fs::create_dir_all(src.join("sub")).unwrap();
+        // Two inline files and two large ones (sent in chunks), one of each to be edited.
+        write_at(&src.join("small"), b"stays as it is", 1_000);
+        write_at(&src.join("edited"), b"version 1", 1_000);
+        write_at(&src.join("sub/large"), &vec![7u8; 3 << 20], 1_000);
+        write_at(&src.join("sub/large-edited"), &vec![1u8; 3 << 20], 1_000);
+        let dst = dir.path().join(format!("dst-{name}"));
+        fs::create_dir(&dst).unwrap();
+        let to = if is_remote { remote(&dst) } else { dst.clone().into_os_string() };
+        let cp = |flags: &[&str]| {
+            let mut c = if is_remote { sshd.cp() } else { wirespeed() };
+            if !is_remote {
+                c.arg("cp");
+            }
+            let out = run(c.arg("-r").args(flags).arg(&src).arg(&to));
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(out.status.success(), "{name} {flags:?}: {stderr}");
+            stderr
+        };
+        let copy = dst.join(format!("src-{name}"));
+
+        let first = cp(&["--sync"]);
+        assert!(!first.contains("kept"), "{first}");
+        assert_eq!(snapshot(&src, true), snapshot(&copy, true), "--sync keeps times, as -p does");
+        let before = |f: &str| ino(&copy.join(f));
+        let (small, large) = (before("small"), before("sub/large"));
+
+        // Same sizes, other contents and times; and a new file.
+        write_at(&src.join("edited"), b"version 2", 2_000);
+        write_at(&src.join("sub/large-edited"), &vec![2u8; 3 << 20], 2_000);
+        write_at(&src.join("new"), b"new", 2_000);
+        let second = cp(&["--sync"]);
+        assert!(second.contains("5 files, ") && second.contains("2 files (3145742 bytes) kept"), "{second}");
+        assert_eq!(snapshot(&src, true), snapshot(&copy, true));
+        assert_eq!((ino(&copy.join("small")), ino(&copy.join("sub/large"))), (small, large), "kept, not rewritten");
+
+        // --no-clobber: a file changed at the destination stays; what is missing arrives.
+        write_at(&copy.join("edited"), b"edited there", 3_000);
+        write_at(&src.join("edited"), b"version 3", 4_000);
+        fs::remove_file(copy.join("sub/large")).unwrap();
+        let third = cp(&["--no-clobber"]);
+        assert!(third.contains("4 files ("), "{third}");
+        assert_eq!(fs::read(copy.join("edited")).unwrap(), b"edited there");
+        assert_eq!(fs::read(copy.join("sub/large")).unwrap(), vec![7u8; 3 << 20]);
+    }
+}
+
 /// A tree of more large (not inline) files than the process may open copies, and resumes,
 /// under a small descriptor limit: the source holds only some open ahead of the transfer,
 /// and the sink closes each file as it finishes it.

@@ -36,11 +36,15 @@ pub use source::{Input, SourceOptions, default_streams};
 /// answers; waits on it last this long after the last bytes moved.
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// What a finished transfer moved.
+/// What a finished transfer covered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
     pub files: u64,
     pub bytes: u64,
+    /// Of those, files (and their bytes) the destination already had and kept as they were
+    /// (`--sync`, `--no-clobber`).
+    pub kept: u64,
+    pub kept_bytes: u64,
 }
 
 /// Which end opened the connection. The client opens the control stream; a sink that is

@@ -24,6 +24,11 @@ impl Progress {
     pub fn file_done(&self) {
         self.files.fetch_add(1, Relaxed);
     }
+    /// A file of `size` bytes stays as the destination has it: it is done without moving.
+    pub fn keep(&self, size: u64) {
+        let _ = self.total.fetch_update(Relaxed, Relaxed, |t| Some(t.saturating_sub(size)));
+        self.file_done();
+    }
     pub fn add_reused(&self, n: u64) {
         self.reused.fetch_add(n, Relaxed);
     }

@@ -5,7 +5,7 @@
 use crate::error::{FilesError, Result};
 
 /// Version of the copy protocol, checked in [`Msg::Begin`].
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// `Entry::size` of a file whose length is known only at its end (standard input).
 pub const STREAMED: u64 = u64::MAX;
 /// Longest path or symlink target accepted, in bytes.
@@ -14,6 +14,10 @@ pub const MAX_PATH: usize = 64 << 10;
 /// `Begin` flags.
 pub const PRESERVE: u16 = 1;
 pub const RESUME: u16 = 2;
+/// Keep a destination file of the same size and modification time as it is (`--sync`).
+pub const SYNC: u16 = 4;
+/// Keep whatever already exists at a file's or symlink's destination (`--no-clobber`).
+pub const NO_CLOBBER: u16 = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -69,10 +73,14 @@ pub enum Msg {
     Hole { id: u64, index: u32 },
     /// A streamed file ended at `size` bytes.
     Eof { id: u64, size: u64 },
+    /// Sink to source: this file stays as the destination has it (`SYNC`, `NO_CLOBBER`);
+    /// send nothing of it.
+    Keep { id: u64 },
     /// Source to sink: everything was sent.
     End { files: u64, bytes: u64 },
-    /// Sink to source: everything is written, verified and renamed into place.
-    Done { files: u64, bytes: u64 },
+    /// Sink to source: everything is written, verified and renamed into place; `kept` of
+    /// the files, `kept_bytes` of the bytes, stayed as they were.
+    Done { files: u64, bytes: u64, kept: u64, kept_bytes: u64 },
     /// Either way: the transfer failed. `class` is one of [`FailClass`].
     Fail { class: u8, message: String },
 }
@@ -162,10 +170,16 @@ impl Msg {
                 w.u64(*files);
                 w.u64(*bytes);
             }
-            Msg::Done { files, bytes } => {
+            Msg::Done { files, bytes, kept, kept_bytes } => {
                 w.u8(11);
                 w.u64(*files);
                 w.u64(*bytes);
+                w.u64(*kept);
+                w.u64(*kept_bytes);
+            }
+            Msg::Keep { id } => {
+                w.u8(14);
+                w.u64(*id);
             }
             Msg::Fail { class, message } => {
                 w.u8(12);
@@ -212,9 +226,10 @@ impl Msg {
             8 => Msg::Hole { id: r.u64()?, index: r.u32()? },
             9 => Msg::Eof { id: r.u64()?, size: r.u64()? },
             10 => Msg::End { files: r.u64()?, bytes: r.u64()? },
-            11 => Msg::Done { files: r.u64()?, bytes: r.u64()? },
+            11 => Msg::Done { files: r.u64()?, bytes: r.u64()?, kept: r.u64()?, kept_bytes: r.u64()? },
             12 => Msg::Fail { class: r.u8()?, message: String::from_utf8_lossy(&r.bytes()?).into_owned() },
             13 => Msg::ChunkSum { sum: r.u128()? },
+            14 => Msg::Keep { id: r.u64()? },
             t => return Err(FilesError::Protocol(format!("unknown message tag {t}"))),
         };
         if !r.0.is_empty() {
@@ -345,7 +360,7 @@ mod tests {
             Msg::Ready,
             Msg::Begin {
                 version: VERSION,
-                flags: PRESERVE | RESUME,
+                flags: PRESERVE | RESUME | SYNC | NO_CLOBBER,
                 chunk_size: 4 << 20,
                 root_name: b"r".to_vec(),
                 root_kind: Kind::Dir,
@@ -358,7 +373,8 @@ mod tests {
             Msg::Hole { id: 1, index: 3 },
             Msg::Eof { id: 1, size: 77 },
             Msg::End { files: 1, bytes: 2 },
-            Msg::Done { files: 1, bytes: 2 },
+            Msg::Keep { id: 4 },
+            Msg::Done { files: 1, bytes: 2, kept: 3, kept_bytes: 4 },
             Msg::Fail { class: 5, message: "disk full".into() },
         ];
         for m in msgs {

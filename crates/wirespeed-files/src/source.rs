@@ -36,6 +36,10 @@ pub struct SourceOptions {
     pub recursive: bool,
     pub preserve: bool,
     pub resume: bool,
+    /// Leave files the destination has with the same size and modification time as they are.
+    pub sync: bool,
+    /// Leave whatever exists at the destination as it is.
+    pub no_clobber: bool,
     /// Data streams, each with its own reading thread (and a writing thread at the sink).
     pub streams: usize,
     pub chunk_size: u32,
@@ -55,6 +59,8 @@ impl Default for SourceOptions {
             recursive: false,
             preserve: false,
             resume: false,
+            sync: false,
+            no_clobber: false,
             streams: default_streams(),
             chunk_size: 4 << 20,
             rate_limit: None,
@@ -193,7 +199,15 @@ pub fn run_source(
         Input::Path(p) => (crate::root_name(p)?, if p.is_dir() { Kind::Dir } else { Kind::File }),
         Input::Reader(_) => (b"stdin".to_vec(), Kind::File),
     };
-    let flags = if opts.preserve { proto::PRESERVE } else { 0 } | if opts.resume { proto::RESUME } else { 0 };
+    let flags = [
+        (opts.preserve, proto::PRESERVE),
+        (opts.resume, proto::RESUME),
+        (opts.sync, proto::SYNC),
+        (opts.no_clobber, proto::NO_CLOBBER),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .fold(0, |flags, (_, flag)| flags | flag);
     let begin = Msg::Begin { version: proto::VERSION, flags, chunk_size: opts.chunk_size, root_name, root_kind };
     control.send(&begin, &[])?;
 
@@ -399,11 +413,21 @@ fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
                 drop(q);
                 shared.ready.notify_all();
             }
-            Msg::Done { files, bytes } => {
+            Msg::Keep { id } => {
+                let file = shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                let Some(file) = file else {
+                    return Err(FilesError::Protocol(format!("the sink keeps file {id}, which is not on offer")));
+                };
+                // Dropping it closes the file, which frees its slot for the walk.
+                shared.progress.keep(file.size);
+                shared.queue.lock().unwrap_or_else(|p| p.into_inner()).wants += 1;
+                shared.ready.notify_all();
+            }
+            Msg::Done { files, bytes, kept, kept_bytes } => {
                 // Closing the control stream ends the transfer: the sink waits for it before
                 // it goes, so its Done is never cut off by its own exit.
                 control.close()?;
-                return Ok(Summary { files, bytes });
+                return Ok(Summary { files, bytes, kept, kept_bytes });
             }
             other => return Err(link::unexpected("from a sink", &other)),
         }

@@ -1,6 +1,7 @@
 //! `wirespeed agent`: the far end of `cp`, started over ssh. It reads the transfer key from
 //! the first line of standard input, listens (or connects with `--connect`), reports
-//! `WIRESPEED-AGENT <ip> <port>` and, at the end, `WIRESPEED-DONE <files> <bytes>`. When
+//! `WIRESPEED-AGENT <ip> <port>` and, at the end, `WIRESPEED-DONE <files> <bytes> <kept files>
+//! <kept bytes>`. When
 //! standard input closes (ssh or the initiator died) it stops at once.
 
 use std::io::{BufRead, Write};
@@ -101,7 +102,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     };
     conn.close();
     finished();
-    println!("WIRESPEED-DONE {} {}", summary.files, summary.bytes);
+    println!("WIRESPEED-DONE {} {} {} {}", summary.files, summary.bytes, summary.kept, summary.kept_bytes);
     std::io::stdout().flush()?;
     Ok(())
 }

@@ -65,7 +65,7 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
                 let parse = |i: usize| done.get(i).and_then(|w| w.parse().ok()).unwrap_or(0);
                 source.finish()?;
                 ended(sink)?;
-                Ok(Summary { files: parse(0), bytes: parse(1) })
+                Ok(Summary { files: parse(0), bytes: parse(1), kept: parse(2), kept_bytes: parse(3) })
             }
         }
     })?;
@@ -82,12 +82,7 @@ fn source_options(a: &CpArgs) -> wirespeed_files::SourceOptions {
 fn agent_args(a: &CpArgs, role: &str, path: OsString) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec!["agent".into(), role.into(), path];
     v.extend(a.common.to_args());
-    let f = &a.flags;
-    for (on, flag) in [(f.recursive, "--recursive"), (f.preserve, "--preserve"), (f.resume, "--resume")] {
-        if on {
-            v.push(flag.into());
-        }
-    }
+    v.extend(a.flags.to_args());
     v
 }
 

@@ -81,14 +81,37 @@ pub struct CopyFlags {
     /// match are not sent again.
     #[arg(long)]
     pub resume: bool,
+    /// Leave files the destination has with the same size and modification time as they
+    /// are, as rsync does; implies -p, so that the next run finds them.
+    #[arg(long)]
+    pub sync: bool,
+    /// Never replace a file or symlink that exists at the destination.
+    #[arg(short = 'n', long)]
+    pub no_clobber: bool,
+}
+
+impl CopyFlags {
+    /// These flags as an agent's command-line arguments.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let on = [
+            (self.recursive, "--recursive"),
+            (self.preserve, "--preserve"),
+            (self.resume, "--resume"),
+            (self.sync, "--sync"),
+            (self.no_clobber, "--no-clobber"),
+        ];
+        on.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.into()).collect()
+    }
 }
 
 impl Common {
-    pub fn source_options(&self, &CopyFlags { recursive, preserve, resume }: &CopyFlags) -> SourceOptions {
+    pub fn source_options(&self, f: &CopyFlags) -> SourceOptions {
         SourceOptions {
-            recursive,
-            preserve,
-            resume,
+            recursive: f.recursive,
+            preserve: f.preserve || f.sync,
+            resume: f.resume,
+            sync: f.sync,
+            no_clobber: f.no_clobber,
             streams: self.streams.map_or_else(wirespeed_files::default_streams, usize::from),
             rate_limit: (self.bwlimit > 0.0).then_some((self.bwlimit * 1e6) as u64),
             compress: self.compress.0,
@@ -156,10 +179,16 @@ fn draw(progress: &Progress, done: &AtomicBool) {
     bar.finish_and_clear();
 }
 
-/// The line `cp` ends with; `reused` counts bytes `--resume` did not send again.
+/// The line `cp` ends with; `reused` counts bytes `--resume` did not send again. The rate
+/// leaves out files kept as they were, which took no time to move.
 pub fn summary_line(s: &Summary, reused: u64, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64();
     let reused = if reused > 0 { format!(" ({reused} already in place)") } else { String::new() };
-    let rate = s.bytes as f64 / secs.max(1e-9) / 1e9;
-    format!("{} files, {} bytes{reused} in {secs:.2} s, {rate:.3} GB/s", s.files, s.bytes)
+    let kept = if s.kept > 0 {
+        format!(", {} files ({} bytes) kept as they were", s.kept, s.kept_bytes)
+    } else {
+        String::new()
+    };
+    let rate = s.bytes.saturating_sub(s.kept_bytes) as f64 / secs.max(1e-9) / 1e9;
+    format!("{} files, {} bytes{reused}{kept} in {secs:.2} s, {rate:.3} GB/s", s.files, s.bytes)
 }

@@ -133,6 +133,9 @@ struct State<'a> {
     wrapping: &'a Arc<Wrapping>,
     chunk: u64,
     preserve: bool,
+    resume: bool,
+    sync: bool,
+    no_clobber: bool,
     /// Where a single file goes in order instead of into a part file.
     stream: Option<Shared<Box<dyn Write + Send>>>,
     progress: &'a Progress,
@@ -235,6 +238,9 @@ fn receive(
         wrapping,
         chunk: chunk_size as u64,
         preserve: flags & proto::PRESERVE != 0,
+        resume: flags & proto::RESUME != 0,
+        sync: flags & proto::SYNC != 0,
+        no_clobber: flags & proto::NO_CLOBBER != 0,
         stream,
         progress,
         stall,
@@ -245,7 +251,6 @@ fn receive(
         failed: Mutex::new(None),
         over: AtomicBool::new(false),
     };
-    let resume = flags & proto::RESUME != 0;
     let (queue, units) = mpsc::sync_channel(inline::QUEUE);
     let units = Mutex::new(units);
     thread::scope(|s| {
@@ -253,7 +258,7 @@ fn receive(
         for _ in 0..inline_writers() {
             s.spawn(|| inline::write_units(&units, &shared));
         }
-        let r = control_loop(control, &root, resume, &shared, queue);
+        let r = control_loop(control, &root, &shared, queue);
         shared.over.store(true, Ordering::Relaxed);
         r
     })
@@ -266,15 +271,10 @@ fn inline_writers() -> usize {
 
 /// Reads the source's entries until its `End`. Inline files go to the writers on `queue`,
 /// which closes when this returns.
-fn control_loop(
-    control: &Link,
-    root: &Path,
-    resume: bool,
-    sh: &State,
-    queue: mpsc::SyncSender<inline::Unit>,
-) -> Result<Summary> {
+fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender<inline::Unit>) -> Result<Summary> {
     let mut dirs = Vec::new();
     let mut created_links = Vec::new();
+    let (mut kept, mut kept_bytes) = (0, 0);
     let end = loop {
         let got = control.recv_while(sh.alive());
         if let Some(e) = sh.take_failure() {
@@ -295,10 +295,17 @@ fn control_loop(
                     if created_links.iter().any(|l: &PathBuf| dest.starts_with(l) && dest != *l) {
                         return Err(FilesError::UnsafePath(String::from_utf8_lossy(&e.path).into_owned()));
                     }
+                    let keep = keeps(&dest, &e, sh);
+                    if keep && e.kind == Kind::File {
+                        kept += 1;
+                        kept_bytes += e.size;
+                        sh.progress.keep(e.size);
+                    }
                     if let (Kind::File, Some(sum)) = (e.kind, e.inline) {
                         let end = at.checked_add(e.size as usize).filter(|n| *n <= units.body().len());
                         let end = end.ok_or_else(|| FilesError::Protocol("inline bytes run short".into()))?;
                         match &sh.stream {
+                            _ if keep => {}
                             Some(out) => write_to_stream(out, &dest, &units.body()[at..end], sum, sh)?,
                             None => units.push(&dest, e, at..end, sh)?,
                         }
@@ -308,20 +315,24 @@ fn control_loop(
                     // Whatever else the entries hold happens after the files before it.
                     units.flush(sh)?;
                     match e.kind {
+                        Kind::File if keep => control.send(&Msg::Keep { id: e.id }, &[])?,
                         Kind::Dir => {
                             make_dir(&dest, e.path.is_empty())?;
                             dirs.push((dest, e));
                         }
                         Kind::Symlink => {
-                            make_symlink(&dest, &e)?;
+                            if !keep {
+                                make_symlink(&dest, &e)?;
+                            }
+                            // Nothing is written through it, kept or made.
                             created_links.push(dest);
                         }
-                        Kind::File => ask(control, dest, e, resume, sh)?,
+                        Kind::File => ask(control, dest, e, sh)?,
                     }
                 }
                 units.flush(sh)?;
             }
-            Msg::End { files, bytes } => break Summary { files, bytes },
+            Msg::End { files, bytes } => break Summary { files, bytes, kept, kept_bytes },
             other => return Err(link::unexpected("from a source", &other)),
         }
     };
@@ -351,7 +362,8 @@ fn control_loop(
             set_metadata(None, dir, e)?;
         }
     }
-    control.send(&Msg::Done { files: end.files, bytes: end.bytes }, &[])?;
+    let Summary { files, bytes, kept, kept_bytes } = end;
+    control.send(&Msg::Done { files, bytes, kept, kept_bytes }, &[])?;
     // The source ends the control stream once it has read Done; wait for that so exiting
     // now cannot reset the connection under it.
     if control.recv_start()?.is_some() {
@@ -363,6 +375,25 @@ fn control_loop(
 
 /// Creates a directory, or keeps one already there. Below the root an existing symlink is
 /// refused: the source must not be able to write through it to elsewhere.
+/// Whether what the destination has at `dest` stays instead of the source's file or symlink:
+/// with `--no-clobber`, anything; with `--sync`, a file of the same size and modification
+/// time (as rsync's quick check), or a symlink to the same target.
+fn keeps(dest: &Path, e: &Entry, sh: &State) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    if sh.stream.is_some() || e.kind == Kind::Dir || e.size == STREAMED || !(sh.sync || sh.no_clobber) {
+        return false;
+    }
+    let Ok(m) = fs::symlink_metadata(dest) else { return false };
+    sh.no_clobber
+        || match e.kind {
+            Kind::File => {
+                m.is_file() && m.len() == e.size && m.mtime() == e.mtime_sec && m.mtime_nsec() == e.mtime_nsec.into()
+            }
+            _ => m.is_symlink() && fs::read_link(dest).is_ok_and(|t| t.as_os_str().as_bytes() == e.target),
+        }
+}
+
 fn make_dir(dest: &Path, is_root: bool) -> Result<()> {
     let existing = if is_root { fs::metadata(dest) } else { fs::symlink_metadata(dest) };
     match fs::create_dir(dest) {
@@ -436,7 +467,7 @@ fn with_cause(control: &Link, e: FilesError) -> FilesError {
 }
 
 /// Registers a large file and asks the source for it.
-fn ask(control: &Link, dest: PathBuf, e: Entry, resume: bool, sh: &State) -> Result<()> {
+fn ask(control: &Link, dest: PathBuf, e: Entry, sh: &State) -> Result<()> {
     let part = part_path(&dest);
     let chunks = if e.size == STREAMED {
         sh.streaming.fetch_add(1, Ordering::Relaxed);
@@ -448,7 +479,7 @@ fn ask(control: &Link, dest: PathBuf, e: Entry, resume: bool, sh: &State) -> Res
         return Err(FilesError::Protocol(format!("{}: too many chunks", dest.display())));
     }
     let (mut have, mut base) = (Vec::new(), None);
-    if resume && sh.stream.is_none() && e.size != STREAMED {
+    if sh.resume && sh.stream.is_none() && e.size != STREAMED {
         // Chunks already written by an interrupted copy, or a finished earlier one, are
         // checked against the source's checksums rather than sent again.
         if let Some(sums) = chunk_sums(&part, e.size, sh.chunk)? {
