@@ -11,10 +11,35 @@ pub const CONNECTION: i32 = 4;
 pub const IO: i32 = 5;
 pub const CHECKSUM: i32 = 6;
 
+/// A failure that already knows its exit code: a pipeline stage's status, or a remote
+/// agent's.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Coded {
+    pub code: i32,
+    pub message: String,
+}
+
+/// The error and its causes on one line, each said once: a cause whose words the line
+/// already holds (an error that quotes its source) is left out.
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain().map(|c| c.to_string()) {
+        if line.contains(&cause) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&cause);
+    }
+    line
+}
+
 pub fn code_for(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
-        if let Some(p) = cause.downcast_ref::<crate::tools::pipe::PipelineFailed>() {
-            return p.code;
+        if let Some(c) = cause.downcast_ref::<Coded>() {
+            return c.code;
         }
         if let Some(f) = cause.downcast_ref::<FilesError>() {
             return match f {
@@ -60,5 +85,20 @@ fn transport_code(w: &Error) -> i32 {
         | Error::WrongFabric { .. } => CONNECTION,
         Error::Io(_) => IO,
         _ => FAILURE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_says_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "cannot listen on :7470: in use");
+        let e = anyhow::Error::from(FilesError::Transport(Error::Io(io))).context("starting the receiver");
+        assert_eq!(one_line(&e), "starting the receiver: I/O: cannot listen on :7470: in use");
+        assert_eq!(code_for(&e), IO);
+        let coded = anyhow::Error::from(Coded { code: 7, message: "stage 2 failed".into() });
+        assert_eq!((one_line(&coded).as_str(), code_for(&coded)), ("stage 2 failed", 7));
     }
 }

@@ -64,7 +64,7 @@ fn main() {
         Command::Bench(args) => bench::run(args),
     };
     if let Err(e) = result {
-        eprintln!("wirespeed: error: {e:#}");
+        eprintln!("wirespeed: error: {}", exit::one_line(&e));
         std::process::exit(exit::code_for(&e));
     }
 }

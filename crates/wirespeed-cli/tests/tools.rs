@@ -448,6 +448,49 @@ fn sync_copies_only_what_changed_and_no_clobber_replaces_nothing() {
     }
 }
 
+/// `n` consecutive ports free now, below the range the system hands out on its own.
+fn free_ports(n: u16) -> u16 {
+    let mut base = 20_000 + (std::process::id() % 500) as u16 * 16;
+    loop {
+        let all_free = (base..base + n).all(|p| std::net::TcpListener::bind(("0.0.0.0", p)).is_ok());
+        if all_free {
+            return base;
+        }
+        base += n;
+    }
+}
+
+/// `--ports` confines where the remote ends listen, for firewalls: they take free ports of
+/// the range, skipping taken ones, and fail with one clear line when every one is taken (the
+/// agent's own words, with its exit code).
+#[test]
+fn remote_ends_listen_only_on_the_ports_they_are_given() {
+    let sshd = Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("f");
+    fs::write(&src, b"through a firewall").unwrap();
+    let base = free_ports(4);
+    let _taken: Vec<_> = (base..base + 2).map(|p| std::net::TcpListener::bind(("0.0.0.0", p)).unwrap()).collect();
+
+    let full = format!("{base}-{}", base + 1);
+    let out = run(sshd.cp().args(["--ports", &full]).arg(&src).arg(remote(&dir.path().join("no"))));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "an I/O error, as for any address in use: {stderr}");
+    assert!(stderr.contains(&format!("every port in {full} is taken")) && stderr.lines().count() == 1, "{stderr}");
+    assert!(!dir.path().join("no").exists());
+
+    // A copy skips the taken ports; a pipe's last stage takes two (its input and output).
+    let open = format!("{base}-{}", base + 3);
+    let out =
+        run(sshd.cp().args(["--ports", &open, "--transport", "tcp"]).arg(&src).arg(remote(&dir.path().join("yes"))));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fs::read(dir.path().join("yes")).unwrap(), b"through a firewall");
+    let mut pipe = sshd.tool("pipe");
+    let out = run(pipe.args(["--ports", &open, "127.0.0.1:cat"]).stdin(fs::File::open(&src).unwrap()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout, b"through a firewall");
+}
+
 /// A tree of more large (not inline) files than the process may open copies, and resumes,
 /// under a small descriptor limit: the source holds only some open ahead of the transfer,
 /// and the sink closes each file as it finishes it.

@@ -26,7 +26,7 @@ use wirespeed::{Connection, Stream};
 use crate::link::{End, Link, Wrapping};
 
 pub use error::{FilesError, Result};
-pub use plane::{Server, Transport};
+pub use plane::{Ports, Server, Transport};
 pub use progress::Progress;
 pub use sink::Output;
 pub use source::{Input, SourceOptions, default_streams};

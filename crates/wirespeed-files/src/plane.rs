@@ -33,6 +33,37 @@ impl std::str::FromStr for Transport {
     }
 }
 
+/// The ports a listener may take (`--ports LO-HI`, for firewalls that open only some);
+/// `0-0` lets the system pick a free one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ports {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl Ports {
+    pub const ANY: Ports = Ports { first: 0, last: 0 };
+}
+
+impl std::str::FromStr for Ports {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let (a, b) = s.split_once('-').unwrap_or((s, s));
+        let port = |p: &str| p.trim().parse::<u16>().map_err(|_| format!("{p:?} is not a port number"));
+        let (first, last) = (port(a)?, port(b)?);
+        if first > last || (first == 0) != (last == 0) {
+            return Err(format!("{s:?} is not a range of ports LO-HI"));
+        }
+        Ok(Ports { first, last })
+    }
+}
+
+impl std::fmt::Display for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
+    }
+}
+
 /// How long a connected client may take to open its control stream.
 const START_GRACE: Duration = Duration::from_secs(10);
 
@@ -49,6 +80,7 @@ pub struct Server {
 }
 
 impl Server {
+    /// Binds `addr` (`HOST:PORT`).
     pub fn bind(addr: &str, transport: Transport, key: &Key, config: &Config) -> Result<Server> {
         let scheme = if transport == Transport::Ucx { "ucx" } else { "tcp" };
         let main = wirespeed::listen(&format!("{scheme}://{addr}"), key, config)?;
@@ -62,6 +94,19 @@ impl Server {
             (None, String::new())
         };
         Ok(Server { main, shm, shm_url })
+    }
+
+    /// Binds `host` (a name, an IPv4 address or a bracketed IPv6 one) on the first port of
+    /// `ports` that is free.
+    pub fn bind_in(host: &str, ports: Ports, transport: Transport, key: &Key, config: &Config) -> Result<Server> {
+        for port in ports.first..=ports.last {
+            match Server::bind(&format!("{host}:{port}"), transport, key, config) {
+                Err(FilesError::Transport(wirespeed::Error::Io(e))) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+                r => return r,
+            }
+        }
+        let why = format!("cannot listen on {host}: every port in {ports} is taken");
+        Err(wirespeed::Error::Io(std::io::Error::new(std::io::ErrorKind::AddrInUse, why)).into())
     }
 
     /// The port clients connect to.
@@ -157,4 +202,20 @@ fn read_hello(conn: &Connection) -> Result<Option<String>> {
     s.finish()?;
     let same_host = !host.is_empty() && host == host_id() && !shm.is_empty();
     Ok(same_host.then(|| String::from_utf8_lossy(&shm).into_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_parse_as_a_range_or_one_port() {
+        assert_eq!("50000-50100".parse(), Ok(Ports { first: 50000, last: 50100 }));
+        assert_eq!("7470".parse(), Ok(Ports { first: 7470, last: 7470 }));
+        assert_eq!("0".parse(), Ok(Ports::ANY));
+        for bad in ["", "x", "9-1", "0-5", "1-70000", "1-2-3"] {
+            assert!(bad.parse::<Ports>().is_err(), "{bad:?}");
+        }
+        assert_eq!(Ports { first: 1, last: 2 }.to_string(), "1-2");
+    }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use wirespeed::{Config, Key};
-use wirespeed_files::{Input, Output, Progress, Server, Side, plane};
+use wirespeed_files::{Input, Output, Ports, Progress, Server, Side, Transport, plane};
 
 use super::{Common, CopyFlags};
 use crate::exit;
@@ -37,6 +37,9 @@ pub struct AgentArgs {
     flags: CopyFlags,
     #[command(flatten)]
     common: Common,
+    /// Listen on the first free port of this range.
+    #[arg(long, default_value = "0")]
+    ports: Ports,
 }
 
 /// The key, from the first line of standard input.
@@ -59,15 +62,25 @@ pub fn stop_when_stdin_closes(cleanup: fn()) {
     });
 }
 
-/// Where to listen: the address the initiator reached us at over ssh (and that address).
+/// Where to listen: the address the initiator reached us at over ssh, and that address as a
+/// host to bind.
 pub fn listen_address() -> (Option<String>, String) {
     let ip = std::env::var("SSH_CONNECTION").ok().and_then(|c| c.split_whitespace().nth(2).map(str::to_string));
-    let bind = match &ip {
-        Some(ip) if ip.contains(':') => format!("[{ip}]:0"),
-        Some(ip) => format!("{ip}:0"),
-        None => "0.0.0.0:0".to_string(),
+    let host = match &ip {
+        Some(ip) if ip.contains(':') => format!("[{ip}]"),
+        Some(ip) => ip.clone(),
+        None => "0.0.0.0".to_string(),
     };
-    (ip, bind)
+    (ip, host)
+}
+
+/// Confines the ports UCX's own TCP transport listens on to `ports` as well, unless the
+/// environment already says where (`UCX_TCP_PORT_RANGE`). Call it before any thread starts.
+pub fn confine_ucx_ports(ports: Ports, transport: Transport) {
+    if ports != Ports::ANY && transport == Transport::Ucx && std::env::var_os("UCX_TCP_PORT_RANGE").is_none() {
+        // SAFETY: called first thing in the process's work, while it has one thread.
+        unsafe { std::env::set_var("UCX_TCP_PORT_RANGE", ports.to_string()) };
+    }
 }
 
 /// Marks the work done: from now on a closing standard input is expected.
@@ -76,14 +89,15 @@ pub fn finished() {
 }
 
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+    confine_ucx_ports(a.ports, a.common.transport);
     let key = read_key()?;
     stop_when_stdin_closes(|| {});
     let cfg = Config::default();
     let (conn, side) = match &a.connect {
         Some(addr) => (plane::connect(addr, a.common.transport, &key, &cfg)?, Side::Client),
         None => {
-            let (ip, bind) = listen_address();
-            let server = Server::bind(&bind, a.common.transport, &key, &cfg)?;
+            let (ip, host) = listen_address();
+            let server = Server::bind_in(&host, a.ports, a.common.transport, &key, &cfg)?;
             println!("WIRESPEED-AGENT {} {}", ip.as_deref().unwrap_or("-"), server.port());
             std::io::stdout().flush()?;
             let (conn, control) = server.accept(Duration::from_secs(60))?;

@@ -11,7 +11,7 @@ use clap::Args;
 use wirespeed::{Config, Connection, Key};
 use wirespeed_files::{FilesError, Input, Output, Progress, Server, Side, Summary, plane};
 
-use super::remote::{Agent, Place, RemoteArgs, Ssh};
+use super::remote::{Agent, Place, RemoteArgs, Ssh, Stderr};
 use super::{Common, CopyFlags, summary_line, with_progress};
 
 /// How long an agent may take to start over ssh.
@@ -32,6 +32,7 @@ pub struct CpArgs {
 }
 
 pub fn run(a: CpArgs) -> anyhow::Result<()> {
+    super::agent::confine_ucx_ports(a.remote.ports(), a.common.transport);
     let ssh = a.remote.ssh()?;
     let (key, key_text) = Key::generate()?;
     let progress = Progress::default();
@@ -55,11 +56,11 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
                 })
             }
             (Place::Remote { host: src_host, path: src }, Place::Remote { host: dst_host, path: dst }) => {
-                let mut sink = ssh.start(&dst_host, &agent_args(&a, "sink", dst), &key_text)?;
+                let mut sink = ssh.start(&dst_host, &agent_args(&a, "sink", dst), &key_text, Stderr::Capture)?;
                 let addr = sink.address(AGENT_START)?;
                 let mut args = agent_args(&a, "source", src);
                 args.extend(["--connect".into(), addr.into()]);
-                let mut source = ssh.start(&src_host, &args, &key_text)?;
+                let mut source = ssh.start(&src_host, &args, &key_text, Stderr::Capture)?;
                 // No timeout fits a copy of unknown size; the agents time out on their own.
                 let done = source.expect("WIRESPEED-DONE", Duration::from_secs(u64::MAX / 4))?;
                 let parse = |i: usize| done.get(i).and_then(|w| w.parse().ok()).unwrap_or(0);
@@ -83,6 +84,7 @@ fn agent_args(a: &CpArgs, role: &str, path: OsString) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec!["agent".into(), role.into(), path];
     v.extend(a.common.to_args());
     v.extend(a.flags.to_args());
+    v.extend(a.remote.ports_args());
     v
 }
 
@@ -98,7 +100,7 @@ fn with_agent(
     key: &Key,
     transfer: impl FnOnce(&Connection) -> wirespeed_files::Result<Summary>,
 ) -> anyhow::Result<Summary> {
-    let mut agent = ssh.start(host, &agent_args(a, role, path), key_text)?;
+    let mut agent = ssh.start(host, &agent_args(a, role, path), key_text, Stderr::Capture)?;
     let addr = agent.address(AGENT_START)?;
     let conn = plane::connect(&addr, a.common.transport, key, &Config::default())
         .with_context(|| format!("cannot reach the agent on {host} at {addr}"))?;

@@ -16,7 +16,8 @@ use wirespeed::{Config, Key};
 use wirespeed_files::{FilesError, Input, Output, Progress, Side, plane};
 
 use super::Common;
-use super::remote::RemoteArgs;
+use super::remote::{RemoteArgs, Stderr};
+use crate::exit;
 
 /// How long a stage may take to start over ssh.
 const AGENT_START: Duration = Duration::from_secs(60);
@@ -99,14 +100,6 @@ impl Cause {
     }
 }
 
-/// The pipeline failed; the process exits with `code`.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct PipelineFailed {
-    pub code: i32,
-    pub message: String,
-}
-
 /// How one stage ended, as the initiator saw it.
 #[derive(Clone, Debug)]
 enum Ended {
@@ -126,6 +119,7 @@ enum Event {
 }
 
 pub fn run(a: PipeArgs) -> anyhow::Result<()> {
+    super::agent::confine_ucx_ports(a.remote.ports(), a.common.transport);
     let mut stages = Vec::new();
     for s in &a.stages {
         let Some((host, spec)) = s.split_once(':').filter(|(h, _)| !h.is_empty()) else {
@@ -145,8 +139,9 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
             args.push("--last".into());
         }
         args.extend(a.common.to_args());
+        args.extend(a.remote.ports_args());
         args.extend(["--".into(), spec.into()]);
-        agents.push(ssh.start(host, &args, &key_text)?);
+        agents.push(ssh.start(host, &args, &key_text, Stderr::Inherit)?);
     }
     let mut addrs = Vec::new();
     for agent in &mut agents {
@@ -232,7 +227,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
         None => Ok(()),
         Some((i, code, why)) => {
             let (host, spec) = &stages[i];
-            Err(PipelineFailed { code, message: format!("stage {} ({host}:{spec:?}) failed: {why}", i + 1) }.into())
+            Err(exit::Coded { code, message: format!("stage {} ({host}:{spec:?}) failed: {why}", i + 1) }.into())
         }
     }
 }

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 use wirespeed::{Config, Key};
 use wirespeed_files::{Output, Progress, Server, Side};
@@ -37,8 +36,8 @@ pub fn run(a: RecvArgs) -> anyhow::Result<()> {
             k
         }
     };
-    let server = Server::bind(&a.listen, a.common.transport, &key, &Config::default())
-        .with_context(|| format!("cannot listen on {}", a.listen))?;
+    // Its errors name the address already.
+    let server = Server::bind(&a.listen, a.common.transport, &key, &Config::default())?;
     let host = a.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("0.0.0.0");
     eprintln!("wirespeed: listening on {host}:{}", server.port());
     let (conn, control) = server.accept(std::time::Duration::from_secs(a.wait))?;

@@ -1,15 +1,20 @@
 //! The remote end of `cp`: where a path lives, and the agent started there over ssh. The key
 //! goes to the agent through the ssh channel (its standard input), never a command line.
 
+use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use wirespeed_files::Ports;
+
+use crate::exit;
 
 /// A `cp` operand: `[user@]host:path` is remote (as in scp); anything with a `/` before its
 /// first `:` is local.
@@ -43,9 +48,22 @@ pub struct RemoteArgs {
     /// Path of the wirespeed binary on remote hosts.
     #[arg(long, default_value = "wirespeed")]
     remote_bin: String,
+    /// Ports the remote ends may listen on, for firewalls that open only some: LO-HI, or one
+    /// PORT [default: any free port].
+    #[arg(long, value_name = "LO-HI")]
+    ports: Option<Ports>,
 }
 
 impl RemoteArgs {
+    pub fn ports(&self) -> Ports {
+        self.ports.unwrap_or(Ports::ANY)
+    }
+
+    /// `--ports` for the agents, if given.
+    pub fn ports_args(&self) -> Vec<OsString> {
+        self.ports.iter().flat_map(|p| ["--ports".into(), p.to_string().into()]).collect()
+    }
+
     pub fn ssh(&self) -> anyhow::Result<Ssh> {
         Ok(Ssh {
             command: shlex::split(&self.ssh).filter(|w| !w.is_empty()).context("cannot parse the -e ssh command")?,
@@ -68,10 +86,24 @@ pub struct Agent {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
+    /// What it (or ssh) said on standard error, when captured.
+    said: Option<JoinHandle<Vec<String>>>,
 }
 
+/// Where an agent's standard error goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Stderr {
+    /// To ours: a pipeline stage's command speaks to the user.
+    Inherit,
+    /// Kept, so that a failure is one line in the agent's own words.
+    Capture,
+}
+
+/// Lines of an agent's standard error kept for its failure: the last few say why.
+const SAID_LINES: usize = 8;
+
 impl Ssh {
-    pub fn start(&self, host: &str, args: &[OsString], key: &str) -> anyhow::Result<Agent> {
+    pub fn start(&self, host: &str, args: &[OsString], key: &str, stderr: Stderr) -> anyhow::Result<Agent> {
         let (program, options) = self.command.split_first().context("empty ssh command")?;
         let mut remote = quote(self.remote_bin.as_bytes())?;
         for a in args {
@@ -84,7 +116,7 @@ impl Ssh {
             .arg(OsString::from_vec(remote))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if stderr == Stderr::Capture { Stdio::piped() } else { Stdio::inherit() })
             .spawn()
             .with_context(|| format!("cannot run {program}"))?;
         let mut stdin = child.stdin.take().context("no ssh stdin")?;
@@ -99,7 +131,19 @@ impl Ssh {
                 }
             }
         });
-        Ok(Agent { host: host.to_string(), child, stdin: Some(stdin), lines })
+        let said = child.stderr.take().map(|err| {
+            std::thread::spawn(move || {
+                let mut last = VecDeque::new();
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    if last.len() == SAID_LINES {
+                        last.pop_front();
+                    }
+                    last.push_back(line);
+                }
+                last.into()
+            })
+        });
+        Ok(Agent { host: host.to_string(), child, stdin: Some(stdin), lines, said })
     }
 }
 
@@ -123,10 +167,7 @@ impl Agent {
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let status = self.child.wait()?;
-                    bail!(wirespeed::Error::ConnectionLost(format!(
-                        "the agent on {} ended without answering ({status})",
-                        self.host
-                    )));
+                    return Err(self.failed(status, "ended without answering"));
                 }
             }
         }
@@ -172,9 +213,29 @@ impl Agent {
         drop(self.stdin.take());
         let status = self.child.wait()?;
         if !status.success() {
-            bail!("the agent on {} failed ({status})", self.host);
+            return Err(self.failed(status, "failed"));
         }
         Ok(())
+    }
+
+    /// The agent ended with `status`: why, in its own last words when they were captured,
+    /// with its exit code (ssh's own failures are connection failures).
+    fn failed(&mut self, status: ExitStatus, what: &str) -> anyhow::Error {
+        let said = self.said.take().and_then(|t| t.join().ok()).unwrap_or_default();
+        let why = said.iter().rev().map(|l| l.trim()).find(|l| !l.is_empty());
+        let why = why.map(|l| l.trim_start_matches("wirespeed: error: ").trim_start_matches("wirespeed agent: "));
+        let code = match status.code() {
+            Some(c @ 1..=6) => c,
+            Some(255) | None => exit::CONNECTION,
+            Some(_) => exit::FAILURE,
+        };
+        let host = &self.host;
+        let message = match why {
+            Some(why) if status.code() == Some(255) => format!("ssh to {host} failed: {why}"),
+            Some(why) => format!("the agent on {host} {what}: {why}"),
+            None => format!("the agent on {host} {what} ({status})"),
+        };
+        exit::Coded { code, message }.into()
     }
 }
 

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use wirespeed::{Config, Connection, Key};
-use wirespeed_files::{FilesError, Input, Output, Progress, Server, Side, plane};
+use wirespeed_files::{FilesError, Input, Output, Ports, Progress, Server, Side, plane};
 
 use super::Common;
-use super::agent::{finished, listen_address, read_key, stop_when_stdin_closes};
+use super::agent::{confine_ucx_ports, finished, listen_address, read_key, stop_when_stdin_closes};
 use super::pipe::{Cause, Spec};
 use crate::exit;
 
@@ -34,17 +34,22 @@ pub struct StageArgs {
     last: bool,
     #[command(flatten)]
     common: Common,
+    /// Listen on the first free ports of this range.
+    #[arg(long, default_value = "0")]
+    ports: Ports,
     /// `CMD`, `< FILE`, `> FILE` or `>> FILE`.
     spec: String,
 }
 
 pub fn run(a: StageArgs) -> anyhow::Result<()> {
+    confine_ucx_ports(a.ports, a.common.transport);
     let spec = Spec::parse(&a.spec)?;
     let key = read_key()?;
     let cfg = Config::default();
-    let (ip, bind) = listen_address();
-    let input = Server::bind(&bind, a.common.transport, &key, &cfg)?;
-    let output = if a.last { Some(Server::bind(&bind, a.common.transport, &key, &cfg)?) } else { None };
+    let (ip, host) = listen_address();
+    let bind = || Server::bind_in(&host, a.ports, a.common.transport, &key, &cfg);
+    let input = bind()?;
+    let output = if a.last { Some(bind()?) } else { None };
     let out_port = output.as_ref().map(|o| format!(" {}", o.port())).unwrap_or_default();
     println!("WIRESPEED-AGENT {} {}{out_port}", ip.as_deref().unwrap_or("-"), input.port());
     std::io::stdout().flush()?;
