@@ -1,8 +1,7 @@
 //! `wirespeed agent`: the far end of `cp`, started over ssh. It reads the transfer key from
 //! the first line of standard input, listens (or connects with `--connect`), reports
 //! `WIRESPEED-AGENT <ip> <port>` and, at the end, `WIRESPEED-DONE <files> <bytes> <kept files>
-//! <kept bytes>`. When
-//! standard input closes (ssh or the initiator died) it stops at once.
+//! <kept bytes>`. When standard input closes (ssh or the initiator died) it stops at once.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
