@@ -4,7 +4,8 @@
 #   a 2 GiB file to tmpfs:       wirespeed cp (over ssh)  vs  scp and a local cp;
 #                                wirespeed cp with both ends local  vs  a local cp
 #   10,000 files of 4 KiB:       wirespeed cp -r  vs  rsync -a, both over ssh and both local;
-#                                and how long ssh itself takes to run a command (its floor)
+#                                and how long ssh itself takes to run a command (its floor);
+#                                the same tree again, unchanged: cp -r --sync  vs  rsync -a
 # Remote ends go through a throwaway sshd on 127.0.0.1 (keys made here, nothing else touched).
 # Every figure is the median of RUNS runs (default 3), taken in rounds of every command once, so
 # that drift of this shared machine hits ours and the peers' alike; MB = 10^6 bytes.
@@ -16,10 +17,11 @@ SIZE=${SIZE:-2147483648}
 FILES=${FILES:-10000}
 WORK=$(mktemp -d /tmp/wirespeed-tools.XXXXXX)
 DST=$(mktemp -d /dev/shm/wirespeed-tools.XXXXXX)
+KEPT=$(mktemp -d /dev/shm/wirespeed-sync.XXXXXX) # copies that re-syncs find unchanged
 export WIRESPEED_KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 cleanup() {
   [ -n "${SSHD_PID:-}" ] && kill "$SSHD_PID" 2>/dev/null || true
-  rm -rf "$WORK" "$DST"
+  rm -rf "$WORK" "$DST" "$KEPT"
 }
 trap cleanup EXIT
 
@@ -94,6 +96,11 @@ rsync_remote() { fresh; timed rsync -a -e "ssh $SSH_OPTS -p $SSH_PORT" "$1" "127
 rsync_local() { fresh; timed rsync -a "$1" "$DST/"; }
 ws_local() { fresh; timed "$BIN" cp -r "$1" "$DST/"; }
 ssh_true() { timed ssh $SSH_OPTS -p "$SSH_PORT" 127.0.0.1 true; }
+# Re-syncs of the unchanged tree into copies made once, below.
+ws_resync() { timed "$BIN" cp -r --sync -e "ssh $SSH_OPTS -p $SSH_PORT" --remote-bin "$BIN" "$1" "127.0.0.1:$KEPT/ws/"; }
+rsync_resync() { timed rsync -a -e "ssh $SSH_OPTS -p $SSH_PORT" "$1" "127.0.0.1:$KEPT/rs/"; }
+ws_resync_local() { timed "$BIN" cp -r --sync "$1" "$KEPT/ws/"; }
+rsync_resync_local() { timed rsync -a "$1" "$KEPT/rs/"; }
 
 rows=()
 row() { # case, ours(s), peer name, peer(s), bytes, target
@@ -111,7 +118,11 @@ commands=(
   "scp_cp $WORK/big" "local_cp $WORK/big" "ws_cp auto $WORK/big" "ws_cp tcp $WORK/big" "ws_local $WORK/big"
   "rsync_remote $WORK/tree" "ws_cp auto $WORK/tree -r" "rsync_local $WORK/tree" "ws_local $WORK/tree"
   "ssh_true"
+  "rsync_resync $WORK/tree" "ws_resync $WORK/tree" "rsync_resync_local $WORK/tree" "ws_resync_local $WORK/tree"
 )
+mkdir -p "$KEPT/ws" "$KEPT/rs"
+"$BIN" cp -r --sync "$WORK/tree" "$KEPT/ws/" 2>/dev/null
+rsync -a "$WORK/tree" "$KEPT/rs/"
 declare -A took=()
 tree_bytes=$(( FILES * 4096 ))
 echo "measuring (RUNS=$RUNS, file $SIZE bytes, tree $FILES files)..." >&2
@@ -130,10 +141,14 @@ row "cp -r $FILES × 4 KiB → tmpfs, over ssh" "$(med "ws_cp auto $WORK/tree -r
   "$(med "rsync_remote $WORK/tree")" "$tree_bytes" "≥ 3"
 row "cp -r $FILES × 4 KiB → tmpfs, local" "$(med "ws_local $WORK/tree")" "rsync -a (local)" \
   "$(med "rsync_local $WORK/tree")" "$tree_bytes" "≥ 3"
+row "cp -r --sync, unchanged tree, over ssh" "$(med "ws_resync $WORK/tree")" "rsync -a (ssh)" \
+  "$(med "rsync_resync $WORK/tree")" "$tree_bytes" "—"
+row "cp -r --sync, unchanged tree, local" "$(med "ws_resync_local $WORK/tree")" "rsync -a (local)" \
+  "$(med "rsync_resync_local $WORK/tree")" "$tree_bytes" "—"
 ssh_s=$(med ssh_true)
 
 echo "| case | wirespeed MB/s | peer | peer MB/s | ratio | target |"
 echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
-echo "ssh start-up (\`ssh 127.0.0.1 true\`): $(python3 -c "print(f'{$ssh_s:.2f}')") s, in both over-ssh tree rows"
+echo "ssh start-up (\`ssh 127.0.0.1 true\`): $(python3 -c "print(f'{$ssh_s:.2f}')") s, in every over-ssh tree row"
