@@ -448,6 +448,42 @@ fn sync_copies_only_what_changed_and_no_clobber_replaces_nothing() {
     }
 }
 
+/// `--delete` removes what the copied directories hold beyond the source's: files, whole
+/// directories, and symlinks (never what they point to); nothing beside the tree's root.
+#[test]
+fn delete_removes_only_what_the_source_lacks() {
+    let sshd = Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::write(src.join("a"), b"a").unwrap();
+    fs::write(src.join("sub/b"), vec![3u8; 100_000]).unwrap();
+    std::os::unix::fs::symlink("a", src.join("link")).unwrap();
+    let dst = dir.path().join("dst");
+    fs::create_dir(&dst).unwrap();
+    let out = run(sshd.cp().args(["-r", "--sync"]).arg(&src).arg(remote(&dst)));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let copy = dst.join("src");
+    let outside = dir.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("precious"), b"keep me").unwrap();
+    fs::write(copy.join("extra"), b"x").unwrap();
+    fs::create_dir_all(copy.join("sub/old/deeper")).unwrap();
+    fs::write(copy.join("sub/old/deeper/f"), b"f").unwrap();
+    std::os::unix::fs::symlink(&outside, copy.join("sub/to-outside")).unwrap();
+    fs::write(dst.join("beside"), b"not part of the tree").unwrap();
+    let out = run(sshd.cp().args(["-r", "--sync", "--delete"]).arg(&src).arg(remote(&dst)));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.contains(", 3 deleted"), "{said}");
+    assert_eq!(snapshot(&src, true), snapshot(&copy, true));
+    assert_eq!(fs::read(outside.join("precious")).unwrap(), b"keep me");
+    assert!(dst.join("beside").exists());
+
+    let out = run(wirespeed().args(["cp", "--delete"]).arg(src.join("a")).arg(&dst));
+    assert_eq!(out.status.code(), Some(2), "--delete needs -r");
+}
+
 /// `n` consecutive ports free now, below the range the system hands out on its own.
 fn free_ports(n: u16) -> u16 {
     let mut base = 20_000 + (std::process::id() % 500) as u16 * 16;

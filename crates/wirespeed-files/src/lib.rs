@@ -45,6 +45,8 @@ pub struct Summary {
     /// (`--sync`, `--no-clobber`).
     pub kept: u64,
     pub kept_bytes: u64,
+    /// Names the destination had and the source did not, removed (`--delete`).
+    pub deleted: u64,
 }
 
 /// Which end opened the connection. The client opens the control stream; a sink that is

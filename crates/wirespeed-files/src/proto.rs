@@ -18,6 +18,9 @@ pub const RESUME: u16 = 2;
 pub const SYNC: u16 = 4;
 /// Keep whatever already exists at a file's or symlink's destination (`--no-clobber`).
 pub const NO_CLOBBER: u16 = 8;
+/// Remove what the destination holds in the tree's directories that the source does not
+/// (`--delete`).
+pub const DELETE: u16 = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -79,8 +82,9 @@ pub enum Msg {
     /// Source to sink: everything was sent.
     End { files: u64, bytes: u64 },
     /// Sink to source: everything is written, verified and renamed into place; `kept` of
-    /// the files, `kept_bytes` of the bytes, stayed as they were.
-    Done { files: u64, bytes: u64, kept: u64, kept_bytes: u64 },
+    /// the files, `kept_bytes` of the bytes, stayed as they were, and `deleted` names that
+    /// only the destination had are gone.
+    Done { files: u64, bytes: u64, kept: u64, kept_bytes: u64, deleted: u64 },
     /// Either way: the transfer failed. `class` is one of [`FailClass`].
     Fail { class: u8, message: String },
 }
@@ -170,12 +174,13 @@ impl Msg {
                 w.u64(*files);
                 w.u64(*bytes);
             }
-            Msg::Done { files, bytes, kept, kept_bytes } => {
+            Msg::Done { files, bytes, kept, kept_bytes, deleted } => {
                 w.u8(11);
                 w.u64(*files);
                 w.u64(*bytes);
                 w.u64(*kept);
                 w.u64(*kept_bytes);
+                w.u64(*deleted);
             }
             Msg::Keep { id } => {
                 w.u8(14);
@@ -226,7 +231,9 @@ impl Msg {
             8 => Msg::Hole { id: r.u64()?, index: r.u32()? },
             9 => Msg::Eof { id: r.u64()?, size: r.u64()? },
             10 => Msg::End { files: r.u64()?, bytes: r.u64()? },
-            11 => Msg::Done { files: r.u64()?, bytes: r.u64()?, kept: r.u64()?, kept_bytes: r.u64()? },
+            11 => {
+                Msg::Done { files: r.u64()?, bytes: r.u64()?, kept: r.u64()?, kept_bytes: r.u64()?, deleted: r.u64()? }
+            }
             12 => Msg::Fail { class: r.u8()?, message: String::from_utf8_lossy(&r.bytes()?).into_owned() },
             13 => Msg::ChunkSum { sum: r.u128()? },
             14 => Msg::Keep { id: r.u64()? },
@@ -360,7 +367,7 @@ mod tests {
             Msg::Ready,
             Msg::Begin {
                 version: VERSION,
-                flags: PRESERVE | RESUME | SYNC | NO_CLOBBER,
+                flags: PRESERVE | RESUME | SYNC | NO_CLOBBER | DELETE,
                 chunk_size: 4 << 20,
                 root_name: b"r".to_vec(),
                 root_kind: Kind::Dir,
@@ -374,7 +381,7 @@ mod tests {
             Msg::Eof { id: 1, size: 77 },
             Msg::End { files: 1, bytes: 2 },
             Msg::Keep { id: 4 },
-            Msg::Done { files: 1, bytes: 2, kept: 3, kept_bytes: 4 },
+            Msg::Done { files: 1, bytes: 2, kept: 3, kept_bytes: 4, deleted: 5 },
             Msg::Fail { class: 5, message: "disk full".into() },
         ];
         for m in msgs {

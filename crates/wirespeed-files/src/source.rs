@@ -40,6 +40,8 @@ pub struct SourceOptions {
     pub sync: bool,
     /// Leave whatever exists at the destination as it is.
     pub no_clobber: bool,
+    /// Remove what the destination's copies of the directories hold beyond the source's.
+    pub delete: bool,
     /// Data streams, each with its own reading thread (and a writing thread at the sink).
     pub streams: usize,
     pub chunk_size: u32,
@@ -61,6 +63,7 @@ impl Default for SourceOptions {
             resume: false,
             sync: false,
             no_clobber: false,
+            delete: false,
             streams: default_streams(),
             chunk_size: 4 << 20,
             rate_limit: None,
@@ -204,6 +207,7 @@ pub fn run_source(
         (opts.resume, proto::RESUME),
         (opts.sync, proto::SYNC),
         (opts.no_clobber, proto::NO_CLOBBER),
+        (opts.delete, proto::DELETE),
     ]
     .iter()
     .filter(|(on, _)| *on)
@@ -423,11 +427,11 @@ fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
                 shared.queue.lock().unwrap_or_else(|p| p.into_inner()).wants += 1;
                 shared.ready.notify_all();
             }
-            Msg::Done { files, bytes, kept, kept_bytes } => {
+            Msg::Done { files, bytes, kept, kept_bytes, deleted } => {
                 // Closing the control stream ends the transfer: the sink waits for it before
                 // it goes, so its Done is never cut off by its own exit.
                 control.close()?;
-                return Ok(Summary { files, bytes, kept, kept_bytes });
+                return Ok(Summary { files, bytes, kept, kept_bytes, deleted });
             }
             other => return Err(link::unexpected("from a sink", &other)),
         }

@@ -1,7 +1,8 @@
 //! `wirespeed agent`: the far end of `cp`, started over ssh. It reads the transfer key from
 //! the first line of standard input, listens (or connects with `--connect`), reports
 //! `WIRESPEED-AGENT <ip> <port>` and, at the end, `WIRESPEED-DONE <files> <bytes> <kept files>
-//! <kept bytes>`. When standard input closes (ssh or the initiator died) it stops at once.
+//! <kept bytes> <deleted>`. When standard input closes (ssh or the initiator died) it stops at
+//! once.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use wirespeed::{Config, Key};
-use wirespeed_files::{Input, Output, Ports, Progress, Server, Side, Transport, plane};
+use wirespeed_files::{Input, Output, Ports, Progress, Server, Side, Summary, Transport, plane};
 
 use super::{Common, CopyFlags};
 use crate::exit;
@@ -115,7 +116,8 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     };
     conn.close();
     finished();
-    println!("WIRESPEED-DONE {} {} {} {}", summary.files, summary.bytes, summary.kept, summary.kept_bytes);
+    let Summary { files, bytes, kept, kept_bytes, deleted } = summary;
+    println!("WIRESPEED-DONE {files} {bytes} {kept} {kept_bytes} {deleted}");
     std::io::stdout().flush()?;
     Ok(())
 }

@@ -66,7 +66,8 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
                 let parse = |i: usize| done.get(i).and_then(|w| w.parse().ok()).unwrap_or(0);
                 source.finish()?;
                 ended(sink)?;
-                Ok(Summary { files: parse(0), bytes: parse(1), kept: parse(2), kept_bytes: parse(3) })
+                let [files, bytes, kept, kept_bytes, deleted] = [0, 1, 2, 3, 4].map(parse);
+                Ok(Summary { files, bytes, kept, kept_bytes, deleted })
             }
         }
     })?;

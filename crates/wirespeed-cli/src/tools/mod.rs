@@ -88,6 +88,10 @@ pub struct CopyFlags {
     /// Never replace a file or symlink that exists at the destination.
     #[arg(short = 'n', long)]
     pub no_clobber: bool,
+    /// Remove what the destination holds in the copied directories that the source does not,
+    /// as rsync --delete does, once everything else is in place.
+    #[arg(long, requires = "recursive")]
+    pub delete: bool,
 }
 
 impl CopyFlags {
@@ -99,6 +103,7 @@ impl CopyFlags {
             (self.resume, "--resume"),
             (self.sync, "--sync"),
             (self.no_clobber, "--no-clobber"),
+            (self.delete, "--delete"),
         ];
         on.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.into()).collect()
     }
@@ -112,6 +117,7 @@ impl Common {
             resume: f.resume,
             sync: f.sync,
             no_clobber: f.no_clobber,
+            delete: f.delete,
             streams: self.streams.map_or_else(wirespeed_files::default_streams, usize::from),
             rate_limit: (self.bwlimit > 0.0).then_some((self.bwlimit * 1e6) as u64),
             compress: self.compress.0,
@@ -189,6 +195,7 @@ pub fn summary_line(s: &Summary, reused: u64, elapsed: Duration) -> String {
     } else {
         String::new()
     };
+    let deleted = if s.deleted > 0 { format!(", {} deleted", s.deleted) } else { String::new() };
     let rate = s.bytes.saturating_sub(s.kept_bytes) as f64 / secs.max(1e-9) / 1e9;
-    format!("{} files, {} bytes{reused}{kept} in {secs:.2} s, {rate:.3} GB/s", s.files, s.bytes)
+    format!("{} files, {} bytes{reused}{kept}{deleted} in {secs:.2} s, {rate:.3} GB/s", s.files, s.bytes)
 }

@@ -6,7 +6,7 @@
 
 mod inline;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt, symlink};
@@ -136,6 +136,7 @@ struct State<'a> {
     resume: bool,
     sync: bool,
     no_clobber: bool,
+    delete: bool,
     /// Where a single file goes in order instead of into a part file.
     stream: Option<Shared<Box<dyn Write + Send>>>,
     progress: &'a Progress,
@@ -241,6 +242,7 @@ fn receive(
         resume: flags & proto::RESUME != 0,
         sync: flags & proto::SYNC != 0,
         no_clobber: flags & proto::NO_CLOBBER != 0,
+        delete: flags & proto::DELETE != 0,
         stream,
         progress,
         stall,
@@ -275,6 +277,8 @@ fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender
     let mut dirs = Vec::new();
     let mut created_links = Vec::new();
     let (mut kept, mut kept_bytes) = (0, 0);
+    // With `--delete`, every path the source sent: the rest of its directories goes.
+    let mut sent = HashSet::new();
     let end = loop {
         let got = control.recv_while(sh.alive());
         if let Some(e) = sh.take_failure() {
@@ -294,6 +298,9 @@ fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender
                     let dest = join_under(root, &e.path)?;
                     if created_links.iter().any(|l: &PathBuf| dest.starts_with(l) && dest != *l) {
                         return Err(FilesError::UnsafePath(String::from_utf8_lossy(&e.path).into_owned()));
+                    }
+                    if sh.delete {
+                        sent.insert(dest.clone());
                     }
                     let keep = keeps(&dest, &e, sh);
                     if keep && e.kind == Kind::File {
@@ -332,7 +339,7 @@ fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender
                 }
                 units.flush(sh)?;
             }
-            Msg::End { files, bytes } => break Summary { files, bytes, kept, kept_bytes },
+            Msg::End { files, bytes } => break Summary { files, bytes, kept, kept_bytes, deleted: 0 },
             other => return Err(link::unexpected("from a source", &other)),
         }
     };
@@ -356,14 +363,20 @@ fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender
     if let Some(e) = sh.take_failure() {
         return Err(e);
     }
+    let mut end = end;
+    if sh.delete && sh.stream.is_none() {
+        for (dir, _) in &dirs {
+            end.deleted += delete_unsent(dir, &sent)?;
+        }
+    }
     // Directory times last, deepest first, as writing inside them changed them.
     if sh.preserve {
         for (dir, e) in dirs.iter().rev() {
             set_metadata(None, dir, e)?;
         }
     }
-    let Summary { files, bytes, kept, kept_bytes } = end;
-    control.send(&Msg::Done { files, bytes, kept, kept_bytes }, &[])?;
+    let Summary { files, bytes, kept, kept_bytes, deleted } = end;
+    control.send(&Msg::Done { files, bytes, kept, kept_bytes, deleted }, &[])?;
     // The source ends the control stream once it has read Done; wait for that so exiting
     // now cannot reset the connection under it.
     if control.recv_start()?.is_some() {
@@ -392,6 +405,23 @@ fn keeps(dest: &Path, e: &Entry, sh: &State) -> bool {
             }
             _ => m.is_symlink() && fs::read_link(dest).is_ok_and(|t| t.as_os_str().as_bytes() == e.target),
         }
+}
+
+/// Removes what `dir` holds that the source did not send (`--delete`); returns how many names
+/// went. A directory goes with everything in it; a symlink goes, never what it points to.
+fn delete_unsent(dir: &Path, sent: &HashSet<PathBuf>) -> Result<u64> {
+    let mut deleted = 0;
+    for child in fs::read_dir(dir).map_err(|e| FilesError::io(dir, e))? {
+        let path = child.map_err(|e| FilesError::io(dir, e))?.path();
+        if sent.contains(&path) {
+            continue;
+        }
+        let is_dir = fs::symlink_metadata(&path).map_err(|e| FilesError::io(&path, e))?.is_dir();
+        let gone = if is_dir { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+        gone.map_err(|e| FilesError::io(&path, e))?;
+        deleted += 1;
+    }
+    Ok(deleted)
 }
 
 fn make_dir(dest: &Path, is_root: bool) -> Result<()> {
