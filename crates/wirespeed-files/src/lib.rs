@@ -88,11 +88,14 @@ pub struct SinkOptions {
     pub encrypt: bool,
     /// How long the transfer may stand still before it fails.
     pub stall_timeout: Duration,
+    /// Let the source have what it did not send removed (`--delete`); a sink that did not ask
+    /// for that refuses such a source.
+    pub delete: bool,
 }
 
 impl Default for SinkOptions {
     fn default() -> Self {
-        SinkOptions { encrypt: false, stall_timeout: STALL_TIMEOUT }
+        SinkOptions { encrypt: false, stall_timeout: STALL_TIMEOUT, delete: false }
     }
 }
 
@@ -114,7 +117,7 @@ pub fn receive(
         Side::Server(s) => Link::new(s, &wrapping),
     };
     control.set_timeout(opts.stall_timeout);
-    sink::run_sink(conn, &control, &wrapping, output, opts.stall_timeout, progress)
+    sink::run_sink(conn, &control, &wrapping, output, opts, progress)
 }
 
 /// The name a source path is known by at the sink: its last component (`.` and `..` are

@@ -107,7 +107,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let progress = Progress::default();
     let summary = match a.role {
         Role::Sink => {
-            wirespeed_files::receive(&conn, side, &Output::Path(a.path), &a.common.sink_options(), &progress)?
+            wirespeed_files::receive(&conn, side, &Output::Path(a.path), &a.common.sink_options(&a.flags), &progress)?
         }
         Role::Source => {
             let opts = a.common.source_options(&a.flags);

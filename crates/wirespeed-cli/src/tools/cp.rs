@@ -46,13 +46,7 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
             }
             (Place::Remote { host, path }, Place::Local(dst)) => {
                 with_agent(&a, &ssh, &host, "source", path, &key_text, &key, |conn| {
-                    wirespeed_files::receive(
-                        conn,
-                        Side::Client,
-                        &Output::Path(dst),
-                        &a.common.sink_options(),
-                        &progress,
-                    )
+                    wirespeed_files::receive(conn, Side::Client, &Output::Path(dst), &sink_options(&a), &progress)
                 })
             }
             (Place::Remote { host: src_host, path: src }, Place::Remote { host: dst_host, path: dst }) => {
@@ -78,6 +72,10 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
 
 fn source_options(a: &CpArgs) -> wirespeed_files::SourceOptions {
     a.common.source_options(&a.flags)
+}
+
+fn sink_options(a: &CpArgs) -> wirespeed_files::SinkOptions {
+    a.common.sink_options(&a.flags)
 }
 
 /// The agent's command line: role, path and the flags it needs. No key: that goes over stdin.
@@ -126,13 +124,7 @@ fn local_to_local(a: &CpArgs, src: &Path, dst: &Path, key: &Key, progress: &Prog
         let sink = s.spawn(move || -> anyhow::Result<Summary> {
             let (conn, control) = server.accept(Duration::from_secs(30))?;
             let quiet = Progress::default();
-            Ok(wirespeed_files::receive(
-                &conn,
-                Side::Server(control),
-                &Output::Path(dst),
-                &a.common.sink_options(),
-                &quiet,
-            )?)
+            Ok(wirespeed_files::receive(&conn, Side::Server(control), &Output::Path(dst), &sink_options(a), &quiet)?)
         });
         let conn = plane::connect(&addr, a.common.transport, key, &Config::default())?;
         let sent =

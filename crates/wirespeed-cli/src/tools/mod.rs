@@ -126,8 +126,9 @@ impl Common {
         }
     }
 
-    pub fn sink_options(&self) -> SinkOptions {
-        SinkOptions { encrypt: self.encrypt, ..SinkOptions::default() }
+    /// A sink's options; it allows `--delete` only when its own flags ask for it.
+    pub fn sink_options(&self, f: &CopyFlags) -> SinkOptions {
+        SinkOptions { encrypt: self.encrypt, delete: f.delete, ..SinkOptions::default() }
     }
 
     /// These options as an agent's command-line arguments.

@@ -185,7 +185,13 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
     std::thread::spawn(move || {
         let quiet = Progress::default();
         let r = plane::connect(&last_out, common.transport, &key, &Config::default()).and_then(|conn| {
-            let r = wirespeed_files::receive(&conn, Side::Client, &Output::stdout(), &common.sink_options(), &quiet);
+            let r = wirespeed_files::receive(
+                &conn,
+                Side::Client,
+                &Output::stdout(),
+                &common.sink_options(&Default::default()),
+                &quiet,
+            );
             conn.close();
             r
         });

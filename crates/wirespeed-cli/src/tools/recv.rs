@@ -44,7 +44,13 @@ pub fn run(a: RecvArgs) -> anyhow::Result<()> {
     let output = a.file.map(Output::Path).unwrap_or_else(Output::stdout);
     let progress = Progress::default();
     with_progress(&progress, a.common.verbose, || {
-        Ok(wirespeed_files::receive(&conn, Side::Server(control), &output, &a.common.sink_options(), &progress)?)
+        Ok(wirespeed_files::receive(
+            &conn,
+            Side::Server(control),
+            &output,
+            &a.common.sink_options(&Default::default()),
+            &progress,
+        )?)
     })?;
     conn.close();
     Ok(())

@@ -220,7 +220,13 @@ impl Stage<'_> {
         };
         let quiet = Progress::default();
         let r = linked(&conn, stop, || {
-            wirespeed_files::receive(&conn, Side::Server(control), &out, &self.common.sink_options(), &quiet)
+            wirespeed_files::receive(
+                &conn,
+                Side::Server(control),
+                &out,
+                &self.common.sink_options(&Default::default()),
+                &quiet,
+            )
         });
         conn.close();
         r.map(drop)

@@ -19,13 +19,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use twox_hash::XxHash3_128;
 use wirespeed::Connection;
 
-use crate::Summary;
 use crate::error::{FilesError, Result};
 use crate::link::{self, Body, Link, Wrapping};
 use crate::paths::{join_under, part_path};
 use crate::progress::Progress;
 use crate::proto::{self, Entry, Kind, Msg, STREAMED};
 use crate::shared::Shared;
+use crate::{SinkOptions, Summary};
 
 /// Where received data goes.
 #[derive(Clone, Debug)]
@@ -182,10 +182,10 @@ pub fn run_sink(
     control: &Link,
     wrapping: &Arc<Wrapping>,
     output: &Output,
-    stall: Duration,
+    opts: &SinkOptions,
     progress: &Progress,
 ) -> Result<Summary> {
-    let r = receive(conn, control, wrapping, output, stall, progress);
+    let r = receive(conn, control, wrapping, output, opts, progress);
     if let Err(e) = &r
         && !matches!(e, FilesError::Remote { .. })
     {
@@ -199,7 +199,7 @@ fn receive(
     control: &Link,
     wrapping: &Arc<Wrapping>,
     output: &Output,
-    stall: Duration,
+    opts: &SinkOptions,
     progress: &Progress,
 ) -> Result<Summary> {
     let Some((Msg::Begin { version, flags, chunk_size, root_name, root_kind }, _)) = control.recv()? else {
@@ -213,6 +213,11 @@ fn receive(
     }
     if !(64 << 10..=256 << 20).contains(&chunk_size) {
         return Err(FilesError::Protocol(format!("chunk size {chunk_size} is out of range")));
+    }
+    if flags & proto::DELETE != 0 && !opts.delete {
+        return Err(FilesError::Usage(
+            "the sender asks to delete what it does not send; only a receiver started with --delete allows that".into(),
+        ));
     }
     // Standard output, or a device or pipe such as /dev/null: written in order, in place.
     let stream: Option<Shared<Box<dyn Write + Send>>> = match output {
@@ -245,7 +250,7 @@ fn receive(
         delete: flags & proto::DELETE != 0,
         stream,
         progress,
-        stall,
+        stall: opts.stall_timeout,
         streaming: AtomicUsize::new(0),
         files: Mutex::new(HashMap::new()),
         pending: Mutex::new(0),
