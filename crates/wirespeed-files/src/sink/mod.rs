@@ -284,7 +284,7 @@ fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender
     let (mut kept, mut kept_bytes) = (0, 0);
     // With `--delete`, every path the source sent: the rest of its directories goes.
     let mut sent = HashSet::new();
-    let end = loop {
+    let mut end = loop {
         let got = control.recv_while(sh.alive());
         if let Some(e) = sh.take_failure() {
             return Err(match got {
@@ -368,7 +368,6 @@ fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender
     if let Some(e) = sh.take_failure() {
         return Err(e);
     }
-    let mut end = end;
     if sh.delete && sh.stream.is_none() {
         for (dir, _) in &dirs {
             end.deleted += delete_unsent(dir, &sent)?;
@@ -391,8 +390,6 @@ fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender
     Ok(end)
 }
 
-/// Creates a directory, or keeps one already there. Below the root an existing symlink is
-/// refused: the source must not be able to write through it to elsewhere.
 /// Whether what the destination has at `dest` stays instead of the source's file or symlink:
 /// with `--no-clobber`, anything; with `--sync`, a file of the same size and modification
 /// time (as rsync's quick check), or a symlink to the same target.
@@ -429,6 +426,8 @@ fn delete_unsent(dir: &Path, sent: &HashSet<PathBuf>) -> Result<u64> {
     Ok(deleted)
 }
 
+/// Creates a directory, or keeps one already there. Below the root an existing symlink is
+/// refused: the source must not be able to write through it to elsewhere.
 fn make_dir(dest: &Path, is_root: bool) -> Result<()> {
     let existing = if is_root { fs::metadata(dest) } else { fs::symlink_metadata(dest) };
     match fs::create_dir(dest) {
