@@ -645,3 +645,68 @@ fn cp_reports_bad_sources_in_one_line() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("use -r"));
 }
+
+/// Bytes of `p` that sit in the page cache.
+fn cached(p: &std::path::Path) -> u64 {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(p).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let mut pages = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: a read-only shared mapping of an open file, unmapped before it is dropped;
+    // mincore writes one byte per page into `pages`, which has room for each.
+    unsafe {
+        let at = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0);
+        assert_ne!(at, libc::MAP_FAILED);
+        assert_eq!(libc::mincore(at, len, pages.as_mut_ptr()), 0);
+        libc::munmap(at, len);
+    }
+    pages.iter().filter(|&&p| p & 1 != 0).count() as u64 * 4096
+}
+
+/// `--direct` copies large files past the page cache at both ends, tails, holes and all; a
+/// copy without it leaves them cached, as a check that the measure tells the two apart.
+#[test]
+fn direct_copies_leave_the_page_cache_alone() {
+    use std::os::fd::AsRawFd;
+    let sshd = Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    let big = tree.join("weights.bin");
+    let mut data: Vec<u8> = (0..(9 << 20) + 1234u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    data[4 << 20..6 << 20].fill(0);
+    let f = fs::File::create(&big).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&data[..4 << 20], 0).unwrap();
+    f.write_all_at(&data[6 << 20..], 6 << 20).unwrap();
+    f.sync_all().unwrap();
+    fs::write(tree.join("small.txt"), b"small files go as they always do").unwrap();
+    // Page-cache effects show only where O_DIRECT bypasses the cache; tmpfs accepts it and
+    // caches anyway.
+    // SAFETY: statfs fills one struct we own.
+    let on_tmpfs = unsafe {
+        let mut s: libc::statfs = std::mem::zeroed();
+        let path = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(libc::statfs(path.as_ptr(), &mut s), 0);
+        s.f_type == libc::TMPFS_MAGIC
+    };
+    for (mode, direct) in [("direct", true), ("cached", false)] {
+        // SAFETY: advice on a descriptor we own; it only drops clean cached pages.
+        assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+        let into = dir.path().join(mode);
+        let mut cp = sshd.cp();
+        cp.arg("-r").args(direct.then_some("--direct")).arg(&tree).arg(remote(&into));
+        let out = run(&mut cp);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        // Before anything here reads the files.
+        let (src, dst) = (cached(&big), cached(&into.join("weights.bin")));
+        if !on_tmpfs && direct {
+            // The tail, less than a block, goes through the cache.
+            assert!(src <= 4096 && dst <= 4096, "cached after --direct: source {src}, copy {dst}");
+        } else if !on_tmpfs {
+            assert!(src >= 7 << 20 && dst >= 7 << 20, "cached without --direct: source {src}, copy {dst}");
+        }
+        assert_eq!(snapshot(&tree, false), snapshot(&into, false));
+        assert!(allocated(&into.join("weights.bin")) < 8 << 20, "holes stay holes");
+    }
+}

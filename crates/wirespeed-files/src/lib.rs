@@ -5,6 +5,7 @@
 //! streams. `--resume` reuses chunks the sink already holds. Connections come from the
 //! wirespeed core; [`plane`] picks the fabric.
 
+mod direct;
 mod envelope;
 pub mod error;
 mod link;
@@ -91,11 +92,13 @@ pub struct SinkOptions {
     /// Let the source have what it did not send removed (`--delete`); a sink that did not ask
     /// for that refuses such a source.
     pub delete: bool,
+    /// Write large files with direct I/O, past the page cache (`--direct`).
+    pub direct: bool,
 }
 
 impl Default for SinkOptions {
     fn default() -> Self {
-        SinkOptions { encrypt: false, stall_timeout: STALL_TIMEOUT, delete: false }
+        SinkOptions { encrypt: false, stall_timeout: STALL_TIMEOUT, delete: false, direct: false }
     }
 }
 

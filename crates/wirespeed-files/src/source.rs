@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use twox_hash::XxHash3_128;
 use wirespeed::Connection;
 
 use crate::Summary;
+use crate::direct::{self, AlignedBuf};
 use crate::error::{FilesError, Result};
 use crate::link::{self, Link, Wrapping};
 use crate::open_files::{Held, OpenFiles};
@@ -53,6 +54,8 @@ pub struct SourceOptions {
     pub encrypt: bool,
     /// How long the transfer may stand still before it fails.
     pub stall_timeout: Duration,
+    /// Read large files with direct I/O, past the page cache (`--direct`).
+    pub direct: bool,
 }
 
 impl Default for SourceOptions {
@@ -70,6 +73,7 @@ impl Default for SourceOptions {
             compress: None,
             encrypt: false,
             stall_timeout: crate::STALL_TIMEOUT,
+            direct: false,
         }
     }
 }
@@ -107,7 +111,17 @@ struct SrcFile {
     file: Option<File>,
     size: u64,
     sparse: bool,
+    /// With `--direct`, the file opened for direct reads (`None`: its filesystem refuses).
+    direct: OnceLock<Option<File>>,
     _held: Option<Held>,
+}
+
+impl SrcFile {
+    /// The descriptor for direct reads, if `--direct` asked for them and this file gets them.
+    fn direct(&self, sh: &State) -> Option<&File> {
+        let file = self.file.as_ref().filter(|_| sh.direct && self.size >= direct::MIN_SIZE)?;
+        self.direct.get_or_init(|| direct::reopen(file, false)).as_ref()
+    }
 }
 
 enum Job {
@@ -140,6 +154,8 @@ struct State<'a> {
     progress: &'a Progress,
     /// The connection's frames are filled in place (a shared ring).
     in_place: bool,
+    /// Read large files with direct I/O.
+    direct: bool,
     waiting: Mutex<HashMap<u64, Arc<SrcFile>>>,
     open_files: Arc<OpenFiles>,
     queue: Mutex<Queue>,
@@ -192,6 +208,7 @@ pub fn run_source(
         stall: opts.stall_timeout,
         progress,
         in_place: conn.fills_in_place(),
+        direct: opts.direct,
         waiting: Mutex::new(HashMap::new()),
         open_files: OpenFiles::new(),
         queue: Mutex::new(Queue::default()),
@@ -297,7 +314,15 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
                         Some(shared.open_files.hold(&shared.failed)?)
                     }
                 };
-                let src = SrcFile { id: entry.id, path, file, size: entry.size, sparse: entry.sparse, _held: held };
+                let src = SrcFile {
+                    id: entry.id,
+                    path,
+                    file,
+                    size: entry.size,
+                    sparse: entry.sparse,
+                    direct: OnceLock::new(),
+                    _held: held,
+                };
                 shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id, Arc::new(src));
             }
             if entry.size != STREAMED {
@@ -441,8 +466,7 @@ fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
 /// One data stream: serves jobs until none are left, then finishes the stream.
 fn serve_jobs(conn: &Connection, shared: &State) -> Result<()> {
     let mut stream: Option<Link> = None;
-    let mut buf = Vec::new();
-    let mut pace = Pace::new(shared.stream_rate);
+    let mut w = Worker { buf: Vec::new(), aligned: AlignedBuf::default(), pace: Pace::new(shared.stream_rate) };
     let r = (|| {
         while let Some(job) = shared.next_job() {
             let s = match &mut stream {
@@ -455,8 +479,8 @@ fn serve_jobs(conn: &Connection, shared: &State) -> Result<()> {
                 }
             };
             match job {
-                Job::Chunk { file, index, have } => send_chunk(s, &file, index, have, shared, &mut buf, &mut pace)?,
-                Job::Whole(file) => send_whole(s, &file, shared, &mut buf, &mut pace)?,
+                Job::Chunk { file, index, have } => send_chunk(s, &file, index, have, shared, &mut w)?,
+                Job::Whole(file) => send_whole(s, &file, shared, &mut w)?,
             }
         }
         if let Some(s) = &stream {
@@ -470,15 +494,15 @@ fn serve_jobs(conn: &Connection, shared: &State) -> Result<()> {
     r
 }
 
-fn send_chunk(
-    s: &Link,
-    f: &SrcFile,
-    index: u32,
-    have: Option<u128>,
-    sh: &State,
-    buf: &mut Vec<u8>,
-    pace: &mut Pace,
-) -> Result<()> {
+/// What each sending thread keeps from job to job.
+struct Worker {
+    buf: Vec<u8>,
+    /// For direct reads.
+    aligned: AlignedBuf,
+    pace: Pace,
+}
+
+fn send_chunk(s: &Link, f: &SrcFile, index: u32, have: Option<u128>, sh: &State, w: &mut Worker) -> Result<()> {
     let offset = index as u64 * sh.chunk;
     let len = (f.size - offset).min(sh.chunk) as usize;
     let (id, file) = (f.id, f.file.as_ref().expect("sized files are open"));
@@ -486,32 +510,40 @@ fn send_chunk(
         s.send(&Msg::Hole { id, index }, &[])?;
     } else if let Some(have) = have {
         // The sink may hold this chunk already: read and compare before sending anything.
+        let buf = &mut w.buf;
         buf.resize(len, 0);
         file.read_exact_at(buf, offset).map_err(|e| changed_or_io(&f.path, e))?;
         if XxHash3_128::oneshot(buf) == have {
             s.send(&Msg::Same { id, index }, &[])?;
             sh.progress.add_reused(len as u64);
         } else {
-            pace.wait(len as u64);
+            w.pace.wait(len as u64);
             send_buffered(s, id, index, buf)?;
         }
     } else {
-        return send_read(s, f, index, sh, buf, pace);
+        return send_read(s, f, index, sh, w);
     }
     sh.progress.add_bytes(len as u64);
     Ok(())
 }
 
 /// Reads chunk `index` of a sized file straight onto the stream (into transport memory where
-/// it can), checksumming it on the way; its checksum follows.
-fn send_read(s: &Link, f: &SrcFile, index: u32, sh: &State, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
+/// it can), checksumming it on the way; its checksum follows. With `--direct` it is read
+/// into aligned memory instead, past the page cache.
+fn send_read(s: &Link, f: &SrcFile, index: u32, sh: &State, w: &mut Worker) -> Result<()> {
     let offset = index as u64 * sh.chunk;
     let len = (f.size - offset).min(sh.chunk) as usize;
     let file = f.file.as_ref().expect("sized files are open");
-    pace.wait(len as u64);
+    w.pace.wait(len as u64);
+    if let Some(direct) = f.direct(sh) {
+        let data = direct::read_at(direct, file, &mut w.aligned, len, offset).map_err(|e| changed_or_io(&f.path, e))?;
+        send_buffered(s, f.id, index, data)?;
+        sh.progress.add_bytes(len as u64);
+        return Ok(());
+    }
     let mut sum = XxHash3_128::new();
     let mut at = offset;
-    let read = s.send_filled(&Msg::Chunk { id: f.id, index }, len, buf, |piece| {
+    let read = s.send_filled(&Msg::Chunk { id: f.id, index }, len, &mut w.buf, |piece| {
         file.read_exact_at(piece, at)?;
         sum.write(piece);
         at += piece.len() as u64;
@@ -530,12 +562,12 @@ fn send_buffered(s: &Link, id: u64, index: u32, data: &[u8]) -> Result<()> {
 }
 
 /// Sends a file's chunks in order on one stream; standard input ends where it ends, with `Eof`.
-fn send_whole(s: &Link, f: &SrcFile, sh: &State, buf: &mut Vec<u8>, pace: &mut Pace) -> Result<()> {
+fn send_whole(s: &Link, f: &SrcFile, sh: &State, w: &mut Worker) -> Result<()> {
     let reader = match (&f.file, sh.reader) {
         (Some(_), _) => {
             // A sized file ends with its last chunk.
             for index in 0..f.size.div_ceil(sh.chunk) as u32 {
-                send_read(s, f, index, sh, buf, pace)?;
+                send_read(s, f, index, sh, w)?;
             }
             return Ok(());
         }
@@ -543,14 +575,14 @@ fn send_whole(s: &Link, f: &SrcFile, sh: &State, buf: &mut Vec<u8>, pace: &mut P
         (None, None) => return Err(FilesError::Protocol("a streamed file without a stream".into())),
     };
     let mut reader = reader.lock();
-    let mut offset = 0u64;
+    let (buf, mut offset) = (&mut w.buf, 0u64);
     for index in 0.. {
         buf.resize(sh.chunk as usize, 0);
         let n = fill(&mut *reader, buf).map_err(|e| FilesError::io(Path::new("<input stream>"), e))?;
         if n == 0 {
             break;
         }
-        pace.wait(n as u64);
+        w.pace.wait(n as u64);
         send_buffered(s, f.id, index, &buf[..n])?;
         offset += n as u64;
         sh.progress.add_bytes(n as u64);

@@ -41,6 +41,11 @@ pub struct Common {
     /// with --encrypt refuses a sender without it.
     #[arg(long)]
     pub encrypt: bool,
+    /// Read and write files of 1 MiB and more with direct I/O (O_DIRECT), past the page
+    /// cache, where the filesystem allows it: for data bigger than memory, and to leave the
+    /// cache to other programs.
+    #[arg(long)]
+    pub direct: bool,
 }
 
 /// `--compress`: a zstd level, or none.
@@ -122,13 +127,14 @@ impl Common {
             rate_limit: (self.bwlimit > 0.0).then_some((self.bwlimit * 1e6) as u64),
             compress: self.compress.0,
             encrypt: self.encrypt,
+            direct: self.direct,
             ..SourceOptions::default()
         }
     }
 
     /// A sink's options; it allows `--delete` only when its own flags ask for it.
     pub fn sink_options(&self, f: &CopyFlags) -> SinkOptions {
-        SinkOptions { encrypt: self.encrypt, delete: f.delete, ..SinkOptions::default() }
+        SinkOptions { encrypt: self.encrypt, delete: f.delete, direct: self.direct, ..SinkOptions::default() }
     }
 
     /// These options as an agent's command-line arguments.
@@ -141,6 +147,9 @@ impl Common {
         v.extend(["--compress".into(), self.compress.to_string().into()]);
         if self.encrypt {
             v.push("--encrypt".into());
+        }
+        if self.direct {
+            v.push("--direct".into());
         }
         v
     }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use twox_hash::XxHash3_128;
 use wirespeed::Connection;
 
+use crate::direct::{self, AlignedBuf, Gather};
 use crate::error::{FilesError, Result};
 use crate::link::{self, Body, Link, Wrapping};
 use crate::paths::{join_under, part_path};
@@ -47,6 +48,8 @@ impl Output {
 }
 
 const BLOCK: usize = 4096;
+/// Most bytes of a chunk gathered for one direct write.
+const GATHER_MAX: usize = 16 << 20;
 /// How often a chunk waiting for its turn looks whether the transfer failed.
 const TURN_POLL: Duration = Duration::from_millis(100);
 
@@ -56,7 +59,7 @@ struct SinkFile {
     dest: PathBuf,
     part: PathBuf,
     /// The part file, opened when the first bytes arrive.
-    out: Mutex<Option<Arc<File>>>,
+    out: Mutex<Option<Arc<PartFile>>>,
     /// With `--resume` the part file may start as a copy of an existing destination,
     base: Option<PathBuf>,
     /// or as the part file an interrupted copy left, kept rather than truncated.
@@ -66,10 +69,17 @@ struct SinkFile {
     turn: Condvar,
 }
 
+/// A part file being written, and with `--direct` the same file opened for direct writes
+/// (`None` where its filesystem refuses them).
+struct PartFile {
+    file: File,
+    direct: Option<File>,
+}
+
 impl SinkFile {
     /// The part file, opened (or, with `--resume`, copied from the destination) on first
     /// use; `None` when writing to standard output.
-    fn part_file(&self, sh: &State) -> Result<Option<Arc<File>>> {
+    fn part_file(&self, sh: &State) -> Result<Option<Arc<PartFile>>> {
         if sh.stream.is_some() {
             return Ok(None);
         }
@@ -78,7 +88,9 @@ impl SinkFile {
             if let Some(base) = &self.base {
                 fs::copy(base, &self.part).map_err(|e| FilesError::io(&self.part, e))?;
             }
-            *out = Some(Arc::new(self.open_part()?));
+            let file = self.open_part()?;
+            let direct = (sh.direct && self.entry.size >= direct::MIN_SIZE).then(|| direct::reopen(&file, true));
+            *out = Some(Arc::new(PartFile { file, direct: direct.flatten() }));
         }
         Ok(out.clone())
     }
@@ -137,6 +149,8 @@ struct State<'a> {
     sync: bool,
     no_clobber: bool,
     delete: bool,
+    /// Write large files with direct I/O.
+    direct: bool,
     /// Where a single file goes in order instead of into a part file.
     stream: Option<Shared<Box<dyn Write + Send>>>,
     progress: &'a Progress,
@@ -248,6 +262,7 @@ fn receive(
         sync: flags & proto::SYNC != 0,
         no_clobber: flags & proto::NO_CLOBBER != 0,
         delete: flags & proto::DELETE != 0,
+        direct: opts.direct,
         stream,
         progress,
         stall: opts.stall_timeout,
@@ -600,6 +615,7 @@ fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s State<'s>, s: &'s threa
 }
 
 fn serve_data(stream: &Link, sh: &State) -> Result<()> {
+    let mut aligned = AlignedBuf::default();
     // Streams take turns with files: one may wait long for its next chunk while others move.
     while let Some((msg, body)) = stream.recv_start_while(sh.alive())? {
         let (id, index) = match msg {
@@ -609,8 +625,8 @@ fn serve_data(stream: &Link, sh: &State) -> Result<()> {
                 if f.entry.size != STREAMED {
                     return Err(FilesError::Protocol("Eof for a file of known size".into()));
                 }
-                if let Some(file) = f.part_file(sh)? {
-                    file.set_len(size).map_err(|e| FilesError::io(&f.part, e))?;
+                if let Some(part) = f.part_file(sh)? {
+                    part.file.set_len(size).map_err(|e| FilesError::io(&f.part, e))?;
                 }
                 finish(sh, &f)?;
                 continue;
@@ -638,7 +654,7 @@ fn serve_data(stream: &Link, sh: &State) -> Result<()> {
             f.wait_turn(index, sh)?;
         }
         let got = if let Msg::Chunk { .. } = msg {
-            let (n, sum) = write_chunk(stream, body, expect, sh, &f, offset)?;
+            let (n, sum) = write_chunk(stream, body, expect, sh, &f, offset, &mut aligned)?;
             // A streamed file's chunks are full but for its last; its Eof says where it ends.
             if (!streamed && n != expect) || n == 0 {
                 return Err(bad("has the wrong length"));
@@ -687,16 +703,43 @@ fn file(sh: &State, id: u64) -> Result<Arc<SinkFile>> {
 }
 
 /// Streams one chunk's body (at most `max` bytes) into place; returns its length and checksum.
-fn write_chunk(stream: &Link, body: Body, max: u64, sh: &State, f: &SinkFile, offset: u64) -> Result<(u64, u128)> {
+fn write_chunk(
+    stream: &Link,
+    body: Body,
+    max: u64,
+    sh: &State,
+    f: &SinkFile,
+    offset: u64,
+    aligned: &mut AlignedBuf,
+) -> Result<(u64, u128)> {
     let mut hasher = XxHash3_128::new();
     let out = f.part_file(sh)?;
+    let io = |e| FilesError::io(&f.part, e);
+    if let Some(part) = out.as_deref()
+        && let Some(direct) = &part.direct
+    {
+        // Direct writes come from aligned memory: the body gathers there first.
+        let write = |data: &[u8], at| match f.entry.sparse {
+            true => write_sparse(data, at, |piece, at| direct::write_at(direct, &part.file, piece, at)),
+            false => direct::write_at(direct, &part.file, data, at),
+        };
+        let mut gather = Gather::new(aligned, (max as usize).min(GATHER_MAX), offset, write);
+        let n = stream.read_body(body, max, |buf| {
+            hasher.write(buf);
+            gather.push(buf).map_err(io)
+        })?;
+        gather.flush().map_err(io)?;
+        return Ok((n, hasher.finish_128()));
+    }
     let mut at = offset;
     let n = stream.read_body(body, max, |buf| {
         hasher.write(buf);
-        match out.as_ref() {
+        match out.as_deref() {
             None => write_stream(sh.stream.as_ref().expect("no part file means a stream"), buf)?,
-            Some(file) if f.entry.sparse => write_sparse(file, buf, at).map_err(|e| FilesError::io(&f.part, e))?,
-            Some(file) => file.write_all_at(buf, at).map_err(|e| FilesError::io(&f.part, e))?,
+            Some(part) if f.entry.sparse => {
+                write_sparse(buf, at, |piece, at| part.file.write_all_at(piece, at)).map_err(io)?
+            }
+            Some(part) => part.file.write_all_at(buf, at).map_err(io)?,
         }
         at += buf.len() as u64;
         Ok(())
@@ -709,17 +752,30 @@ fn write_stream(out: &Shared<Box<dyn Write + Send>>, data: &[u8]) -> Result<()> 
     out.write_all(data).map_err(|e| FilesError::io(Path::new("<output stream>"), e))
 }
 
-/// Writes `buf` at `offset`, skipping whole zero blocks so holes stay holes.
-fn write_sparse(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
+/// Writes `buf` at `offset` with `write`, skipping whole zero blocks so holes stay holes;
+/// each run of blocks with data goes out in one write.
+fn write_sparse(
+    buf: &[u8],
+    offset: u64,
+    mut write: impl FnMut(&[u8], u64) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut run = None; // where the current run of blocks with data starts
     let mut i = 0;
     while i < buf.len() {
         // Up to the next block boundary of the file.
         let end = (((offset as usize + i) / BLOCK + 1) * BLOCK - offset as usize).min(buf.len());
-        let piece = &buf[i..end];
-        if piece.iter().any(|b| *b != 0) {
-            file.write_all_at(piece, offset + i as u64)?;
+        match (buf[i..end].iter().any(|b| *b != 0), run) {
+            (true, None) => run = Some(i),
+            (false, Some(r)) => {
+                write(&buf[r..i], offset + r as u64)?;
+                run = None;
+            }
+            _ => {}
         }
         i = end;
+    }
+    if let Some(r) = run {
+        write(&buf[r..], offset + r as u64)?;
     }
     Ok(())
 }
@@ -733,7 +789,7 @@ fn finish(sh: &State, f: &SinkFile) -> Result<()> {
     } else {
         let out = f.out.lock().unwrap_or_else(|p| p.into_inner()).clone();
         match out.as_deref() {
-            Some(file) => finish_file(file, &f.part, &f.dest, &f.entry, sh.preserve)?,
+            Some(part) => finish_file(&part.file, &f.part, &f.dest, &f.entry, sh.preserve)?,
             // Every chunk was already there in the destination.
             None if f.base.is_some() && sh.preserve => set_metadata(None, &f.dest, &f.entry)?,
             None if f.base.is_some() => {}
@@ -751,4 +807,25 @@ fn finish(sh: &State, f: &SinkFile) -> Result<()> {
     *sh.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
     sh.changed.notify_all();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparse_writes_skip_zero_blocks_and_join_runs_of_data() {
+        // Starting 100 bytes into a block: a partial block of data, two full ones, a zero
+        // block, then data again to the end.
+        let mut buf = vec![1u8; BLOCK - 100 + 2 * BLOCK];
+        buf.extend(vec![0u8; BLOCK]);
+        buf.extend(vec![2u8; 10]);
+        let mut writes = Vec::new();
+        write_sparse(&buf, 100, |piece, at| {
+            writes.push((at, piece.len()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(writes, [(100, 3 * BLOCK - 100), (4 * BLOCK as u64, 10)]);
+    }
 }
