@@ -719,9 +719,12 @@ fn write_chunk(
         && let Some(direct) = &part.direct
     {
         // Direct writes come from aligned memory: the body gathers there first.
-        let write = |data: &[u8], at| match f.entry.sparse {
-            true => write_sparse(data, at, |piece, at| direct::write_at(direct, &part.file, piece, at)),
-            false => direct::write_at(direct, &part.file, data, at),
+        let write = |data: &[u8], at| {
+            if f.entry.sparse {
+                write_sparse(data, at, |piece, at| direct::write_at(direct, &part.file, piece, at))
+            } else {
+                direct::write_at(direct, &part.file, data, at)
+            }
         };
         let mut gather = Gather::new(aligned, (max as usize).min(GATHER_MAX), offset, write);
         let n = stream.read_body(body, max, |buf| {
