@@ -538,19 +538,18 @@ fn send_read(s: &Link, f: &SrcFile, index: u32, sh: &State, w: &mut Worker) -> R
     if let Some(direct) = f.direct(sh) {
         let data = direct::read_at(direct, file, &mut w.aligned, len, offset).map_err(|e| changed_or_io(&f.path, e))?;
         send_buffered(s, f.id, index, data)?;
-        sh.progress.add_bytes(len as u64);
-        return Ok(());
+    } else {
+        let mut sum = XxHash3_128::new();
+        let mut at = offset;
+        let read = s.send_filled(&Msg::Chunk { id: f.id, index }, len, &mut w.buf, |piece| {
+            file.read_exact_at(piece, at)?;
+            sum.write(piece);
+            at += piece.len() as u64;
+            Ok(())
+        })?;
+        read.map_err(|e| changed_or_io(&f.path, e))?;
+        s.send(&Msg::ChunkSum { sum: sum.finish_128() }, &[])?;
     }
-    let mut sum = XxHash3_128::new();
-    let mut at = offset;
-    let read = s.send_filled(&Msg::Chunk { id: f.id, index }, len, &mut w.buf, |piece| {
-        file.read_exact_at(piece, at)?;
-        sum.write(piece);
-        at += piece.len() as u64;
-        Ok(())
-    })?;
-    read.map_err(|e| changed_or_io(&f.path, e))?;
-    s.send(&Msg::ChunkSum { sum: sum.finish_128() }, &[])?;
     sh.progress.add_bytes(len as u64);
     Ok(())
 }
