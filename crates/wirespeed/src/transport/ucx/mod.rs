@@ -52,10 +52,9 @@ fn establish(mut s: TcpStream, role: Role, peer: Peer, config: &Config, name: St
     let mut core = Core::new(config.limits)?;
     let ours = core.address()?;
     let theirs = swap_addresses(&mut s, &ours, config.handshake_timeout)?;
-    let same_host = same_host(&s)?;
     // Its hang-up is how a vanished peer shows (see `worker`).
     crate::transport::sys::keep_alive(&s);
-    core.connect(&theirs, peer_failure_handling(same_host)?, same_host)?;
+    core.connect(&theirs, peer_failure_handling(same_host(&s)?)?)?;
     let shared = Shared::new(core, s)?;
     let progress = shared.clone();
     let thread =

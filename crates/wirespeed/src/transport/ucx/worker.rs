@@ -34,11 +34,15 @@ use crate::transport::sys::ms_until;
 /// Active Message id of wirespeed frames.
 const AM_ID: u32 = 0x77;
 /// How long a waiting thread drives progress itself after the last event before it parks.
-const SPIN: Duration = Duration::from_micros(500);
+const SPIN: Duration = Duration::from_millis(2);
 /// Idle spins between clock reads.
 const CLOCK_EVERY: u32 = 32;
 /// How long nobody may drive progress before the progress thread takes over.
 const HANDOVER: Duration = Duration::from_millis(2);
+/// How long the progress thread sleeps, at most, while application threads keep driving: each
+/// look that finds them still at it doubles its next sleep, from `HANDOVER` up to this. Waking
+/// every `HANDOVER` would preempt a busy application thread 500 times a second.
+const HANDOVER_MAX: Duration = Duration::from_millis(16);
 /// After the bootstrap socket hangs up, how long frames already on their way may still arrive.
 const HANGUP_GRACE: Duration = Duration::from_millis(250);
 /// Bounds on how long the progress thread sleeps between looks at the worker.
@@ -51,13 +55,15 @@ const MAX_INFLIGHT_BYTES: usize = 16 << 20;
 /// sender: the receiver pulls no further ahead than it reads, like a socket buffer, so buffers
 /// stay few and warm in cache however many streams have credit.
 const RECV_AHEAD: usize = 8;
-/// Bytes of those bodies, at most, when the peer shares this host. Its bodies are then copied
-/// by our own CPU (CMA) or by the kernel on loopback, so pulling further ahead buys no overlap
-/// and only pushes buffers out of cache: one 1 MiB body, or eight 128 KiB ones, at a time.
-/// A reused buffer is still in cache, and CMA then copies about 15 % faster.
-const RECV_WINDOW_LOCAL: usize = 1 << 20;
-/// Between hosts the fabric moves bodies on its own, and a deeper window keeps it busy.
-const RECV_WINDOW_REMOTE: usize = 16 << 20;
+/// Bytes of those bodies, at most, when our own CPU copies them out of the peer's memory
+/// (CMA, KNEM, XPMEM) or out of shared-memory fragments. Pulling further ahead then buys no
+/// overlap and only pushes buffers out of cache: one 1 MiB body, or eight 128 KiB ones, at a
+/// time. A reused buffer is still in cache, and CMA then copies about 15 % faster.
+const RECV_WINDOW_COPY: usize = 1 << 20;
+/// Bytes of those bodies, at most, when a fabric moves them (RDMA, or TCP even on loopback,
+/// where the sender's kernel copies into the socket while ours copies out): a deeper window
+/// keeps it busy, and spares each body a round trip between the receive and the sender's put.
+const RECV_WINDOW_FABRIC: usize = 16 << 20;
 /// Receive buffers kept for reuse, per connection.
 const POOL_KEEP: usize = 64 << 20;
 /// Payloads start on this boundary in receive buffers (Arrow wants 64-byte alignment).
@@ -282,6 +288,7 @@ impl Shared {
         let mut sock_open = true;
         let mut linger_end = None;
         let mut last_event = Instant::now();
+        let mut stay_out = Duration::ZERO;
         loop {
             let now = Instant::now();
             match self.state.load(Ordering::SeqCst) {
@@ -293,9 +300,11 @@ impl Shared {
             let idle = now.saturating_duration_since(app_at);
             if self.parked.load(Ordering::SeqCst) == 0 && idle < HANDOVER {
                 // An application thread is driving; stay out of its way unless kicked.
-                self.sleep(false, false, now + (HANDOVER - idle));
+                self.sleep(false, false, now + stay_out.max(HANDOVER - idle));
+                stay_out = (stay_out * 2).clamp(HANDOVER, HANDOVER_MAX);
                 continue;
             }
+            stay_out = Duration::ZERO;
             let until = {
                 let mut core = self.lock();
                 let before = core.inbox.events;
@@ -388,7 +397,7 @@ impl Core {
             arrivals: VecDeque::new(),
             held: 0,
             arrivals_held: 0,
-            recv_window: RECV_WINDOW_REMOTE,
+            recv_window: RECV_WINDOW_FABRIC,
             deferred: 0,
             events: 0,
             failure: None,
@@ -439,9 +448,7 @@ impl Core {
     /// Connects our endpoint to the peer's worker.
     /// `peer_failure`: ask UCX to report a failed peer through the endpoint's error handler.
     /// Shared-memory transports cannot, so UCX would pick a slower one when it is asked.
-    /// `same_host`: the peer runs on this host (see `RECV_WINDOW_LOCAL`).
-    pub(super) fn connect(&mut self, peer: &[u8], peer_failure: bool, same_host: bool) -> Result<()> {
-        self.inbox.recv_window = if same_host { RECV_WINDOW_LOCAL } else { RECV_WINDOW_REMOTE };
+    pub(super) fn connect(&mut self, peer: &[u8], peer_failure: bool) -> Result<()> {
         let params = ucp_ep_params_t {
             field_mask: (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
                 | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
@@ -456,7 +463,26 @@ impl Core {
         // local; the inbox outlives the endpoint.
         check("connecting to the peer's worker", unsafe { ucp_ep_create(self.worker, &params, &mut ep) })?;
         self.ep = ep;
+        let fabric = self.describe_ep().is_some_and(|lanes| bulk_by_fabric(&lanes));
+        self.inbox.recv_window = if fabric { RECV_WINDOW_FABRIC } else { RECV_WINDOW_COPY };
         Ok(())
+    }
+
+    /// UCX's description of our endpoint: its lanes, and what each carries.
+    fn describe_ep(&self) -> Option<String> {
+        let (mut text, mut len) = (std::ptr::null_mut(), 0usize);
+        // SAFETY: out-pointers to locals; the stream owns `text` until closed, we free it after.
+        unsafe {
+            let stream = libc::open_memstream(&mut text, &mut len);
+            if stream.is_null() {
+                return None;
+            }
+            ucp_ep_print_info(self.ep, stream.cast());
+            libc::fclose(stream);
+            let out = std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned();
+            libc::free(text.cast());
+            Some(out)
+        }
     }
 
     fn progress(&mut self) -> u32 {
@@ -820,6 +846,13 @@ impl Inbox {
     }
 }
 
+/// Whether bulk data (rendezvous bodies) travels over a fabric rather than being copied by the
+/// receiving CPU: some lane UCX describes as `rma_bw` (the lanes bodies use) is on a device other
+/// than "memory", the name UCX gives the same-host single-copy transports (cma, knem, xpmem).
+fn bulk_by_fabric(lanes: &str) -> bool {
+    lanes.lines().any(|l| l.contains("lane[") && l.contains(" rma_bw") && !l.contains("/memory"))
+}
+
 /// What a non-blocking call returned: done already (false), a request to wait for (true), or
 /// an error. The endpoint refusing a request means it cannot carry any more, its peer gone,
 /// most often.
@@ -882,4 +915,32 @@ unsafe extern "C" fn on_ep_error(arg: *mut c_void, _ep: ucp_ep_h, status: ucs_st
     let inbox = unsafe { &mut *(arg as *mut Inbox) };
     // Our endpoint failing does not stop the peer's frames already on their way to us.
     inbox.peer_going(format!("the UCX endpoint failed: {}", status_string(status)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bulk_by_fabric;
+
+    /// Endpoint descriptions as UCX 1.13 prints them.
+    const TCP: &str =
+        "#                 lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] rma_bw#0 am am_bw#0
+#                 lane[1]:  1:tcp/eth0.0 md[0]              -> md[0]/tcp/sysdev[255] rma_bw#1 wireup
+#                  rma_bw: mds [0] rndv_rkey_size 10";
+    const CMA: &str =
+        "#                 lane[0]:  0:posix/memory.0 md[0]          -> md[0]/posix/sysdev[255] am am_bw#0
+#                 lane[1]:  2:cma/memory.0 md[2]            -> md[2]/cma/sysdev[255] rma_bw#0
+#                  rma_bw: mds rndv_rkey_size 9";
+    const RC: &str =
+        "#                 lane[0]:  1:rc_mlx5/mlx5_0:1.0 md[1]      -> md[1]/ib/sysdev[0] rma_bw#0 am am_bw#0";
+    const SHM_ONLY: &str =
+        "#                 lane[0]:  0:posix/memory.0 md[0]          -> md[0]/posix/sysdev[255] am am_bw#0";
+
+    #[test]
+    fn bodies_over_a_fabric_get_the_deep_window_and_copies_the_shallow_one() {
+        assert!(bulk_by_fabric(TCP));
+        assert!(bulk_by_fabric(RC));
+        assert!(!bulk_by_fabric(CMA));
+        assert!(!bulk_by_fabric(SHM_ONLY), "fragments copied through shared memory");
+        assert!(!bulk_by_fabric(""), "nothing described");
+    }
 }
