@@ -53,11 +53,11 @@ pub struct RawArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-    /// Send a body that was allocated and never written, as ucx_perftest does. The kernel
-    /// backs it with its one shared zero page, which stays in cache, so copying from it is
-    /// cheaper than from written memory: use this to compare with ucx_perftest like for like.
+    /// Send from memory UCX allocated (ucp_mem_map) and nobody wrote, as ucx_perftest does,
+    /// to compare with it like for like (ucx only). Where it lies depends on UCX_TLS: with
+    /// tcp it reads as the kernel's one zero page, which stays in cache and is cheap to copy.
     #[arg(long)]
-    untouched_body: bool,
+    ucx_body: bool,
 }
 
 #[derive(Args)]
@@ -90,6 +90,9 @@ pub fn run(a: RawArgs) -> Result<()> {
     if a.size == 0 || a.streams == 0 {
         bail!("--size and --streams must be at least 1");
     }
+    if a.ucx_body && !matches!(a.transport, Transport::Ucx) {
+        bail!("--ucx-body needs --transport ucx");
+    }
     let count = a.count.unwrap_or_else(|| (16_000_000_000 / a.size as u64).clamp(2_000, 2_000_000));
     let (key, text) = Key::generate()?;
     let (name, url) = match a.transport {
@@ -101,7 +104,7 @@ pub fn run(a: RawArgs) -> Result<()> {
     };
     let mut server = Server::spawn(&url, &text, &a, count)?;
     let conn = wirespeed::connect(&server.url, &key, &Config::default()).context("connecting to the receiver")?;
-    let body = if a.untouched_body { Untouched::map(a.size)? } else { page_aligned(a.size) };
+    let body = if a.ucx_body { wirespeed::transport::ucx::allocated_bytes(a.size)? } else { page_aligned(a.size) };
     let t0 = now_ns();
     let (last, latencies_ns) = match a.op {
         Op::Send => send_all(&conn, &body, a.streams, count)?,
@@ -128,50 +131,6 @@ fn page_aligned(size: usize) -> wirespeed::Bytes {
     let v = wirespeed::Bytes::from(vec![0x5au8; size + 4096]);
     let skip = v.as_ptr().align_offset(4096);
     v.slice(skip..skip + size)
-}
-
-/// Anonymous memory never written: every page reads as the kernel's one zero page.
-struct Untouched {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-// SAFETY: a private mapping we never write (writable only as ucx_perftest's buffers are,
-// for fabrics that register it); it is only read, from any thread.
-unsafe impl Send for Untouched {}
-
-impl Untouched {
-    fn map(len: usize) -> Result<wirespeed::Bytes> {
-        // SAFETY: a new private anonymous mapping; no existing memory is affected.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("mapping the message body");
-        }
-        Ok(wirespeed::Bytes::from_owner(Untouched { ptr, len }))
-    }
-}
-
-impl AsRef<[u8]> for Untouched {
-    fn as_ref(&self) -> &[u8] {
-        // SAFETY: `len` readable bytes, mapped until drop.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
-    }
-}
-
-impl Drop for Untouched {
-    fn drop(&mut self) {
-        // SAFETY: mapped in `map`, unmapped once.
-        unsafe { libc::munmap(self.ptr, self.len) };
-    }
 }
 
 /// Sends `count` messages from this one thread, taking the streams in turns, and returns when

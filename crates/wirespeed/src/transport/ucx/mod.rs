@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ucx_sys::{UCS_OK, ucs_status_t};
 
+pub use self::rma::allocated_bytes;
 use self::worker::{Core, Shared};
 use super::conn::Connection;
 use super::listener::Listener;

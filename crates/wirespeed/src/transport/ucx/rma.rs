@@ -2,9 +2,11 @@
 //! the descriptor's native part, and `ucp_put_nbx`/`ucp_get_nbx` on the connection's
 //! endpoint. UCX picks the path: cma or RDMA where it can, its own emulation elsewhere.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use ucx_sys::*;
 
 use super::context::{check, context};
@@ -34,11 +36,11 @@ impl Drop for Registration {
     }
 }
 
-impl NativeRma for UcxRma {
-    fn register(&self, len: usize) -> Result<(RegionMem, Vec<u8>)> {
-        let ctx = context()?;
-        // UCX allocates, so it can place the memory where peers reach it best (a shared
-        // memory segment a peer on this host maps, for one).
+impl Registration {
+    /// Has UCX allocate and register at least `len` bytes, so that it can place them where
+    /// peers reach them best (a shared-memory segment a peer on this host maps, for one).
+    /// The memory is as UCX hands it over: zeroed, and maybe not yet backed by pages.
+    fn allocate(len: usize) -> Result<(Registration, NonNull<u8>)> {
         let params = ucp_mem_map_params_t {
             field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS
                 | UCP_MEM_MAP_PARAM_FIELD_LENGTH
@@ -50,13 +52,46 @@ impl NativeRma for UcxRma {
         };
         let mut memh = std::ptr::null_mut();
         // SAFETY: valid params; out-pointer to a local.
-        check("allocating a region", unsafe { ucp_mem_map(ctx, &params, &mut memh) })?;
+        check("allocating memory", unsafe { ucp_mem_map(context()?, &params, &mut memh) })?;
         let registration = Registration(memh);
         let mut attr = ucp_mem_attr_t { field_mask: UCP_MEM_ATTR_FIELD_ADDRESS as u64, ..Default::default() };
         // SAFETY: live handle; out-pointer to a local.
-        check("querying a region", unsafe { ucp_mem_query(memh, &mut attr) })?;
-        let ptr = std::ptr::NonNull::new(attr.address.cast::<u8>())
-            .ok_or_else(|| Error::Fabric { op: "allocating a region", status: "no address".into() })?;
+        check("querying memory", unsafe { ucp_mem_query(memh, &mut attr) })?;
+        let ptr = NonNull::new(attr.address.cast::<u8>())
+            .ok_or_else(|| Error::Fabric { op: "allocating memory", status: "no address".into() })?;
+        Ok((registration, ptr))
+    }
+}
+
+/// `len` bytes of memory UCX allocated and registered, never written, as a message body:
+/// what ucx_perftest sends from. Where UCX places it depends on `UCX_TLS` (a shared-memory
+/// segment with posix; plain anonymous pages otherwise, which read as the kernel's zero page).
+pub fn allocated_bytes(len: usize) -> Result<Bytes> {
+    let (registration, ptr) = Registration::allocate(len)?;
+    Ok(Bytes::from_owner(Allocated { _registration: registration, ptr, len }))
+}
+
+struct Allocated {
+    _registration: Registration,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: memory nobody writes, valid while the registration lives; only read, from any thread.
+unsafe impl Send for Allocated {}
+
+impl AsRef<[u8]> for Allocated {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: UCX allocated at least `len` bytes there, valid until the registration drops.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl NativeRma for UcxRma {
+    fn register(&self, len: usize) -> Result<(RegionMem, Vec<u8>)> {
+        let ctx = context()?;
+        let (registration, ptr) = Registration::allocate(len)?;
+        let memh = registration.0;
         // SAFETY: UCX allocated at least `len` bytes there, ours until the handle is unmapped.
         unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
         let (mut packed, mut size) = (std::ptr::null_mut(), 0usize);
