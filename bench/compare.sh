@@ -2,7 +2,8 @@
 # wirespeed against its peers, in one run on this machine, at the same sizes:
 #   tcp  vs iperf3 (one stream, loopback)
 #   shm  vs ucx_perftest -t ucp_am_bw with UCX_TLS=posix,cma,self
-#   ucx  vs ucx_perftest -t ucp_am_bw with the same UCX_TLS (tcp, and posix,cma,self)
+#   ucx  vs ucx_perftest -t ucp_am_bw with the same UCX_TLS (tcp, and posix,cma,self), sending
+#        from memory allocated as perftest's is (bench raw --ucx-body), and from memory we wrote
 #   ucx  with 64 streams vs 1 stream on one connection
 #   ucx  put and get (one-sided) vs ucx_perftest -t ucp_put_bw and -t ucp_get
 #   and a single-core memcpy figure as the ceiling for one-copy transports.
@@ -16,8 +17,8 @@ PORT=${PORT:-5301}
 
 median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
-ws() { # transport size [streams] -> MB/s
-  "$BIN" bench raw --transport "$1" --size "$2" --streams "${3:-1}" --json |
+ws() { # transport size [streams [flags...]] -> MB/s
+  "$BIN" bench raw --transport "$1" --size "$2" --streams "${3:-1}" "${@:4}" --json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
 }
 
@@ -54,17 +55,23 @@ memcpy_1m() { # -> MB/s of one core copying 1 MiB blocks
   "$BIN" bench memcpy --size 1048576 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
 }
 
-ws_ucx() { # tls size [streams] -> MB/s
-  UCX_TLS=$1 ws ucx "$2" "${3:-1}"
+ws_ucx() { # tls size [streams [flags...]] -> MB/s
+  UCX_TLS=$1 ws ucx "$2" "${3:-1}" "${@:4}"
 }
 
 runs() { local out=(); for _ in $(seq "$RUNS"); do out+=("$("$@")"); done; median "${out[@]}"; }
 # The peer's command and ours, taking turns RUNS times so that drift of this shared machine hits
 # both alike; sets $peer and $mine to the medians. Each argument is one command line.
+# With a third command, its median goes to $mine2.
 pair() {
-  local p=() m=()
-  for _ in $(seq "$RUNS"); do p+=("$(eval "$1")"); m+=("$(eval "$2")"); done
+  local p=() m=() m2=()
+  for _ in $(seq "$RUNS"); do
+    p+=("$(eval "$1")"); m+=("$(eval "$2")")
+    [ -n "${3:-}" ] && m2+=("$(eval "$3")")
+  done
   peer=$(median "${p[@]}"); mine=$(median "${m[@]}")
+  [ -n "${3:-}" ] && mine2=$(median "${m2[@]}")
+  return 0
 }
 ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
 
@@ -81,10 +88,13 @@ pair "ucx_am_bw 4096" "ws shm 4096"
 line "shm 4 KiB vs ucx am_bw posix,cma (MB/s)" "$mine" "$peer"
 mine=$(runs ws_msgs shm 4096)
 printf '%-44s %12.0f %12s %8s\n' "shm 4 KiB (messages/s, target 1e6)" "$mine" "-" "$(ratio "$mine" 1000000)"
+# Like for like, our body lives where perftest's does: memory UCX allocated and nobody wrote
+# (with tcp it reads as the kernel's zero page). The second line sends a body we wrote.
 for tls in tcp posix,cma,self; do
   for size in 131072 1048576; do
-    pair "ucx_am_bw $size $tls" "ws_ucx $tls $size"
+    pair "ucx_am_bw $size $tls" "ws_ucx $tls $size 1 --ucx-body" "ws_ucx $tls $size"
     line "ucx $((size >> 10)) KiB vs ucx am_bw, UCX_TLS=$tls (MB/s)" "$mine" "$peer"
+    line "  the same, with a body we wrote" "$mine2" "$peer"
   done
 done
 pair "ws_ucx posix,cma,self 1048576 1" "ws_ucx posix,cma,self 1048576 64"

@@ -34,7 +34,7 @@ use crate::transport::sys::ms_until;
 /// Active Message id of wirespeed frames.
 const AM_ID: u32 = 0x77;
 /// How long a waiting thread drives progress itself after the last event before it parks.
-const SPIN: Duration = Duration::from_millis(2);
+const SPIN: Duration = Duration::from_micros(500);
 /// Idle spins between clock reads.
 const CLOCK_EVERY: u32 = 32;
 /// How long nobody may drive progress before the progress thread takes over.
