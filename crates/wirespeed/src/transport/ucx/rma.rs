@@ -1,6 +1,7 @@
 //! Native one-sided transfers: regions registered with `ucp_mem_map`, their packed keys as
 //! the descriptor's native part, and `ucp_put_nbx`/`ucp_get_nbx` on the connection's
 //! endpoint. UCX picks the path: cma or RDMA where it can, its own emulation elsewhere.
+//! The same allocation serves message bodies placed as ucx_perftest places its own.
 
 use std::ptr::NonNull;
 use std::sync::Arc;

@@ -479,6 +479,9 @@ impl Core {
             }
             ucp_ep_print_info(self.ep, stream.cast());
             libc::fclose(stream);
+            if text.is_null() {
+                return None;
+            }
             let out = std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned();
             libc::free(text.cast());
             Some(out)
