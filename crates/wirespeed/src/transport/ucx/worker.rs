@@ -35,7 +35,7 @@ use crate::transport::sys::ms_until;
 const AM_ID: u32 = 0x77;
 /// How long a waiting thread drives progress itself after the last event before it parks.
 const SPIN: Duration = Duration::from_micros(500);
-/// Idle spins between clock reads.
+/// Turns at progress between clock reads.
 const CLOCK_EVERY: u32 = 32;
 /// How long nobody may drive progress before the progress thread takes over.
 const HANDOVER: Duration = Duration::from_millis(2);
@@ -160,9 +160,9 @@ pub(super) struct Shared {
     wake: Condvar,
     /// Threads parked on `wake`.
     parked: AtomicUsize,
-    /// Nanoseconds after `born` when an application thread last drove progress.
-    app_at: AtomicU64,
-    born: Instant,
+    /// Counts application threads' turns at driving progress (one per few turns), so the
+    /// progress thread can tell whether they still drive.
+    app_turns: AtomicU64,
     /// Wakes the progress thread.
     kick: EventFd,
     kicked: AtomicBool,
@@ -192,8 +192,7 @@ impl Shared {
             core: Mutex::new(core),
             wake: Condvar::new(),
             parked: AtomicUsize::new(0),
-            app_at: AtomicU64::new(0),
-            born: Instant::now(),
+            app_turns: AtomicU64::new(0),
             kick,
             kicked: AtomicBool::new(false),
             efd,
@@ -214,10 +213,12 @@ impl Shared {
         stop_on_failure: bool,
         mut ready: impl FnMut(&mut Core) -> Option<T>,
     ) -> Result<Option<T>> {
+        self.app_turns.fetch_add(1, Ordering::Relaxed);
         let mut core = self.lock();
-        let mut now = Instant::now();
-        let mut spin_end = now + SPIN;
-        let mut idle_spins = 0u32;
+        // The clock is read only every few turns: a wait that progress answers at once (most
+        // of them, under load) never reads it, and reading it costs more than a turn.
+        let mut spin_end = None;
+        let mut turns = 0u32;
         loop {
             if let Some(t) = ready(&mut core) {
                 return Ok(Some(t));
@@ -226,36 +227,34 @@ impl Shared {
             if stop_on_failure && let Some(e) = &core.inbox.failure {
                 return Err(e.duplicate());
             }
-            // The clock is read once per few idle spins: reading it costs more than a spin.
-            if idle_spins.is_multiple_of(CLOCK_EVERY) {
-                now = Instant::now();
-                self.app_at.store(now.duration_since(self.born).as_nanos() as u64, Ordering::Relaxed);
+            turns += 1;
+            if turns.is_multiple_of(CLOCK_EVERY) {
+                self.app_turns.fetch_add(1, Ordering::Relaxed);
+                let now = Instant::now();
                 if deadline.is_some_and(|d| now >= d) {
                     return Ok(None);
                 }
-            }
-            if now < spin_end {
-                if core.progress() > 0 {
-                    spin_end = now + SPIN;
-                    idle_spins = 0;
-                    // What we just progressed may be what a parked thread waits for.
-                    if self.parked.load(Ordering::SeqCst) > 0 {
-                        self.wake.notify_all();
-                    }
-                } else {
-                    idle_spins += 1;
-                    drop(core);
-                    std::hint::spin_loop();
-                    core = self.lock();
+                if *spin_end.get_or_insert(now + SPIN) <= now {
+                    self.parked.fetch_add(1, Ordering::SeqCst);
+                    self.kick();
+                    let slice = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
+                    core = self.wake.wait_timeout(core, slice).unwrap_or_else(|p| p.into_inner()).0;
+                    self.parked.fetch_sub(1, Ordering::SeqCst);
+                    spin_end = None;
+                    continue;
                 }
-                continue;
             }
-            self.parked.fetch_add(1, Ordering::SeqCst);
-            self.kick();
-            let slice = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
-            core = self.wake.wait_timeout(core, slice).unwrap_or_else(|p| p.into_inner()).0;
-            self.parked.fetch_sub(1, Ordering::SeqCst);
-            idle_spins = 0;
+            if core.progress() > 0 {
+                spin_end = None; // spin on for a whole SPIN after the last event
+                // What we just progressed may be what a parked thread waits for.
+                if self.parked.load(Ordering::SeqCst) > 0 {
+                    self.wake.notify_all();
+                }
+            } else {
+                drop(core);
+                std::hint::spin_loop();
+                core = self.lock();
+            }
         }
     }
 
@@ -288,7 +287,8 @@ impl Shared {
         let mut sock_open = true;
         let mut linger_end = None;
         let mut last_event = Instant::now();
-        let mut stay_out = Duration::ZERO;
+        let mut seen_turns = self.app_turns.load(Ordering::Relaxed);
+        let mut stay_out = HANDOVER;
         loop {
             let now = Instant::now();
             match self.state.load(Ordering::SeqCst) {
@@ -296,15 +296,17 @@ impl Shared {
                 LINGER if sock_open && now < *linger_end.get_or_insert(now + LINGER_LIMIT) => {}
                 _ => return,
             }
-            let app_at = self.born + Duration::from_nanos(self.app_at.load(Ordering::Relaxed));
-            let idle = now.saturating_duration_since(app_at);
-            if self.parked.load(Ordering::SeqCst) == 0 && idle < HANDOVER {
-                // An application thread is driving; stay out of its way unless kicked.
-                self.sleep(false, false, now + stay_out.max(HANDOVER - idle));
+            // Application threads count their turns at driving: any since our last look means
+            // one is at it, so stay out of its way unless kicked.
+            let turns = self.app_turns.load(Ordering::Relaxed);
+            let app_driving = turns != seen_turns;
+            seen_turns = turns;
+            if self.parked.load(Ordering::SeqCst) == 0 && app_driving {
+                self.sleep(false, false, now + stay_out);
                 stay_out = (stay_out * 2).clamp(HANDOVER, HANDOVER_MAX);
                 continue;
             }
-            stay_out = Duration::ZERO;
+            stay_out = HANDOVER;
             let until = {
                 let mut core = self.lock();
                 let before = core.inbox.events;
