@@ -101,14 +101,21 @@ impl std::fmt::Debug for Buf {
     }
 }
 
+/// The buffers of a body. Most bodies arrive in one, which this holds without an allocation.
+pub(crate) type Chunks = smallvec::SmallVec<[Buf; 1]>;
+
 /// A received message body: the buffers it arrived in, in order.
 #[derive(Debug, Default)]
 pub struct Body {
-    chunks: Vec<Buf>,
+    chunks: Chunks,
 }
 
 impl Body {
     pub fn new(chunks: Vec<Buf>) -> Self {
+        Body { chunks: Chunks::from_vec(chunks) }
+    }
+
+    pub(crate) fn from_chunks(chunks: Chunks) -> Self {
         Body { chunks }
     }
 

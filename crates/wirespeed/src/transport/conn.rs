@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::rma::{self, NativeRma};
 use super::{Config, Fill, FrameRx, FrameTx};
 use crate::error::{Error, ErrorCode, Result};
-use crate::mem::{Body, Buf, RegionMem};
+use crate::mem::{Body, Buf, Chunks, RegionMem};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
 use crate::proto::handshake::{Peer, error_frame};
 use crate::proto::session::{Ready, RecvEvent, Role, Session, Touched};
@@ -547,7 +547,7 @@ impl Stream {
         // costs one lock, not one per event.
         let limit = self.inner.zero_copy_limit;
         let mut start: Option<(Vec<u8>, u64)> = None;
-        let mut chunks = Vec::with_capacity(1);
+        let mut chunks = Chunks::new();
         let mut got = 0u64;
         let waited = self.inner.wait_for(self.timeout, Waiting::OnStream(self.id), |s| {
             loop {
@@ -594,7 +594,7 @@ impl Stream {
             }
             chunks.push(Buf::from(v));
         }
-        Ok(Some(Message { header, body: Body::new(chunks) }))
+        Ok(Some(Message { header, body: Body::from_chunks(chunks) }))
     }
 
     fn skip_rest(&self, left: &mut u64) -> Result<()> {
