@@ -227,7 +227,7 @@ impl Shared {
             if stop_on_failure && let Some(e) = &core.inbox.failure {
                 return Err(e.duplicate());
             }
-            turns += 1;
+            turns = turns.wrapping_add(1);
             if turns.is_multiple_of(CLOCK_EVERY) {
                 self.app_turns.fetch_add(1, Ordering::Relaxed);
                 let now = Instant::now();
