@@ -37,7 +37,8 @@ const AM_ID: u32 = 0x77;
 const SPIN: Duration = Duration::from_micros(500);
 /// Turns at progress between clock reads.
 const CLOCK_EVERY: u32 = 32;
-/// How long nobody may drive progress before the progress thread takes over.
+/// How long, at least, the progress thread stays out of the way once it sees an application
+/// thread driving; it takes over at a look that finds none drove since the last.
 const HANDOVER: Duration = Duration::from_millis(2);
 /// How long the progress thread sleeps, at most, while application threads keep driving: each
 /// look that finds them still at it doubles its next sleep, from `HANDOVER` up to this. Waking
@@ -160,8 +161,8 @@ pub(super) struct Shared {
     wake: Condvar,
     /// Threads parked on `wake`.
     parked: AtomicUsize,
-    /// Counts application threads' turns at driving progress (one per few turns), so the
-    /// progress thread can tell whether they still drive.
+    /// Counts application threads' turns at driving progress (one per wait, and one per
+    /// `CLOCK_EVERY` turns within it), so the progress thread can tell whether they still drive.
     app_turns: AtomicU64,
     /// Wakes the progress thread.
     kick: EventFd,
