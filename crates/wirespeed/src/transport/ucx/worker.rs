@@ -37,6 +37,12 @@ const AM_ID: u32 = 0x77;
 const SPIN: Duration = Duration::from_micros(500);
 /// Turns at progress between clock reads.
 const CLOCK_EVERY: u32 = 32;
+/// Fruitless turns between yields of the CPU while spinning. A spinning thread that shares
+/// its CPU with the thread it waits for (the peer process, on a busy or small host) would
+/// otherwise hold it for a whole time slice per turn, and the scheduler may take 100 ms or
+/// more to move one of them: 128 KiB messages over cma ran at a fifth of their speed then.
+/// Where the CPU is not shared, a yield returns at once.
+const YIELD_EVERY: u32 = 16;
 /// How long, at least, the progress thread stays out of the way once it sees an application
 /// thread driving; it takes over at a look that finds none drove since the last.
 const HANDOVER: Duration = Duration::from_millis(2);
@@ -220,6 +226,7 @@ impl Shared {
         // of them, under load) never reads it, and reading it costs more than a turn.
         let mut spin_end = None;
         let mut turns = 0u32;
+        let mut idle = 0u32;
         loop {
             if let Some(t) = ready(&mut core) {
                 return Ok(Some(t));
@@ -253,7 +260,12 @@ impl Shared {
                 }
             } else {
                 drop(core);
-                std::hint::spin_loop();
+                idle = idle.wrapping_add(1);
+                if idle.is_multiple_of(YIELD_EVERY) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 core = self.lock();
             }
         }
