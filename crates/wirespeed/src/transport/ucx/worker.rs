@@ -37,12 +37,14 @@ const AM_ID: u32 = 0x77;
 const SPIN: Duration = Duration::from_micros(500);
 /// Turns at progress between clock reads.
 const CLOCK_EVERY: u32 = 32;
-/// Fruitless turns between yields of the CPU while spinning. A spinning thread that shares
-/// its CPU with the thread it waits for (the peer process, on a busy or small host) would
-/// otherwise hold it for a whole time slice per turn, and the scheduler may take 100 ms or
-/// more to move one of them: 128 KiB messages over cma ran at a fifth of their speed then.
-/// Where the CPU is not shared, a yield returns at once.
-const YIELD_EVERY: u32 = 16;
+/// How long a waiting thread spins without an event before it starts yielding its CPU (once
+/// every `CLOCK_EVERY` turns) until the next event or `SPIN` runs out. A spinning thread that
+/// shares its CPU with the thread it waits for (the peer process, on a busy or small host)
+/// would otherwise hold it for a whole time slice at a time, and the scheduler may take 100 ms
+/// or more to move one of them: 128 KiB messages over cma ran at a fifth of their speed then.
+/// Yielding at once, every few turns, costs the peer: a million yields a second at the sender
+/// made the receiver's `process_vm_readv` slower, through the sender's task it looks up.
+const YIELD_AFTER: Duration = Duration::from_micros(10);
 /// How long, at least, the progress thread stays out of the way once it sees an application
 /// thread driving; it takes over at a look that finds none drove since the last.
 const HANDOVER: Duration = Duration::from_millis(2);
@@ -226,7 +228,6 @@ impl Shared {
         // of them, under load) never reads it, and reading it costs more than a turn.
         let mut spin_end = None;
         let mut turns = 0u32;
-        let mut idle = 0u32;
         loop {
             if let Some(t) = ready(&mut core) {
                 return Ok(Some(t));
@@ -242,13 +243,21 @@ impl Shared {
                 if deadline.is_some_and(|d| now >= d) {
                     return Ok(None);
                 }
-                if *spin_end.get_or_insert(now + SPIN) <= now {
+                let end = *spin_end.get_or_insert(now + SPIN);
+                if end <= now {
                     self.parked.fetch_add(1, Ordering::SeqCst);
                     self.kick();
                     let slice = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
                     core = self.wake.wait_timeout(core, slice).unwrap_or_else(|p| p.into_inner()).0;
                     self.parked.fetch_sub(1, Ordering::SeqCst);
                     spin_end = None;
+                    continue;
+                }
+                if end - now <= SPIN - YIELD_AFTER {
+                    // Nothing happened for YIELD_AFTER: let a thread that shares our CPU run.
+                    drop(core);
+                    std::thread::yield_now();
+                    core = self.lock();
                     continue;
                 }
             }
@@ -260,12 +269,7 @@ impl Shared {
                 }
             } else {
                 drop(core);
-                idle = idle.wrapping_add(1);
-                if idle.is_multiple_of(YIELD_EVERY) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
+                std::hint::spin_loop();
                 core = self.lock();
             }
         }
