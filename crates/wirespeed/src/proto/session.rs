@@ -5,7 +5,12 @@
 //! ([`Session::poll_recv`]). Control frames it wants sent (credit grants, resets) wait in
 //! [`Session::poll_transmit`].
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+/// Stream ids index every frame: ahash is several times faster than the standard SipHash on
+/// them and keeps its random keys, so a peer cannot pick ids that collide.
+type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 
 use super::frame::{FrameHeader, Kind, encode_control};
 use super::handshake::Params;
@@ -101,10 +106,10 @@ impl Session {
             role,
             ours,
             peer,
-            streams: HashMap::new(),
+            streams: HashMap::default(),
             next_local: if role == Role::Client { 1 } else { 2 },
             next_peer: if role == Role::Client { 2 } else { 1 },
-            skipped: HashSet::new(),
+            skipped: HashSet::default(),
             accept_queue: VecDeque::new(),
             ready: VecDeque::new(),
             transmit: Vec::new(),
@@ -331,7 +336,7 @@ impl Session {
             return Ok(self.streams.get_mut(&id));
         }
         if id < self.next_peer {
-            if !self.skipped.remove(&id) {
+            if self.skipped.is_empty() || !self.skipped.remove(&id) {
                 return Ok(self.streams.get_mut(&id));
             }
         } else {
