@@ -4,7 +4,7 @@
 //! Each message carries its send time (CLOCK_MONOTONIC, shared by both processes); the
 //! receiver notes when the whole message arrived and sends the latencies back at the end.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
@@ -239,7 +239,8 @@ pub fn serve(a: ServerArgs) -> Result<()> {
     }
     let per_stream = (a.count / a.streams.max(1) as u64 + 1) as usize;
     // Per stream: the stream, the latencies so far, and when its last message arrived.
-    let mut open = HashMap::new();
+    // A few streams, looked up once a message: a BTreeMap beats hashing (SipHash) the id.
+    let mut open = BTreeMap::new();
     let mut done = 0;
     while done < a.streams {
         match conn.next_ready()? {
