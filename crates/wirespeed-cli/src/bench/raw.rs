@@ -41,9 +41,13 @@ pub struct RawArgs {
     /// Bytes per message body.
     #[arg(long, default_value_t = 1 << 20)]
     size: usize,
-    /// Messages in all (default: about 16 GB worth, from 2,000 to 2,000,000).
+    /// Messages timed (default: about 16 GB worth, from 2,000 to 2,000,000).
     #[arg(long)]
     count: Option<u64>,
+    /// Messages (or one-sided transfers) sent before the clock starts and left out of every
+    /// figure, as ucx_perftest's `-w` leaves out its warm-up iterations.
+    #[arg(long, default_value_t = 0)]
+    warmup: u64,
     /// Concurrent streams on the one connection.
     #[arg(long, default_value_t = 1)]
     streams: usize,
@@ -102,13 +106,12 @@ pub fn run(a: RawArgs) -> Result<()> {
         }
         Transport::Ucx => ("ucx", "ucx://127.0.0.1:0".to_string()),
     };
-    let mut server = Server::spawn(&url, &text, &a, count)?;
+    let mut server = Server::spawn(&url, &text, &a, a.warmup + count)?;
     let conn = wirespeed::connect(&server.url, &key, &Config::default()).context("connecting to the receiver")?;
     let body = if a.ucx_body { wirespeed::transport::ucx::allocated_bytes(a.size)? } else { page_aligned(a.size) };
-    let t0 = now_ns();
-    let (last, latencies_ns) = match a.op {
-        Op::Send => send_all(&conn, &body, a.streams, count)?,
-        op => one_sided(&conn, op, a.size, count)?,
+    let (t0, last, latencies_ns) = match a.op {
+        Op::Send => send_all(&conn, &body, a.streams, a.warmup, count)?,
+        op => one_sided(&conn, op, a.size, a.warmup, count)?,
     };
     conn.close();
     server.wait()?;
@@ -133,53 +136,72 @@ fn page_aligned(size: usize) -> wirespeed::Bytes {
     v.slice(skip..skip + size)
 }
 
-/// Sends `count` messages from this one thread, taking the streams in turns, and returns when
-/// the receiver got the last one, with every latency.
-fn send_all(conn: &Connection, body: &wirespeed::Bytes, streams: usize, count: u64) -> Result<(u64, Vec<u64>)> {
+/// Sends `warmup` and then `count` messages from this one thread, taking the streams in turns.
+/// Returns when the receiver got the last one: when the timed messages started, when the last
+/// arrived, and the latency of each timed one.
+fn send_all(
+    conn: &Connection,
+    body: &wirespeed::Bytes,
+    streams: usize,
+    warmup: u64,
+    count: u64,
+) -> Result<(u64, u64, Vec<u64>)> {
     let streams = (0..streams).map(|_| conn.open_stream()).collect::<wirespeed::Result<Vec<_>>>()?;
-    for i in 0..count {
+    let mut t0 = now_ns();
+    for i in 0..warmup + count {
+        if i == warmup {
+            t0 = now_ns();
+        }
         streams[i as usize % streams.len()].send_bytes(&now_ns().to_le_bytes(), std::slice::from_ref(body))?;
     }
     let (mut last, mut latencies) = (0, Vec::with_capacity(count as usize));
     for st in &streams {
         st.finish()?;
     }
-    for st in &streams {
+    for (s, st) in streams.iter().enumerate() {
         let reply = st.recv()?.context("the receiver sent no results")?;
         last = last.max(u64::from_le_bytes(reply.header.as_slice().try_into().context("bad result header")?));
         let bytes = reply.body.to_vec();
-        latencies.extend(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))));
+        // Message i went to stream i % streams: this stream's first ones were warm-up.
+        let warm = (warmup as usize).saturating_sub(s).div_ceil(streams.len());
+        latencies.extend(bytes.chunks_exact(8).skip(warm).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))));
         // Read to the end: dropping a stream the peer has not finished cancels it.
         if st.recv()?.is_some() {
             bail!("the receiver sent more than its results");
         }
     }
-    Ok((last, latencies))
+    Ok((t0, last, latencies))
 }
 
-/// Moves `count` blocks of `size` bytes one-sidedly; each latency is one whole transfer.
-fn one_sided(conn: &Connection, op: Op, size: usize, count: u64) -> Result<(u64, Vec<u64>)> {
+/// Moves `warmup` and then `count` blocks of `size` bytes one-sidedly; each latency is one
+/// whole transfer. Returns as `send_all` does.
+fn one_sided(conn: &Connection, op: Op, size: usize, warmup: u64, count: u64) -> Result<(u64, u64, Vec<u64>)> {
     let st = conn.open_stream()?;
     st.send(b"region?", &[])?;
     let reply = st.recv()?.context("the receiver sent no region")?;
     let remote = conn.remote_region(&reply.header)?;
     let mut buf = vec![0x5au8; size];
     let mut latencies = Vec::with_capacity(count as usize);
-    let mut last = 0;
-    for _ in 0..count {
+    let (mut t0, mut last) = (now_ns(), 0);
+    for i in 0..warmup + count {
         let t = now_ns();
+        if i == warmup {
+            t0 = t;
+        }
         match op {
             Op::Put => conn.put(&remote, 0, &buf)?,
             _ => conn.get(&remote, 0, &mut buf)?,
         }
         last = now_ns();
-        latencies.push(last - t);
+        if i >= warmup {
+            latencies.push(last - t);
+        }
     }
     st.finish()?;
     if st.recv()?.is_some() {
         bail!("the receiver sent more than its region");
     }
-    Ok((last, latencies))
+    Ok((t0, last, latencies))
 }
 
 /// The receiver process.
