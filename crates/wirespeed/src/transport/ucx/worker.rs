@@ -20,6 +20,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use ucx_sys::*;
@@ -78,6 +79,9 @@ const POOL_KEEP: usize = 64 << 20;
 /// Payloads start on this boundary in receive buffers (Arrow wants 64-byte alignment).
 const PAYLOAD_ALIGN: usize = 64;
 
+/// Where a receive reports its completion: boxed, so that it stays put while its arrival moves.
+type Slot = Box<Option<ucs_status_t>>;
+
 /// One-sided operations.
 #[derive(Clone, Copy)]
 pub(super) enum RmaOp {
@@ -128,6 +132,8 @@ struct Inbox {
     deferred: usize,
     /// Bumped by every callback, so progress can tell whether to wake parked threads.
     events: u64,
+    /// Completion slots of finished rendezvous receives, for the next ones.
+    spare_slots: Vec<Slot>,
     /// The first failure; later arrivals are dropped.
     failure: Option<Error>,
     /// When and why the peer seemed to go (its socket hung up, or our endpoint failed).
@@ -137,8 +143,8 @@ struct Inbox {
 
 struct Arrival {
     header: FrameHeader,
-    /// Meta that came in the AM header.
-    meta: Vec<u8>,
+    /// Meta that came in the AM header (a message's is 8 bytes of body length and its header).
+    meta: SmallVec<[u8; 32]>,
     /// Meta bytes at the start of the AM data (when it was too big for the AM header).
     data_meta: usize,
     /// Offset of the data in `buf`, so that the payload starts aligned.
@@ -146,7 +152,7 @@ struct Arrival {
     buf: Option<PoolBuf>,
     /// For a rendezvous body, where its receive reports completion (`None` while in flight);
     /// eager data is complete on arrival and needs no slot.
-    rndv: Option<Box<Option<ucs_status_t>>>,
+    rndv: Option<Slot>,
     /// A rendezvous body not pulled yet: UCX's descriptor for it, and its length.
     deferred: Option<(*mut c_void, usize)>,
 }
@@ -418,6 +424,7 @@ impl Core {
             arrivals_held: 0,
             recv_window: RECV_WINDOW_FABRIC,
             deferred: 0,
+            spare_slots: Vec::new(),
             events: 0,
             failure: None,
             peer_gone: None,
@@ -576,7 +583,7 @@ impl Core {
     /// Bodies that waited for room are pulled here, when the reader comes back for more, not
     /// when it takes a frame: by then it has mostly dropped that frame's buffer, which the next
     /// body reuses while it is still in cache.
-    pub(super) fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Vec<u8>, Buf)>> {
+    pub(super) fn pop_frame(&mut self) -> Option<Result<(FrameHeader, SmallVec<[u8; 32]>, Buf)>> {
         if self.inbox.deferred > 0
             && let Err(e) = self.inbox.pull_deferred()
         {
@@ -591,14 +598,17 @@ impl Core {
                 return Some(Err(e));
             }
         }
-        let a = self.inbox.arrivals.pop_front()?;
+        let mut a = self.inbox.arrivals.pop_front()?;
+        if let Some(slot) = a.rndv.take() {
+            self.inbox.spare_slots.push(slot); // complete: UCX no longer writes it
+        }
         self.inbox.held -= a.held_bytes();
         self.inbox.arrivals_held -= usize::from(a.held_bytes() > 0);
         let payload_len = a.header.payload_len() as usize;
         let (meta, payload) = match a.buf {
             None => (a.meta, Buf::empty()),
             Some(buf) => {
-                let meta = if a.data_meta > 0 { buf.as_slice(a.pad, a.data_meta).to_vec() } else { a.meta };
+                let meta = if a.data_meta > 0 { buf.as_slice(a.pad, a.data_meta).into() } else { a.meta };
                 let payload = if payload_len > 0 { buf.lend(a.pad + a.data_meta, payload_len) } else { Buf::empty() };
                 (meta, payload)
             }
@@ -786,7 +796,7 @@ impl Inbox {
         let pad = (PAYLOAD_ALIGN - data_meta % PAYLOAD_ALIGN) % PAYLOAD_ALIGN;
         let mut a = Arrival {
             header: h,
-            meta: header[HEADER_LEN..].to_vec(),
+            meta: header[HEADER_LEN..].into(),
             data_meta,
             pad,
             buf: None,
@@ -794,7 +804,9 @@ impl Inbox {
             deferred: None,
         };
         if rndv {
-            a.rndv = Some(Box::new(None));
+            let mut slot = self.spare_slots.pop().unwrap_or_default();
+            *slot = None;
+            a.rndv = Some(slot);
             a.deferred = Some((data, length));
             self.deferred += 1;
             self.arrivals.push_back(a);
