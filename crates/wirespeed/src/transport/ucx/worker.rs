@@ -20,9 +20,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use smallvec::SmallVec;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
+use smallvec::SmallVec;
 use ucx_sys::*;
 
 use super::context::{check, context, status_string};
@@ -83,6 +83,9 @@ const TCP_EAGER_MAX: usize = 256 << 10;
 const POOL_KEEP: usize = 64 << 20;
 /// Payloads start on this boundary in receive buffers (Arrow wants 64-byte alignment).
 const PAYLOAD_ALIGN: usize = 64;
+
+/// A frame's meta; a message's (8 bytes of body length, then its header) mostly fits inline.
+pub(super) type Meta = SmallVec<[u8; 32]>;
 
 /// Where a receive reports its completion: boxed, so that it stays put while its arrival moves.
 type Slot = Box<Option<ucs_status_t>>;
@@ -150,8 +153,8 @@ struct Inbox {
 
 struct Arrival {
     header: FrameHeader,
-    /// Meta that came in the AM header (a message's is 8 bytes of body length and its header).
-    meta: SmallVec<[u8; 32]>,
+    /// Meta that came in the AM header.
+    meta: Meta,
     /// Meta bytes at the start of the AM data (when it was too big for the AM header).
     data_meta: usize,
     /// Offset of the data in `buf`, so that the payload starts aligned.
@@ -592,7 +595,7 @@ impl Core {
     /// Bodies that waited for room are pulled here, when the reader comes back for more, not
     /// when it takes a frame: by then it has mostly dropped that frame's buffer, which the next
     /// body reuses while it is still in cache.
-    pub(super) fn pop_frame(&mut self) -> Option<Result<(FrameHeader, SmallVec<[u8; 32]>, Buf)>> {
+    pub(super) fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Meta, Buf)>> {
         if self.inbox.deferred > 0
             && let Err(e) = self.inbox.pull_deferred()
         {
