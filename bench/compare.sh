@@ -8,22 +8,25 @@
 #   ucx  put and get (one-sided) vs ucx_perftest -t ucp_put_bw and -t ucp_get
 #   and a single-core memcpy figure as the ceiling for one-copy transports.
 # Every figure is the median of RUNS runs (default 3), ours taking turns with the peer's so
-# that drift of this shared machine hits both alike; MB = 10^6 bytes.
+# that drift of this shared machine hits both alike; MB = 10^6 bytes. Both sides leave the
+# first WARMUP messages (default 10,000, ucx_perftest's own default) out of their figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/wirespeed}
 RUNS=${RUNS:-3}
 PORT=${PORT:-5301}
+WARMUP=${WARMUP:-10000}
 
 median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
 ws() { # transport size [streams [flags...]] -> MB/s
-  "$BIN" bench raw --transport "$1" --size "$2" --streams "${3:-1}" "${@:4}" --json |
+  "$BIN" bench raw --transport "$1" --size "$2" --streams "${3:-1}" --warmup "$WARMUP" "${@:4}" --json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
 }
 
 ws_msgs() { # transport size -> messages/s
-  "$BIN" bench raw --transport "$1" --size "$2" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["msgs_per_s"])'
+  "$BIN" bench raw --transport "$1" --size "$2" --warmup "$WARMUP" --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["msgs_per_s"])'
 }
 
 iperf() { # -> MB/s, one TCP stream on loopback for 5 s
@@ -37,17 +40,17 @@ iperf() { # -> MB/s, one TCP stream on loopback for 5 s
 ucx_perf() { # test size [tls] -> MB/s (ucx_perftest reports MiB/s; converted)
   local test=$1 size=$2 tls=${3:-posix,cma,self} n=$(( 16000000000 / $2 ))   # the volume `bench raw` moves
   [ "$n" -gt 2000000 ] && n=2000000
-  UCX_TLS=$tls ucx_perftest -t "$test" -s "$size" -n "$n" -p "$PORT" >/dev/null 2>&1 &
+  UCX_TLS=$tls ucx_perftest -t "$test" -s "$size" -n "$n" -w "$WARMUP" -p "$PORT" >/dev/null 2>&1 &
   local srv=$!
   sleep 0.5
-  UCX_TLS=$tls ucx_perftest 127.0.0.1 -t "$test" -s "$size" -n "$n" -p "$PORT" 2>/dev/null |
+  UCX_TLS=$tls ucx_perftest 127.0.0.1 -t "$test" -s "$size" -n "$n" -w "$WARMUP" -p "$PORT" 2>/dev/null |
     awk '/Final:/ { print $(NF-2) * 1.048576 }'
   wait "$srv" 2>/dev/null || true
 }
 ucx_am_bw() { ucx_perf ucp_am_bw "$@"; }
 
 ws_rma() { # op size -> MB/s, ucx over posix,cma,self
-  UCX_TLS=posix,cma,self "$BIN" bench raw --transport ucx --op "$1" --size "$2" --json |
+  UCX_TLS=posix,cma,self "$BIN" bench raw --transport ucx --op "$1" --size "$2" --warmup "$WARMUP" --json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
 }
 
