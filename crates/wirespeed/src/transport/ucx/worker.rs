@@ -75,11 +75,6 @@ const RECV_WINDOW_COPY: usize = 256 << 10;
 /// where the sender's kernel copies into the socket while ours copies out): a deeper window
 /// keeps it busy, and spares each body a round trip between the receive and the sender's put.
 const RECV_WINDOW_FABRIC: usize = 16 << 20;
-/// Bodies up to this size go eagerly when every lane that carries bulk messages is TCP. A
-/// rendezvous body over TCP costs a round trip before its data moves, which pull-ahead hides only
-/// in part: on loopback, eager made 128 KiB 4 to 12 % faster and 256 KiB 8 %; from 512 KiB
-/// on, rendezvous wins again, as the eager path copies each body once more on each side.
-const TCP_EAGER_MAX: usize = 256 << 10;
 /// Receive buffers kept for reuse, per connection.
 const POOL_KEEP: usize = 64 << 20;
 /// Payloads start on this boundary in receive buffers (Arrow wants 64-byte alignment).
@@ -105,8 +100,6 @@ pub(super) struct Core {
     ep: ucp_ep_h,
     inbox: Box<Inbox>,
     max_am_header: usize,
-    /// Bodies up to this many bytes are sent eagerly whatever UCX would choose (0: none).
-    eager_max: usize,
     /// Borrowed-buffer sends whose sender is still waiting for them (see `UcxTx::write_frame`).
     pub(super) sends_in_flight: usize,
     /// Sends whose buffers UCX may still read, oldest first (see `post_owned`).
@@ -446,7 +439,6 @@ impl Core {
             ep: std::ptr::null_mut(),
             inbox,
             max_am_header: 0,
-            eager_max: 0,
             sends_in_flight: 0,
             inflight: VecDeque::new(),
             inflight_bytes: 0,
@@ -501,9 +493,8 @@ impl Core {
         // local; the inbox outlives the endpoint.
         check("connecting to the peer's worker", unsafe { ucp_ep_create(self.worker, &params, &mut ep) })?;
         self.ep = ep;
-        let lanes = self.describe_ep().unwrap_or_default();
-        self.inbox.recv_window = if bulk_by_fabric(&lanes) { RECV_WINDOW_FABRIC } else { RECV_WINDOW_COPY };
-        self.eager_max = if bulk_over_tcp(&lanes) { TCP_EAGER_MAX } else { 0 };
+        let fabric = self.describe_ep().is_some_and(|lanes| bulk_by_fabric(&lanes));
+        self.inbox.recv_window = if fabric { RECV_WINDOW_FABRIC } else { RECV_WINDOW_COPY };
         Ok(())
     }
 
@@ -652,18 +643,13 @@ impl Core {
                 iov.push(ucp_dt_iov_t { buffer: s.as_ptr() as *mut c_void, length: s.len() });
             }
         }
-        let body: usize = payload.iter().map(|s| s.len()).sum();
         let (buffer, count, datatype) = match iov.len() {
             0 => (std::ptr::null(), 0, UCP_DT_BYTES),
             1 => (iov[0].buffer as *const c_void, iov[0].length, UCP_DT_BYTES),
             n => (iov.as_ptr().cast(), n, UCP_DT_IOV),
         };
         let mut params = ucp_request_param_t {
-            op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK
-                | UCP_OP_ATTR_FIELD_USER_DATA
-                | UCP_OP_ATTR_FIELD_DATATYPE
-                | UCP_OP_ATTR_FIELD_FLAGS,
-            flags: if body <= self.eager_max { UCP_AM_SEND_FLAG_EAGER } else { 0 },
+            op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
             datatype,
             user_data: done.cast(),
             ..Default::default()
@@ -905,12 +891,6 @@ fn bulk_by_fabric(lanes: &str) -> bool {
     lanes.lines().any(|l| l.contains("lane[") && l.contains(" rma_bw") && !l.contains("/memory"))
 }
 
-/// Whether every lane that carries bulk messages (`am_bw`) is TCP.
-fn bulk_over_tcp(lanes: &str) -> bool {
-    let mut bulk = lanes.lines().filter(|l| l.contains("lane[") && l.contains(" am_bw")).peekable();
-    bulk.peek().is_some() && bulk.all(|l| l.contains(":tcp/"))
-}
-
 /// What a non-blocking call returned: done already (false), a request to wait for (true), or
 /// an error. The endpoint refusing a request means it cannot carry any more, its peer gone,
 /// most often.
@@ -977,7 +957,7 @@ unsafe extern "C" fn on_ep_error(arg: *mut c_void, _ep: ucp_ep_h, status: ucs_st
 
 #[cfg(test)]
 mod tests {
-    use super::{bulk_by_fabric, bulk_over_tcp};
+    use super::bulk_by_fabric;
 
     /// Endpoint descriptions as UCX 1.13 prints them.
     const TCP: &str =
@@ -1000,13 +980,5 @@ mod tests {
         assert!(!bulk_by_fabric(CMA));
         assert!(!bulk_by_fabric(SHM_ONLY), "fragments copied through shared memory");
         assert!(!bulk_by_fabric(""), "nothing described");
-    }
-
-    #[test]
-    fn only_tcp_lanes_send_mid_sized_bodies_eagerly() {
-        assert!(bulk_over_tcp(TCP));
-        assert!(!bulk_over_tcp(RC));
-        assert!(!bulk_over_tcp(CMA));
-        assert!(!bulk_over_tcp(""), "nothing described");
     }
 }
