@@ -7,16 +7,16 @@
 
 use std::collections::VecDeque;
 
-/// Stream ids index every frame: ahash is several times faster than the standard SipHash on
-/// them and keeps its random keys, so a peer cannot pick ids that collide.
-type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
-type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
-
 use super::frame::{FrameHeader, Kind, encode_control};
 use super::handshake::Params;
 use super::rma::Rma;
 use crate::error::{Error, ErrorCode};
 use crate::mem::Buf;
+
+/// Stream ids index every frame: ahash is several times faster than the standard SipHash on
+/// them and keeps its random keys, so a peer cannot pick ids that collide.
+type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
