@@ -385,6 +385,32 @@ fn cp_local_copies_trees_and_single_small_files() {
     assert_eq!(names, ["small.txt"], "nothing else is left beside it");
 }
 
+/// Small files whose bytes are not in memory are read while the walk goes on, and still
+/// arrive whole, each under its own name: sizes from empty to the largest sent inline, in
+/// several directories, dropped from the page cache first (where the filesystem can).
+#[test]
+fn cp_copies_a_tree_whose_files_are_not_in_memory() {
+    use std::os::unix::io::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("cold");
+    for i in 0..400u32 {
+        let sub = tree.join(format!("d{}", i % 7));
+        fs::create_dir_all(&sub).unwrap();
+        let len = (i as usize * 997) % (64 << 10);
+        let data: Vec<u8> = (0..len as u32).map(|k| (k.wrapping_mul(31) ^ i) as u8).collect();
+        let path = sub.join(format!("f{i}"));
+        fs::write(&path, &data).unwrap();
+        let f = fs::File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: advice on a descriptor we hold open.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+    let copy = dir.path().join("copy");
+    let out = run(wirespeed().args(["cp", "-r", "-p"]).arg(&tree).arg(&copy));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(snapshot(&tree, true), snapshot(&copy, true));
+}
+
 /// `--sync` leaves alone the files the destination has with the same size and time (their
 /// inodes stay) and copies the rest; `--no-clobber` replaces nothing that is there. Both
 /// locally and to a remote end, whose agent gets the flags and reports what it kept.

@@ -5,6 +5,7 @@
 //! streams. `--resume` reuses chunks the sink already holds. Connections come from the
 //! wirespeed core; [`plane`] picks the fabric.
 
+mod cached;
 mod direct;
 mod envelope;
 pub mod error;

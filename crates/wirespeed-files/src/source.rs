@@ -17,6 +17,7 @@ use twox_hash::XxHash3_128;
 use wirespeed::Connection;
 
 use crate::Summary;
+use crate::cached;
 use crate::direct::{self, AlignedBuf};
 use crate::error::{FilesError, Result};
 use crate::link::{self, Link, Wrapping};
@@ -31,6 +32,8 @@ pub const INLINE_MAX: u64 = 64 << 10;
 /// A batch of entries is sent once its inline bytes or its header reach these sizes.
 const BATCH_BODY: usize = 256 << 10;
 const BATCH_HEADER: usize = 256 << 10;
+/// Small files whose bytes storage is reading, at most, before the walk waits for the oldest.
+const READING_MAX: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct SourceOptions {
@@ -290,48 +293,61 @@ fn first_cause<T>(current: Result<T>, e: FilesError) -> Result<T> {
 /// Walks the input and sends its entries; returns the files and bytes it covers.
 fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &State) -> Result<(u64, u64)> {
     let mut batch = Batch::default();
+    // Small files whose bytes storage is still reading, oldest first.
+    let mut reading: VecDeque<Small> = VecDeque::new();
     let (mut files, mut bytes, mut asks) = (0u64, 0u64, 0u64);
     let mut visit = |found: Found| -> Result<()> {
         if shared.failed.load(Ordering::Relaxed) {
             return Err(FilesError::Stopped);
         }
-        let Found { path, mut entry, file } = found;
-        if entry.kind == Kind::File {
-            files += 1;
-            if let Some(mut f) = file.as_ref().filter(|_| entry.size <= INLINE_MAX) {
-                let data = batch.read_inline(&mut f, entry.size).map_err(|e| FilesError::io(&path, e))?;
-                entry.size = data.len() as u64;
-                entry.inline = Some(XxHash3_128::oneshot(data));
-            } else {
-                asks += 1;
-                // Only an open file takes a slot (standard input has none).
-                let held = match file.as_ref().map(|_| shared.open_files.try_hold()) {
-                    None => None,
-                    Some(Some(h)) => Some(h),
-                    Some(None) => {
-                        // The sink asks only for files it has heard of: send those first.
-                        batch.flush(control, shared.progress)?;
-                        Some(shared.open_files.hold(&shared.failed)?)
+        let Found { path, entry, file } = found;
+        match file {
+            Some(file) if entry.kind == Kind::File && entry.size <= INLINE_MAX => {
+                files += 1;
+                // The oldest still being read has had the longest to arrive: take it if it has.
+                if let Some(oldest) = reading.pop_front() {
+                    let wait = reading.len() + 1 >= READING_MAX;
+                    if let Some(oldest) = batch.add_small(oldest, wait, shared.progress)? {
+                        reading.push_front(oldest);
                     }
-                };
-                let src = SrcFile {
-                    id: entry.id,
-                    path,
-                    file,
-                    size: entry.size,
-                    sparse: entry.sparse,
-                    direct: OnceLock::new(),
-                    _held: held,
-                };
-                shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id, Arc::new(src));
+                }
+                if let Some(small) = batch.add_small(Small { path, entry, file }, false, shared.progress)? {
+                    reading.push_back(small);
+                }
             }
-            if entry.size != STREAMED {
-                bytes += entry.size;
-                shared.progress.add_total(entry.size);
+            file => {
+                if entry.kind == Kind::File {
+                    files += 1;
+                    asks += 1;
+                    // Only an open file takes a slot (standard input has none).
+                    let held = match file.as_ref().map(|_| shared.open_files.try_hold()) {
+                        None => None,
+                        Some(Some(h)) => Some(h),
+                        Some(None) => {
+                            // The sink asks only for files it has heard of: send those first.
+                            batch.flush(control, shared.progress)?;
+                            Some(shared.open_files.hold(&shared.failed)?)
+                        }
+                    };
+                    let src = SrcFile {
+                        id: entry.id,
+                        path,
+                        file,
+                        size: entry.size,
+                        sparse: entry.sparse,
+                        direct: OnceLock::new(),
+                        _held: held,
+                    };
+                    shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id, Arc::new(src));
+                    if entry.size != STREAMED {
+                        bytes += entry.size;
+                        shared.progress.add_total(entry.size);
+                    }
+                }
+                batch.push(entry);
             }
         }
-        batch.push(entry);
-        if batch.body.len() >= BATCH_BODY || batch.header_bytes >= BATCH_HEADER {
+        if batch.full() {
             batch.flush(control, shared.progress)?;
         }
         Ok(())
@@ -340,10 +356,16 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
         Input::Path(p) => walk::walk(p, opts.recursive, &mut visit)?,
         Input::Reader(_) => visit(Found { path: PathBuf::from("-"), entry: stream_entry(), file: None })?,
     }
+    for small in reading.drain(..) {
+        batch.add_small(small, true, shared.progress)?;
+        if batch.full() {
+            batch.flush(control, shared.progress)?;
+        }
+    }
     batch.flush(control, shared.progress)?;
     shared.queue.lock().unwrap_or_else(|p| p.into_inner()).asks = Some(asks);
     shared.ready.notify_all();
-    Ok((files, bytes))
+    Ok((files, bytes + batch.inline_bytes))
 }
 
 fn stream_entry() -> Entry {
@@ -362,6 +384,13 @@ fn stream_entry() -> Entry {
     }
 }
 
+/// A small file, open, that travels inline with its entry.
+struct Small {
+    path: PathBuf,
+    entry: Entry,
+    file: File,
+}
+
 /// Entries and their inline bytes, gathered into one message.
 #[derive(Default)]
 struct Batch {
@@ -369,18 +398,44 @@ struct Batch {
     /// About what the entries' header will take; the exact size is not needed.
     header_bytes: usize,
     body: Vec<u8>,
+    /// Inline bytes over all batches.
+    inline_bytes: u64,
 }
 
 impl Batch {
-    /// Reads a small file onto the end of the body; returns its bytes. One read when the size
-    /// still holds: a file that grew since the walk is sent as it was at the walk's size, one
-    /// that shrank as it is now.
-    fn read_inline(&mut self, f: &mut impl Read, size: u64) -> std::io::Result<&[u8]> {
+    /// Adds a small file with its bytes. Without `wait`, one whose bytes are not in memory
+    /// yet comes back instead (storage has begun reading them). One read when the size still
+    /// holds: a file that grew since the walk is sent as it was at the walk's size, one that
+    /// shrank as it is now.
+    fn add_small(&mut self, small: Small, wait: bool, progress: &Progress) -> Result<Option<Small>> {
+        let Small { path, mut entry, file } = small;
         let start = self.body.len();
-        self.body.resize(start + size as usize, 0);
-        let n = fill(f, &mut self.body[start..]);
+        self.body.resize(start + entry.size as usize, 0);
+        let read = match wait {
+            true => None,
+            false => cached::read_start(&file, &mut self.body[start..]).ok(),
+        };
+        let n = match read {
+            Some(Some(n)) => Ok(n),
+            Some(None) => {
+                self.body.truncate(start);
+                return Ok(Some(Small { path, entry, file }));
+            }
+            // Asked to wait, or this filesystem cannot tell what is in memory: a plain read.
+            None => fill(&mut &file, &mut self.body[start..]),
+        };
         self.body.truncate(start + n.as_ref().map_or(0, |n| *n));
-        Ok(&self.body[start..start + n?])
+        let data = &self.body[start..start + n.map_err(|e| FilesError::io(&path, e))?];
+        entry.size = data.len() as u64;
+        entry.inline = Some(XxHash3_128::oneshot(data));
+        self.inline_bytes += entry.size;
+        progress.add_total(entry.size);
+        self.push(entry);
+        Ok(None)
+    }
+
+    fn full(&self) -> bool {
+        self.body.len() >= BATCH_BODY || self.header_bytes >= BATCH_HEADER
     }
 
     fn push(&mut self, e: Entry) {
