@@ -410,22 +410,17 @@ impl Batch {
     fn add_small(&mut self, small: Small, wait: bool, progress: &Progress) -> Result<Option<Small>> {
         let Small { path, mut entry, file } = small;
         let start = self.body.len();
-        self.body.resize(start + entry.size as usize, 0);
-        let read = match wait {
-            true => None,
-            false => cached::read_start(&file, &mut self.body[start..]).ok(),
+        self.body.reserve(entry.size as usize);
+        let room = &mut self.body.spare_capacity_mut()[..entry.size as usize];
+        // An error without waiting may only say this filesystem cannot tell what is in memory.
+        let read = cached::read_start(&file, room, wait).or_else(|_| cached::read_start(&file, room, true));
+        let n = match read.map_err(|e| FilesError::io(&path, e))? {
+            Some(n) => n,
+            None => return Ok(Some(Small { path, entry, file })),
         };
-        let n = match read {
-            Some(Some(n)) => Ok(n),
-            Some(None) => {
-                self.body.truncate(start);
-                return Ok(Some(Small { path, entry, file }));
-            }
-            // Asked to wait, or this filesystem cannot tell what is in memory: a plain read.
-            None => fill(&mut &file, &mut self.body[start..]),
-        };
-        self.body.truncate(start + n.as_ref().map_or(0, |n| *n));
-        let data = &self.body[start..start + n.map_err(|e| FilesError::io(&path, e))?];
+        // SAFETY: `read_start` filled the first `n` bytes of the spare room.
+        unsafe { self.body.set_len(start + n) };
+        let data = &self.body[start..];
         entry.size = data.len() as u64;
         entry.inline = Some(XxHash3_128::oneshot(data));
         self.inline_bytes += entry.size;
