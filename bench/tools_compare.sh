@@ -3,7 +3,8 @@
 #   a 2 GiB file to /dev/null:   wirespeed send/recv  vs  nc
 #   a 2 GiB file to tmpfs:       wirespeed cp (over ssh)  vs  scp and a local cp;
 #                                wirespeed cp with both ends local  vs  a local cp
-#   10,000 files of 4 KiB:       wirespeed cp -r  vs  rsync -a, both over ssh and both local;
+#   10,000 files of 4 KiB:       wirespeed cp -r  vs  rsync -a, both over ssh and both local,
+#                                from the page cache, and (as root) locally from disk;
 #                                and how long ssh itself takes to run a command (its floor);
 #                                the same tree again, unchanged: cp -r --sync  vs  rsync -a
 # Remote ends go through a throwaway sshd on 127.0.0.1 (keys made here, nothing else touched).
@@ -71,6 +72,11 @@ timed() { # command... -> seconds
   python3 -c "print($t1 - $t0)"
 }
 fresh() { rm -rf "${DST:?}"/*; sync; }
+# This VM hands idle page cache back to its host within seconds, so a tree read a moment ago is
+# partly on disk again. The tree rows read it just before (warm), or drop the page cache first
+# (cold, root only), so that every tool starts from the same place.
+warm() { find "$1" -type f -exec cat {} + >/dev/null; }
+cold() { sync; echo 1 >/proc/sys/vm/drop_caches; }
 
 ws_send_null() { # transport
   local port; port=$(free_port)
@@ -92,9 +98,12 @@ ws_cp() { # transport src [flags]
 }
 scp_cp() { fresh; timed scp -q $SSH_OPTS -P "$SSH_PORT" "$1" "127.0.0.1:$DST/"; }
 local_cp() { fresh; timed cp "$1" "$DST/"; }
-rsync_remote() { fresh; timed rsync -a -e "ssh $SSH_OPTS -p $SSH_PORT" "$1" "127.0.0.1:$DST/"; }
-rsync_local() { fresh; timed rsync -a "$1" "$DST/"; }
-ws_local() { fresh; timed "$BIN" cp -r "$1" "$DST/"; }
+rsync_remote() { fresh; warm "$1"; timed rsync -a -e "ssh $SSH_OPTS -p $SSH_PORT" "$1" "127.0.0.1:$DST/"; }
+rsync_local() { fresh; warm "$1"; timed rsync -a "$1" "$DST/"; }
+ws_local() { fresh; [ -d "$1" ] && warm "$1"; timed "$BIN" cp -r "$1" "$DST/"; }
+ws_tree() { fresh; warm "$1"; timed "$BIN" cp -r -e "ssh $SSH_OPTS -p $SSH_PORT" --remote-bin "$BIN" "$1" "127.0.0.1:$DST/"; }
+rsync_local_cold() { fresh; cold; timed rsync -a "$1" "$DST/"; }
+ws_local_cold() { fresh; cold; timed "$BIN" cp -r "$1" "$DST/"; }
 ssh_true() { timed ssh $SSH_OPTS -p "$SSH_PORT" 127.0.0.1 true; }
 # Re-syncs of the unchanged tree into copies made once, below.
 ws_resync() { timed "$BIN" cp -r --sync -e "ssh $SSH_OPTS -p $SSH_PORT" --remote-bin "$BIN" "$1" "127.0.0.1:$KEPT/ws/"; }
@@ -116,10 +125,11 @@ print(f"| {case} | {n/o/1e6:.0f} | {peer} | {n/t/1e6:.0f} | {t/o:.2f} | {target}
 commands=(
   "nc_null" "ws_send_null auto" "ws_send_null tcp"
   "scp_cp $WORK/big" "local_cp $WORK/big" "ws_cp auto $WORK/big" "ws_cp tcp $WORK/big" "ws_local $WORK/big"
-  "rsync_remote $WORK/tree" "ws_cp auto $WORK/tree -r" "rsync_local $WORK/tree" "ws_local $WORK/tree"
+  "rsync_remote $WORK/tree" "ws_tree $WORK/tree" "rsync_local $WORK/tree" "ws_local $WORK/tree"
   "ssh_true"
   "rsync_resync $WORK/tree" "ws_resync $WORK/tree" "rsync_resync_local $WORK/tree" "ws_resync_local $WORK/tree"
 )
+[ -w /proc/sys/vm/drop_caches ] && commands+=("rsync_local_cold $WORK/tree" "ws_local_cold $WORK/tree")
 mkdir -p "$KEPT/ws" "$KEPT/rs"
 "$BIN" cp -r --sync "$WORK/tree" "$KEPT/ws/" 2>/dev/null
 rsync -a "$WORK/tree" "$KEPT/rs/"
@@ -137,10 +147,13 @@ row "cp 2 GiB → tmpfs, over ssh, auto (shm)" "$(med "ws_cp auto $WORK/big")" "
 row "cp 2 GiB → tmpfs, over ssh, auto (shm)" "$(med "ws_cp auto $WORK/big")" "local cp" "$(med "local_cp $WORK/big")" "$SIZE" "≥ 0.8"
 row "cp 2 GiB → tmpfs, over ssh, tcp" "$(med "ws_cp tcp $WORK/big")" "scp" "$(med "scp_cp $WORK/big")" "$SIZE" "≥ 4"
 row "cp 2 GiB → tmpfs, both ends local (shm)" "$(med "ws_local $WORK/big")" "local cp" "$(med "local_cp $WORK/big")" "$SIZE" "≥ 0.8"
-row "cp -r $FILES × 4 KiB → tmpfs, over ssh" "$(med "ws_cp auto $WORK/tree -r")" "rsync -a (ssh)" \
+row "cp -r $FILES × 4 KiB → tmpfs, over ssh" "$(med "ws_tree $WORK/tree")" "rsync -a (ssh)" \
   "$(med "rsync_remote $WORK/tree")" "$tree_bytes" "≥ 3"
 row "cp -r $FILES × 4 KiB → tmpfs, local" "$(med "ws_local $WORK/tree")" "rsync -a (local)" \
   "$(med "rsync_local $WORK/tree")" "$tree_bytes" "≥ 3"
+[ -n "${took["ws_local_cold $WORK/tree"]:-}" ] &&
+  row "cp -r $FILES × 4 KiB → tmpfs, local, page cache dropped" "$(med "ws_local_cold $WORK/tree")" \
+    "rsync -a (local)" "$(med "rsync_local_cold $WORK/tree")" "$tree_bytes" "—"
 row "cp -r --sync, unchanged tree, over ssh" "$(med "ws_resync $WORK/tree")" "rsync -a (ssh)" \
   "$(med "rsync_resync $WORK/tree")" "$tree_bytes" "—"
 row "cp -r --sync, unchanged tree, local" "$(med "ws_resync_local $WORK/tree")" "rsync -a (local)" \
