@@ -400,6 +400,8 @@ struct Batch {
     body: Vec<u8>,
     /// Inline bytes over all batches.
     inline_bytes: u64,
+    /// The filesystem cannot read without waiting, so small files are read plainly.
+    plain_reads: bool,
 }
 
 impl Batch {
@@ -412,8 +414,15 @@ impl Batch {
         let start = self.body.len();
         self.body.reserve(entry.size as usize);
         let room = &mut self.body.spare_capacity_mut()[..entry.size as usize];
-        // An error without waiting may only say this filesystem cannot tell what is in memory.
-        let read = cached::read_start(&file, room, wait).or_else(|_| cached::read_start(&file, room, true));
+        let wait = wait || self.plain_reads;
+        let read = match cached::read_start(&file, room, wait) {
+            // It may only say that this filesystem cannot read without waiting.
+            Err(_) if !wait => {
+                self.plain_reads = true;
+                cached::read_start(&file, room, true)
+            }
+            read => read,
+        };
         let n = match read.map_err(|e| FilesError::io(&path, e))? {
             Some(n) => n,
             None => return Ok(Some(Small { path, entry, file })),
