@@ -390,7 +390,6 @@ fn cp_local_copies_trees_and_single_small_files() {
 /// several directories, dropped from the page cache first (where the filesystem can).
 #[test]
 fn cp_copies_a_tree_whose_files_are_not_in_memory() {
-    use std::os::unix::io::AsRawFd;
     let dir = tempfile::tempdir().unwrap();
     let tree = dir.path().join("cold");
     for i in 0..400u32 {
@@ -398,17 +397,37 @@ fn cp_copies_a_tree_whose_files_are_not_in_memory() {
         fs::create_dir_all(&sub).unwrap();
         let len = (i as usize * 997) % (64 << 10);
         let data: Vec<u8> = (0..len as u32).map(|k| (k.wrapping_mul(31) ^ i) as u8).collect();
-        let path = sub.join(format!("f{i}"));
-        fs::write(&path, &data).unwrap();
-        let f = fs::File::open(&path).unwrap();
-        f.sync_all().unwrap();
-        // SAFETY: advice on a descriptor we hold open.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        fs::write(sub.join(format!("f{i}")), &data).unwrap();
     }
-    let copy = dir.path().join("copy");
-    let out = run(wirespeed().args(["cp", "-r", "-p"]).arg(&tree).arg(&copy));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(snapshot(&tree, true), snapshot(&copy, true));
+    // Written back first: the page cache keeps dirty pages.
+    // SAFETY: plain syscall.
+    unsafe { libc::sync() };
+    evict(&tree);
+    // Also under a small descriptor limit: the files still being read stay within it.
+    for limit in [None, Some(64)] {
+        let copy = dir.path().join(format!("copy-{limit:?}"));
+        let mut cmd = wirespeed();
+        cmd.args(["cp", "-r", "-p"]).arg(&tree).arg(&copy);
+        if let Some(n) = limit {
+            few_descriptors(&mut cmd, n);
+            evict(&tree);
+        }
+        let out = run(&mut cmd);
+        assert!(out.status.success(), "{limit:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(snapshot(&tree, true), snapshot(&copy, true), "{limit:?}");
+    }
+}
+
+/// Drops the files under `root` from the page cache, where the filesystem can.
+fn evict(root: &std::path::Path) {
+    use std::os::unix::io::AsRawFd;
+    for d in fs::read_dir(root).unwrap() {
+        for f in fs::read_dir(d.unwrap().path()).unwrap() {
+            let f = fs::File::open(f.unwrap().path()).unwrap();
+            // SAFETY: advice on a descriptor we hold open.
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        }
+    }
 }
 
 /// `--sync` leaves alone the files the destination has with the same size and time (their
@@ -565,24 +584,10 @@ fn trees_of_more_large_files_than_descriptors_copy_and_resume() {
         let data: Vec<u8> = (0..70_000 + i).map(|b| (b.wrapping_mul(31) ^ i) as u8).collect();
         fs::write(src.join(format!("f{i:03}")), data).unwrap();
     }
-    let few_descriptors = |c: &mut Command| {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: only setrlimit, which is async-signal-safe, runs in the forked child.
-        unsafe {
-            c.pre_exec(|| {
-                let lim = libc::rlimit { rlim_cur: 64, rlim_max: 64 };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            })
-        };
-    };
     for transport in ["auto", "tcp", "ucx"] {
         let copy = dir.path().join(format!("copy-{transport}"));
         let mut cmd = wirespeed();
-        few_descriptors(cmd.args(["cp", "-r", "--transport", transport]).arg(&src).arg(&copy));
+        few_descriptors(cmd.args(["cp", "-r", "--transport", transport]).arg(&src).arg(&copy), 64);
         let out = run(&mut cmd);
         assert!(out.status.success(), "{transport}: {}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(snapshot(&src, false), snapshot(&copy, false), "{transport}");
@@ -598,7 +603,7 @@ fn trees_of_more_large_files_than_descriptors_copy_and_resume() {
         fs::copy(e.path(), resumed.join("big").join(part)).unwrap();
     }
     let mut cmd = wirespeed();
-    few_descriptors(cmd.args(["cp", "-r", "--resume"]).arg(&src).arg(&resumed));
+    few_descriptors(cmd.args(["cp", "-r", "--resume"]).arg(&src).arg(&resumed), 64);
     let out = run(&mut cmd);
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");

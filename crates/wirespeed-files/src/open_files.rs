@@ -38,6 +38,12 @@ impl OpenFiles {
         Self::with_cap((soft / 4).clamp(16, 1024) as usize)
     }
 
+    /// Small files the walk may keep open while storage reads them in: a quarter of the
+    /// large files' share, at most 64 (a 1024-descriptor limit's).
+    pub fn small_reads(&self) -> usize {
+        (self.cap / 4).clamp(1, 64)
+    }
+
     fn with_cap(cap: usize) -> Arc<Self> {
         Arc::new(OpenFiles { held: Mutex::new(0), freed: Condvar::new(), cap })
     }

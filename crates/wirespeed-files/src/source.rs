@@ -32,8 +32,6 @@ pub const INLINE_MAX: u64 = 64 << 10;
 /// A batch of entries is sent once its inline bytes or its header reach these sizes.
 const BATCH_BODY: usize = 256 << 10;
 const BATCH_HEADER: usize = 256 << 10;
-/// Small files whose bytes storage is reading, at most, before the walk waits for the oldest.
-const READING_MAX: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct SourceOptions {
@@ -293,8 +291,10 @@ fn first_cause<T>(current: Result<T>, e: FilesError) -> Result<T> {
 /// Walks the input and sends its entries; returns the files and bytes it covers.
 fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &State) -> Result<(u64, u64)> {
     let mut batch = Batch::default();
-    // Small files whose bytes storage is still reading, oldest first.
+    // Small files whose bytes storage is still reading, oldest first; at most this many
+    // before the walk waits for the oldest.
     let mut reading: VecDeque<Small> = VecDeque::new();
+    let reading_max = shared.open_files.small_reads();
     let (mut files, mut bytes, mut asks) = (0u64, 0u64, 0u64);
     let mut visit = |found: Found| -> Result<()> {
         if shared.failed.load(Ordering::Relaxed) {
@@ -306,7 +306,7 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
                 files += 1;
                 // The oldest still being read has had the longest to arrive: take it if it has.
                 if let Some(oldest) = reading.pop_front() {
-                    let wait = reading.len() + 1 >= READING_MAX;
+                    let wait = reading.len() + 1 >= reading_max;
                     if let Some(oldest) = batch.add_small(oldest, wait, shared.progress)? {
                         reading.push_front(oldest);
                     }

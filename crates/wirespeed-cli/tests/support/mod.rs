@@ -38,6 +38,18 @@ pub fn wait_for(child: &mut Child, limit: Duration) -> ExitStatus {
 }
 
 /// Runs a command to its end (at most two minutes), capturing its output.
+/// Runs `c` with at most `n` file descriptors.
+pub fn few_descriptors(c: &mut Command, n: u64) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only setrlimit, which is async-signal-safe, runs in the forked child.
+    unsafe {
+        c.pre_exec(move || {
+            let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        })
+    }
+}
+
 pub fn run(cmd: &mut Command) -> Output {
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
     let out = child.stdout.take().unwrap();
