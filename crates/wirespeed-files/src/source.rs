@@ -301,9 +301,9 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
             return Err(FilesError::Stopped);
         }
         let Found { path, entry, file } = found;
+        files += u64::from(entry.kind == Kind::File);
         match file {
             Some(file) if entry.kind == Kind::File && entry.size <= INLINE_MAX => {
-                files += 1;
                 // The oldest still being read has had the longest to arrive: take it if it has.
                 if let Some(oldest) = reading.pop_front() {
                     let wait = reading.len() + 1 >= reading_max;
@@ -317,7 +317,6 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
             }
             file => {
                 if entry.kind == Kind::File {
-                    files += 1;
                     asks += 1;
                     // Only an open file takes a slot (standard input has none).
                     let held = match file.as_ref().map(|_| shared.open_files.try_hold()) {
