@@ -385,6 +385,47 @@ fn cp_local_copies_trees_and_single_small_files() {
     assert_eq!(names, ["small.txt"], "nothing else is left beside it");
 }
 
+/// A tree copied to a new name is built under the hidden part name beside it and takes its
+/// own name only when complete. A part directory an interrupted copy left is continued with
+/// `--resume` and started afresh without; one another copy is writing is refused.
+#[test]
+fn a_tree_copied_to_a_new_name_appears_only_when_complete() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let tree = tricky_tree(dir.path());
+    let copy = dir.path().join("copy");
+    let part = dir.path().join(".copy.wirespeed-part");
+    // An interrupted copy's leftovers: a small file half written under its own name, half of
+    // the big one under its part name, and a file the source does not have.
+    let interrupted = || {
+        fs::create_dir_all(part.join("sub dir/deeper")).unwrap();
+        fs::write(part.join("sub dir/deeper/small"), [7u8; 300]).unwrap();
+        let big = fs::read(tree.join("sub dir/big.bin")).unwrap();
+        fs::write(part.join("sub dir/.big.bin.wirespeed-part"), &big[..big.len() / 2]).unwrap();
+        fs::write(part.join("stray"), b"not in the source").unwrap();
+    };
+    let cp = |extra: &[&str]| run(wirespeed().args(["cp", "-r", "-p"]).args(extra).arg(&tree).arg(&copy));
+
+    interrupted();
+    let held = fs::File::open(&part).unwrap();
+    // SAFETY: plain syscall on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let out = cp(&[]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("another copy is writing there"), "{said}");
+    assert!(!copy.exists());
+    drop(held);
+
+    for resume in [true, false] {
+        let out = cp(if resume { &["--resume"] } else { &[] });
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(snapshot(&tree, true), snapshot(&copy, true), "resume: {resume}");
+        assert!(!part.exists());
+        fs::remove_dir_all(&copy).unwrap();
+        interrupted();
+    }
+}
+
 /// Small files whose bytes are not in memory are read while the walk goes on, and still
 /// arrive whole, each under its own name: sizes from empty to the largest sent inline, in
 /// several directories, dropped from the page cache first (where the filesystem can).

@@ -77,7 +77,9 @@ fn paths_that_leave_the_destination_are_refused() {
     let r = offer(&dst, vec![root.clone(), file], b"x");
     assert!(matches!(r, Err(FilesError::UnsafePath(_))), "{r:?}");
 
-    // Through a symlink already in the destination.
+    // Through a symlink already in the destination (a failed copy into a new name left none).
+    assert!(!dst.exists());
+    std::fs::create_dir(&dst).unwrap();
     std::os::unix::fs::symlink(&outside, dst.join("old")).unwrap();
     let sub = entry(1, Kind::Dir, b"old", b"", b"");
     let file = entry(2, Kind::File, b"old/pwned", b"", b"x");

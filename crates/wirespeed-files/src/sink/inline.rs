@@ -115,7 +115,11 @@ fn write_unit(unit: &Unit, sh: &State, unnamed: &mut bool) -> Result<()> {
         if Some(XxHash3_128::oneshot(data)) != f.entry.inline {
             return Err(FilesError::Checksum { path: target.dest().display().to_string(), index: 0 });
         }
-        target.write(&f.entry, data, sh.preserve, unnamed)?;
+        if sh.fresh {
+            target.create(&f.entry, data, sh.preserve)?;
+        } else {
+            target.write(&f.entry, data, sh.preserve, unnamed)?;
+        }
         sh.progress.add_bytes(data.len() as u64);
         sh.progress.file_done();
     }
@@ -166,6 +170,15 @@ impl Target<'_> {
         let f = File::from(openat(self.dir, part.as_os_str(), flags, mode).map_err(|err| self.io(err))?);
         self.fill(f, e, data, preserve)?;
         renameat(self.dir, part.as_os_str(), self.dir, self.name).map_err(|err| self.io(err))
+    }
+
+    /// Writes the file straight under its name, over anything there: for a tree still under
+    /// its part name (see [`super::fresh`]), where nothing yet looks complete.
+    fn create(&self, e: &Entry, data: &[u8], preserve: bool) -> Result<()> {
+        let mode = Mode::from_bits_truncate(e.mode & 0o777);
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let f = File::from(openat(self.dir, self.name, flags, mode).map_err(|err| self.io(err))?);
+        self.fill(f, e, data, preserve).map(drop)
     }
 
     fn fill(&self, mut f: File, e: &Entry, data: &[u8], preserve: bool) -> Result<File> {

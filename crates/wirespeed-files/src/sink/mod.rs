@@ -2,8 +2,10 @@
 //! files to a few writing threads ([`inline`]), and asks for each large file with a `Want`
 //! (listing, with `--resume`, the checksums of chunks it already holds). A thread per data
 //! stream checks and writes chunks into the file's hidden part file; the last chunk renames
-//! it into place.
+//! it into place. A tree copied to a new name is built under a hidden name of its own
+//! ([`fresh`]).
 
+mod fresh;
 mod inline;
 
 use std::collections::{HashMap, HashSet};
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use twox_hash::XxHash3_128;
 use wirespeed::Connection;
 
+use self::fresh::FreshTree;
 use crate::direct::{self, AlignedBuf, Gather};
 use crate::error::{FilesError, Result};
 use crate::link::{self, Body, Link, Wrapping};
@@ -151,6 +154,8 @@ struct State<'a> {
     delete: bool,
     /// Write large files with direct I/O.
     direct: bool,
+    /// Building a new tree under its part name: small files go straight under their names.
+    fresh: bool,
     /// Where a single file goes in order instead of into a part file.
     stream: Option<Shared<Box<dyn Write + Send>>>,
     progress: &'a Progress,
@@ -254,15 +259,21 @@ fn receive(
             .ok_or_else(|| FilesError::UnsafePath(String::from_utf8_lossy(&root_name).into_owned()))?,
         Output::Path(p) => p.clone(),
     };
+    let resume = flags & proto::RESUME != 0;
+    let tree = match stream {
+        None if root_kind == Kind::Dir => FreshTree::begin(&root, resume)?,
+        _ => None,
+    };
     let shared = State {
         wrapping,
         chunk: chunk_size as u64,
         preserve: flags & proto::PRESERVE != 0,
-        resume: flags & proto::RESUME != 0,
+        resume,
         sync: flags & proto::SYNC != 0,
         no_clobber: flags & proto::NO_CLOBBER != 0,
         delete: flags & proto::DELETE != 0,
         direct: opts.direct,
+        fresh: tree.is_some(),
         stream,
         progress,
         stall: opts.stall_timeout,
@@ -280,7 +291,7 @@ fn receive(
         for _ in 0..inline_writers() {
             s.spawn(|| inline::write_units(&units, &shared));
         }
-        let r = control_loop(control, &root, &shared, queue);
+        let r = control_loop(control, &root, tree, &shared, queue);
         shared.over.store(true, Ordering::Relaxed);
         r
     })
@@ -293,11 +304,20 @@ fn inline_writers() -> usize {
 
 /// Reads the source's entries until its `End`. Inline files go to the writers on `queue`,
 /// which closes when this returns.
-fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender<inline::Unit>) -> Result<Summary> {
+fn control_loop(
+    control: &Link,
+    root: &Path,
+    tree: Option<FreshTree>,
+    sh: &State,
+    queue: mpsc::SyncSender<inline::Unit>,
+) -> Result<Summary> {
+    let root = tree.as_ref().map_or(root, |t| t.building());
     let mut dirs = Vec::new();
     let mut created_links = Vec::new();
     let (mut kept, mut kept_bytes) = (0, 0);
-    // With `--delete`, every path the source sent: the rest of its directories goes.
+    // With `--delete`, every path the source sent: the rest of its directories goes. So it
+    // does in a new tree resumed, where the rest is left from the interrupted copy.
+    let prune = sh.delete || (tree.is_some() && sh.resume);
     let mut sent = HashSet::new();
     let mut end = loop {
         let got = control.recv_while(sh.alive());
@@ -319,7 +339,7 @@ fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender
                     if created_links.iter().any(|l: &PathBuf| dest.starts_with(l) && dest != *l) {
                         return Err(FilesError::UnsafePath(String::from_utf8_lossy(&e.path).into_owned()));
                     }
-                    if sh.delete {
+                    if prune {
                         sent.insert(dest.clone());
                     }
                     let keep = keeps(&dest, &e, sh);
@@ -383,7 +403,7 @@ fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender
     if let Some(e) = sh.take_failure() {
         return Err(e);
     }
-    if sh.delete && sh.stream.is_none() {
+    if prune && sh.stream.is_none() {
         for (dir, _) in &dirs {
             end.deleted += delete_unsent(dir, &sent)?;
         }
@@ -393,6 +413,9 @@ fn control_loop(control: &Link, root: &Path, sh: &State, queue: mpsc::SyncSender
         for (dir, e) in dirs.iter().rev() {
             set_metadata(None, dir, e)?;
         }
+    }
+    if let Some(tree) = tree {
+        tree.finish()?;
     }
     let Summary { files, bytes, kept, kept_bytes, deleted } = end;
     control.send(&Msg::Done { files, bytes, kept, kept_bytes, deleted }, &[])?;
