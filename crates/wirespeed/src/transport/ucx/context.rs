@@ -27,9 +27,10 @@ pub(super) fn context() -> Result<ucp_context_h> {
 }
 
 fn init() -> std::result::Result<Context, String> {
+    ucx_sys::load()?;
     let mut config = std::ptr::null_mut();
     // SAFETY: out-pointer to a local; NULL prefix and file mean the defaults and UCX_* env.
-    let s = unsafe { ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config) };
+    let s = unsafe { lib().ucp_config_read(std::ptr::null(), std::ptr::null(), &mut config) };
     if s != UCS_OK {
         return Err(status_string(s));
     }
@@ -42,9 +43,9 @@ fn init() -> std::result::Result<Context, String> {
     };
     let mut ctx = std::ptr::null_mut();
     // SAFETY: valid params and config; out-pointer to a local.
-    let s = unsafe { ucp_init(&params, config, &mut ctx) };
+    let s = unsafe { ucx_sys::ucp_init(&params, config, &mut ctx) };
     // SAFETY: read above, released once.
-    unsafe { ucp_config_release(config) };
+    unsafe { lib().ucp_config_release(config) };
     if s != UCS_OK {
         return Err(status_string(s));
     }
@@ -54,7 +55,7 @@ fn init() -> std::result::Result<Context, String> {
 /// UCX's description of a status.
 pub(super) fn status_string(s: ucs_status_t) -> String {
     // SAFETY: ucs_status_string returns a static NUL-terminated string for any value.
-    let text = unsafe { CStr::from_ptr(ucs_status_string(s)) };
+    let text = unsafe { CStr::from_ptr(lib().ucs_status_string(s)) };
     text.to_string_lossy().into_owned()
 }
 

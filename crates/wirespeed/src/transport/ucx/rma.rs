@@ -32,7 +32,7 @@ impl Drop for Registration {
     fn drop(&mut self) {
         if let Ok(ctx) = context() {
             // SAFETY: mapped in `register`, unmapped once.
-            unsafe { ucp_mem_unmap(ctx, self.0) };
+            unsafe { lib().ucp_mem_unmap(ctx, self.0) };
         }
     }
 }
@@ -53,11 +53,11 @@ impl Registration {
         };
         let mut memh = std::ptr::null_mut();
         // SAFETY: valid params; out-pointer to a local.
-        check("allocating memory", unsafe { ucp_mem_map(context()?, &params, &mut memh) })?;
+        check("allocating memory", unsafe { lib().ucp_mem_map(context()?, &params, &mut memh) })?;
         let registration = Registration(memh);
         let mut attr = ucp_mem_attr_t { field_mask: UCP_MEM_ATTR_FIELD_ADDRESS as u64, ..Default::default() };
         // SAFETY: live handle; out-pointer to a local.
-        check("querying memory", unsafe { ucp_mem_query(memh, &mut attr) })?;
+        check("querying memory", unsafe { lib().ucp_mem_query(memh, &mut attr) })?;
         let ptr = NonNull::new(attr.address.cast::<u8>())
             .ok_or_else(|| Error::Fabric { op: "allocating memory", status: "no address".into() })?;
         Ok((registration, ptr))
@@ -97,12 +97,12 @@ impl NativeRma for UcxRma {
         unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
         let (mut packed, mut size) = (std::ptr::null_mut(), 0usize);
         // SAFETY: live context and handle; out-pointers to locals.
-        check("packing a region's key", unsafe { ucp_rkey_pack(ctx, memh, &mut packed, &mut size) })?;
+        check("packing a region's key", unsafe { lib().ucp_rkey_pack(ctx, memh, &mut packed, &mut size) })?;
         let mut native = (ptr.as_ptr() as u64).to_le_bytes().to_vec();
         // SAFETY: UCX returned `size` readable bytes at `packed`, released right after.
         unsafe {
             native.extend_from_slice(std::slice::from_raw_parts(packed as *const u8, size));
-            ucp_rkey_buffer_release(packed);
+            lib().ucp_rkey_buffer_release(packed);
         }
         // SAFETY: the memory stays valid until the registration, its owner, drops.
         Ok((unsafe { RegionMem::from_fabric(ptr, len, Box::new(registration)) }, native))
@@ -172,6 +172,6 @@ impl Drop for UcxRemote {
     fn drop(&mut self) {
         let _core = self.h.shared.lock();
         // SAFETY: unpacked on this worker, which is alive; destroyed once, under the lock.
-        unsafe { ucp_rkey_destroy(self.rkey) };
+        unsafe { lib().ucp_rkey_destroy(self.rkey) };
     }
 }

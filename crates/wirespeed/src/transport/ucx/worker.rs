@@ -203,7 +203,7 @@ impl Shared {
     pub(super) fn new(core: Core, sock: TcpStream) -> Result<Arc<Self>> {
         let mut efd = -1;
         // SAFETY: live worker; out-pointer to a local. The fd belongs to the worker.
-        check("getting the worker's event fd", unsafe { ucp_worker_get_efd(core.worker, &mut efd) })?;
+        check("getting the worker's event fd", unsafe { lib().ucp_worker_get_efd(core.worker, &mut efd) })?;
         let kick = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
             .map_err(io::Error::from)?;
         sock.set_nonblocking(true)?;
@@ -418,7 +418,7 @@ impl Core {
         };
         let mut worker = std::ptr::null_mut();
         // SAFETY: valid context and params; out-pointer to a local.
-        check("creating a worker", unsafe { ucp_worker_create(ctx, &params, &mut worker) })?;
+        check("creating a worker", unsafe { lib().ucp_worker_create(ctx, &params, &mut worker) })?;
         let inbox = Box::new(Inbox {
             worker,
             pool: Pool::new(POOL_KEEP),
@@ -446,7 +446,7 @@ impl Core {
         let mut attr =
             ucp_worker_attr_t { field_mask: UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER as u64, ..Default::default() };
         // SAFETY: live worker, out-pointer to a local.
-        check("querying the worker", unsafe { ucp_worker_query(worker, &mut attr) })?;
+        check("querying the worker", unsafe { lib().ucp_worker_query(worker, &mut attr) })?;
         core.max_am_header = attr.max_am_header;
         let handler = ucp_am_handler_param_t {
             field_mask: (UCP_AM_HANDLER_PARAM_FIELD_ID
@@ -459,7 +459,7 @@ impl Core {
             arg: (&mut *core.inbox as *mut Inbox).cast(),
         };
         // SAFETY: the inbox is boxed, so `arg` stays valid as long as the worker.
-        check("setting the message handler", unsafe { ucp_worker_set_am_recv_handler(worker, &handler) })?;
+        check("setting the message handler", unsafe { lib().ucp_worker_set_am_recv_handler(worker, &handler) })?;
         Ok(core)
     }
 
@@ -467,11 +467,11 @@ impl Core {
     pub(super) fn address(&self) -> Result<Vec<u8>> {
         let (mut addr, mut len) = (std::ptr::null_mut(), 0usize);
         // SAFETY: live worker; out-pointers to locals.
-        check("getting the worker address", unsafe { ucp_worker_get_address(self.worker, &mut addr, &mut len) })?;
+        check("getting the worker address", unsafe { lib().ucp_worker_get_address(self.worker, &mut addr, &mut len) })?;
         // SAFETY: UCX returned `len` readable bytes at `addr`, released right after the copy.
         let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len).to_vec() };
         // SAFETY: returned by ucp_worker_get_address on this worker.
-        unsafe { ucp_worker_release_address(self.worker, addr) };
+        unsafe { lib().ucp_worker_release_address(self.worker, addr) };
         Ok(bytes)
     }
 
@@ -491,7 +491,7 @@ impl Core {
         let mut ep = std::ptr::null_mut();
         // SAFETY: UCX parses the address bytes we pass (it validates them); out-pointer to a
         // local; the inbox outlives the endpoint.
-        check("connecting to the peer's worker", unsafe { ucp_ep_create(self.worker, &params, &mut ep) })?;
+        check("connecting to the peer's worker", unsafe { lib().ucp_ep_create(self.worker, &params, &mut ep) })?;
         self.ep = ep;
         let fabric = self.describe_ep().is_some_and(|lanes| bulk_by_fabric(&lanes));
         self.inbox.recv_window = if fabric { RECV_WINDOW_FABRIC } else { RECV_WINDOW_COPY };
@@ -507,7 +507,7 @@ impl Core {
             if stream.is_null() {
                 return None;
             }
-            ucp_ep_print_info(self.ep, stream.cast());
+            lib().ucp_ep_print_info(self.ep, stream.cast());
             libc::fclose(stream);
             if text.is_null() {
                 return None;
@@ -520,13 +520,13 @@ impl Core {
 
     fn progress(&mut self) -> u32 {
         // SAFETY: live worker, lock held.
-        unsafe { ucp_worker_progress(self.worker) }
+        unsafe { lib().ucp_worker_progress(self.worker) }
     }
 
     /// Arms the event fd; false if events are pending (progress again first).
     fn arm(&mut self) -> Result<bool> {
         // SAFETY: live worker, lock held.
-        match unsafe { ucp_worker_arm(self.worker) } {
+        match unsafe { lib().ucp_worker_arm(self.worker) } {
             UCS_OK => Ok(true),
             UCS_ERR_BUSY => Ok(false),
             s => check("arming the worker", s).map(|_| false),
@@ -657,8 +657,9 @@ impl Core {
         params.cb.send = Some(on_send_done);
         // SAFETY: live endpoint; the caller keeps the buffers and the gather list valid until
         // completion.
-        let req =
-            unsafe { ucp_am_send_nbx(ep, AM_ID, am_header.as_ptr().cast(), am_header.len(), buffer, count, &params) };
+        let req = unsafe {
+            lib().ucp_am_send_nbx(ep, AM_ID, am_header.as_ptr().cast(), am_header.len(), buffer, count, &params)
+        };
         posted(req, "sending")
     }
 
@@ -688,9 +689,9 @@ impl Core {
         // SAFETY: live endpoint; the caller keeps `buf` valid until completion and `rkey` alive.
         let req = unsafe {
             match op {
-                RmaOp::Put => ucp_put_nbx(ep, buf.cast(), len, addr, rkey, &params),
-                RmaOp::Get => ucp_get_nbx(ep, buf.cast(), len, addr, rkey, &params),
-                RmaOp::Flush => ucp_ep_flush_nbx(ep, &params),
+                RmaOp::Put => lib().ucp_put_nbx(ep, buf.cast(), len, addr, rkey, &params),
+                RmaOp::Get => lib().ucp_get_nbx(ep, buf.cast(), len, addr, rkey, &params),
+                RmaOp::Flush => lib().ucp_ep_flush_nbx(ep, &params),
             }
         };
         posted(req, "one-sided transfer")
@@ -712,7 +713,7 @@ impl Core {
         let ep = self.usable_ep()?;
         let mut rkey = std::ptr::null_mut();
         // SAFETY: live endpoint; UCX reads the packed key (from our authenticated peer).
-        check("unpacking a remote key", unsafe { ucp_ep_rkey_unpack(ep, packed.as_ptr().cast(), &mut rkey) })?;
+        check("unpacking a remote key", unsafe { lib().ucp_ep_rkey_unpack(ep, packed.as_ptr().cast(), &mut rkey) })?;
         Ok(rkey)
     }
 
@@ -728,16 +729,16 @@ impl Core {
             ..Default::default()
         };
         // SAFETY: live endpoint, closed once (the pointer is cleared below).
-        let req = unsafe { ucp_ep_close_nbx(self.ep, &params) };
+        let req = unsafe { lib().ucp_ep_close_nbx(self.ep, &params) };
         self.ep = std::ptr::null_mut();
         if ucs_ptr_is_ptr(req) {
             let deadline = Instant::now() + limit;
             // SAFETY: `req` is a live request until freed below.
-            while unsafe { ucp_request_check_status(req) } == UCS_INPROGRESS && Instant::now() < deadline {
+            while unsafe { lib().ucp_request_check_status(req) } == UCS_INPROGRESS && Instant::now() < deadline {
                 self.progress();
             }
             // SAFETY: as above; freed once.
-            unsafe { ucp_request_free(req) };
+            unsafe { lib().ucp_request_free(req) };
         }
     }
 }
@@ -748,7 +749,7 @@ impl Drop for Core {
         self.close_ep(true, Duration::from_secs(1));
         // SAFETY: created in `Core::new`, destroyed once. The inbox and the buffers of
         // receives still in flight drop after this, once UCX can no longer write to them.
-        unsafe { ucp_worker_destroy(self.worker) };
+        unsafe { lib().ucp_worker_destroy(self.worker) };
     }
 }
 
@@ -862,8 +863,9 @@ impl Inbox {
             // SAFETY: `desc` is the descriptor UCX handed us and kept for us (the callback
             // returned INPROGRESS); the destination has room for `length` bytes and, like the
             // slot, lives until the worker is destroyed. UCX owns `desc` from here on.
-            let req =
-                unsafe { ucp_am_recv_data_nbx(worker, desc, buf.as_mut_ptr().add(a.pad).cast(), length, &params) };
+            let req = unsafe {
+                lib().ucp_am_recv_data_nbx(worker, desc, buf.as_mut_ptr().add(a.pad).cast(), length, &params)
+            };
             a.buf = Some(buf);
             if !posted(req, "receiving a message body")? {
                 a.rndv = None; // done already
@@ -877,7 +879,7 @@ impl Inbox {
         for a in self.arrivals.iter_mut() {
             if let Some((desc, _)) = a.deferred.take() {
                 // SAFETY: a descriptor UCX kept for us and we never passed on; released once.
-                unsafe { ucp_am_data_release(self.worker, desc) };
+                unsafe { lib().ucp_am_data_release(self.worker, desc) };
             }
         }
         self.deferred = 0;
@@ -944,7 +946,7 @@ unsafe extern "C" fn on_send_done(request: *mut c_void, status: ucs_status_t, us
     // has run; our caller holds the Core lock. The request is ours to free.
     unsafe {
         *(user_data as *mut Option<ucs_status_t>) = Some(status);
-        ucp_request_free(request);
+        lib().ucp_request_free(request);
     }
 }
 
