@@ -1,5 +1,5 @@
-//! Generates bindings to the UCP API of the UCX found by pkg-config, loaded at run time (see
-//! the crate's [`api`](../src/lib.rs)) rather than linked.
+//! Generates bindings to the UCP API of the UCX found by pkg-config, as a table of functions
+//! filled when the library is opened at run time (`load` in src/lib.rs) rather than linked.
 
 use std::env;
 use std::path::PathBuf;
