@@ -116,7 +116,7 @@ fn write_unit(unit: &Unit, sh: &State, unnamed: &mut bool) -> Result<()> {
             return Err(FilesError::Checksum { path: target.dest().display().to_string(), index: 0 });
         }
         if sh.fresh {
-            target.create(&f.entry, data, sh.preserve)?;
+            target.create(target.name, &f.entry, data, sh.preserve)?;
         } else {
             target.write(&f.entry, data, sh.preserve, unnamed)?;
         }
@@ -166,18 +166,16 @@ impl Target<'_> {
             }
         }
         let part = part_name(self.name.as_bytes());
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let f = File::from(openat(self.dir, part.as_os_str(), flags, mode).map_err(|err| self.io(err))?);
-        self.fill(f, e, data, preserve)?;
+        self.create(&part, e, data, preserve)?;
         renameat(self.dir, part.as_os_str(), self.dir, self.name).map_err(|err| self.io(err))
     }
 
-    /// Writes the file straight under its name, over anything there: for a tree still under
-    /// its part name (see [`super::fresh`]), where nothing yet looks complete.
-    fn create(&self, e: &Entry, data: &[u8], preserve: bool) -> Result<()> {
+    /// Writes the file as `name` in the directory, over anything there: its part name, or its
+    /// own name in a tree still under its part name (see [`super::fresh`]).
+    fn create(&self, name: &OsStr, e: &Entry, data: &[u8], preserve: bool) -> Result<()> {
         let mode = Mode::from_bits_truncate(e.mode & 0o777);
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let f = File::from(openat(self.dir, self.name, flags, mode).map_err(|err| self.io(err))?);
+        let f = File::from(openat(self.dir, name, flags, mode).map_err(|err| self.io(err))?);
         self.fill(f, e, data, preserve).map(drop)
     }
 
