@@ -31,7 +31,7 @@ pub use error::{FilesError, Result};
 pub use plane::{Ports, Server, Transport};
 pub use progress::Progress;
 pub use sink::Output;
-pub use source::{Input, SourceOptions, default_streams};
+pub use source::{Input, SourceOptions};
 
 /// How long a transfer may stand still before it fails, by default. Its control stream is
 /// quiet while a large file moves, and the sink may hash a large partial file before it

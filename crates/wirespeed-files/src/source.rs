@@ -44,8 +44,9 @@ pub struct SourceOptions {
     pub no_clobber: bool,
     /// Remove what the destination's copies of the directories hold beyond the source's.
     pub delete: bool,
-    /// Data streams, each with its own reading thread (and a writing thread at the sink).
-    pub streams: usize,
+    /// Data streams, each with its own reading thread (and a writing thread at the sink);
+    /// `None` for [`default_streams`] over the connection.
+    pub streams: Option<usize>,
     pub chunk_size: u32,
     /// Most file bytes per second over all streams (`--bwlimit`); `None` for no limit.
     pub rate_limit: Option<u64>,
@@ -68,7 +69,7 @@ impl Default for SourceOptions {
             sync: false,
             no_clobber: false,
             delete: false,
-            streams: default_streams(),
+            streams: None,
             chunk_size: 4 << 20,
             rate_limit: None,
             compress: None,
@@ -81,9 +82,13 @@ impl Default for SourceOptions {
 
 /// One stream per core, at most 4. Each stream keeps a thread busy on both ends, and more
 /// of them than cores only contend: on 2 cores, 4 streams copied a file over shared memory
-/// at half the speed of 2. Writes into one file serialise in the kernel anyway.
-pub fn default_streams() -> usize {
-    std::thread::available_parallelism().map_or(4, |n| n.get().min(4))
+/// at half the speed of 2. Writes into one file serialise in the kernel anyway. Over shared
+/// memory both ends run on this host's cores, so half as many: there, on 2 cores, one
+/// stream copied 2 GiB to tmpfs in 0.93 s and two in 1.02 s.
+fn default_streams(conn: &Connection) -> usize {
+    let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let cores = if conn.fills_in_place() { cores / 2 } else { cores };
+    cores.clamp(1, 4)
 }
 
 /// What to send.
@@ -198,6 +203,7 @@ pub fn run_source(
     opts: &SourceOptions,
     progress: &Progress,
 ) -> Result<Summary> {
+    let streams = opts.streams.unwrap_or_else(|| default_streams(conn)).max(1);
     let shared = State {
         reader: match input {
             Input::Reader(r) => Some(r),
@@ -205,7 +211,7 @@ pub fn run_source(
         },
         wrapping,
         chunk: opts.chunk_size as u64,
-        stream_rate: opts.rate_limit.map(|r| (r / opts.streams.max(1) as u64).max(1)),
+        stream_rate: opts.rate_limit.map(|r| (r / streams as u64).max(1)),
         stall: opts.stall_timeout,
         progress,
         in_place: conn.fills_in_place(),
@@ -235,7 +241,7 @@ pub fn run_source(
 
     thread::scope(|s| {
         let reader = s.spawn(|| read_control(control, &shared));
-        let workers: Vec<_> = (0..opts.streams.max(1)).map(|_| s.spawn(|| serve_jobs(conn, &shared))).collect();
+        let workers: Vec<_> = (0..streams).map(|_| s.spawn(|| serve_jobs(conn, &shared))).collect();
         let mut result = send_entries(control, input, opts, &shared);
         if result.is_err() {
             shared.stop();

@@ -25,7 +25,7 @@ pub struct Common {
     #[arg(long, default_value = "auto")]
     pub transport: Transport,
     /// Parallel data streams, each with its own I/O thread [default: one per core of the
-    /// sending host, at most 4].
+    /// sending host, at most 4; over shared memory, where both ends share the cores, half].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub streams: Option<u16>,
     /// Print the bandwidth at the end.
@@ -123,7 +123,7 @@ impl Common {
             sync: f.sync,
             no_clobber: f.no_clobber,
             delete: f.delete,
-            streams: self.streams.map_or_else(wirespeed_files::default_streams, usize::from),
+            streams: self.streams.map(usize::from),
             rate_limit: (self.bwlimit > 0.0).then_some((self.bwlimit * 1e6) as u64),
             compress: self.compress.0,
             encrypt: self.encrypt,
