@@ -37,7 +37,6 @@ pub fn wait_for(child: &mut Child, limit: Duration) -> ExitStatus {
     }
 }
 
-/// Runs a command to its end (at most two minutes), capturing its output.
 /// Runs `c` with at most `n` file descriptors.
 pub fn few_descriptors(c: &mut Command, n: u64) -> &mut Command {
     use std::os::unix::process::CommandExt;
@@ -50,6 +49,7 @@ pub fn few_descriptors(c: &mut Command, n: u64) -> &mut Command {
     }
 }
 
+/// Runs a command to its end (at most two minutes), capturing its output.
 pub fn run(cmd: &mut Command) -> Output {
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
     let out = child.stdout.take().unwrap();
