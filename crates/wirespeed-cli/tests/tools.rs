@@ -718,6 +718,22 @@ fn cp_reports_bad_sources_in_one_line() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("use -r"));
 }
 
+/// `DIR/` names a directory, as with `cp`: a file copied to one that does not exist fails
+/// and leaves nothing behind, instead of taking the name.
+#[test]
+fn a_file_never_takes_a_name_written_as_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small.txt");
+    fs::write(&small, b"a few bytes").unwrap();
+    let mut to = dir.path().join("missing").into_os_string();
+    to.push("/");
+    let out = run(wirespeed().arg("cp").arg(&small).arg(&to));
+    assert_eq!(out.status.code(), Some(5), "an I/O error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Not a directory"));
+    let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["small.txt"], "nothing else appeared");
+}
+
 /// Bytes of `p` that sit in the page cache.
 fn cached(p: &std::path::Path) -> u64 {
     use std::os::fd::AsRawFd;

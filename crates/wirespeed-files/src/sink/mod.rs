@@ -11,6 +11,7 @@ mod inline;
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -257,6 +258,10 @@ fn receive(
             .ok()
             .filter(|_| !root_name.contains(&b'/'))
             .ok_or_else(|| FilesError::UnsafePath(String::from_utf8_lossy(&root_name).into_owned()))?,
+        // `DIR/` names a directory: a file never takes that name, as with `cp`.
+        Output::Path(p) if root_kind != Kind::Dir && p.as_os_str().as_bytes().ends_with(b"/") => {
+            return Err(FilesError::io(p, std::io::Error::from_raw_os_error(libc::ENOTDIR)));
+        }
         Output::Path(p) => p.clone(),
     };
     let resume = flags & proto::RESUME != 0;
