@@ -11,7 +11,7 @@ pub mod stage;
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -163,16 +163,18 @@ pub fn with_progress<T>(
     f: impl FnOnce() -> anyhow::Result<T>,
 ) -> anyhow::Result<(T, Duration)> {
     let start = Instant::now();
-    let done = AtomicBool::new(false);
+    let (done, finished) = mpsc::channel::<()>();
     let r = std::thread::scope(|s| {
         if std::io::stderr().is_terminal() {
-            s.spawn(|| draw(progress, &done));
+            s.spawn(|| draw(progress, finished));
         }
         let r = f();
-        done.store(true, Ordering::Relaxed);
+        // Dropping the sender wakes the bar at once, so it never holds up the end.
+        drop(done);
         r
-    })?;
+    });
     let elapsed = start.elapsed();
+    let r = r?;
     if verbose {
         let (bytes, _, _) = progress.get();
         eprintln!("Bandwidth {:.3} GB/s", bytes as f64 / elapsed.as_secs_f64() / 1e9);
@@ -180,17 +182,16 @@ pub fn with_progress<T>(
     Ok((r, elapsed))
 }
 
-fn draw(progress: &Progress, done: &AtomicBool) {
+fn draw(progress: &Progress, finished: mpsc::Receiver<()>) {
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    while !done.load(Ordering::Relaxed) {
+    while finished.recv_timeout(Duration::from_millis(100)) == Err(mpsc::RecvTimeoutError::Timeout) {
         let (bytes, total, _) = progress.get();
         bar.set_length(total.max(bytes));
         bar.set_position(bytes);
-        std::thread::sleep(Duration::from_millis(100));
     }
     bar.finish_and_clear();
 }

@@ -621,7 +621,8 @@ fn chunk_sums(path: &Path, size: u64, chunk: u64) -> Result<Option<Vec<(u32, u12
 /// Accepts the source's data streams until the transfer is over, a thread for each.
 fn accept_data_streams<'s>(conn: &'s Connection, sh: &'s State<'s>, s: &'s thread::Scope<'s, '_>) {
     while !sh.over.load(Ordering::Relaxed) {
-        match conn.accept_stream_timeout(Duration::from_millis(100)) {
+        // A short slice: the sink's end (a failure above all) waits for this thread to see it.
+        match conn.accept_stream_timeout(Duration::from_millis(10)) {
             Ok(stream) => {
                 let mut link = Link::new(stream, sh.wrapping);
                 link.set_timeout(sh.stall);
