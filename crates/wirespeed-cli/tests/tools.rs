@@ -716,6 +716,10 @@ fn cp_reports_bad_sources_in_one_line() {
     let out = run(wirespeed().arg("cp").arg(dir.path()).arg(dir.path().join("x")));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("use -r"));
+    // Before starting anything remote: this ssh would fail if it were run.
+    let out = run(wirespeed().args(["cp", "-e", "/nonexistent/ssh"]).arg(dir.path().join("missing")).arg("h:/x"));
+    assert_eq!(out.status.code(), Some(5), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing"));
 }
 
 /// `DIR/` names a directory, as with `cp`: a file copied to one that does not exist fails

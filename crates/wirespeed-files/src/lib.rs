@@ -32,6 +32,7 @@ pub use plane::{Ports, Server, Transport};
 pub use progress::Progress;
 pub use sink::Output;
 pub use source::{Input, SourceOptions};
+pub use walk::check_root;
 
 /// How long a transfer may stand still before it fails, by default. Its control stream is
 /// quiet while a large file moves, and the sink may hash a large partial file before it

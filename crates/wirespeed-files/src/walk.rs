@@ -29,17 +29,13 @@ pub struct Found {
 /// Calls `visit` for `root` and, if it is a directory and `recursive`, for all below it.
 pub fn walk(root: &Path, recursive: bool, visit: impl FnMut(Found) -> Result<()>) -> Result<()> {
     let io = |e: nix::Error| FilesError::io(root, e.into());
-    // A symlink named on the command line is followed, as cp and scp do.
-    let opened = match kind(&stat(root).map_err(io)?) {
-        Some(Kind::Dir) if !recursive => {
-            return Err(FilesError::Usage(format!("{} is a directory (use -r)", root.display())));
-        }
-        Some(Kind::Dir) => {
+    let opened = match root_kind(root, recursive)? {
+        Kind::Dir => {
             let dir = Dir::open(root, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty());
             let dir = dir.map_err(io)?;
             Opened::Dir(fstat(&dir).map_err(io)?, dir)
         }
-        Some(Kind::File) => {
+        Kind::File => {
             let file = File::open(root).map_err(|e| FilesError::io(root, e))?;
             let st = fstat(&file).map_err(io)?;
             if kind(&st) != Some(Kind::File) {
@@ -47,7 +43,7 @@ pub fn walk(root: &Path, recursive: bool, visit: impl FnMut(Found) -> Result<()>
             }
             Opened::File(st, file)
         }
-        _ => return Err(not_copied(root)),
+        Kind::Symlink => return Err(not_copied(root)), // stat follows links: never here
     };
     let mut walker = Walker { next_id: 0, stack: Vec::new(), visit };
     walker.emit(root.to_path_buf(), Vec::new(), opened)?;
@@ -57,6 +53,22 @@ pub fn walk(root: &Path, recursive: bool, visit: impl FnMut(Found) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// Whether `root` can be copied as asked: it exists, and is a directory only when
+/// `recursive`. The walk checks again; this lets a caller fail before it starts anything
+/// remote.
+pub fn check_root(root: &Path, recursive: bool) -> Result<()> {
+    root_kind(root, recursive).map(drop)
+}
+
+/// What `root` is. A symlink named on the command line is followed, as cp and scp do.
+fn root_kind(root: &Path, recursive: bool) -> Result<Kind> {
+    match kind(&stat(root).map_err(|e| FilesError::io(root, e.into()))?) {
+        Some(Kind::Dir) if !recursive => Err(FilesError::Usage(format!("{} is a directory (use -r)", root.display()))),
+        Some(k) => Ok(k),
+        None => Err(not_copied(root)),
+    }
 }
 
 /// A name below the root, listed but not yet opened.

@@ -40,6 +40,7 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
         match (Place::parse(&a.src), Place::parse(&a.dst)) {
             (Place::Local(src), Place::Local(dst)) => local_to_local(&a, &src, &dst, &key, &progress),
             (Place::Local(src), Place::Remote { host, path }) => {
+                wirespeed_files::check_root(&src, a.flags.recursive)?;
                 with_agent(&a, &ssh, &host, "sink", path, &key_text, &key, |conn| {
                     wirespeed_files::send(conn, Side::Client, &Input::Path(src), &source_options(&a), &progress)
                 })
