@@ -30,7 +30,8 @@ pub enum Role {
 pub struct AgentArgs {
     role: Role,
     path: PathBuf,
-    /// Connect to this sink instead of listening (remote to remote copies).
+    /// Connect to this sink instead of listening (remote to remote copies). `-` reads the
+    /// address from the line after the key, so that both ends can start at once.
     #[arg(long)]
     connect: Option<String>,
     #[command(flatten)]
@@ -44,9 +45,16 @@ pub struct AgentArgs {
 
 /// The key, from the first line of standard input.
 pub fn read_key() -> anyhow::Result<Key> {
+    Ok(Key::new(read_line("key")?.as_bytes())?)
+}
+
+/// The next line of standard input, without its end; `what` names it in the error when
+/// input ends first.
+pub fn read_line(what: &str) -> anyhow::Result<String> {
     let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).context("no key on standard input")?;
-    Ok(Key::new(line.trim_end().as_bytes())?)
+    let n = std::io::stdin().lock().read_line(&mut line).with_context(|| format!("no {what} on standard input"))?;
+    anyhow::ensure!(n > 0, "no {what} on standard input");
+    Ok(line.trim_end().to_string())
 }
 
 /// Standard input stays open for as long as the initiator wants us: once it closes, and
@@ -91,9 +99,13 @@ pub fn finished() {
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     confine_ucx_ports(a.ports, a.common.transport);
     let key = read_key()?;
+    let connect = match a.connect {
+        Some(addr) if addr == "-" => Some(read_line("sink address")?),
+        other => other,
+    };
     stop_when_stdin_closes(|| {});
     let cfg = Config::default();
-    let (conn, side) = match &a.connect {
+    let (conn, side) = match &connect {
         Some(addr) => (plane::connect(addr, a.common.transport, &key, &cfg)?, Side::Client),
         None => {
             let (ip, host) = listen_address();

@@ -51,11 +51,13 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
                 })
             }
             (Place::Remote { host: src_host, path: src }, Place::Remote { host: dst_host, path: dst }) => {
+                // Both ends start at once (ssh start-up is most of a small copy's time); the
+                // source learns where the sink listens once the sink says.
                 let mut sink = ssh.start(&dst_host, &agent_args(&a, "sink", dst), &key_text, Stderr::Capture)?;
-                let addr = sink.address(AGENT_START)?;
                 let mut args = agent_args(&a, "source", src);
-                args.extend(["--connect".into(), addr.into()]);
+                args.extend(["--connect".into(), "-".into()]);
                 let mut source = ssh.start(&src_host, &args, &key_text, Stderr::Capture)?;
+                source.tell(&sink.address(AGENT_START)?)?;
                 // No timeout fits a copy of unknown size; the agents time out on their own.
                 let done = source.expect("WIRESPEED-DONE", Duration::from_secs(u64::MAX / 4))?;
                 let parse = |i: usize| done.get(i).and_then(|w| w.parse().ok()).unwrap_or(0);

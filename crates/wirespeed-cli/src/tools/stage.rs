@@ -4,7 +4,7 @@
 //! the two links, and reports `WIRESPEED-DONE <status> <cause>`. When standard input closes
 //! (the pipeline is torn down) it kills its command's whole process group and exits.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -17,7 +17,7 @@ use wirespeed::{Config, Connection, Key};
 use wirespeed_files::{FilesError, Input, Output, Ports, Progress, Server, Side, plane};
 
 use super::Common;
-use super::agent::{confine_ucx_ports, finished, listen_address, read_key, stop_when_stdin_closes};
+use super::agent::{confine_ucx_ports, finished, listen_address, read_key, read_line, stop_when_stdin_closes};
 use super::pipe::{Cause, Spec};
 use crate::exit;
 
@@ -55,11 +55,7 @@ pub fn run(a: StageArgs) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
     let next = match &output {
         Some(_) => None,
-        None => {
-            let mut line = String::new();
-            std::io::stdin().lock().read_line(&mut line).context("no next stage on standard input")?;
-            Some(line.strip_prefix("TO ").context("garbled next stage")?.trim().to_string())
-        }
+        None => Some(read_line("next stage")?.strip_prefix("TO ").context("garbled next stage")?.trim().to_string()),
     };
     stop_when_stdin_closes(kill_group);
     let out = match output {
