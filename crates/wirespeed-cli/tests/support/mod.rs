@@ -24,17 +24,37 @@ pub fn wirespeed() -> Command {
 
 /// Waits for `child` at most `limit`, killing it past that.
 pub fn wait_for(child: &mut Child, limit: Duration) -> ExitStatus {
+    wait_within(child, limit).unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("a wirespeed process ran past {limit:?}");
+    })
+}
+
+/// The child's status once it ends, or `None` if it is still running after `limit`.
+fn wait_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(st) = child.try_wait().expect("wait") {
-            return st;
+            return Some(st);
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("a wirespeed process ran past {limit:?}");
+            return None;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// What each thread of process `pid` waits in, to tell where a hung process is stuck.
+fn threads_waiting(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return String::new() };
+    tasks
+        .flatten()
+        .map(|t| {
+            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+            format!("{} in {}", read("comm").trim(), read("wchan").trim())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Runs `c` with at most `n` file descriptors.
@@ -61,7 +81,13 @@ pub fn run(cmd: &mut Command) -> Output {
         })
     };
     let (out, err) = (all(Box::new(out)), all(Box::new(err)));
-    let status = wait_for(&mut child, Duration::from_secs(120));
+    let limit = Duration::from_secs(120);
+    let Some(status) = wait_within(&mut child, limit) else {
+        let threads = threads_waiting(child.id());
+        let _ = child.kill();
+        let said = String::from_utf8_lossy(&err.join().unwrap().unwrap()).into_owned();
+        panic!("{cmd:?} ran past {limit:?}; its threads: {threads}; it said: {said}");
+    };
     Output { status, stdout: out.join().unwrap().unwrap(), stderr: err.join().unwrap().unwrap() }
 }
 
