@@ -723,7 +723,7 @@ fn cp_reports_bad_sources_in_one_line() {
 }
 
 /// `DIR/` names a directory, as with `cp`: a file copied to one that does not exist fails
-/// and leaves nothing behind, instead of taking the name.
+/// and leaves nothing behind, instead of taking the name. Errors name what the user gave.
 #[test]
 fn a_file_never_takes_a_name_written_as_a_directory() {
     let dir = tempfile::tempdir().unwrap();
@@ -736,6 +736,14 @@ fn a_file_never_takes_a_name_written_as_a_directory() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("Not a directory"));
     let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["small.txt"], "nothing else appeared");
+    // A file too big to travel inline, into a directory that is missing: the error names the
+    // file as given, not the hidden part name it would have been written under.
+    let big = dir.path().join("big.bin");
+    fs::write(&big, vec![1u8; 4 << 20]).unwrap();
+    let out = run(wirespeed().arg("cp").arg(&big).arg(dir.path().join("missing/big.bin")));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{said}");
+    assert!(said.contains("missing/big.bin") && !said.contains("wirespeed-part"), "{said}");
 }
 
 /// Bytes of `p` that sit in the page cache.

@@ -101,7 +101,7 @@ impl SinkFile {
 
     /// The part file, emptied unless it carries chunks over from an interrupted copy.
     fn open_part(&self) -> Result<File> {
-        open_part(&self.part, &self.entry, self.base.is_none() && !self.resumed_part)
+        open_part(&self.part, &self.dest, &self.entry, self.base.is_none() && !self.resumed_part)
     }
 
     /// Waits until chunk `index` is the next a stream output writes: the chunks of a file of
@@ -584,7 +584,9 @@ fn ask(control: &Link, dest: PathBuf, e: Entry, sh: &State) -> Result<()> {
     control.send(&Msg::Want { id, ordered: sh.stream.is_some(), have }, &[])
 }
 
-fn open_part(part: &Path, e: &Entry, truncate: bool) -> Result<File> {
+/// Opens the part file of `dest`; errors name `dest`, as the user gave it (a missing or
+/// read-only directory is theirs to see, not our part name).
+fn open_part(part: &Path, dest: &Path, e: &Entry, truncate: bool) -> Result<File> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -592,10 +594,10 @@ fn open_part(part: &Path, e: &Entry, truncate: bool) -> Result<File> {
         .truncate(truncate)
         .mode(e.mode & 0o777)
         .open(part)
-        .map_err(|err| FilesError::io(part, err))?;
+        .map_err(|err| FilesError::io(dest, err))?;
     if e.size != STREAMED {
         // Holes stay holes: untouched blocks read as zeros.
-        f.set_len(e.size).map_err(|err| FilesError::io(part, err))?;
+        f.set_len(e.size).map_err(|err| FilesError::io(dest, err))?;
     }
     Ok(f)
 }
