@@ -48,13 +48,6 @@ impl Buf {
         matches!(self.0, Inner::Lent { .. })
     }
 
-    /// Copies a lent view onto the heap and gives the transport memory back at once.
-    pub fn detach(&mut self) {
-        if self.is_lent() {
-            *self = Buf::from(self.to_vec());
-        }
-    }
-
     /// The bytes as a Vec, copying only if they are lent.
     pub fn into_vec(mut self) -> Vec<u8> {
         match &mut self.0 {

@@ -461,17 +461,6 @@ impl Session {
         None
     }
 
-    /// Copies every queued lent buffer onto the heap, so the transport can reuse its memory.
-    pub fn detach_queued(&mut self) {
-        for s in self.streams.values_mut() {
-            for ev in s.queue.iter_mut() {
-                if let RecvEvent::Chunk(b) = ev {
-                    b.detach();
-                }
-            }
-        }
-    }
-
     fn queue_control(&mut self, kind: Kind, stream: u32, aux: u32, len: u64) {
         let mut h = FrameHeader::new(kind, stream);
         h.aux = aux;

@@ -321,9 +321,6 @@ impl Inner {
             touched = self.lock().session.on_frame(h, meta, payload)?;
             Ok(())
         })?;
-        if rx.under_pressure() {
-            self.lock().session.detach_queued();
-        }
         Ok(touched)
     }
 

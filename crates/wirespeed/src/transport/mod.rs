@@ -104,11 +104,6 @@ pub(crate) trait FrameRx: Send {
     /// A partly read frame is kept for the next call.
     fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool>;
 
-    /// True when queued lent buffers should be copied out so the transport can reuse memory.
-    fn under_pressure(&self) -> bool {
-        false
-    }
-
     /// Bodies larger than this are gathered onto the heap rather than held as lent views.
     fn zero_copy_limit(&self) -> u64 {
         u64::MAX

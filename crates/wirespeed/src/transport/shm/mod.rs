@@ -39,6 +39,10 @@ use crate::proto::session::Role;
 
 /// How long a waiting side polls shared memory before it sleeps on its eventfd.
 const SPIN: Duration = Duration::from_micros(50);
+/// A ring pinned by lent views waits for them while some came back within this long: the
+/// receiver is slower than the sender but draining, and the views free their space without a
+/// copy. Past it the views are evacuated (copied out), as for a receiver that keeps them.
+const RETURN_GRACE: Duration = Duration::from_millis(2);
 /// Offset of the data areas: the first page holds the two control blocks.
 const DATA_AT: usize = 4096;
 const MIN_RING: usize = 8 << 20;
@@ -147,6 +151,7 @@ fn build(
     let lender = Arc::new(RingLender {
         ring: rx_ring,
         released: Default::default(),
+        returns: Default::default(),
         _map: map.clone(),
         moved: Mutex::new(Vec::new()),
         space: rx_space,
@@ -165,6 +170,8 @@ fn build(
         memfd,
         rx_offset,
         regions: Default::default(),
+        returns_seen: 0,
+        returned_at: Instant::now(),
     };
     let tx = ShmTx {
         ring: tx_ring,
@@ -513,6 +520,9 @@ struct ShmRx {
     rx_offset: usize,
     /// The peer's sealed regions.
     regions: regions::Incoming,
+    /// The lender's count of returned views at our last look, and when it last changed.
+    returns_seen: u64,
+    returned_at: Instant,
 }
 
 impl FrameRx for ShmRx {
@@ -522,13 +532,17 @@ impl FrameRx for ShmRx {
                 self.head = self.ring.head();
             }
             let Some(f) = self.ring.locate(self.pos, self.head, &self.limits)? else {
-                if self.pinned() {
+                let pinned = self.pinned();
+                if pinned && !self.views_returning() {
                     self.evacuate()?;
                     continue;
                 }
+                // Pinned by views that are coming back: the sender writes once they free its
+                // room; look again after the grace in case they stop.
+                let until = if pinned { deadline.min(Instant::now() + RETURN_GRACE) } else { deadline };
                 let (ring, pos) = (self.ring, self.pos);
-                let ready = || ring.head() != pos || self.pinned();
-                if !self.wake.wait(ring.consumer_sleeping(), deadline, ready)? {
+                let ready = || ring.head() != pos || (!pinned && self.pinned());
+                if !self.wake.wait(ring.consumer_sleeping(), until, ready)? && until == deadline {
                     return Ok(false);
                 }
                 continue;
@@ -580,21 +594,25 @@ impl FrameRx for ShmRx {
     fn zero_copy_limit(&self) -> u64 {
         self.ring.cap() / 4
     }
-
-    /// Space frees in order, so an unread frame near the tail blocks all space behind it.
-    /// Past three quarters, queued views are copied out; with frames of at most an eighth of
-    /// the ring, a frame and its padding then always fit, unless the application itself holds
-    /// the views.
-    fn under_pressure(&self) -> bool {
-        self.pos.wrapping_sub(self.lender.released.load(Ordering::Relaxed)) > self.ring.cap() / 4 * 3
-    }
 }
 
 impl ShmRx {
-    /// The sender waits for room while views we lent out (held by the application, or by a
-    /// receive assembling a message) keep most of the ring: only an evacuation frees it.
+    /// The sender waits for room while views we lent out (queued, held by the application,
+    /// or by a receive assembling a message) keep most of the ring. Space frees in order, so
+    /// one view near the tail blocks all behind it; past three quarters, with frames of at
+    /// most an eighth of the ring, a frame and its padding may no longer fit.
     fn pinned(&self) -> bool {
-        self.under_pressure() && self.ring.producer_sleeping().load(Ordering::Relaxed) != 0
+        let lent = self.pos.wrapping_sub(self.lender.released.load(Ordering::Relaxed));
+        lent > self.ring.cap() / 4 * 3 && self.ring.producer_sleeping().load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether lent views came back within `RETURN_GRACE`, as far as our looks can tell.
+    fn views_returning(&mut self) -> bool {
+        let (returns, now) = (self.lender.returns.load(Ordering::Relaxed), Instant::now());
+        if returns != self.returns_seen {
+            (self.returns_seen, self.returned_at) = (returns, now);
+        }
+        now.duration_since(self.returned_at) < RETURN_GRACE
     }
 
     /// Moves every frame still lent out to private memory at the same address (see
@@ -644,6 +662,9 @@ struct RingLender {
     ring: Ring,
     /// Our own copy of the tail we published, so checks need not touch the shared line.
     released: std::sync::atomic::AtomicU64,
+    /// Views given back so far, so the receiver can tell a draining application from one
+    /// that keeps them.
+    returns: std::sync::atomic::AtomicU64,
     space: OwnedFd,
     /// Declared (so dropped) before the mappings its evacuated pages lie in.
     track: Mutex<Track>,
@@ -728,6 +749,7 @@ impl RingLender {
 
 impl Lender for RingLender {
     fn release(&self, token: u64) {
+        self.returns.fetch_add(1, Ordering::Relaxed);
         let mut t = self.track.lock().unwrap_or_else(|p| p.into_inner());
         let Some(i) = token.checked_sub(t.base) else {
             // An evacuated view; dropping the last of its evacuation frees the private pages.
