@@ -189,6 +189,40 @@ fn held_bodies_never_stall_the_sender(scheme: &str) {
     });
 }
 
+/// A receiver slower than its sender, which drops most messages but keeps every fifth: the
+/// views it drops free the transport's memory by themselves (shm waits for them rather than
+/// copying), and those it keeps must stay intact when the rest of the ring is reused.
+fn a_slow_receiver_keeping_some_messages_gets_them_all_intact(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let (size, count) = (1 << 20, 3 * Config::default().shm_ring_bytes / (1 << 20));
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let st = c.open_stream().unwrap();
+            for i in 0..count {
+                st.send(&(i as u32).to_le_bytes(), &[&pattern(i as u64, size)]).unwrap();
+            }
+            st.finish().unwrap();
+            assert!(st.recv().unwrap().is_none());
+        });
+        let st = s.accept_stream().unwrap();
+        let (mut kept, mut i) = (Vec::new(), 0);
+        while let Some(m) = st.recv().unwrap() {
+            assert_eq!(m.header, (i as u32).to_le_bytes());
+            assert!(m.body.to_vec() == pattern(i as u64, size), "message {i} arrived changed");
+            if i % 5 == 0 {
+                kept.push((i, m));
+            }
+            std::thread::sleep(Duration::from_micros(500));
+            i += 1;
+        }
+        st.finish().unwrap();
+        assert_eq!(i, count);
+        for (i, m) in &kept {
+            assert!(m.body.to_vec() == pattern(*i as u64, size), "message {i} changed while kept");
+        }
+    });
+}
+
 /// Bodies in sealed regions arrive intact however they are sent (whole, sliced, mixed with
 /// heap pieces, borrowed), stay valid after the sender drops its regions, and keep arriving
 /// when more regions are used than a shm peer maps (those are copied).
@@ -832,6 +866,10 @@ macro_rules! conformance {
             #[test]
             fn held_bodies_never_stall_the_sender() {
                 super::held_bodies_never_stall_the_sender(S)
+            }
+            #[test]
+            fn a_slow_receiver_keeping_some_messages_gets_them_all_intact() {
+                super::a_slow_receiver_keeping_some_messages_gets_them_all_intact(S)
             }
             #[test]
             fn sealed_region_bodies_arrive_intact() {
