@@ -160,6 +160,17 @@ fn owned_bodies_arrive_in_order(scheme: &str) {
     });
 }
 
+/// Sends `count` messages of `size` bytes on one stream, each numbered in its header and
+/// with its own pattern as its body, then waits for the peer to finish too.
+fn send_numbered(c: &Connection, count: usize, size: usize) {
+    let st = c.open_stream().unwrap();
+    for i in 0..count {
+        st.send(&(i as u32).to_le_bytes(), &[&pattern(i as u64, size)]).unwrap();
+    }
+    st.finish().unwrap();
+    assert!(st.recv().unwrap().is_none());
+}
+
 /// A receiver may keep every message of a stream several times larger than the transport's
 /// buffers (shm's ring, ucx's pools); the sender must not stall on the memory those pin.
 fn held_bodies_never_stall_the_sender(scheme: &str) {
@@ -167,14 +178,7 @@ fn held_bodies_never_stall_the_sender(scheme: &str) {
     let config = Config::default();
     let (size, count) = (1 << 20, 4 * config.shm_ring_bytes / (1 << 20));
     std::thread::scope(|scope| {
-        scope.spawn(move || {
-            let st = c.open_stream().unwrap();
-            for i in 0..count {
-                st.send(&(i as u32).to_le_bytes(), &[&pattern(i as u64, size)]).unwrap();
-            }
-            st.finish().unwrap();
-            assert!(st.recv().unwrap().is_none());
-        });
+        scope.spawn(move || send_numbered(&c, count, size));
         let st = s.accept_stream().unwrap();
         let mut held = Vec::new();
         while let Some(m) = st.recv().unwrap() {
@@ -196,14 +200,7 @@ fn a_slow_receiver_keeping_some_messages_gets_them_all_intact(scheme: &str) {
     let (_l, c, s) = pair(scheme);
     let (size, count) = (1 << 20, 3 * Config::default().shm_ring_bytes / (1 << 20));
     std::thread::scope(|scope| {
-        scope.spawn(move || {
-            let st = c.open_stream().unwrap();
-            for i in 0..count {
-                st.send(&(i as u32).to_le_bytes(), &[&pattern(i as u64, size)]).unwrap();
-            }
-            st.finish().unwrap();
-            assert!(st.recv().unwrap().is_none());
-        });
+        scope.spawn(move || send_numbered(&c, count, size));
         let st = s.accept_stream().unwrap();
         let (mut kept, mut i) = (Vec::new(), 0);
         while let Some(m) = st.recv().unwrap() {
