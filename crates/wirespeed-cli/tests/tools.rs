@@ -296,6 +296,69 @@ fn cp_remote_to_local_and_remote_to_remote() {
     assert_eq!(fs::read(b.join("big.bin")).unwrap(), fs::read(tree.join("sub dir/big.bin")).unwrap());
 }
 
+/// Several sources, as with `cp a b dir/` and `rsync a b dir/`: each lands under its own name
+/// in the destination directory (made if missing), in one transfer per copy, local or remote.
+/// Sources that would take the same name, or live on different hosts, are refused up front.
+#[test]
+fn cp_copies_several_sources_into_one_directory() {
+    let sshd = Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tree = tricky_tree(dir.path());
+    let single = dir.path().join("single.txt");
+    fs::write(&single, b"one file").unwrap();
+    let expect = |into: &std::path::Path| {
+        assert_eq!(snapshot(&tree, true), snapshot(&into.join("tree"), true));
+        assert_eq!(fs::read(into.join("single.txt")).unwrap(), b"one file");
+    };
+
+    // Into an existing directory, whose other contents stay, and into a new one.
+    let existing = dir.path().join("existing");
+    fs::create_dir(&existing).unwrap();
+    fs::write(existing.join("other"), b"kept").unwrap();
+    let fresh = dir.path().join("fresh");
+    for into in [&existing, &fresh] {
+        let out = run(wirespeed().args(["cp", "-r", "-p"]).arg(&tree).arg(&single).arg(into));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        expect(into);
+    }
+    assert_eq!(fs::read(existing.join("other")).unwrap(), b"kept");
+
+    // Local to remote, remote to local, and remote to remote.
+    let (up, down, across) = (dir.path().join("up"), dir.path().join("down"), dir.path().join("across"));
+    let out = run(sshd.cp().args(["-r", "-p"]).arg(&tree).arg(&single).arg(remote(&up)));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    expect(&up);
+    let out = run(sshd.cp().args(["-r", "-p"]).arg(remote(&tree)).arg(remote(&single)).arg(&down));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    expect(&down);
+    let out = run(sshd.cp().args(["-r", "-p"]).arg(remote(&tree)).arg(remote(&single)).arg(remote(&across)));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    expect(&across);
+
+    // Two sources named alike, here or there, and sources on two hosts: usage errors, in one
+    // line, before anything is written.
+    let twin = dir.path().join("twin");
+    fs::create_dir(&twin).unwrap();
+    fs::write(twin.join("single.txt"), b"another").unwrap();
+    let refused = dir.path().join("refused");
+    for out in [
+        run(wirespeed().arg("cp").arg(&single).arg(twin.join("single.txt")).arg(&refused)),
+        run(sshd.cp().arg(remote(&single)).arg(remote(&twin.join("single.txt"))).arg(&refused)),
+        run(sshd.cp().arg(&single).arg(remote(&tree)).arg(&refused)),
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+        assert!(!refused.exists());
+    }
+
+    // A file is no directory to copy several sources into; it stays as it was.
+    let file = dir.path().join("a-file");
+    fs::write(&file, b"untouched").unwrap();
+    let out = run(wirespeed().args(["cp", "-r"]).arg(&tree).arg(&single).arg(&file));
+    assert!(!out.status.success());
+    assert_eq!(fs::read(&file).unwrap(), b"untouched");
+}
+
 /// Two hosts made of network namespaces: a remote to remote copy goes straight from one to the
 /// other over their network, not through the machine that started it.
 #[test]

@@ -20,7 +20,7 @@ mod sink;
 mod source;
 mod walk;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use wirespeed::{Connection, Stream};
@@ -32,7 +32,6 @@ pub use plane::{Ports, Server, Transport};
 pub use progress::Progress;
 pub use sink::Output;
 pub use source::{Input, SourceOptions};
-pub use walk::check_root;
 
 /// How long a transfer may stand still before it fails, by default. Its control stream is
 /// quiet while a large file moves, and the sink may hash a large partial file before it
@@ -123,6 +122,29 @@ pub fn receive(
     };
     control.set_timeout(opts.stall_timeout);
     sink::run_sink(conn, &control, &wrapping, output, opts, progress)
+}
+
+/// Whether `roots` can be copied, before anything starts: each exists and is a directory only
+/// when `recursive` (the walk checks again), and no two would land under the same name.
+pub fn check_roots(roots: &[PathBuf], recursive: bool) -> Result<()> {
+    for root in roots {
+        walk::check_root(root, recursive)?;
+    }
+    root_names(roots).map(drop)
+}
+
+/// The names several source paths land under in the destination directory, one each.
+fn root_names(roots: &[PathBuf]) -> Result<Vec<Vec<u8>>> {
+    let names = roots.iter().map(|p| root_name(p)).collect::<Result<Vec<_>>>()?;
+    let mut sorted: Vec<_> = names.iter().collect();
+    sorted.sort();
+    match sorted.windows(2).find(|w| w[0] == w[1]) {
+        Some(w) => Err(FilesError::Usage(format!(
+            "two sources would both be copied to {:?}; copy them one at a time",
+            String::from_utf8_lossy(w[0])
+        ))),
+        None => Ok(names),
+    }
 }
 
 /// The name a source path is known by at the sink: its last component (`.` and `..` are

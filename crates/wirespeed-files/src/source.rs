@@ -95,11 +95,22 @@ fn default_streams(conn: &Connection) -> usize {
 #[derive(Clone, Debug)]
 pub enum Input {
     Path(PathBuf),
+    /// Several paths, each landing under its own name in the destination, which is (or
+    /// becomes) a directory, as with `cp a b dir/` and `rsync a b dir/`.
+    Paths(Vec<PathBuf>),
     /// A byte stream (standard input, a command's output), as one file of unknown length.
     Reader(Shared<Box<dyn Read + Send>>),
 }
 
 impl Input {
+    /// A single path as itself; several, each under its own name.
+    pub fn paths(mut paths: Vec<PathBuf>) -> Self {
+        match paths.len() {
+            1 => Input::Path(paths.remove(0)),
+            _ => Input::Paths(paths),
+        }
+    }
+
     pub fn stdin() -> Self {
         Input::reader(std::io::stdin())
     }
@@ -207,7 +218,7 @@ pub fn run_source(
     let shared = State {
         reader: match input {
             Input::Reader(r) => Some(r),
-            Input::Path(_) => None,
+            Input::Path(_) | Input::Paths(_) => None,
         },
         wrapping,
         chunk: opts.chunk_size as u64,
@@ -224,6 +235,8 @@ pub fn run_source(
     };
     let (root_name, root_kind) = match input {
         Input::Path(p) => (crate::root_name(p)?, if p.is_dir() { Kind::Dir } else { Kind::File }),
+        // No name: the roots are entries of the destination directory itself.
+        Input::Paths(_) => (Vec::new(), Kind::Dir),
         Input::Reader(_) => (b"stdin".to_vec(), Kind::File),
     };
     let flags = [
@@ -359,6 +372,12 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
     };
     match input {
         Input::Path(p) => walk::walk(p, opts.recursive, &mut visit)?,
+        Input::Paths(roots) => {
+            let mut next_id = 0;
+            for (root, name) in roots.iter().zip(crate::root_names(roots)?) {
+                walk::walk_as(root, name, &mut next_id, opts.recursive, &mut visit)?;
+            }
+        }
         Input::Reader(_) => visit(Found { path: PathBuf::from("-"), entry: stream_entry(), file: None })?,
     }
     for small in reading.drain(..) {

@@ -28,6 +28,18 @@ pub struct Found {
 
 /// Calls `visit` for `root` and, if it is a directory and `recursive`, for all below it.
 pub fn walk(root: &Path, recursive: bool, visit: impl FnMut(Found) -> Result<()>) -> Result<()> {
+    walk_as(root, Vec::new(), &mut 0, recursive, visit)
+}
+
+/// As [`walk`], with the root's entry at `rel` and entry ids from `next_id` on, which it
+/// leaves past the last: several roots in one transfer, each under its own name.
+pub fn walk_as(
+    root: &Path,
+    rel: Vec<u8>,
+    next_id: &mut u64,
+    recursive: bool,
+    visit: impl FnMut(Found) -> Result<()>,
+) -> Result<()> {
     let io = |e: nix::Error| FilesError::io(root, e.into());
     let opened = match root_kind(root, recursive)? {
         Kind::Dir => {
@@ -45,19 +57,19 @@ pub fn walk(root: &Path, recursive: bool, visit: impl FnMut(Found) -> Result<()>
         }
         Kind::Symlink => return Err(not_copied(root)), // stat follows links: never here
     };
-    let mut walker = Walker { next_id: 0, stack: Vec::new(), visit };
-    walker.emit(root.to_path_buf(), Vec::new(), opened)?;
+    let mut walker = Walker { next_id: *next_id, stack: Vec::new(), visit };
+    walker.emit(root.to_path_buf(), rel, opened)?;
     while let Some(p) = walker.stack.pop() {
         if let Some(opened) = open_below(&p)? {
             walker.emit(p.path, p.rel, opened)?;
         }
     }
+    *next_id = walker.next_id;
     Ok(())
 }
 
 /// Whether `root` can be copied as asked: it exists, and is a directory only when
-/// `recursive`. The walk checks again; this lets a caller fail before it starts anything
-/// remote.
+/// `recursive`.
 pub fn check_root(root: &Path, recursive: bool) -> Result<()> {
     root_kind(root, recursive).map(drop)
 }

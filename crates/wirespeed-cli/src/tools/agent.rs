@@ -29,7 +29,9 @@ pub enum Role {
 #[derive(Args, Debug)]
 pub struct AgentArgs {
     role: Role,
-    path: PathBuf,
+    /// The sink's destination, or the source's paths (several go into the sink's directory).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
     /// Connect to this sink instead of listening (remote to remote copies). `-` reads the
     /// address from the line after the key, so that both ends can start at once.
     #[arg(long)]
@@ -98,6 +100,11 @@ pub fn finished() {
 
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     confine_ucx_ports(a.ports, a.common.transport);
+    match a.role {
+        // Bad sources fail here, in the agent's own words, before anything connects.
+        Role::Source => wirespeed_files::check_roots(&a.paths, a.flags.recursive)?,
+        Role::Sink => anyhow::ensure!(a.paths.len() == 1, "a sink writes to one destination"),
+    }
     let key = read_key()?;
     let connect = match a.connect {
         Some(addr) if addr == "-" => Some(read_line("sink address")?),
@@ -119,11 +126,12 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let progress = Progress::default();
     let summary = match a.role {
         Role::Sink => {
-            wirespeed_files::receive(&conn, side, &Output::Path(a.path), &a.common.sink_options(&a.flags), &progress)?
+            let output = Output::Path(a.paths.into_iter().next().unwrap_or_default());
+            wirespeed_files::receive(&conn, side, &output, &a.common.sink_options(&a.flags), &progress)?
         }
         Role::Source => {
             let opts = a.common.source_options(&a.flags);
-            wirespeed_files::send(&conn, side, &Input::Path(a.path), &opts, &progress)?
+            wirespeed_files::send(&conn, side, &Input::paths(a.paths), &opts, &progress)?
         }
     };
     conn.close();

@@ -1,6 +1,7 @@
-//! `wirespeed cp [-r] [-p] [--resume] [-e SSH] SRC DST`: copies files and trees between
+//! `wirespeed cp [-r] [-p] [--resume] [-e SSH] SRC... DST`: copies files and trees between
 //! local and remote places. A remote end runs `wirespeed agent` over ssh; data goes straight
 //! between the two ends (between two remote hosts when both are remote), never through ssh.
+//! Several sources, all local or all on one host, go into DST as a directory in one transfer.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -25,10 +26,37 @@ pub struct CpArgs {
     remote: RemoteArgs,
     #[command(flatten)]
     common: Common,
-    /// `PATH` or `[user@]host:PATH`.
-    src: OsString,
+    /// `PATH` or `[user@]host:PATH`; several (all local, or all on one host) go into DST,
+    /// which is made a directory if it does not exist.
+    #[arg(required = true)]
+    src: Vec<OsString>,
     /// `PATH` or `[user@]host:PATH`.
     dst: OsString,
+}
+
+/// Where the sources are: all here, or all on one remote host.
+enum Sources {
+    Local(Vec<PathBuf>),
+    Remote { host: String, paths: Vec<OsString> },
+}
+
+impl Sources {
+    fn parse(args: &[OsString]) -> anyhow::Result<Sources> {
+        let (mut local, mut remote) = (Vec::new(), Vec::new());
+        for arg in args {
+            match Place::parse(arg) {
+                Place::Local(p) => local.push(p),
+                Place::Remote { host, path } => remote.push((host, path)),
+            }
+        }
+        match remote.first() {
+            None => Ok(Sources::Local(local)),
+            Some((host, _)) if local.is_empty() && remote.iter().all(|(h, _)| h == host) => {
+                Ok(Sources::Remote { host: host.clone(), paths: remote.into_iter().map(|(_, p)| p).collect() })
+            }
+            Some(_) => Err(FilesError::Usage("the sources must all be local or all on one host".into()).into()),
+        }
+    }
 }
 
 pub fn run(a: CpArgs) -> anyhow::Result<()> {
@@ -37,26 +65,32 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
     let (key, key_text) = Key::generate()?;
     let progress = Progress::default();
     let (summary, elapsed) = with_progress(&progress, a.common.verbose, || {
-        match (Place::parse(&a.src), Place::parse(&a.dst)) {
-            (Place::Local(src), Place::Local(dst)) => local_to_local(&a, &src, &dst, &key, &progress),
-            (Place::Local(src), Place::Remote { host, path }) => {
-                wirespeed_files::check_root(&src, a.flags.recursive)?;
-                with_agent(&a, &ssh, &host, "sink", path, &key_text, &key, |conn| {
-                    wirespeed_files::send(conn, Side::Client, &Input::Path(src), &source_options(&a), &progress)
-                })
+        match (Sources::parse(&a.src)?, Place::parse(&a.dst)) {
+            (Sources::Local(srcs), dst) => {
+                wirespeed_files::check_roots(&srcs, a.flags.recursive)?;
+                let input = Input::paths(srcs);
+                match dst {
+                    Place::Local(dst) => local_to_local(&a, &input, &dst, &key, &progress),
+                    Place::Remote { host, path } => {
+                        with_agent(&a, &ssh, &host, "sink", vec![path], &key_text, &key, |conn| {
+                            wirespeed_files::send(conn, Side::Client, &input, &source_options(&a), &progress)
+                        })
+                    }
+                }
             }
-            (Place::Remote { host, path }, Place::Local(dst)) => {
-                with_agent(&a, &ssh, &host, "source", path, &key_text, &key, |conn| {
+            (Sources::Remote { host, paths }, Place::Local(dst)) => {
+                with_agent(&a, &ssh, &host, "source", paths, &key_text, &key, |conn| {
                     wirespeed_files::receive(conn, Side::Client, &Output::Path(dst), &sink_options(&a), &progress)
                 })
             }
-            (Place::Remote { host: src_host, path: src }, Place::Remote { host: dst_host, path: dst }) => {
+            (Sources::Remote { host: src_host, paths }, Place::Remote { host: dst_host, path: dst }) => {
                 // Both ends start at once (ssh start-up is most of a small copy's time); the
                 // source learns where the sink listens once the sink says.
-                let mut sink = ssh.start(&dst_host, &agent_args(&a, "sink", dst), &key_text, Stderr::Capture)?;
-                let mut args = agent_args(&a, "source", src);
-                args.extend(["--connect".into(), "-".into()]);
-                let mut source = ssh.start(&src_host, &args, &key_text, Stderr::Capture)?;
+                let mut sink =
+                    ssh.start(&dst_host, &agent_args(&a, "sink", vec![dst], &[]), &key_text, Stderr::Capture)?;
+                let connect = ["--connect".into(), "-".into()];
+                let mut source =
+                    ssh.start(&src_host, &agent_args(&a, "source", paths, &connect), &key_text, Stderr::Capture)?;
                 source.tell(&sink.address(AGENT_START)?)?;
                 // No timeout fits a copy of unknown size; the agents time out on their own.
                 let done = source.expect("WIRESPEED-DONE", Duration::from_secs(u64::MAX / 4))?;
@@ -81,12 +115,16 @@ fn sink_options(a: &CpArgs) -> wirespeed_files::SinkOptions {
     a.common.sink_options(&a.flags)
 }
 
-/// The agent's command line: role, path and the flags it needs. No key: that goes over stdin.
-fn agent_args(a: &CpArgs, role: &str, path: OsString) -> Vec<OsString> {
-    let mut v: Vec<OsString> = vec!["agent".into(), role.into(), path];
+/// The agent's command line: role, the flags it needs (and `extra`), then its paths after
+/// `--`, so that none is taken for a flag. No key: that goes over stdin.
+fn agent_args(a: &CpArgs, role: &str, paths: Vec<OsString>, extra: &[OsString]) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec!["agent".into(), role.into()];
     v.extend(a.common.to_args());
     v.extend(a.flags.to_args());
     v.extend(a.remote.ports_args());
+    v.extend_from_slice(extra);
+    v.push("--".into());
+    v.extend(paths);
     v
 }
 
@@ -97,12 +135,12 @@ fn with_agent(
     ssh: &Ssh,
     host: &str,
     role: &str,
-    path: OsString,
+    paths: Vec<OsString>,
     key_text: &str,
     key: &Key,
     transfer: impl FnOnce(&Connection) -> wirespeed_files::Result<Summary>,
 ) -> anyhow::Result<Summary> {
-    let mut agent = ssh.start(host, &agent_args(a, role, path), key_text, Stderr::Capture)?;
+    let mut agent = ssh.start(host, &agent_args(a, role, paths, &[]), key_text, Stderr::Capture)?;
     let addr = agent.address(AGENT_START)?;
     let conn = plane::connect(&addr, a.common.transport, key, &Config::default())
         .with_context(|| format!("cannot reach the agent on {host} at {addr}"))?;
@@ -119,7 +157,7 @@ fn ended(mut agent: Agent) -> anyhow::Result<()> {
 }
 
 /// Both ends here: the sink runs on a thread, over shared memory unless told otherwise.
-fn local_to_local(a: &CpArgs, src: &Path, dst: &Path, key: &Key, progress: &Progress) -> anyhow::Result<Summary> {
+fn local_to_local(a: &CpArgs, input: &Input, dst: &Path, key: &Key, progress: &Progress) -> anyhow::Result<Summary> {
     let server = Server::bind("127.0.0.1:0", a.common.transport, key, &Config::default())?;
     let addr = format!("127.0.0.1:{}", server.port());
     let dst: PathBuf = dst.to_path_buf();
@@ -130,8 +168,7 @@ fn local_to_local(a: &CpArgs, src: &Path, dst: &Path, key: &Key, progress: &Prog
             Ok(wirespeed_files::receive(&conn, Side::Server(control), &Output::Path(dst), &sink_options(a), &quiet)?)
         });
         let conn = plane::connect(&addr, a.common.transport, key, &Config::default())?;
-        let sent =
-            wirespeed_files::send(&conn, Side::Client, &Input::Path(src.to_path_buf()), &source_options(a), progress);
+        let sent = wirespeed_files::send(&conn, Side::Client, input, &source_options(a), progress);
         drop(conn);
         let received = sink.join().map_err(|_| anyhow::anyhow!("the receiving thread panicked"))?;
         // The end that failed first reports; the other only heard of it from its peer.

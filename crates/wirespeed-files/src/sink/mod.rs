@@ -254,6 +254,7 @@ fn receive(
         Output::Writer(_) => PathBuf::new(),
         _ if stream.is_some() => PathBuf::new(),
         // Into an existing directory, as `cp` does; the name must be one plain component.
+        // Several sources come without one: their roots are entries of the directory itself.
         Output::Path(p) if p.is_dir() => join_under(p, &root_name)
             .ok()
             .filter(|_| !root_name.contains(&b'/'))
