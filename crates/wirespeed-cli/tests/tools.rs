@@ -633,6 +633,57 @@ fn delete_removes_only_what_the_source_lacks() {
     assert_eq!(out.status.code(), Some(2), "--delete needs -r");
 }
 
+/// `--exclude`, as rsync reads it: names, anchored paths and directories are left out, and with
+/// `--delete` what the patterns match at the destination stays while the rest goes.
+#[test]
+fn exclude_leaves_names_out_and_delete_keeps_them() {
+    let sshd = Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    for d in ["sub/cache", "cache", "logs", ".git"] {
+        fs::create_dir_all(tree.join(d)).unwrap();
+    }
+    for (f, b) in [("a.txt", "a"), ("b.tmp", "t"), ("sub/c.tmp", "s"), ("sub/keep", "k"), ("cache/x", "c")] {
+        fs::write(tree.join(f), b).unwrap();
+    }
+    for (f, b) in [("sub/cache/y", "y"), ("logs/l", "l"), (".git/HEAD", "g"), ("cache-file", "f")] {
+        fs::write(tree.join(f), b).unwrap();
+    }
+    let excludes = ["--exclude", "*.tmp", "--exclude", "cache/", "--exclude", "/tree/logs", "--exclude", ".git"];
+    let names = |root: &std::path::Path| snapshot(root, false).into_keys().collect::<Vec<_>>();
+    let expect: Vec<Vec<u8>> =
+        ["", "a.txt", "cache-file", "sub", "sub/keep"].iter().map(|s| s.as_bytes().to_vec()).collect();
+
+    let local = dir.path().join("local");
+    let out = run(wirespeed().args(["cp", "-r"]).args(excludes).arg(&tree).arg(&local));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(names(&local), expect);
+
+    // A full copy first; then, with --delete, excluded names there stay, unsent ones go.
+    let dst = dir.path().join("dst");
+    fs::create_dir(&dst).unwrap();
+    let out = run(sshd.cp().arg("-r").arg(&tree).arg(remote(&dst)));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let copy = dst.join("tree");
+    fs::write(copy.join("extra"), b"x").unwrap();
+    fs::write(copy.join("sub/local.tmp"), b"mine").unwrap();
+    let out = run(sshd
+        .cp()
+        .args(["-r", "--delete", "--exclude", "*.tmp", "--exclude", "cache/"])
+        .arg(&tree)
+        .arg(remote(&dst)));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.contains(", 1 deleted"), "{said}");
+    assert!(!copy.join("extra").exists());
+    for kept in ["sub/local.tmp", "b.tmp", "cache/x", "sub/cache/y", "logs/l"] {
+        assert!(copy.join(kept).exists(), "{kept}");
+    }
+
+    let out = run(wirespeed().args(["cp", "-r", "--exclude", "a[b"]).arg(&tree).arg(dir.path().join("never")));
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!dir.path().join("never").exists());
+}
+
 /// `n` consecutive ports free now, below the range the system hands out on its own.
 fn free_ports(n: u16) -> u16 {
     let mut base = 20_000 + (std::process::id() % 500) as u16 * 16;

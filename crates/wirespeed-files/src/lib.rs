@@ -9,6 +9,7 @@ mod cached;
 mod direct;
 mod envelope;
 pub mod error;
+mod exclude;
 mod link;
 mod open_files;
 pub mod paths;
@@ -28,6 +29,7 @@ use wirespeed::{Connection, Stream};
 use crate::link::{End, Link, Wrapping};
 
 pub use error::{FilesError, Result};
+pub use exclude::Excludes;
 pub use plane::{Ports, Server, Transport};
 pub use progress::Progress;
 pub use sink::Output;

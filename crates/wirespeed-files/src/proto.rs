@@ -59,6 +59,9 @@ pub enum Msg {
     Ready,
     /// Source to sink: the transfer's parameters and its root.
     Begin { version: u16, flags: u16, chunk_size: u32, root_name: Vec<u8>, root_kind: Kind },
+    /// Source to sink, before any entry of a transfer that deletes: `--exclude` patterns,
+    /// whose matches at the destination the sink leaves alone.
+    Exclude(Vec<String>),
     /// Source to sink: entries in walk order; inline bytes fill the body in entry order.
     Entries(Vec<Entry>),
     /// Sink to source: send this file. Chunks listed in `have` whose checksum matches are
@@ -127,6 +130,13 @@ impl Msg {
                 w.u32(*chunk_size);
                 w.bytes(root_name);
                 w.u8(*root_kind as u8);
+            }
+            Msg::Exclude(patterns) => {
+                w.u8(15);
+                w.u32(patterns.len() as u32);
+                for p in patterns {
+                    w.bytes(p.as_bytes());
+                }
             }
             Msg::Entries(entries) => {
                 w.u8(4);
@@ -237,6 +247,16 @@ impl Msg {
             12 => Msg::Fail { class: r.u8()?, message: String::from_utf8_lossy(&r.bytes()?).into_owned() },
             13 => Msg::ChunkSum { sum: r.u128()? },
             14 => Msg::Keep { id: r.u64()? },
+            15 => {
+                let n = r.u32()? as usize;
+                let mut patterns = Vec::with_capacity(n.min(r.0.len() / 4));
+                for _ in 0..n {
+                    let p = r.bytes()?;
+                    patterns
+                        .push(String::from_utf8(p).map_err(|_| FilesError::Protocol("a pattern is not UTF-8".into()))?);
+                }
+                Msg::Exclude(patterns)
+            }
             t => return Err(FilesError::Protocol(format!("unknown message tag {t}"))),
         };
         if !r.0.is_empty() {
@@ -372,6 +392,7 @@ mod tests {
                 root_name: b"r".to_vec(),
                 root_kind: Kind::Dir,
             },
+            Msg::Exclude(vec!["*.tmp".into(), "/top/cache/".into()]),
             Msg::Entries(vec![entry(0, Some(7)), entry(1, None)]),
             Msg::Want { id: 9, ordered: true, have: vec![(0, 1), (5, u128::MAX)] },
             Msg::Chunk { id: 1, index: 2 },

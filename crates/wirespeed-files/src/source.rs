@@ -20,12 +20,13 @@ use crate::Summary;
 use crate::cached;
 use crate::direct::{self, AlignedBuf};
 use crate::error::{FilesError, Result};
+use crate::exclude::Excludes;
 use crate::link::{self, Link, Wrapping};
 use crate::open_files::{Held, OpenFiles};
 use crate::progress::Progress;
 use crate::proto::{self, Entry, Kind, Msg, STREAMED};
 use crate::shared::Shared;
-use crate::walk::{self, Found};
+use crate::walk::{self, Found, Walk};
 
 /// Files up to this size travel inline with their entries.
 pub const INLINE_MAX: u64 = 64 << 10;
@@ -58,6 +59,8 @@ pub struct SourceOptions {
     pub stall_timeout: Duration,
     /// Read large files with direct I/O, past the page cache (`--direct`).
     pub direct: bool,
+    /// What the walk leaves out (`--exclude`).
+    pub exclude: Excludes,
 }
 
 impl Default for SourceOptions {
@@ -76,6 +79,7 @@ impl Default for SourceOptions {
             encrypt: false,
             stall_timeout: crate::STALL_TIMEOUT,
             direct: false,
+            exclude: Excludes::default(),
         }
     }
 }
@@ -249,13 +253,23 @@ pub fn run_source(
     .iter()
     .filter(|(on, _)| *on)
     .fold(0, |flags, (_, flag)| flags | flag);
-    let begin = Msg::Begin { version: proto::VERSION, flags, chunk_size: opts.chunk_size, root_name, root_kind };
+    let begin = Msg::Begin {
+        version: proto::VERSION,
+        flags,
+        chunk_size: opts.chunk_size,
+        root_name: root_name.clone(),
+        root_kind,
+    };
     control.send(&begin, &[])?;
+    // Only a deleting sink needs the patterns: it leaves what they match alone.
+    if opts.delete && !opts.exclude.is_empty() {
+        control.send(&Msg::Exclude(opts.exclude.patterns().to_vec()), &[])?;
+    }
 
     thread::scope(|s| {
         let reader = s.spawn(|| read_control(control, &shared));
         let workers: Vec<_> = (0..streams).map(|_| s.spawn(|| serve_jobs(conn, &shared))).collect();
-        let mut result = send_entries(control, input, opts, &shared);
+        let mut result = send_entries(control, input, &root_name, opts, &shared);
         if result.is_err() {
             shared.stop();
         }
@@ -308,7 +322,13 @@ fn first_cause<T>(current: Result<T>, e: FilesError) -> Result<T> {
 }
 
 /// Walks the input and sends its entries; returns the files and bytes it covers.
-fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &State) -> Result<(u64, u64)> {
+fn send_entries(
+    control: &Link,
+    input: &Input,
+    top_name: &[u8],
+    opts: &SourceOptions,
+    shared: &State,
+) -> Result<(u64, u64)> {
     let mut batch = Batch::default();
     // Small files whose bytes storage is still reading, oldest first; at most this many
     // before the walk waits for the oldest.
@@ -371,11 +391,14 @@ fn send_entries(control: &Link, input: &Input, opts: &SourceOptions, shared: &St
         Ok(())
     };
     match input {
-        Input::Path(p) => walk::walk(p, opts.recursive, &mut visit)?,
+        Input::Path(p) => {
+            let how = Walk { recursive: opts.recursive, excludes: &opts.exclude, top: top_name };
+            walk::walk(p, Vec::new(), &mut 0, &how, &mut visit)?
+        }
         Input::Paths(roots) => {
-            let mut next_id = 0;
+            let (mut next_id, how) = (0, Walk { recursive: opts.recursive, excludes: &opts.exclude, top: b"" });
             for (root, name) in roots.iter().zip(crate::root_names(roots)?) {
-                walk::walk_as(root, name, &mut next_id, opts.recursive, &mut visit)?;
+                walk::walk(root, name, &mut next_id, &how, &mut visit)?;
             }
         }
         Input::Reader(_) => visit(Found { path: PathBuf::from("-"), entry: stream_entry(), file: None })?,

@@ -16,6 +16,7 @@ use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{FileStat, Mode, fstat, fstatat, stat};
 
 use crate::error::{FilesError, Result};
+use crate::exclude::{Excludes, top_path};
 use crate::proto::{Entry, Kind};
 
 /// One thing found: where it is, and the entry that describes it (`inline` still unset).
@@ -26,22 +27,28 @@ pub struct Found {
     pub file: Option<File>,
 }
 
-/// Calls `visit` for `root` and, if it is a directory and `recursive`, for all below it.
-pub fn walk(root: &Path, recursive: bool, visit: impl FnMut(Found) -> Result<()>) -> Result<()> {
-    walk_as(root, Vec::new(), &mut 0, recursive, visit)
+/// How a walk goes.
+pub struct Walk<'a> {
+    /// Into directories, or the root alone.
+    pub recursive: bool,
+    /// Names left out below the root, matched at their paths seen from the top: `top`, then
+    /// the entry's own path (see [`crate::exclude`]).
+    pub excludes: &'a Excludes,
+    pub top: &'a [u8],
 }
 
-/// As [`walk`], with the root's entry at `rel` and entry ids from `next_id` on, which it
-/// leaves past the last: several roots in one transfer, each under its own name.
-pub fn walk_as(
+/// Calls `visit` for `root`, its entry at `rel`, and, if it is a directory and the walk is
+/// recursive, for all below it. Entry ids go from `next_id` on, which it leaves past the last,
+/// so several roots can share one transfer.
+pub fn walk(
     root: &Path,
     rel: Vec<u8>,
     next_id: &mut u64,
-    recursive: bool,
+    how: &Walk,
     visit: impl FnMut(Found) -> Result<()>,
 ) -> Result<()> {
     let io = |e: nix::Error| FilesError::io(root, e.into());
-    let opened = match root_kind(root, recursive)? {
+    let opened = match root_kind(root, how.recursive)? {
         Kind::Dir => {
             let dir = Dir::open(root, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty());
             let dir = dir.map_err(io)?;
@@ -59,8 +66,11 @@ pub fn walk_as(
     };
     let mut walker = Walker { next_id: *next_id, stack: Vec::new(), visit };
     walker.emit(root.to_path_buf(), rel, opened)?;
+    let skip = |p: &Pending, is_dir: bool| {
+        !how.excludes.is_empty() && how.excludes.excludes(&top_path(how.top, &p.rel), is_dir)
+    };
     while let Some(p) = walker.stack.pop() {
-        if let Some(opened) = open_below(&p)? {
+        if let Some(opened) = open_below(&p, skip)? {
             walker.emit(p.path, p.rel, opened)?;
         }
     }
@@ -153,8 +163,9 @@ impl<F: FnMut(Found) -> Result<()>> Walker<F> {
     }
 }
 
-/// Opens a listed name, or for a symlink reads it; `None` for what is not copied.
-fn open_below(p: &Pending) -> Result<Option<Opened>> {
+/// Opens a listed name, or for a symlink reads it; `None` for what is not copied, and for
+/// what `skip` (given whether it is a directory) leaves out, which is never opened.
+fn open_below(p: &Pending, skip: impl Fn(&Pending, bool) -> bool) -> Result<Option<Opened>> {
     let io = |e: nix::Error| FilesError::io(&p.path, e.into());
     let name: &CStr = &p.name;
     let is = match p.hint {
@@ -166,6 +177,9 @@ fn open_below(p: &Pending) -> Result<Option<Opened>> {
             None => return Ok(None),
         },
     };
+    if skip(p, is == Type::Directory) {
+        return Ok(None);
+    }
     // O_NOFOLLOW: a name swapped for a symlink since the listing fails rather than leads
     // elsewhere; O_NONBLOCK: one swapped for a fifo cannot block the walk.
     let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;

@@ -130,7 +130,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             wirespeed_files::receive(&conn, side, &output, &a.common.sink_options(&a.flags), &progress)?
         }
         Role::Source => {
-            let opts = a.common.source_options(&a.flags);
+            let opts = a.common.source_options(&a.flags)?;
             wirespeed_files::send(&conn, side, &Input::paths(a.paths), &opts, &progress)?
         }
     };

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use wirespeed::{Config, Connection, Key};
-use wirespeed_files::{FilesError, Input, Output, Progress, Server, Side, Summary, plane};
+use wirespeed_files::{FilesError, Input, Output, Progress, Server, Side, SourceOptions, Summary, plane};
 
 use super::remote::{Agent, Place, RemoteArgs, Ssh, Stderr};
 use super::{Common, CopyFlags, summary_line, with_progress};
@@ -62,6 +62,7 @@ impl Sources {
 pub fn run(a: CpArgs) -> anyhow::Result<()> {
     super::agent::confine_ucx_ports(a.remote.ports(), a.common.transport);
     let ssh = a.remote.ssh()?;
+    let source = a.common.source_options(&a.flags)?;
     let (key, key_text) = Key::generate()?;
     let progress = Progress::default();
     let (summary, elapsed) = with_progress(&progress, a.common.verbose, || {
@@ -70,10 +71,10 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
                 wirespeed_files::check_roots(&srcs, a.flags.recursive)?;
                 let input = Input::paths(srcs);
                 match dst {
-                    Place::Local(dst) => local_to_local(&a, &input, &dst, &key, &progress),
+                    Place::Local(dst) => local_to_local(&a, &input, &source, &dst, &key, &progress),
                     Place::Remote { host, path } => {
                         with_agent(&a, &ssh, &host, "sink", vec![path], &key_text, &key, |conn| {
-                            wirespeed_files::send(conn, Side::Client, &input, &source_options(&a), &progress)
+                            wirespeed_files::send(conn, Side::Client, &input, &source, &progress)
                         })
                     }
                 }
@@ -105,10 +106,6 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
     let reused = progress.reused.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("{}", summary_line(&summary, reused, elapsed));
     Ok(())
-}
-
-fn source_options(a: &CpArgs) -> wirespeed_files::SourceOptions {
-    a.common.source_options(&a.flags)
 }
 
 fn sink_options(a: &CpArgs) -> wirespeed_files::SinkOptions {
@@ -157,7 +154,14 @@ fn ended(mut agent: Agent) -> anyhow::Result<()> {
 }
 
 /// Both ends here: the sink runs on a thread, over shared memory unless told otherwise.
-fn local_to_local(a: &CpArgs, input: &Input, dst: &Path, key: &Key, progress: &Progress) -> anyhow::Result<Summary> {
+fn local_to_local(
+    a: &CpArgs,
+    input: &Input,
+    source: &SourceOptions,
+    dst: &Path,
+    key: &Key,
+    progress: &Progress,
+) -> anyhow::Result<Summary> {
     let server = Server::bind("127.0.0.1:0", a.common.transport, key, &Config::default())?;
     let addr = format!("127.0.0.1:{}", server.port());
     let dst: PathBuf = dst.to_path_buf();
@@ -168,7 +172,7 @@ fn local_to_local(a: &CpArgs, input: &Input, dst: &Path, key: &Key, progress: &P
             Ok(wirespeed_files::receive(&conn, Side::Server(control), &Output::Path(dst), &sink_options(a), &quiet)?)
         });
         let conn = plane::connect(&addr, a.common.transport, key, &Config::default())?;
-        let sent = wirespeed_files::send(&conn, Side::Client, input, &source_options(a), progress);
+        let sent = wirespeed_files::send(&conn, Side::Client, input, source, progress);
         drop(conn);
         let received = sink.join().map_err(|_| anyhow::anyhow!("the receiving thread panicked"))?;
         // The end that failed first reports; the other only heard of it from its peer.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use wirespeed_files::{Progress, SinkOptions, SourceOptions, Summary, Transport};
+use wirespeed_files::{Excludes, Progress, SinkOptions, SourceOptions, Summary, Transport};
 
 /// Options every tool shares.
 #[derive(Args, Clone, Debug)]
@@ -97,6 +97,11 @@ pub struct CopyFlags {
     /// as rsync --delete does, once everything else is in place.
     #[arg(long, requires = "recursive")]
     pub delete: bool,
+    /// Leave out what matches PATTERN, as rsync --exclude does: `*.tmp` (a name at any depth),
+    /// `/tree/logs` (anchored at the copied root), `cache/` (directories only); may be
+    /// repeated. With --delete, what matches at the destination stays.
+    #[arg(long, value_name = "PATTERN")]
+    pub exclude: Vec<String>,
 }
 
 impl CopyFlags {
@@ -110,13 +115,18 @@ impl CopyFlags {
             (self.no_clobber, "--no-clobber"),
             (self.delete, "--delete"),
         ];
-        on.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.into()).collect()
+        let mut v: Vec<OsString> = on.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.into()).collect();
+        for p in &self.exclude {
+            v.extend(["--exclude".into(), p.into()]);
+        }
+        v
     }
 }
 
 impl Common {
-    pub fn source_options(&self, f: &CopyFlags) -> SourceOptions {
-        SourceOptions {
+    /// A source's options; fails on a bad `--exclude` pattern.
+    pub fn source_options(&self, f: &CopyFlags) -> wirespeed_files::Result<SourceOptions> {
+        Ok(SourceOptions {
             recursive: f.recursive,
             preserve: f.preserve || f.sync,
             resume: f.resume,
@@ -128,8 +138,9 @@ impl Common {
             compress: self.compress.0,
             encrypt: self.encrypt,
             direct: self.direct,
+            exclude: Excludes::new(&f.exclude)?,
             ..SourceOptions::default()
-        }
+        })
     }
 
     /// A sink's options; it allows `--delete` only when its own flags ask for it.

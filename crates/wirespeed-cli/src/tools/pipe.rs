@@ -169,12 +169,12 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
         }));
     }
     let common = a.common.clone();
+    let opts = common.source_options(&Default::default())?;
     let feed_key = key.clone();
     std::thread::spawn(move || {
         // A terminal is not data: the first stage then starts with nothing on its input.
         let input = if std::io::stdin().is_terminal() { Input::reader(std::io::empty()) } else { Input::stdin() };
         let quiet = Progress::default();
-        let opts = common.source_options(&Default::default());
         // The first stage may end without reading its input; its own report tells.
         if let Ok(conn) = plane::connect(&first_in, common.transport, &feed_key, &Config::default()) {
             let _ = wirespeed_files::send(&conn, Side::Client, &input, &opts, &quiet);

@@ -30,7 +30,7 @@ pub fn run(a: SendArgs) -> anyhow::Result<()> {
     let conn = plane::connect(&a.to, a.common.transport, &key, &Config::default())
         .with_context(|| format!("cannot reach the receiver at {}", a.to))?;
     let input = a.file.map(Input::Path).unwrap_or_else(Input::stdin);
-    let opts = a.common.source_options(&CopyFlags { recursive: a.recursive, ..CopyFlags::default() });
+    let opts = a.common.source_options(&CopyFlags { recursive: a.recursive, ..CopyFlags::default() })?;
     let progress = Progress::default();
     with_progress(&progress, a.common.verbose, || {
         Ok(wirespeed_files::send(&conn, Side::Client, &input, &opts, &progress)?)

@@ -230,7 +230,7 @@ impl Stage<'_> {
 
     /// Sends `input` to the next stage (or, from the last one, to the initiator).
     fn send(&self, input: Input) -> anyhow::Result<()> {
-        let opts = self.common.source_options(&Default::default());
+        let opts = self.common.source_options(&Default::default())?;
         let quiet = Progress::default();
         let (conn, side) = match &self.output {
             Out::Connect(addr) => (plane::connect(addr, self.common.transport, self.key, self.cfg)?, Side::Client),

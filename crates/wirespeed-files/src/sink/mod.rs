@@ -25,6 +25,7 @@ use wirespeed::Connection;
 use self::fresh::FreshTree;
 use crate::direct::{self, AlignedBuf, Gather};
 use crate::error::{FilesError, Result};
+use crate::exclude::{Excludes, top_path};
 use crate::link::{self, Body, Link, Wrapping};
 use crate::paths::{join_under, part_path};
 use crate::progress::Progress;
@@ -297,7 +298,7 @@ fn receive(
         for _ in 0..inline_writers() {
             s.spawn(|| inline::write_units(&units, &shared));
         }
-        let r = control_loop(control, &root, tree, &shared, queue);
+        let r = control_loop(control, (&root, &root_name), tree, &shared, queue);
         shared.over.store(true, Ordering::Relaxed);
         r
     })
@@ -312,12 +313,15 @@ fn inline_writers() -> usize {
 /// which closes when this returns.
 fn control_loop(
     control: &Link,
-    root: &Path,
+    (root, top): (&Path, &[u8]),
     tree: Option<FreshTree>,
     sh: &State,
     queue: mpsc::SyncSender<inline::Unit>,
 ) -> Result<Summary> {
     let root = tree.as_ref().map_or(root, |t| t.building());
+    // What `--delete` leaves alone: the source's `--exclude` patterns, at paths seen from
+    // the top (the root's name as the source knows it, then the path below).
+    let mut protect = Excludes::default();
     let mut dirs = Vec::new();
     let mut created_links = Vec::new();
     let (mut kept, mut kept_bytes) = (0, 0);
@@ -385,6 +389,10 @@ fn control_loop(
                 }
                 units.flush(sh)?;
             }
+            Msg::Exclude(patterns) => {
+                protect = Excludes::new(&patterns)
+                    .map_err(|e| FilesError::Protocol(format!("the source's exclude patterns: {e}")))?;
+            }
             Msg::End { files, bytes } => break Summary { files, bytes, kept, kept_bytes, deleted: 0 },
             other => return Err(link::unexpected("from a source", &other)),
         }
@@ -410,8 +418,16 @@ fn control_loop(
         return Err(e);
     }
     if prune && sh.stream.is_none() {
+        // Excluded names are the user's to keep; a resumed new tree's leftovers are not.
+        let protected = |path: &Path, is_dir: bool| {
+            sh.delete
+                && !protect.is_empty()
+                && path
+                    .strip_prefix(root)
+                    .is_ok_and(|rel| protect.excludes(&top_path(top, rel.as_os_str().as_bytes()), is_dir))
+        };
         for (dir, _) in &dirs {
-            end.deleted += delete_unsent(dir, &sent)?;
+            end.deleted += delete_unsent(dir, &sent, protected)?;
         }
     }
     // Directory times last, deepest first, as writing inside them changed them.
@@ -453,9 +469,10 @@ fn keeps(dest: &Path, e: &Entry, sh: &State) -> bool {
         }
 }
 
-/// Removes what `dir` holds that the source did not send (`--delete`); returns how many names
-/// went. A directory goes with everything in it; a symlink goes, never what it points to.
-fn delete_unsent(dir: &Path, sent: &HashSet<PathBuf>) -> Result<u64> {
+/// Removes what `dir` holds that the source did not send (`--delete`) and `protected` (given
+/// whether it is a directory) does not keep; returns how many names went. A directory goes
+/// with everything in it; a symlink goes, never what it points to.
+fn delete_unsent(dir: &Path, sent: &HashSet<PathBuf>, protected: impl Fn(&Path, bool) -> bool) -> Result<u64> {
     let mut deleted = 0;
     for child in fs::read_dir(dir).map_err(|e| FilesError::io(dir, e))? {
         let path = child.map_err(|e| FilesError::io(dir, e))?.path();
@@ -463,6 +480,9 @@ fn delete_unsent(dir: &Path, sent: &HashSet<PathBuf>) -> Result<u64> {
             continue;
         }
         let is_dir = fs::symlink_metadata(&path).map_err(|e| FilesError::io(&path, e))?.is_dir();
+        if protected(&path, is_dir) {
+            continue;
+        }
         let gone = if is_dir { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
         gone.map_err(|e| FilesError::io(&path, e))?;
         deleted += 1;
