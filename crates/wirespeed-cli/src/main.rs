@@ -16,7 +16,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Send a file, a directory (-r) or standard input to a waiting `recv`.
+    /// Send files, directories (-r) or standard input to a waiting `recv`.
     Send(tools::send::SendArgs),
     /// Wait for one `send` and write what it sends to a file, a directory or standard output.
     Recv(tools::recv::RecvArgs),

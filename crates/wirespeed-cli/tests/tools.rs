@@ -51,6 +51,22 @@ fn send_and_recv_move_a_file_and_a_pipe() {
         assert!(wait_for(&mut recv.child, Duration::from_secs(60)).success(), "{}", recv.stderr.join().unwrap());
         assert_eq!(fs::read(&out).unwrap(), data);
 
+        // Several files into a directory, each under its own name.
+        let into = dir.path().join(format!("into-{transport}"));
+        let mut recv = start_recv(
+            with_key(&mut wirespeed(), "k1")
+                .args(["recv", "--listen", "127.0.0.1:0", "--transport", transport])
+                .arg(&into),
+        );
+        let sent = run(with_key(&mut wirespeed(), "k1")
+            .args(["send", &format!("127.0.0.1:{}", recv.port), "--transport", transport])
+            .arg(dir.path().join("in.bin"))
+            .arg(&out));
+        assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+        assert!(wait_for(&mut recv.child, Duration::from_secs(60)).success(), "{}", recv.stderr.join().unwrap());
+        assert_eq!(fs::read(into.join("in.bin")).unwrap(), data);
+        assert_eq!(fs::read(into.join(format!("out-{transport}.bin"))).unwrap(), data);
+
         // Standard input to standard output: length unknown until the end.
         let (mut recv, reader) = recv_to_stdout("k2", transport);
         let mut send = with_key(&mut wirespeed(), "k2")

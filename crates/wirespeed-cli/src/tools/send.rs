@@ -1,4 +1,5 @@
-//! `wirespeed send HOST:PORT [FILE]`: sends FILE (or standard input) to a waiting `recv`.
+//! `wirespeed send HOST:PORT [FILE...]`: sends FILE (or standard input) to a waiting `recv`;
+//! several go into the receiver's directory.
 
 use std::path::PathBuf;
 
@@ -13,8 +14,9 @@ use super::{Common, CopyFlags, with_progress};
 pub struct SendArgs {
     /// The receiver's HOST:PORT.
     to: String,
-    /// File to send (a directory with -r); standard input when absent.
-    file: Option<PathBuf>,
+    /// File to send (a directory with -r); standard input when absent. Several go into the
+    /// receiver's FILE as a directory, each under its own name.
+    files: Vec<PathBuf>,
     /// Send a directory and everything in it.
     #[arg(short, long)]
     recursive: bool,
@@ -27,10 +29,16 @@ pub struct SendArgs {
 
 pub fn run(a: SendArgs) -> anyhow::Result<()> {
     let key = Key::require(a.key_file.as_deref())?;
+    let opts = a.common.source_options(&CopyFlags { recursive: a.recursive, ..CopyFlags::default() })?;
+    let input = match a.files {
+        files if files.is_empty() => Input::stdin(),
+        files => {
+            wirespeed_files::check_roots(&files, a.recursive)?;
+            Input::paths(files)
+        }
+    };
     let conn = plane::connect(&a.to, a.common.transport, &key, &Config::default())
         .with_context(|| format!("cannot reach the receiver at {}", a.to))?;
-    let input = a.file.map(Input::Path).unwrap_or_else(Input::stdin);
-    let opts = a.common.source_options(&CopyFlags { recursive: a.recursive, ..CopyFlags::default() })?;
     let progress = Progress::default();
     with_progress(&progress, a.common.verbose, || {
         Ok(wirespeed_files::send(&conn, Side::Client, &input, &opts, &progress)?)
