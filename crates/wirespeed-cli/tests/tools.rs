@@ -674,6 +674,13 @@ fn exclude_leaves_names_out_and_delete_keeps_them() {
     let out = run(wirespeed().args(["cp", "-r"]).args(excludes).arg(&tree).arg(&local));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(names(&local), expect);
+    // The same patterns from a file, as rsync's --exclude-from reads one, over ssh.
+    let list = dir.path().join("excludes");
+    fs::write(&list, "# build leftovers\n*.tmp\n\ncache/\n; and more\n/tree/logs\n.git\n").unwrap();
+    let from_file = dir.path().join("from-file");
+    let out = run(sshd.cp().arg("-r").arg("--exclude-from").arg(&list).arg(&tree).arg(remote(&from_file)));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(names(&from_file), expect);
 
     // A full copy first; then, with --delete, excluded names there stay, unsent ones go.
     let dst = dir.path().join("dst");

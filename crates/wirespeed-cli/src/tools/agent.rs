@@ -98,8 +98,9 @@ pub fn finished() {
     FINISHED.store(true, Ordering::SeqCst);
 }
 
-pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+pub fn run(mut a: AgentArgs) -> anyhow::Result<()> {
     confine_ucx_ports(a.ports, a.common.transport);
+    a.flags.read_exclude_files()?;
     match a.role {
         // Bad sources fail here, in the agent's own words, before anything connects.
         Role::Source => wirespeed_files::check_roots(&a.paths, a.flags.recursive)?,

@@ -14,6 +14,7 @@ use std::io::IsTerminal;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use wirespeed_files::{Excludes, Progress, SinkOptions, SourceOptions, Summary, Transport};
@@ -102,9 +103,25 @@ pub struct CopyFlags {
     /// repeated. With --delete, what matches at the destination stays.
     #[arg(long, value_name = "PATTERN")]
     pub exclude: Vec<String>,
+    /// Read --exclude patterns from FILE, one a line; blank lines and lines starting with `#`
+    /// or `;` are skipped, as with rsync; may be repeated.
+    #[arg(long, value_name = "FILE")]
+    pub exclude_from: Vec<std::path::PathBuf>,
 }
 
 impl CopyFlags {
+    /// Moves the patterns of `--exclude-from` files into `exclude`, so that agents get them
+    /// as plain `--exclude` arguments.
+    pub fn read_exclude_files(&mut self) -> anyhow::Result<()> {
+        for file in std::mem::take(&mut self.exclude_from) {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read the exclude patterns in {}", file.display()))?;
+            let lines = text.lines().map(str::trim_end).filter(|l| !l.is_empty() && !l.starts_with(['#', ';']));
+            self.exclude.extend(lines.map(str::to_string));
+        }
+        Ok(())
+    }
+
     /// These flags as an agent's command-line arguments.
     pub fn to_args(&self) -> Vec<OsString> {
         let on = [
