@@ -14,13 +14,16 @@ fn with_key<'a>(c: &'a mut Command, key: &str) -> &'a mut Command {
     c.env("WIRESPEED_KEY", key)
 }
 
+/// `recv` on a free port of 127.0.0.1 over `transport`, with `key`.
+fn recv_cmd(key: &str, transport: &str) -> Command {
+    let mut c = wirespeed();
+    with_key(&mut c, key).args(["recv", "--listen", "127.0.0.1:0", "--transport", transport]);
+    c
+}
+
 /// `recv` writing to its standard output, and a thread collecting what it writes.
 fn recv_to_stdout(key: &str, transport: &str) -> (Receiver, std::thread::JoinHandle<Vec<u8>>) {
-    let mut recv = start_recv(
-        with_key(&mut wirespeed(), key)
-            .args(["recv", "--listen", "127.0.0.1:0", "--transport", transport])
-            .stdout(Stdio::piped()),
-    );
+    let mut recv = start_recv(recv_cmd(key, transport).stdout(Stdio::piped()));
     let mut stdout = recv.child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut v = Vec::new();
@@ -38,11 +41,7 @@ fn send_and_recv_move_a_file_and_a_pipe() {
     for transport in ["auto", "tcp", "ucx"] {
         // A file into a file.
         let out = dir.path().join(format!("out-{transport}.bin"));
-        let mut recv = start_recv(
-            with_key(&mut wirespeed(), "k1")
-                .args(["recv", "--listen", "127.0.0.1:0", "--transport", transport])
-                .arg(&out),
-        );
+        let mut recv = start_recv(recv_cmd("k1", transport).arg(&out));
         let sent = run(with_key(&mut wirespeed(), "k1")
             .args(["send", &format!("127.0.0.1:{}", recv.port), "-v", "--transport", transport])
             .arg(dir.path().join("in.bin")));
@@ -53,11 +52,7 @@ fn send_and_recv_move_a_file_and_a_pipe() {
 
         // Several files into a directory, each under its own name.
         let into = dir.path().join(format!("into-{transport}"));
-        let mut recv = start_recv(
-            with_key(&mut wirespeed(), "k1")
-                .args(["recv", "--listen", "127.0.0.1:0", "--transport", transport])
-                .arg(&into),
-        );
+        let mut recv = start_recv(recv_cmd("k1", transport).arg(&into));
         let sent = run(with_key(&mut wirespeed(), "k1")
             .args(["send", &format!("127.0.0.1:{}", recv.port), "--transport", transport])
             .arg(dir.path().join("in.bin"))
