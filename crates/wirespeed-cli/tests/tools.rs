@@ -457,11 +457,71 @@ fn cp_local_copies_trees_and_single_small_files() {
     }
     let names: Vec<_> = fs::read_dir(&into).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["small.txt"], "nothing else is left beside it");
+
+    // A bare name is in the working directory (`cp small.txt copy.txt`), for `recv` too.
+    let out = run(wirespeed().current_dir(dir.path()).args(["cp", "small.txt", "bare.txt"]));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fs::read(dir.path().join("bare.txt")).unwrap(), b"a few bytes");
+    let mut recv = start_recv(recv_cmd("k", "auto").current_dir(dir.path()).arg("received.txt"));
+    let sent = run(with_key(&mut wirespeed(), "k").args(["send", &format!("127.0.0.1:{}", recv.port)]).arg(&small));
+    assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+    assert!(wait_for(&mut recv.child, Duration::from_secs(60)).success(), "{}", recv.stderr.join().unwrap());
+    assert_eq!(fs::read(dir.path().join("received.txt")).unwrap(), b"a few bytes");
 }
 
-/// A tree copied to a new name is built under the hidden part name beside it and takes its
-/// own name only when complete. A part directory an interrupted copy left is continued with
-/// `--resume` and started afresh without; one another copy is writing is refused.
+/// Remote operands as scp and rsync users write them: relative to the remote home, `~` and
+/// `~user`, patterns the remote end expands, and IPv6 addresses in brackets.
+#[test]
+fn cp_reads_remote_paths_as_scp_does() {
+    let sshd = Sshd::start();
+    // The remote end is this host, as this user: its home is ours. What the test puts there
+    // lies in a temporary directory that goes at the end.
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid()).unwrap().unwrap();
+    let in_home = tempfile::tempdir_in(&me.dir).unwrap();
+    let rel = in_home.path().file_name().unwrap().to_str().unwrap().to_string();
+    for name in ["a.csv", "b.csv", "c.txt"] {
+        fs::write(in_home.path().join(name), name).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let got = |name: &str| fs::read(dir.path().join(name)).unwrap();
+
+    let forms = [format!("{rel}/c.txt"), format!("~/{rel}/c.txt"), format!("~{}/{rel}/c.txt", me.name)];
+    for (i, form) in forms.iter().enumerate() {
+        let out = run(sshd.cp().arg(format!("127.0.0.1:{form}")).arg(dir.path().join(format!("{i}.txt"))));
+        assert!(out.status.success(), "{form}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(got(&format!("{i}.txt")), b"c.txt");
+    }
+    let out = run(sshd.cp().arg(dir.path().join("0.txt")).arg(format!("127.0.0.1:~/{rel}/back.txt")));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fs::read(in_home.path().join("back.txt")).unwrap(), b"c.txt");
+
+    // A pattern is expanded where the files are, into several sources.
+    let out = run(sshd.cp().arg(format!("127.0.0.1:~/{rel}/*.csv")).arg(dir.path().join("csv")));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut names: Vec<_> = fs::read_dir(dir.path().join("csv")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["a.csv", "b.csv"]);
+
+    // One that matches nothing, and an unknown user, fail in one line with their exit codes.
+    for (from, code, says) in [
+        (format!("127.0.0.1:~/{rel}/*.parquet"), 5, "nothing matches"),
+        ("127.0.0.1:~no-such-user/x".to_string(), 2, "no such user"),
+    ] {
+        let out = run(sshd.cp().arg(&from).arg(dir.path().join("none")));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{from}: {err}");
+        assert!(err.contains(says) && err.lines().count() == 1, "{from}: {err}");
+    }
+
+    // `[::1]:path`, where this host has IPv6 on loopback.
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        let v6 = Sshd::start_on(&[(None, "::1")]);
+        let out = run(v6.cp().arg(format!("[::1]:{rel}/a.csv")).arg(dir.path().join("v6.csv")));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(got("v6.csv"), b"a.csv");
+    }
+}
+
 #[test]
 fn a_tree_copied_to_a_new_name_appears_only_when_complete() {
     use std::os::fd::AsRawFd;

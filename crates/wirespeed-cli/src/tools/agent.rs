@@ -14,7 +14,7 @@ use clap::{Args, ValueEnum};
 use wirespeed::{Config, Key};
 use wirespeed_files::{Input, Output, Ports, Progress, Server, Side, Summary, Transport, plane};
 
-use super::{Common, CopyFlags};
+use super::{Common, CopyFlags, remote_paths};
 use crate::exit;
 
 /// Set once the transfer is complete, so a closing standard input no longer stops us.
@@ -103,8 +103,14 @@ pub fn run(mut a: AgentArgs) -> anyhow::Result<()> {
     a.flags.read_exclude_files()?;
     match a.role {
         // Bad sources fail here, in the agent's own words, before anything connects.
-        Role::Source => wirespeed_files::check_roots(&a.paths, a.flags.recursive)?,
-        Role::Sink => anyhow::ensure!(a.paths.len() == 1, "a sink writes to one destination"),
+        Role::Source => {
+            a.paths = remote_paths::sources(a.paths)?;
+            wirespeed_files::check_roots(&a.paths, a.flags.recursive)?
+        }
+        Role::Sink => {
+            anyhow::ensure!(a.paths.len() == 1, "a sink writes to one destination");
+            a.paths = a.paths.into_iter().map(remote_paths::destination).collect::<Result<_, _>>()?;
+        }
     }
     let key = read_key()?;
     let connect = match a.connect {

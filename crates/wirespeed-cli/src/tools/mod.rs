@@ -6,6 +6,7 @@ pub mod cp;
 pub mod pipe;
 pub mod recv;
 mod remote;
+mod remote_paths;
 pub mod send;
 pub mod stage;
 

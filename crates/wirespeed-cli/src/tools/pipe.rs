@@ -16,7 +16,7 @@ use wirespeed::{Config, Key};
 use wirespeed_files::{FilesError, Input, Output, Progress, Side, plane};
 
 use super::Common;
-use super::remote::{RemoteArgs, Stderr};
+use super::remote::{RemoteArgs, Stderr, split_host};
 use crate::exit;
 
 /// How long a stage may take to start over ssh.
@@ -122,11 +122,12 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
     super::agent::confine_ucx_ports(a.remote.ports(), a.common.transport);
     let mut stages = Vec::new();
     for s in &a.stages {
-        let Some((host, spec)) = s.split_once(':').filter(|(h, _)| !h.is_empty()) else {
+        let Some((host, spec)) = split_host(s.as_bytes()) else {
             bail!(FilesError::Usage(format!("{s:?} is not HOST:CMD")));
         };
-        Spec::parse(spec).map_err(|e| FilesError::Usage(format!("{s:?}: {e}")))?;
-        stages.push((host.to_string(), spec.to_string()));
+        let spec = String::from_utf8_lossy(spec).into_owned();
+        Spec::parse(&spec).map_err(|e| FilesError::Usage(format!("{s:?}: {e}")))?;
+        stages.push((host, spec));
     }
     let ssh = a.remote.ssh()?;
     let (key, key_text) = Key::generate()?;

@@ -16,8 +16,8 @@ use wirespeed_files::Ports;
 
 use crate::exit;
 
-/// A `cp` operand: `[user@]host:path` is remote (as in scp); anything with a `/` before its
-/// first `:` is local.
+/// A `cp` operand: `[user@]host:path` is remote (as in scp), and so is `[user@][addr]:path`
+/// for an IPv6 address; anything with a `/` before its first `:` is local.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Place {
     Local(PathBuf),
@@ -26,17 +26,31 @@ pub enum Place {
 
 impl Place {
     pub fn parse(arg: &OsStr) -> Place {
-        let b = arg.as_bytes();
-        if let Some(colon) = b.iter().position(|c| *c == b':')
-            && colon > 0
-            && !b[..colon].contains(&b'/')
-        {
-            let host = String::from_utf8_lossy(&b[..colon]).into_owned();
-            let path = if colon + 1 == b.len() { b".".to_vec() } else { b[colon + 1..].to_vec() };
-            return Place::Remote { host, path: OsString::from_vec(path) };
+        match split_host(arg.as_bytes()) {
+            Some((host, path)) => {
+                let path = if path.is_empty() { b"." } else { path };
+                Place::Remote { host, path: OsString::from_vec(path.to_vec()) }
+            }
+            None => Place::Local(PathBuf::from(arg)),
         }
-        Place::Local(PathBuf::from(arg))
     }
+}
+
+/// `[user@]host:rest` or `[user@][addr]:rest` as the host (IPv6 brackets dropped, as ssh
+/// takes it) and the rest; `None` when nothing before the first `:` could be a host.
+pub fn split_host(b: &[u8]) -> Option<(String, &[u8])> {
+    let bracket = b
+        .iter()
+        .position(|c| *c == b'[')
+        .filter(|&open| (open == 0 || b[open - 1] == b'@') && !b[..open].iter().any(|c| matches!(c, b'/' | b':')));
+    let colon = match bracket {
+        Some(open) => b[open..].windows(2).position(|w| w == b"]:").map(|i| open + i + 1),
+        None => b.iter().position(|c| *c == b':'),
+    }?;
+    if colon == 0 || b[..colon].contains(&b'/') {
+        return None;
+    }
+    Some((String::from_utf8_lossy(&b[..colon]).replace(['[', ']'], ""), &b[colon + 1..]))
 }
 
 /// How `cp` and `pipe` reach remote hosts.
@@ -258,5 +272,8 @@ mod tests {
         assert_eq!(Place::parse(OsStr::new("./a:b")), Place::Local("./a:b".into()));
         assert_eq!(Place::parse(OsStr::new("/x/y")), Place::Local("/x/y".into()));
         assert_eq!(Place::parse(OsStr::new(":x")), Place::Local(":x".into()));
+        assert_eq!(Place::parse(OsStr::new("[::1]:/a:b")), r("::1", "/a:b"));
+        assert_eq!(Place::parse(OsStr::new("me@[fe80::1%eth0]:")), r("me@fe80::1%eth0", "."));
+        assert_eq!(Place::parse(OsStr::new("./[x]:y")), Place::Local("./[x]:y".into()));
     }
 }

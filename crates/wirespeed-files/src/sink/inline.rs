@@ -65,6 +65,8 @@ impl<'a> Units<'a> {
         let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
             return Err(FilesError::Usage(format!("{}: not a place for a file", dest.display())));
         };
+        // A bare name (`cp a b`) lies in the working directory.
+        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
         if self.current.as_ref().is_some_and(|u| u.dir != dir || u.files.len() == UNIT_FILES) {
             self.flush(sh)?;
         }
