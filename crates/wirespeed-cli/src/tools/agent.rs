@@ -109,7 +109,7 @@ pub fn run(mut a: AgentArgs) -> anyhow::Result<()> {
         }
         Role::Sink => {
             anyhow::ensure!(a.paths.len() == 1, "a sink writes to one destination");
-            a.paths = a.paths.into_iter().map(remote_paths::destination).collect::<Result<_, _>>()?;
+            a.paths = a.paths.into_iter().map(remote_paths::home).collect::<Result<_, _>>()?;
         }
     }
     let key = read_key()?;

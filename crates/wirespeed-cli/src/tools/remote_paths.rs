@@ -23,13 +23,9 @@ pub fn sources(paths: Vec<PathBuf>) -> Result<Vec<PathBuf>, FilesError> {
     Ok(out)
 }
 
-/// A sink's destination: `~` expanded; never a pattern.
-pub fn destination(path: PathBuf) -> Result<PathBuf, FilesError> {
-    home(path)
-}
-
-/// `~` and `~/x` lie in our home directory, `~user` and `~user/x` in that user's.
-fn home(path: PathBuf) -> Result<PathBuf, FilesError> {
+/// `~` and `~/x` lie in our home directory, `~user` and `~user/x` in that user's. A sink's
+/// destination, and a pipeline's file, is read so (never as a pattern).
+pub fn home(path: PathBuf) -> Result<PathBuf, FilesError> {
     let bytes = path.as_os_str().as_bytes();
     let Some(rest) = bytes.strip_prefix(b"~") else { return Ok(path) };
     let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
@@ -82,12 +78,12 @@ mod tests {
     #[test]
     fn a_leading_tilde_is_a_home_directory() {
         let me = PathBuf::from(std::env::var_os("HOME").unwrap());
-        assert_eq!(destination("~".into()).unwrap(), me);
-        assert_eq!(destination("~/a b".into()).unwrap(), me.join("a b"));
+        assert_eq!(home("~".into()).unwrap(), me);
+        assert_eq!(home("~/a b".into()).unwrap(), me.join("a b"));
         let root = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(0)).unwrap().unwrap();
-        assert_eq!(destination(format!("~{}/x", root.name).into()).unwrap(), root.dir.join("x"));
-        assert_eq!(destination("a/~b".into()).unwrap(), PathBuf::from("a/~b"));
-        assert!(matches!(destination("~no-such-user-here/x".into()), Err(FilesError::Usage(_))));
+        assert_eq!(home(format!("~{}/x", root.name).into()).unwrap(), root.dir.join("x"));
+        assert_eq!(home("a/~b".into()).unwrap(), PathBuf::from("a/~b"));
+        assert!(matches!(home("~no-such-user-here/x".into()), Err(FilesError::Usage(_))));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use wirespeed_files::{FilesError, Input, Output, Ports, Progress, Server, Side, 
 use super::Common;
 use super::agent::{confine_ucx_ports, finished, listen_address, read_key, read_line, stop_when_stdin_closes};
 use super::pipe::{Cause, Spec};
+use super::remote_paths;
 use crate::exit;
 
 /// How long a stage waits for its neighbours to connect.
@@ -116,23 +117,28 @@ impl Stage<'_> {
             Spec::Command(cmd) => self.command(cmd, &first),
             // As in rdpipe, a file stage first takes in all its input (dropping it for `<`),
             // then sends its output (nothing for `>`).
+            // A file's `~` is read here, as the remote shell would have read it.
             Spec::ReadFile(path) => {
-                self.then_send(
-                    self.receive(Output::writer(std::io::sink()), &never),
-                    Input::Path(path.clone()),
-                    &first,
-                );
+                let received = self.receive(Output::writer(std::io::sink()), &never);
+                match remote_paths::home(path.clone()) {
+                    Ok(path) => self.then_send(received, Input::Path(path), &first),
+                    Err(e) => first.set(&e.into(), Cause::Output),
+                }
                 0
             }
             Spec::WriteFile { path, append } => {
-                let into = match append {
-                    true => std::fs::OpenOptions::new().create(true).append(true).open(path).map(Output::writer),
-                    // Written under a part name and renamed once complete.
-                    false => Ok(Output::Path(path.clone())),
-                };
-                let received = into
-                    .with_context(|| format!("cannot open {}", path.display()))
-                    .and_then(|o| self.receive(o, &never));
+                let into =
+                    remote_paths::home(path.clone()).map_err(anyhow::Error::from).and_then(|path| match append {
+                        true => std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(&path)
+                            .map(Output::writer)
+                            .with_context(|| format!("cannot open {}", path.display())),
+                        // Written under a part name and renamed once complete.
+                        false => Ok(Output::Path(path)),
+                    });
+                let received = into.and_then(|o| self.receive(o, &never));
                 self.then_send(received, Input::reader(std::io::empty()), &first);
                 0
             }
