@@ -693,6 +693,43 @@ fn delete_removes_only_what_the_source_lacks() {
     fs::write(copy.join("sub/old/deeper/f"), b"f").unwrap();
     std::os::unix::fs::symlink(&outside, copy.join("sub/to-outside")).unwrap();
     fs::write(dst.join("beside"), b"not part of the tree").unwrap();
+    fs::write(src.join("a"), b"A").unwrap();
+
+    // A dry run lists what would change, at either end of ssh or both, and changes nothing.
+    let before = snapshot(&dst, true);
+    let list = |d: &std::path::Path| {
+        let d = d.display();
+        let mut v = vec![
+            format!("{d}/src/a"),
+            format!("deleting {d}/src/extra"),
+            format!("deleting {d}/src/sub/old/"),
+            format!("deleting {d}/src/sub/to-outside"),
+        ];
+        v.sort();
+        v
+    };
+    let here = |p: &std::path::Path| p.as_os_str().to_owned();
+    let cases = [
+        (here(&src), remote(&dst)),
+        (remote(&src), here(&dst)),
+        (remote(&src), remote(&dst)),
+        (here(&src), here(&dst)),
+    ];
+    for (from, to) in cases {
+        let out = run(sshd.cp().args(["-r", "--sync", "--delete", "--dry-run"]).arg(&from).arg(&to));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{said}");
+        assert!(said.contains("dry run: 1 files (1 bytes) would be copied, 1 kept, 3 deleted"), "{said}");
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+        lines.sort();
+        assert_eq!(lines, list(&dst), "{from:?} to {to:?}");
+        assert_eq!(snapshot(&dst, true), before, "a dry run changes nothing");
+    }
+    let out = run(wirespeed().args(["cp", "-r", "--dry-run"]).arg(&src).arg(dir.path().join("new")));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).lines().any(|l| l.ends_with("new/sub/b")));
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 3, "nothing new beside src, dst and outside");
+
     let out = run(sshd.cp().args(["-r", "--sync", "--delete"]).arg(&src).arg(remote(&dst)));
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && said.contains(", 3 deleted"), "{said}");

@@ -22,6 +22,7 @@ mod source;
 mod walk;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use wirespeed::{Connection, Stream};
@@ -97,11 +98,26 @@ pub struct SinkOptions {
     pub delete: bool,
     /// Write large files with direct I/O, past the page cache (`--direct`).
     pub direct: bool,
+    /// Change nothing, and say here what would change (`--dry-run`). A source that asks for
+    /// a dry run gets one even without this, with nothing said.
+    pub dry_run: Option<Report>,
 }
 
 impl Default for SinkOptions {
     fn default() -> Self {
-        SinkOptions { encrypt: false, stall_timeout: STALL_TIMEOUT, delete: false, direct: false }
+        SinkOptions { encrypt: false, stall_timeout: STALL_TIMEOUT, delete: false, direct: false, dry_run: None }
+    }
+}
+
+/// Where a dry run says what it would do, a line each: a path it would write (a directory's
+/// with a `/` after it, a symlink's with ` -> TARGET`), or `deleting PATH`. Paths are
+/// printable: control characters, backslashes and bytes that are not UTF-8 come as `\xNN`.
+#[derive(Clone)]
+pub struct Report(pub Arc<dyn Fn(&str) + Send + Sync>);
+
+impl std::fmt::Debug for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Report")
     }
 }
 

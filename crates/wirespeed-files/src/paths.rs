@@ -45,9 +45,37 @@ pub fn bytes(p: &OsStr) -> Vec<u8> {
     p.as_bytes().to_vec()
 }
 
+/// A name as one line of text that reads back unambiguously: control characters, backslashes
+/// and bytes that are not UTF-8 as `\xNN`.
+pub fn printable(p: &[u8]) -> String {
+    let mut out = String::with_capacity(p.len());
+    for chunk in p.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() || c == '\\' {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\x{b:02x}"));
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printable_names_are_one_line_and_unambiguous() {
+        assert_eq!(printable(b"a b/\xc3\xa9"), "a b/\u{e9}");
+        assert_eq!(printable(b"new\nline\\\xff"), "new\\x0aline\\x5c\\xff");
+    }
 
     #[test]
     fn joins_only_below_the_root() {

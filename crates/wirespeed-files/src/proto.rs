@@ -5,7 +5,7 @@
 use crate::error::{FilesError, Result};
 
 /// Version of the copy protocol, checked in [`Msg::Begin`].
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 /// `Entry::size` of a file whose length is known only at its end (standard input).
 pub const STREAMED: u64 = u64::MAX;
 /// Longest path or symlink target accepted, in bytes.
@@ -21,6 +21,11 @@ pub const NO_CLOBBER: u16 = 8;
 /// Remove what the destination holds in the tree's directories that the source does not
 /// (`--delete`).
 pub const DELETE: u16 = 16;
+/// Change nothing: the sink says what it would do, and the source sends no file's bytes
+/// (`--dry-run`).
+pub const DRY_RUN: u16 = 32;
+/// Every flag this version knows; a sink refuses others rather than ignore what they ask.
+pub const FLAGS: u16 = PRESERVE | RESUME | SYNC | NO_CLOBBER | DELETE | DRY_RUN;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -387,7 +392,7 @@ mod tests {
             Msg::Ready,
             Msg::Begin {
                 version: VERSION,
-                flags: PRESERVE | RESUME | SYNC | NO_CLOBBER | DELETE,
+                flags: FLAGS,
                 chunk_size: 4 << 20,
                 root_name: b"r".to_vec(),
                 root_kind: Kind::Dir,

@@ -61,6 +61,8 @@ pub struct SourceOptions {
     pub direct: bool,
     /// What the walk leaves out (`--exclude`).
     pub exclude: Excludes,
+    /// Send entries only: the sink says what it would do (`--dry-run`).
+    pub dry_run: bool,
 }
 
 impl Default for SourceOptions {
@@ -80,6 +82,7 @@ impl Default for SourceOptions {
             stall_timeout: crate::STALL_TIMEOUT,
             direct: false,
             exclude: Excludes::default(),
+            dry_run: false,
         }
     }
 }
@@ -249,6 +252,7 @@ pub fn run_source(
         (opts.sync, proto::SYNC),
         (opts.no_clobber, proto::NO_CLOBBER),
         (opts.delete, proto::DELETE),
+        (opts.dry_run, proto::DRY_RUN),
     ]
     .iter()
     .filter(|(on, _)| *on)
@@ -342,7 +346,8 @@ fn send_entries(
         let Found { path, entry, file } = found;
         files += u64::from(entry.kind == Kind::File);
         match file {
-            Some(file) if entry.kind == Kind::File && entry.size <= INLINE_MAX => {
+            // A dry run reads no file: the sink answers each with what it would do.
+            Some(file) if entry.kind == Kind::File && entry.size <= INLINE_MAX && !opts.dry_run => {
                 // The oldest still being read has had the longest to arrive: take it if it has.
                 if let Some(oldest) = reading.pop_front() {
                     let wait = reading.len() + 1 >= reading_max;

@@ -1,6 +1,6 @@
 //! `wirespeed agent`: the far end of `cp`, started over ssh. It reads the transfer key from
 //! the first line of standard input, listens (or connects with `--connect`), reports
-//! `WIRESPEED-AGENT <ip> <port>` and, at the end, `WIRESPEED-DONE <files> <bytes> <kept files>
+//! `WIRESPEED-AGENT <ip> <port>`, for a dry run's sink `WIRESPEED-ITEM <line>` each, and, at the end, `WIRESPEED-DONE <files> <bytes> <kept files>
 //! <kept bytes> <deleted>`. When standard input closes (ssh or the initiator died) it stops at
 //! once.
 
@@ -14,8 +14,11 @@ use clap::{Args, ValueEnum};
 use wirespeed::{Config, Key};
 use wirespeed_files::{Input, Output, Ports, Progress, Server, Side, Summary, Transport, plane};
 
-use super::{Common, CopyFlags, remote_paths};
+use super::{Common, CopyFlags, list_on_stdout, remote_paths};
 use crate::exit;
+
+/// Starts a line of a sink agent's dry run (see [`wirespeed_files::Report`]).
+pub const ITEM: &str = "WIRESPEED-ITEM ";
 
 /// Set once the transfer is complete, so a closing standard input no longer stops us.
 static FINISHED: AtomicBool = AtomicBool::new(false);
@@ -134,7 +137,10 @@ pub fn run(mut a: AgentArgs) -> anyhow::Result<()> {
     let summary = match a.role {
         Role::Sink => {
             let output = Output::Path(a.paths.into_iter().next().unwrap_or_default());
-            wirespeed_files::receive(&conn, side, &output, &a.common.sink_options(&a.flags), &progress)?
+            let mut opts = a.common.sink_options(&a.flags);
+            // What a dry run would change goes to the initiator, which lists it.
+            opts.dry_run = opts.dry_run.map(|_| list_on_stdout(ITEM));
+            wirespeed_files::receive(&conn, side, &output, &opts, &progress)?
         }
         Role::Source => {
             let opts = a.common.source_options(&a.flags)?;

@@ -13,7 +13,7 @@ use wirespeed::{Config, Connection, Key};
 use wirespeed_files::{FilesError, Input, Output, Progress, Server, Side, SourceOptions, Summary, plane};
 
 use super::remote::{Agent, Place, RemoteArgs, Ssh, Stderr};
-use super::{Common, CopyFlags, summary_line, with_progress};
+use super::{Common, CopyFlags, dry_run_line, summary_line, with_progress};
 
 /// How long an agent may take to start over ssh.
 const AGENT_START: Duration = Duration::from_secs(60);
@@ -105,7 +105,10 @@ pub fn run(mut a: CpArgs) -> anyhow::Result<()> {
         }
     })?;
     let reused = progress.reused.load(std::sync::atomic::Ordering::Relaxed);
-    eprintln!("{}", summary_line(&summary, reused, elapsed));
+    match a.flags.dry_run {
+        true => eprintln!("{}", dry_run_line(&summary)),
+        false => eprintln!("{}", summary_line(&summary, reused, elapsed)),
+    }
     Ok(())
 }
 

@@ -11,14 +11,14 @@ pub mod send;
 pub mod stage;
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
-use std::sync::mpsc;
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use wirespeed_files::{Excludes, Progress, SinkOptions, SourceOptions, Summary, Transport};
+use wirespeed_files::{Excludes, Progress, Report, SinkOptions, SourceOptions, Summary, Transport};
 
 /// Options every tool shares.
 #[derive(Args, Clone, Debug)]
@@ -108,6 +108,10 @@ pub struct CopyFlags {
     /// or `;` are skipped, as with rsync; may be repeated.
     #[arg(long, value_name = "FILE")]
     pub exclude_from: Vec<std::path::PathBuf>,
+    /// Change nothing: list what would be copied (a directory with `/` after it), and with
+    /// --delete what would be deleted, as rsync --dry-run does. No file's bytes are read.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 impl CopyFlags {
@@ -132,6 +136,7 @@ impl CopyFlags {
             (self.sync, "--sync"),
             (self.no_clobber, "--no-clobber"),
             (self.delete, "--delete"),
+            (self.dry_run, "--dry-run"),
         ];
         let mut v: Vec<OsString> = on.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.into()).collect();
         for p in &self.exclude {
@@ -157,13 +162,21 @@ impl Common {
             encrypt: self.encrypt,
             direct: self.direct,
             exclude: Excludes::new(&f.exclude)?,
+            dry_run: f.dry_run,
             ..SourceOptions::default()
         })
     }
 
-    /// A sink's options; it allows `--delete` only when its own flags ask for it.
+    /// A sink's options; it allows `--delete` only when its own flags ask for it. A dry run
+    /// lists on standard output.
     pub fn sink_options(&self, f: &CopyFlags) -> SinkOptions {
-        SinkOptions { encrypt: self.encrypt, delete: f.delete, direct: self.direct, ..SinkOptions::default() }
+        SinkOptions {
+            encrypt: self.encrypt,
+            delete: f.delete,
+            direct: self.direct,
+            dry_run: f.dry_run.then(|| list_on_stdout("")),
+            ..SinkOptions::default()
+        }
     }
 
     /// These options as an agent's command-line arguments.
@@ -182,6 +195,14 @@ impl Common {
         }
         v
     }
+}
+
+/// A dry run's report: each line on standard output after `prefix`. A reader that went away
+/// (`| head`) loses the rest, and nothing else.
+pub fn list_on_stdout(prefix: &'static str) -> Report {
+    Report(Arc::new(move |line: &str| {
+        let _ = writeln!(std::io::stdout().lock(), "{prefix}{line}");
+    }))
 }
 
 /// Runs `f` with a progress bar on stderr when stderr is a terminal; a pipe gets silence.
@@ -227,6 +248,15 @@ fn draw(progress: &Progress, finished: mpsc::Receiver<()>) {
 
 /// The line `cp` ends with; `reused` counts bytes `--resume` did not send again. The rate
 /// leaves out files kept as they were, which took no time to move.
+/// The line a dry run ends with.
+pub fn dry_run_line(s: &Summary) -> String {
+    let (files, bytes) = (s.files.saturating_sub(s.kept), s.bytes.saturating_sub(s.kept_bytes));
+    format!(
+        "dry run: {files} files ({bytes} bytes) would be copied, {} kept, {} deleted; nothing changed",
+        s.kept, s.deleted
+    )
+}
+
 pub fn summary_line(s: &Summary, reused: u64, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64();
     let reused = if reused > 0 { format!(" ({reused} already in place)") } else { String::new() };

@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use wirespeed_files::Ports;
 
+use super::agent::ITEM;
 use crate::exit;
 
 /// A `cp` operand: `[user@]host:path` is remote (as in scp), and so is `[user@][addr]:path`
@@ -166,10 +167,14 @@ fn quote(b: &[u8]) -> anyhow::Result<Vec<u8>> {
 }
 
 impl Agent {
-    /// Waits for the agent's line starting with `tag`; returns the words after it.
+    /// Waits for the agent's line starting with `tag`; returns the words after it. A dry
+    /// run's lines on the way are listed on our standard output.
     pub fn expect(&mut self, tag: &str, timeout: Duration) -> anyhow::Result<Vec<String>> {
         loop {
             match self.lines.recv_timeout(timeout) {
+                Ok(line) if line.starts_with(ITEM) => {
+                    let _ = writeln!(std::io::stdout().lock(), "{}", &line[ITEM.len()..]);
+                }
                 Ok(line) => {
                     let mut words = line.split_whitespace();
                     if words.next() == Some(tag) {

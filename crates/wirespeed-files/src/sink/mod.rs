@@ -27,11 +27,11 @@ use crate::direct::{self, AlignedBuf, Gather};
 use crate::error::{FilesError, Result};
 use crate::exclude::{Excludes, top_path};
 use crate::link::{self, Body, Link, Wrapping};
-use crate::paths::{join_under, part_path};
+use crate::paths::{join_under, part_path, printable};
 use crate::progress::Progress;
 use crate::proto::{self, Entry, Kind, Msg, STREAMED};
 use crate::shared::Shared;
-use crate::{SinkOptions, Summary};
+use crate::{Report, SinkOptions, Summary};
 
 /// Where received data goes.
 #[derive(Clone, Debug)]
@@ -158,6 +158,8 @@ struct State<'a> {
     direct: bool,
     /// Building a new tree under its part name: small files go straight under their names.
     fresh: bool,
+    /// A dry run: change nothing, say what would change.
+    dry: Option<Report>,
     /// Where a single file goes in order instead of into a part file.
     stream: Option<Shared<Box<dyn Write + Send>>>,
     progress: &'a Progress,
@@ -190,6 +192,13 @@ impl State<'_> {
     fn alive(&self) -> impl FnMut() -> bool + '_ {
         let mut moved = self.progress.mover();
         move || moved() || self.streaming.load(Ordering::Relaxed) > 0
+    }
+
+    /// In a dry run, says that `dest` would be written (`more` follows its name).
+    fn say(&self, dest: &Path, more: &str) {
+        if let Some(report) = &self.dry {
+            report.0(&format!("{}{more}", printable(dest.as_os_str().as_bytes())));
+        }
     }
 
     fn take_failure(&self) -> Option<FilesError> {
@@ -235,6 +244,9 @@ fn receive(
     if !(64 << 10..=256 << 20).contains(&chunk_size) {
         return Err(FilesError::Protocol(format!("chunk size {chunk_size} is out of range")));
     }
+    if flags & !proto::FLAGS != 0 {
+        return Err(FilesError::Protocol(format!("unknown copy flags {:#x}", flags & !proto::FLAGS)));
+    }
     if flags & proto::DELETE != 0 && !opts.delete {
         return Err(FilesError::Usage(
             "the sender asks to delete what it does not send; only a receiver started with --delete allows that".into(),
@@ -267,8 +279,14 @@ fn receive(
         Output::Path(p) => p.clone(),
     };
     let resume = flags & proto::RESUME != 0;
+    // Either end may ask for a dry run; only ours says what it would do.
+    let dry = match &opts.dry_run {
+        Some(report) => Some(report.clone()),
+        None if flags & proto::DRY_RUN != 0 => Some(Report(Arc::new(|_: &str| {}))),
+        None => None,
+    };
     let tree = match stream {
-        None if root_kind == Kind::Dir => FreshTree::begin(&root, resume)?,
+        None if root_kind == Kind::Dir && dry.is_none() => FreshTree::begin(&root, resume)?,
         _ => None,
     };
     let shared = State {
@@ -281,6 +299,7 @@ fn receive(
         delete: flags & proto::DELETE != 0,
         direct: opts.direct,
         fresh: tree.is_some(),
+        dry,
         stream,
         progress,
         stall: opts.stall_timeout,
@@ -363,6 +382,7 @@ fn control_loop(
                         let end = end.ok_or_else(|| FilesError::Protocol("inline bytes run short".into()))?;
                         match &sh.stream {
                             _ if keep => {}
+                            _ if sh.dry.is_some() => sh.say(&dest, ""),
                             Some(out) => write_to_stream(out, &dest, &units.body()[at..end], sum, sh)?,
                             None => units.push(&dest, e, at..end, sh)?,
                         }
@@ -373,13 +393,24 @@ fn control_loop(
                     units.flush(sh)?;
                     match e.kind {
                         Kind::File if keep => control.send(&Msg::Keep { id: e.id }, &[])?,
+                        // Nothing is sent: the source offered no bytes.
+                        Kind::File if sh.dry.is_some() => {
+                            sh.say(&dest, "");
+                            control.send(&Msg::Keep { id: e.id }, &[])?
+                        }
+                        Kind::Dir if sh.dry.is_some() => match fs::symlink_metadata(&dest) {
+                            Ok(m) if m.is_dir() || (e.path.is_empty() && dest.is_dir()) => dirs.push((dest, e)),
+                            _ => sh.say(&dest, "/"),
+                        },
                         Kind::Dir => {
                             make_dir(&dest, e.path.is_empty())?;
                             dirs.push((dest, e));
                         }
                         Kind::Symlink => {
-                            if !keep {
-                                make_symlink(&dest, &e)?;
+                            match &sh.dry {
+                                _ if keep => {}
+                                Some(_) => sh.say(&dest, &format!(" -> {}", printable(&e.target))),
+                                None => make_symlink(&dest, &e)?,
                             }
                             // Nothing is written through it, kept or made.
                             created_links.push(dest);
@@ -427,11 +458,11 @@ fn control_loop(
                     .is_ok_and(|rel| protect.excludes(&top_path(top, rel.as_os_str().as_bytes()), is_dir))
         };
         for (dir, _) in &dirs {
-            end.deleted += delete_unsent(dir, &sent, protected)?;
+            end.deleted += delete_unsent(dir, &sent, protected, sh.dry.as_ref())?;
         }
     }
     // Directory times last, deepest first, as writing inside them changed them.
-    if sh.preserve {
+    if sh.preserve && sh.dry.is_none() {
         for (dir, e) in dirs.iter().rev() {
             set_metadata(None, dir, e)?;
         }
@@ -471,8 +502,13 @@ fn keeps(dest: &Path, e: &Entry, sh: &State) -> bool {
 
 /// Removes what `dir` holds that the source did not send (`--delete`) and `protected` (given
 /// whether it is a directory) does not keep; returns how many names went. A directory goes
-/// with everything in it; a symlink goes, never what it points to.
-fn delete_unsent(dir: &Path, sent: &HashSet<PathBuf>, protected: impl Fn(&Path, bool) -> bool) -> Result<u64> {
+/// with everything in it; a symlink goes, never what it points to. A dry run says so instead.
+fn delete_unsent(
+    dir: &Path,
+    sent: &HashSet<PathBuf>,
+    protected: impl Fn(&Path, bool) -> bool,
+    dry: Option<&Report>,
+) -> Result<u64> {
     let mut deleted = 0;
     for child in fs::read_dir(dir).map_err(|e| FilesError::io(dir, e))? {
         let path = child.map_err(|e| FilesError::io(dir, e))?.path();
@@ -483,9 +519,14 @@ fn delete_unsent(dir: &Path, sent: &HashSet<PathBuf>, protected: impl Fn(&Path, 
         if protected(&path, is_dir) {
             continue;
         }
+        deleted += 1;
+        if let Some(report) = dry {
+            let path = printable(path.as_os_str().as_bytes());
+            report.0(&format!("deleting {path}{}", if is_dir { "/" } else { "" }));
+            continue;
+        }
         let gone = if is_dir { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
         gone.map_err(|e| FilesError::io(&path, e))?;
-        deleted += 1;
     }
     Ok(deleted)
 }
