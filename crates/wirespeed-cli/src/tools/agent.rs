@@ -1,8 +1,8 @@
 //! `wirespeed agent`: the far end of `cp`, started over ssh. It reads the transfer key from
 //! the first line of standard input, listens (or connects with `--connect`), reports
-//! `WIRESPEED-AGENT <ip> <port>`, for a dry run's sink `WIRESPEED-ITEM <line>` each, and, at the end, `WIRESPEED-DONE <files> <bytes> <kept files>
-//! <kept bytes> <deleted>`. When standard input closes (ssh or the initiator died) it stops at
-//! once.
+//! `WIRESPEED-AGENT <ip> <port>`, as a dry run's sink `WIRESPEED-ITEM <line>` for each change,
+//! and at the end `WIRESPEED-DONE <files> <bytes> <kept files> <kept bytes> <deleted>`. When
+//! standard input closes (ssh or the initiator died) it stops at once.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;

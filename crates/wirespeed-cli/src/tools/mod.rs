@@ -246,8 +246,6 @@ fn draw(progress: &Progress, finished: mpsc::Receiver<()>) {
     bar.finish_and_clear();
 }
 
-/// The line `cp` ends with; `reused` counts bytes `--resume` did not send again. The rate
-/// leaves out files kept as they were, which took no time to move.
 /// The line a dry run ends with.
 pub fn dry_run_line(s: &Summary) -> String {
     let (files, bytes) = (s.files.saturating_sub(s.kept), s.bytes.saturating_sub(s.kept_bytes));
@@ -257,6 +255,8 @@ pub fn dry_run_line(s: &Summary) -> String {
     )
 }
 
+/// The line `cp` ends with; `reused` counts bytes `--resume` did not send again. The rate
+/// leaves out files kept as they were, which took no time to move.
 pub fn summary_line(s: &Summary, reused: u64, elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64();
     let reused = if reused > 0 { format!(" ({reused} already in place)") } else { String::new() };
