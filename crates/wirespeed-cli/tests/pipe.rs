@@ -94,14 +94,13 @@ fn file_operators_read_write_and_append() {
 
     // `~` in a file stage is the remote user's home, as the remote shell would read it (the
     // remote end is this host and user; the test's files lie in a directory of our home).
-    let me = nix::unistd::User::from_uid(nix::unistd::getuid()).unwrap().unwrap();
-    let in_home = tempfile::tempdir_in(&me.dir).unwrap();
-    let rel = in_home.path().file_name().unwrap().to_str().unwrap().to_string();
-    fs::write(in_home.path().join("in.txt"), b"from home\n").unwrap();
+    let home = in_home();
+    fs::write(home.dir.path().join("in.txt"), b"from home\n").unwrap();
+    let rel = &home.name;
     let (read, write) = (format!("127.0.0.1:< ~/{rel}/in.txt"), format!("127.0.0.1:> ~/{rel}/copy.txt"));
     let out = pipe(&sshd, &[&read, &write], b"");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(fs::read(in_home.path().join("copy.txt")).unwrap(), b"from home\n");
+    assert_eq!(fs::read(home.dir.path().join("copy.txt")).unwrap(), b"from home\n");
 }
 
 #[test]

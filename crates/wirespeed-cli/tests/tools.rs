@@ -474,18 +474,15 @@ fn cp_local_copies_trees_and_single_small_files() {
 #[test]
 fn cp_reads_remote_paths_as_scp_does() {
     let sshd = Sshd::start();
-    // The remote end is this host, as this user: its home is ours. What the test puts there
-    // lies in a temporary directory that goes at the end.
-    let me = nix::unistd::User::from_uid(nix::unistd::getuid()).unwrap().unwrap();
-    let in_home = tempfile::tempdir_in(&me.dir).unwrap();
-    let rel = in_home.path().file_name().unwrap().to_str().unwrap().to_string();
+    let home = in_home();
+    let (rel, in_home) = (&home.name, home.dir.path());
     for name in ["a.csv", "b.csv", "c.txt"] {
-        fs::write(in_home.path().join(name), name).unwrap();
+        fs::write(in_home.join(name), name).unwrap();
     }
     let dir = tempfile::tempdir().unwrap();
     let got = |name: &str| fs::read(dir.path().join(name)).unwrap();
 
-    let forms = [format!("{rel}/c.txt"), format!("~/{rel}/c.txt"), format!("~{}/{rel}/c.txt", me.name)];
+    let forms = [format!("{rel}/c.txt"), format!("~/{rel}/c.txt"), format!("~{}/{rel}/c.txt", home.user)];
     for (i, form) in forms.iter().enumerate() {
         let out = run(sshd.cp().arg(format!("127.0.0.1:{form}")).arg(dir.path().join(format!("{i}.txt"))));
         assert!(out.status.success(), "{form}: {}", String::from_utf8_lossy(&out.stderr));
@@ -493,7 +490,7 @@ fn cp_reads_remote_paths_as_scp_does() {
     }
     let out = run(sshd.cp().arg(dir.path().join("0.txt")).arg(format!("127.0.0.1:~/{rel}/back.txt")));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(fs::read(in_home.path().join("back.txt")).unwrap(), b"c.txt");
+    assert_eq!(fs::read(in_home.join("back.txt")).unwrap(), b"c.txt");
 
     // A pattern is expanded where the files are, into several sources.
     let out = run(sshd.cp().arg(format!("127.0.0.1:~/{rel}/*.csv")).arg(dir.path().join("csv")));

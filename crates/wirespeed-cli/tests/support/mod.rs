@@ -237,6 +237,22 @@ impl Drop for Sshd {
     }
 }
 
+/// A temporary directory in this user's home, which is also the remote home of the sshd's
+/// user (this host, this user), and its name there: for remote paths that start at `~`.
+pub struct InHome {
+    pub dir: tempfile::TempDir,
+    pub name: String,
+    /// This user's name, for `~user` paths.
+    pub user: String,
+}
+
+pub fn in_home() -> InHome {
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid()).unwrap().unwrap();
+    let dir = tempfile::tempdir_in(&me.dir).unwrap();
+    let name = dir.path().file_name().unwrap().to_str().unwrap().to_string();
+    InHome { dir, name, user: me.name }
+}
+
 pub fn remote(p: &Path) -> OsString {
     remote_on("127.0.0.1", p)
 }
