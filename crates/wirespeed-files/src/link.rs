@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use wirespeed::{Buf, Connection, Stream};
+use wirespeed::{Buf, Bytes, Connection, Stream};
 
 use crate::envelope::{self, Place, SEALED, SealKey};
 use crate::error::{FilesError, Result};
@@ -120,6 +120,15 @@ impl Link {
             *sent += 2;
         }
         Ok(())
+    }
+
+    /// Like [`Link::send`], but hands `body` to the transport, which may keep it instead of
+    /// copying it (an in-process peer then reads these very bytes).
+    pub fn send_owned(&self, msg: &Msg, body: Bytes) -> Result<()> {
+        if self.unwrapped() {
+            return Ok(self.stream.send_bytes(&msg.encode(), &[body])?);
+        }
+        self.send(msg, &[&body])
     }
 
     /// Sends `msg` with a body of `len` bytes that `fill` writes piece by piece, in place in

@@ -1,5 +1,5 @@
 //! wirespeed core: endpoint URLs, keys, message memory, the sans-IO protocol, and the
-//! transports that drive it (tcp, shm). Nothing here knows about Arrow, files or schedulers.
+//! transports that drive it (tcp, shm, ucx, and in-process pairs). Nothing here knows about Arrow, files or schedulers.
 //!
 //! ```
 //! use wirespeed::{Config, Key, connect, listen};
@@ -33,7 +33,7 @@ pub mod url;
 pub use bytes::Bytes;
 pub use error::{Error, ErrorCode, Result};
 pub use key::Key;
-pub use mem::{Body, Buf, SealedRegion};
+pub use mem::{Body, Buf, Recycler, SealedRegion};
 pub use transport::{
     Config, Connection, Incoming, Listener, Message, Ready, Region, RemoteRegion, Stream, connect, listen,
 };

@@ -1,14 +1,19 @@
-//! Message bodies: owned heap memory, or views lent by a transport (a shared-memory ring,
-//! or a peer's sealed region) that go back to it when dropped.
+//! Message bodies: owned heap memory, a sender's own bytes handed over within one process,
+//! or views lent by a transport (a shared-memory ring, or a peer's sealed region) that go
+//! back to it when dropped.
 
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 mod mapping;
+mod recycler;
 pub mod sealed;
 
 pub(crate) use mapping::Mapping;
+pub use recycler::Recycler;
 pub use sealed::SealedRegion;
 
 /// A transport that lends out views of its memory and takes them back on drop.
@@ -22,7 +27,14 @@ pub struct Buf(Inner);
 
 enum Inner {
     Owned(Vec<u8>),
-    Lent { ptr: NonNull<u8>, len: usize, lender: Arc<dyn Lender>, token: u64 },
+    Lent {
+        ptr: NonNull<u8>,
+        len: usize,
+        lender: Arc<dyn Lender>,
+        token: u64,
+    },
+    /// The sender's own reference-counted bytes, handed over within one process.
+    Shared(Bytes),
 }
 
 // SAFETY: lent memory is read-only while lent and stays mapped while the lender lives (the
@@ -43,15 +55,16 @@ impl Buf {
         Buf(Inner::Lent { ptr, len, lender, token })
     }
 
-    /// True if this buffer is a view of transport memory (zero-copy).
+    /// True if this buffer is a view of memory it does not own (zero-copy).
     pub fn is_lent(&self) -> bool {
-        matches!(self.0, Inner::Lent { .. })
+        !matches!(self.0, Inner::Owned(_))
     }
 
     /// The bytes as a Vec, copying only if they are lent.
     pub fn into_vec(mut self) -> Vec<u8> {
         match &mut self.0 {
             Inner::Owned(v) => std::mem::take(v),
+            Inner::Shared(b) => Vec::from(std::mem::take(b)),
             Inner::Lent { .. } => self.to_vec(),
         }
     }
@@ -63,11 +76,18 @@ impl From<Vec<u8>> for Buf {
     }
 }
 
+impl From<Bytes> for Buf {
+    fn from(b: Bytes) -> Self {
+        Buf(Inner::Shared(b))
+    }
+}
+
 impl Deref for Buf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match &self.0 {
             Inner::Owned(v) => v,
+            Inner::Shared(b) => b,
             // SAFETY: guaranteed by the contract of `Buf::lent`.
             Inner::Lent { ptr, len, .. } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *len) },
         }

@@ -37,6 +37,8 @@ pub enum Fabric {
     Shm = 1,
     /// A swap of UCX worker addresses, then UCX.
     Ucx = 2,
+    /// Both ends in one process, joined by queues; never announced on a wire.
+    InProcess = 3,
 }
 
 impl Fabric {
@@ -51,6 +53,7 @@ impl std::fmt::Display for Fabric {
             Fabric::Tcp => "tcp",
             Fabric::Shm => "shm",
             Fabric::Ucx => "ucx",
+            Fabric::InProcess => "in-process",
         })
     }
 }
@@ -76,6 +79,12 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// The other end of an in-process pair, which needs no handshake: nobody outside the
+    /// process can reach it. `secret` is the pair's, random and the same at both ends.
+    pub(crate) fn in_process(params: Params, secret: [u8; 32]) -> Self {
+        Peer { params, secret }
+    }
+
     /// A 32-byte key for `label`, the same at both ends of this connection and unrelated to
     /// any other connection's.
     pub fn derive_key(&self, label: &[u8]) -> [u8; 32] {

@@ -3,6 +3,7 @@
 
 mod conn;
 mod handshake;
+pub mod in_process;
 mod listener;
 mod rma;
 pub mod shm;
@@ -42,7 +43,8 @@ pub struct Config {
     pub limits: Limits,
     /// Largest body chunk per frame, so streams interleave fairly.
     pub max_chunk: usize,
-    /// Bytes in each shared-memory ring (one per direction); a power of two.
+    /// Bytes in each shared-memory ring (one per direction); a power of two. An in-process
+    /// pair queues as many each way.
     pub shm_ring_bytes: usize,
     /// TCP send and receive buffer sizes; 0 leaves the kernel's autotuning alone.
     pub tcp_buffer_bytes: usize,
