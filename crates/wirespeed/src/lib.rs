@@ -1,5 +1,6 @@
 //! wirespeed core: endpoint URLs, keys, message memory, the sans-IO protocol, and the
-//! transports that drive it (tcp, shm, ucx, and in-process pairs). Nothing here knows about Arrow, files or schedulers.
+//! transports that drive it (tcp, shm, ucx, and in-process pairs). Nothing here knows about
+//! Arrow, files or schedulers.
 //!
 //! ```
 //! use wirespeed::{Config, Key, connect, listen};
