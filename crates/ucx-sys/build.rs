@@ -9,6 +9,7 @@ const FUNCTIONS: &[&str] = &[
     "ucp_am_data_release",
     "ucp_am_recv_data_nbx",
     "ucp_am_send_nbx",
+    "ucp_config_modify",
     "ucp_config_read",
     "ucp_config_release",
     "ucp_ep_close_nbx",

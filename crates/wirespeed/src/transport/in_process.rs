@@ -23,6 +23,9 @@ use crate::proto::session::Role;
 
 /// Payload buffers each end keeps for reuse: about a full queue of the largest chunks.
 const POOLED: usize = 32;
+/// Smaller payloads are copied into buffers of their own, so a pooled one (sized for chunks)
+/// is neither held by a small message nor grown back afterwards.
+const POOLED_MIN: usize = 64 << 10;
 
 /// Two connected ends: the first acts as the client (it opens odd streams), the second as
 /// the server.
@@ -188,7 +191,13 @@ impl Tx {
 
 impl FrameTx for Tx {
     fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
-        let mut buf = self.pool.take(payload.iter().map(|s| s.len()).sum());
+        let len = payload.iter().map(|s| s.len()).sum();
+        if len < POOLED_MIN {
+            let mut bytes = Vec::with_capacity(len);
+            payload.iter().for_each(|s| bytes.extend_from_slice(s));
+            return self.push(head, Bytes::from(bytes), timeout);
+        }
+        let mut buf = self.pool.take(len);
         let mut at = 0;
         for s in payload {
             buf[at..at + s.len()].copy_from_slice(s);
