@@ -1,7 +1,9 @@
 //! In-process pairs: two connections in one process joined by a queue of frames each way, for
-//! a transfer whose ends are both here (a local `cp`). Nothing is mapped, faulted in or woken
-//! through the kernel, and a payload the sender hands over owned ([`super::Stream::send_bytes`])
-//! reaches the receiver without a copy; a borrowed one is copied once, as into a ring.
+//! a transfer whose ends are both here (a local `cp`). A payload the sender hands over owned
+//! ([`super::Stream::send_bytes`]) or fills in place ([`super::Stream::send_filled`]) reaches
+//! the receiver as the very buffer it was written into; a borrowed one is copied once, as into
+//! a ring. Filled and copied payloads use buffers that come back for reuse, so nothing is
+//! mapped or faulted in on the way.
 //!
 //! There is no handshake: nobody outside the process can reach either end. The pair shares a
 //! random secret, so derived keys work as on any connection.
@@ -27,8 +29,7 @@ const POOLED: usize = 32;
 /// is neither held by a small message nor grown back afterwards.
 const POOLED_MIN: usize = 64 << 10;
 
-/// Two connected ends: the first acts as the client (it opens odd streams), the second as
-/// the server.
+/// Two connected ends, the first in the client's role and the second in the server's.
 pub fn pair(config: &Config) -> Result<(Connection, Connection)> {
     let mut secret = [0u8; 32];
     getrandom::fill(&mut secret).map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
@@ -155,10 +156,10 @@ struct Rx {
 impl FrameRx for Rx {
     fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
         let Some(f) = self.queue.pop(deadline)? else { return Ok(false) };
-        let (head, meta) = f.head.split_at_checked(HEADER_LEN).ok_or_else(|| short("header"))?;
-        let h = FrameHeader::decode(head.try_into().map_err(|_| short("header"))?, &self.limits)?;
+        let (head, meta) = f.head.split_at_checked(HEADER_LEN).ok_or_else(|| mismatch("header"))?;
+        let h = FrameHeader::decode(head.try_into().map_err(|_| mismatch("header"))?, &self.limits)?;
         if meta.len() != h.meta_len as usize || f.payload.len() as u64 != h.payload_len() {
-            return Err(short("frame"));
+            return Err(mismatch("frame"));
         }
         sink(&h, meta, f.payload)?;
         Ok(true)
@@ -171,7 +172,7 @@ impl Drop for Rx {
     }
 }
 
-fn short(what: &str) -> Error {
+fn mismatch(what: &str) -> Error {
     Error::Protocol(format!("an in-process {what} does not match its header"))
 }
 
