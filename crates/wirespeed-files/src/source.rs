@@ -520,9 +520,7 @@ impl Batch {
             return Ok(());
         }
         let inline_files = self.entries.iter().filter(|e| e.inline.is_some()).count() as u64;
-        let mut next = self.spare.take(BATCH_BODY);
-        next.clear(); // its bytes are not needed, only its room
-        let body = std::mem::replace(&mut self.body, next);
+        let body = std::mem::replace(&mut self.body, self.spare.take_empty(BATCH_BODY));
         progress.add_bytes(body.len() as u64);
         control.send_owned(&Msg::Entries(std::mem::take(&mut self.entries)), self.spare.lend(body))?;
         for _ in 0..inline_files {

@@ -25,13 +25,25 @@ impl Recycler {
         Recycler { spare: Arc::new(Mutex::new(Vec::new())), keep }
     }
 
-    /// A buffer of `len` bytes whose contents are whatever it last held (zeros if new).
+    /// A buffer of `len` bytes whose contents are whatever it last held (zeros if new), for a
+    /// caller that fills a slice.
     pub fn take(&self, len: usize) -> Vec<u8> {
-        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let Some(mut buf) = spare else { return vec![0; len] };
+        let Some(mut buf) = self.pop() else { return vec![0; len] };
         // Truncating keeps the bytes initialised; only growth writes anything.
         buf.resize(len, 0);
         buf
+    }
+
+    /// An empty buffer with room for at least `capacity` bytes, for a caller that appends.
+    pub fn take_empty(&self, capacity: usize) -> Vec<u8> {
+        let mut buf = self.pop().unwrap_or_default();
+        buf.clear();
+        buf.reserve(capacity);
+        buf
+    }
+
+    fn pop(&self) -> Option<Vec<u8>> {
+        self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop()
     }
 
     /// `buf` as shared bytes that come back here when the last reference drops.
@@ -72,6 +84,18 @@ mod tests {
         drop(copy);
         let again = pool.take(500);
         assert_eq!((again.as_ptr(), again.len()), (at, 500));
+    }
+
+    #[test]
+    fn an_empty_take_keeps_the_room_of_a_returned_buffer() {
+        let pool = Recycler::new(1);
+        let first = pool.take(4096);
+        let at = first.as_ptr();
+        drop(pool.lend(first));
+        let again = pool.take_empty(1000);
+        assert_eq!((again.as_ptr(), again.len()), (at, 0));
+        assert!(again.capacity() >= 4096);
+        assert!(pool.take_empty(100).capacity() >= 100, "a new one has the room asked for");
     }
 
     #[test]

@@ -156,8 +156,8 @@ struct Rx {
 impl FrameRx for Rx {
     fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
         let Some(f) = self.queue.pop(deadline)? else { return Ok(false) };
-        let (head, meta) = f.head.split_at_checked(HEADER_LEN).ok_or_else(|| mismatch("header"))?;
-        let h = FrameHeader::decode(head.try_into().map_err(|_| mismatch("header"))?, &self.limits)?;
+        let (head, meta) = f.head.split_first_chunk::<HEADER_LEN>().ok_or_else(|| mismatch("header"))?;
+        let h = FrameHeader::decode(head, &self.limits)?;
         if meta.len() != h.meta_len as usize || f.payload.len() as u64 != h.payload_len() {
             return Err(mismatch("frame"));
         }
@@ -193,18 +193,11 @@ impl Tx {
 impl FrameTx for Tx {
     fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
         let len = payload.iter().map(|s| s.len()).sum();
-        if len < POOLED_MIN {
-            let mut bytes = Vec::with_capacity(len);
-            payload.iter().for_each(|s| bytes.extend_from_slice(s));
-            return self.push(head, Bytes::from(bytes), timeout);
-        }
-        let mut buf = self.pool.take(len);
-        let mut at = 0;
-        for s in payload {
-            buf[at..at + s.len()].copy_from_slice(s);
-            at += s.len();
-        }
-        self.push(head, self.pool.lend(buf), timeout)
+        let pooled = len >= POOLED_MIN;
+        let mut buf = if pooled { self.pool.take_empty(len) } else { Vec::with_capacity(len) };
+        payload.iter().for_each(|s| buf.extend_from_slice(s));
+        let bytes = if pooled { self.pool.lend(buf) } else { Bytes::from(buf) };
+        self.push(head, bytes, timeout)
     }
 
     fn write_frame_owned(&mut self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {
