@@ -146,7 +146,7 @@ row "send → /dev/null, tcp" "$(med "ws_send_null tcp")" "nc" "$(med nc_null)" 
 row "cp 2 GiB → tmpfs, over ssh, auto (shm)" "$(med "ws_cp auto $WORK/big")" "scp" "$(med "scp_cp $WORK/big")" "$SIZE" "≥ 4"
 row "cp 2 GiB → tmpfs, over ssh, auto (shm)" "$(med "ws_cp auto $WORK/big")" "local cp" "$(med "local_cp $WORK/big")" "$SIZE" "≥ 0.8"
 row "cp 2 GiB → tmpfs, over ssh, tcp" "$(med "ws_cp tcp $WORK/big")" "scp" "$(med "scp_cp $WORK/big")" "$SIZE" "≥ 4"
-row "cp 2 GiB → tmpfs, both ends local (shm)" "$(med "ws_local $WORK/big")" "local cp" "$(med "local_cp $WORK/big")" "$SIZE" "≥ 0.8"
+row "cp 2 GiB → tmpfs, both ends local (one process)" "$(med "ws_local $WORK/big")" "local cp" "$(med "local_cp $WORK/big")" "$SIZE" "≥ 0.8"
 row "cp -r $FILES × 4 KiB → tmpfs, over ssh" "$(med "ws_tree $WORK/tree")" "rsync -a (ssh)" \
   "$(med "rsync_remote $WORK/tree")" "$tree_bytes" "≥ 3"
 row "cp -r $FILES × 4 KiB → tmpfs, local" "$(med "ws_local $WORK/tree")" "rsync -a (local)" \
