@@ -3,6 +3,8 @@
 mod bench;
 mod exit;
 mod flight;
+mod interrupt;
+mod part;
 mod tools;
 
 use clap::{Parser, Subcommand};

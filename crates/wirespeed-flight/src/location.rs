@@ -1,7 +1,8 @@
 //! Data-plane locations, advertised in FlightEndpoint.locations next to `grpc://`:
 //! `wirespeed+tcp://host:port?exp=…&cap=…`, `wirespeed+ucx://host:port?…` and
-//! `wirespeed+shm://<socket path>?host=<boot id>&…`. `exp` and `cap` are the call's capability;
-//! `host` tells a client whether it shares the machine (and so the shared memory).
+//! `wirespeed+shm://@<abstract socket name>?host=<boot id>/<network namespace>&…`. `exp` and `cap`
+//! are the call's capability; `host` tells a client whether it shares the machine (and so the
+//! shared memory) and the network namespace (where the abstract socket is).
 
 use crate::plane::capability::Grant;
 
@@ -34,7 +35,7 @@ pub struct PlaneLocation {
     pub kind: PlaneKind,
     /// The wirespeed endpoint URL to connect to (`tcp://…`, `shm://…`, `ucx://…`).
     pub url: String,
-    /// The server's boot id, for shm.
+    /// The server's boot id and network namespace, for shm.
     pub host: Option<String>,
     pub grant: Option<Grant>,
 }

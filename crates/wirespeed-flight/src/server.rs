@@ -11,9 +11,9 @@ use wirespeed::Key;
 
 use crate::error::{Error, Result};
 use crate::grpc::auth::Auth;
+use crate::grpc::connections::{self, Limits};
 use crate::grpc::router::Router;
 use crate::grpc::server::{Advert, Service};
-use crate::grpc::{CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW};
 use crate::location::PlaneKind;
 use crate::plane::capability::Minter;
 use crate::plane::server::{Shared, accept_loop};
@@ -25,6 +25,8 @@ pub struct ServerBuilder {
     key: Option<Key>,
     planes: Vec<PlaneKind>,
     password: Option<String>,
+    handler_threads: usize,
+    limits: Limits,
 }
 
 impl ServerBuilder {
@@ -52,6 +54,19 @@ impl ServerBuilder {
         self
     }
 
+    /// The most threads that run handler code at once (reading files, decoding and writing
+    /// uploads); calls waiting on their clients hold none.
+    pub fn handler_threads(mut self, n: usize) -> Self {
+        self.handler_threads = n.max(1);
+        self
+    }
+
+    /// Bounds on gRPC connections and on the calls of one client.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     pub fn start(self) -> Result<Server> {
         let std_listener = TcpListener::bind(&self.listen)
             .map_err(|e| Error::unavailable(format!("cannot listen on {}: {e}", self.listen)))?;
@@ -63,7 +78,7 @@ impl ServerBuilder {
         if let Some(key) = &self.key {
             for kind in self.planes {
                 let url = match kind {
-                    PlaneKind::Shm => format!("shm://{}", shm_path().display()),
+                    PlaneKind::Shm => format!("shm://{}", shm_name()),
                     kind => format!("{}://{}", kind.scheme(), SocketAddr::new(local.ip(), 0)),
                 };
                 let listener = wirespeed::listen(&url, key, &crate::plane::config())?;
@@ -87,26 +102,16 @@ impl ServerBuilder {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_name("flight-grpc")
+            .max_blocking_threads(self.handler_threads)
             .build()
             .map_err(|e| Error::internal(format!("cannot start the gRPC runtime: {e}")))?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         std_listener.set_nonblocking(true).map_err(|e| Error::internal(e.to_string()))?;
-        let grpc = runtime.spawn(async move {
-            let listener = tokio::net::TcpListener::from_std(std_listener)?;
-            // The builder's tcp_nodelay applies only to listeners tonic binds itself; without it
-            // every small gRPC reply waits out the peer's delayed ACK (40 ms).
-            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            tonic::transport::Server::builder()
-                .initial_stream_window_size(STREAM_WINDOW)
-                .initial_connection_window_size(CONNECTION_WINDOW)
-                .max_frame_size(MAX_FRAME)
-                .add_service(Router::new(service))
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stop_rx.await;
-                })
-                .await
-                .map_err(std::io::Error::other)
-        });
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(std_listener).map_err(|e| Error::internal(e.to_string()))?
+        };
+        let grpc = runtime.spawn(connections::serve(listener, Router::new(service), self.limits, stop_rx));
         Ok(Server {
             addr: SocketAddr::new(default_host, local.port()),
             adverts,
@@ -126,7 +131,7 @@ pub struct Server {
     shared: Arc<Shared>,
     runtime: tokio::runtime::Runtime,
     stop: Option<oneshot::Sender<()>>,
-    grpc: tokio::task::JoinHandle<std::io::Result<()>>,
+    grpc: tokio::task::JoinHandle<()>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -138,6 +143,8 @@ impl Server {
             key: None,
             planes: PlaneKind::ALL.into_iter().filter(|k| *k != PlaneKind::Ucx || cfg!(feature = "ucx")).collect(),
             password: None,
+            handler_threads: 512,
+            limits: Limits::default(),
         }
     }
 
@@ -155,15 +162,10 @@ impl Server {
         self.adverts.iter().map(|a| (a.kind, a.url.clone())).collect()
     }
 
-    /// Serves until the gRPC server fails (it does not stop by itself).
+    /// Serves until the server is dropped (from another thread) or its runtime fails.
     pub fn wait(mut self) -> Result<()> {
-        let grpc = std::mem::replace(&mut self.grpc, self.runtime.spawn(async { Ok(()) }));
-        let result = self.runtime.block_on(grpc);
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Error::unavailable(format!("gRPC server failed: {e}"))),
-            Err(e) => Err(Error::internal(format!("gRPC server task failed: {e}"))),
-        }
+        let grpc = std::mem::replace(&mut self.grpc, self.runtime.spawn(async {}));
+        self.runtime.block_on(grpc).map_err(|e| Error::internal(format!("gRPC server task failed: {e}")))
     }
 }
 
@@ -179,15 +181,18 @@ impl Drop for Server {
     }
 }
 
-/// A fresh rendezvous socket path for the shm plane.
-fn shm_path() -> std::path::PathBuf {
-    let dir = std::env::var_os("XDG_RUNTIME_DIR").map(Into::into).unwrap_or_else(std::env::temp_dir);
+/// A fresh rendezvous name for the shm plane, in Linux's abstract socket namespace: it leaves
+/// no file behind however the server ends.
+fn shm_name() -> String {
     let mut nonce = [0u8; 8];
     let _ = getrandom::fill(&mut nonce);
-    dir.join(format!("wirespeed-flight-{}-{:016x}.sock", std::process::id(), u64::from_le_bytes(nonce)))
+    format!("@wirespeed-flight-{}-{:016x}", std::process::id(), u64::from_le_bytes(nonce))
 }
 
-/// This machine's boot id: clients with the same one can use shared memory.
+/// Who can use this server's shared memory: the same boot of the same machine, and the same
+/// network namespace (where its abstract socket lives).
 pub(crate) fn host_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
+    format!("{}/{}", boot.trim(), netns.trim_start_matches("net:").trim_matches(['[', ']']))
 }

@@ -1,5 +1,7 @@
 //! What an application implements to serve flights. The methods are plain blocking calls; the
 //! framework runs them for either plane, so one implementation serves gRPC and every data plane.
+//! Outputs are pulled and uploads pushed a message at a time, so that a call whose client is
+//! slow or paused waits without holding a thread.
 
 use arrow_array::RecordBatch;
 use arrow_flight::{Action, ActionType, FlightDescriptor, FlightInfo};
@@ -70,6 +72,18 @@ impl Iterator for Input {
     }
 }
 
+/// An upload in progress (DoPut), fed one message at a time as the client sends them.
+/// Dropped without [`Upload::finish`] when the client goes away or a message fails: it must then
+/// leave nothing behind.
+pub trait Upload: Send {
+    /// Takes one message; what it returns goes back to the client at once as a PutResult (a
+    /// client may wait for it before sending the next, as Arrow's examples do).
+    fn write(&mut self, payload: Payload) -> Result<Option<Bytes>>;
+
+    /// The client has sent everything; what this returns goes back as the last PutResults.
+    fn finish(self: Box<Self>) -> Result<Vec<Bytes>>;
+}
+
 /// A Flight service. Only `get_flight_info` and `do_get` are required; the rest answer
 /// Unimplemented. FlightInfo endpoints left without locations get this server's gRPC and
 /// data-plane locations added by the framework.
@@ -88,8 +102,8 @@ pub trait Handler: Send + Sync + 'static {
 
     fn do_get(&self, ticket: &[u8]) -> Result<Output>;
 
-    /// Consumes an upload; what it returns goes back as PutResults.
-    fn do_put(&self, _descriptor: &FlightDescriptor, _input: Input) -> Result<Vec<Bytes>> {
+    /// Starts an upload of batches with `schema`; the framework feeds it what the client sends.
+    fn do_put(&self, _descriptor: &FlightDescriptor, _schema: &SchemaRef) -> Result<Box<dyn Upload>> {
         Err(Error::unimplemented("DoPut is not supported by this service"))
     }
 

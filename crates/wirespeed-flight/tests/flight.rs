@@ -12,7 +12,9 @@ use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use wirespeed::Key;
-use wirespeed_flight::{Client, Code, Error, Handler, Input, Output, Payload, PlaneKind, Result, Server, Transport};
+use wirespeed_flight::{
+    Client, Code, Error, Handler, Input, Output, Payload, PlaneKind, Result, Server, Transport, Upload,
+};
 
 type Flights = HashMap<String, (SchemaRef, Vec<RecordBatch>)>;
 
@@ -78,17 +80,9 @@ impl Handler for Memory {
         Ok(Output::new(schema.clone(), payloads.into_iter()))
     }
 
-    fn do_put(&self, descriptor: &FlightDescriptor, input: Input) -> Result<Vec<Bytes>> {
-        let schema = input.schema().clone();
-        let mut batches = Vec::new();
-        for p in input {
-            if let Some(b) = p?.batch {
-                batches.push(b);
-            }
-        }
-        let n = batches.len();
-        self.flights.lock().unwrap().insert(descriptor.path.join("/"), (schema, batches));
-        Ok(vec![Bytes::from(format!("stored {n}"))])
+    fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {
+        let name = descriptor.path.join("/");
+        Ok(Box::new(Stored { flights: self.flights.clone(), name, schema: schema.clone(), batches: Vec::new() }))
     }
 
     /// Echoes each batch back with its row count as metadata.
@@ -102,6 +96,27 @@ impl Handler for Memory {
                 Ok(Payload { batch: p.batch, app_metadata: Bytes::from(rows.to_string()) })
             }),
         ))
+    }
+}
+
+/// An upload into [`Memory`], stored when it finishes; metadata is echoed as it arrives.
+struct Stored {
+    flights: Arc<Mutex<Flights>>,
+    name: String,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+}
+
+impl Upload for Stored {
+    fn write(&mut self, payload: Payload) -> Result<Option<Bytes>> {
+        self.batches.extend(payload.batch);
+        Ok((!payload.app_metadata.is_empty()).then_some(payload.app_metadata))
+    }
+
+    fn finish(self: Box<Self>) -> Result<Vec<Bytes>> {
+        let n = self.batches.len();
+        self.flights.lock().unwrap().insert(self.name, (self.schema, self.batches));
+        Ok(vec![Bytes::from(format!("stored {n}"))])
     }
 }
 

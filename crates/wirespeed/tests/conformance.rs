@@ -719,6 +719,26 @@ fn silent_peer_does_not_block_others(scheme: &str) {
     assert!(matches!(expect_rejected(&l), Error::Timeout(_)));
 }
 
+/// Far more silent sockets than handshakes may be pending: a real client still gets in, and
+/// promptly (the oldest pending handshakes make room).
+fn many_silent_peers_do_not_keep_a_real_one_out(scheme: &str) {
+    let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
+    let _silent: Vec<_> = (0..200).map(|_| raw(l.url())).collect();
+    let started = Instant::now();
+    let c = connect(l.url(), &key(), &Config::default()).unwrap();
+    loop {
+        match l.accept_timeout(Duration::from_secs(5)) {
+            Ok(server) => {
+                c.open_stream().unwrap().send(b"through", &[]).unwrap();
+                assert_eq!(server.accept_stream().unwrap().recv().unwrap().unwrap().header, b"through");
+                break;
+            }
+            Err(Error::Rejected { .. }) => assert!(started.elapsed() < Duration::from_secs(5), "evicted too late"),
+            Err(e) => panic!("the real client did not get in: {e}"),
+        }
+    }
+}
+
 fn killed_peer_mid_message(scheme: &str) {
     let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
@@ -968,6 +988,11 @@ macro_rules! wire_cases {
         #[test]
         fn silent_peer_does_not_block_others() {
             super::silent_peer_does_not_block_others(S)
+        }
+
+        #[test]
+        fn many_silent_peers_do_not_keep_a_real_one_out() {
+            super::many_silent_peers_do_not_keep_a_real_one_out(S)
         }
         #[test]
         fn killed_peer_mid_message() {

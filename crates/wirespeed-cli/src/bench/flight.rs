@@ -13,11 +13,12 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use clap::Args;
 use serde_json::json;
 use wirespeed::Key;
-use wirespeed_flight::{Client, Error, Handler, Input, Output, Payload, Server};
+use wirespeed_flight::{Client, Error, Handler, Input, Output, Payload, Server, Upload};
 
 use super::report::Report;
 use crate::flight::get::transport;
@@ -139,16 +140,26 @@ impl Handler for PerfService {
         Ok(Output::new(batch(0).schema(), batches))
     }
 
-    fn do_put(&self, _descriptor: &FlightDescriptor, input: Input) -> wirespeed_flight::Result<Vec<Bytes>> {
-        let mut rows = 0u64;
-        for p in input {
-            rows += p?.batch.map_or(0, |b| b.num_rows() as u64);
-        }
-        Ok(vec![Bytes::from(rows.to_string())])
+    fn do_put(&self, _descriptor: &FlightDescriptor, _schema: &SchemaRef) -> wirespeed_flight::Result<Box<dyn Upload>> {
+        Ok(Box::new(Count(0)))
     }
 
     fn do_exchange(&self, _descriptor: &FlightDescriptor, input: Input) -> wirespeed_flight::Result<Output> {
         Ok(Output::new(input.schema().clone(), input))
+    }
+}
+
+/// An upload that only counts its rows.
+struct Count(u64);
+
+impl Upload for Count {
+    fn write(&mut self, payload: Payload) -> wirespeed_flight::Result<Option<Bytes>> {
+        self.0 += payload.batch.map_or(0, |b| b.num_rows() as u64);
+        Ok(None)
+    }
+
+    fn finish(self: Box<Self>) -> wirespeed_flight::Result<Vec<Bytes>> {
+        Ok(vec![Bytes::from(self.0.to_string())])
     }
 }
 

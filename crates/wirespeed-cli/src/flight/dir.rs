@@ -1,6 +1,6 @@
 //! A directory as a Flight service: every Arrow IPC file (`.arrow`, `.feather`, `.arrows`)
 //! and Parquet file below the root is a flight keyed by its relative path. Uploads land under
-//! a hidden temporary name and are renamed into place only once complete. With a cache
+//! a hidden temporary name of their own and are renamed into place only once complete. With a cache
 //! (`--cache-mb`), tables read once are served from memory while their files stay unchanged.
 
 use std::fs::File;
@@ -11,15 +11,13 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use arrow_ipc::reader::{FileReader, StreamReader};
-use arrow_ipc::writer::FileWriter;
 use arrow_schema::{ArrowError, SchemaRef};
-use bytes::Bytes;
-use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use wirespeed_files::paths::{join_under, part_path};
-use wirespeed_flight::{Error, Handler, Input, Output, Payload, Result};
+use wirespeed_files::paths::join_under;
+use wirespeed_flight::{Error, Handler, Output, Payload, Result, Upload};
 
 use super::cache::{Stamp, Table, TableCache};
+use super::upload::DirUpload;
 
 pub struct DirService {
     root: PathBuf,
@@ -27,7 +25,7 @@ pub struct DirService {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Format {
+pub enum Format {
     IpcFile,
     IpcStream,
     Parquet,
@@ -69,7 +67,7 @@ fn open(path: &Path, name: &str) -> Result<(SchemaRef, Batches, Option<i64>)> {
     }
 }
 
-fn io_error(name: &str, e: std::io::Error) -> Error {
+pub fn io_error(name: &str, e: std::io::Error) -> Error {
     match e.kind() {
         std::io::ErrorKind::NotFound => Error::not_found(format!("no flight {name}")),
         std::io::ErrorKind::PermissionDenied => Error::permission_denied(format!("{name}: {e}")),
@@ -81,6 +79,8 @@ impl DirService {
     /// Serves `root`, keeping up to `cache_bytes` of decoded tables in memory (0: none).
     pub fn new(root: PathBuf, cache_bytes: usize) -> anyhow::Result<Self> {
         anyhow::ensure!(root.is_dir(), "{} is not a directory", root.display());
+        // What uploads cut short by a killed server left (live ones are locked).
+        crate::part::sweep_uploads(&root, std::time::Duration::from_secs(10));
         Ok(DirService { root, cache: (cache_bytes > 0).then(|| Arc::new(TableCache::new(cache_bytes))) })
     }
 
@@ -206,85 +206,12 @@ impl Handler for DirService {
         Ok(Output::new(schema, batches.map(|b| b.map(Payload::batch).map_err(Error::from))))
     }
 
-    fn do_put(&self, descriptor: &FlightDescriptor, input: Input) -> Result<Vec<Bytes>> {
+    fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {
         let name = Self::name_of(descriptor)?;
         let dest = self.resolve(&name)?;
         let format = format_of(&dest).ok_or_else(|| {
             Error::invalid_argument(format!("{name:?}: name it .arrow, .feather, .arrows or .parquet"))
         })?;
-        if let Some(parent) = dest.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io_error(&name, e))?;
-        }
-        let part = part_path(&dest);
-        match write_file(&part, &name, format, input) {
-            Ok(rows) => {
-                std::fs::rename(&part, &dest).map_err(|e| io_error(&name, e))?;
-                Ok(vec![Bytes::from(format!("{{\"path\":{name:?},\"rows\":{rows}}}"))])
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(&part);
-                Err(e)
-            }
-        }
-    }
-}
-
-/// Writes the upload to `part` and syncs it; returns the rows written.
-fn write_file(part: &Path, name: &str, format: Format, input: Input) -> Result<u64> {
-    let schema = input.schema().clone();
-    let file = File::create(part).map_err(|e| io_error(name, e))?;
-    let mut rows = 0u64;
-    let file = match format {
-        Format::Parquet => {
-            let mut w = ArrowWriter::try_new(file, schema, None).map_err(|e| Error::internal(e.to_string()))?;
-            for p in input {
-                if let Some(b) = p?.batch {
-                    rows += b.num_rows() as u64;
-                    w.write(&b).map_err(|e| Error::internal(format!("{name}: {e}")))?;
-                }
-            }
-            w.into_inner().map_err(|e| Error::internal(format!("{name}: {e}")))?
-        }
-        Format::IpcFile | Format::IpcStream => {
-            let mut w: Box<dyn IpcSink> = match format {
-                Format::IpcFile => Box::new(FileWriter::try_new(file, &schema)?),
-                _ => Box::new(arrow_ipc::writer::StreamWriter::try_new(file, &schema)?),
-            };
-            for p in input {
-                if let Some(b) = p?.batch {
-                    rows += b.num_rows() as u64;
-                    w.write_batch(&b)?;
-                }
-            }
-            w.finish_file()?
-        }
-    };
-    file.sync_all().map_err(|e| io_error(name, e))?;
-    Ok(rows)
-}
-
-/// The two IPC writers, as one.
-trait IpcSink {
-    fn write_batch(&mut self, batch: &RecordBatch) -> std::result::Result<(), ArrowError>;
-    fn finish_file(self: Box<Self>) -> std::result::Result<File, ArrowError>;
-}
-
-impl IpcSink for FileWriter<File> {
-    fn write_batch(&mut self, batch: &RecordBatch) -> std::result::Result<(), ArrowError> {
-        self.write(batch)
-    }
-    fn finish_file(mut self: Box<Self>) -> std::result::Result<File, ArrowError> {
-        self.finish()?;
-        self.into_inner()
-    }
-}
-
-impl IpcSink for arrow_ipc::writer::StreamWriter<File> {
-    fn write_batch(&mut self, batch: &RecordBatch) -> std::result::Result<(), ArrowError> {
-        self.write(batch)
-    }
-    fn finish_file(mut self: Box<Self>) -> std::result::Result<File, ArrowError> {
-        self.finish()?;
-        self.into_inner()
+        Ok(Box::new(DirUpload::start(&name, &dest, format, schema)?))
     }
 }

@@ -11,8 +11,9 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use clap::Args;
 use parquet::arrow::ArrowWriter;
-use wirespeed_files::paths::part_path;
 use wirespeed_flight::{Client, FlightDescriptor, PlaneKind, Transport};
+
+use crate::part::PartFile;
 
 #[derive(Args, Debug)]
 pub struct GetArgs {
@@ -50,6 +51,7 @@ pub fn transport(name: &str) -> anyhow::Result<Transport> {
 }
 
 pub fn run(a: GetArgs) -> anyhow::Result<()> {
+    crate::interrupt::install()?;
     let mut client = Client::connect(&a.url)?.with_transport(transport(&a.transport)?);
     if let Some(key) = super::key(a.key_file.as_deref())? {
         client = client.with_key(key);
@@ -79,7 +81,7 @@ pub fn run(a: GetArgs) -> anyhow::Result<()> {
     match fetched {
         Ok(()) => sink.commit()?,
         Err(e) => {
-            sink.abandon();
+            drop(sink);
             return Err(e.context(format!("cannot get {}", a.path)));
         }
     }
@@ -101,8 +103,8 @@ fn data_bytes(batch: &RecordBatch) -> u64 {
 
 /// The output, written under a hidden name until complete.
 enum Sink {
-    Ipc { writer: arrow_ipc::writer::FileWriter<File>, part: PathBuf, dest: PathBuf },
-    Parquet { writer: ArrowWriter<File>, part: PathBuf, dest: PathBuf },
+    Ipc { writer: arrow_ipc::writer::FileWriter<File>, part: PartFile },
+    Parquet { writer: ArrowWriter<File>, part: PartFile },
     Stdout(arrow_ipc::writer::StreamWriter<std::io::Stdout>),
 }
 
@@ -111,13 +113,11 @@ impl Sink {
         if dest.as_os_str() == "-" {
             return Ok(Sink::Stdout(arrow_ipc::writer::StreamWriter::try_new(std::io::stdout(), schema)?));
         }
-        let part = part_path(dest);
-        let file = File::create(&part).with_context(|| format!("cannot create {}", part.display()))?;
-        let dest = dest.to_path_buf();
+        let (part, file) = PartFile::create(dest).with_context(|| format!("cannot write {}", dest.display()))?;
         Ok(if dest.extension().is_some_and(|e| e == "parquet") {
-            Sink::Parquet { writer: ArrowWriter::try_new(file, schema.clone(), None)?, part, dest }
+            Sink::Parquet { writer: ArrowWriter::try_new(file, schema.clone(), None)?, part }
         } else {
-            Sink::Ipc { writer: arrow_ipc::writer::FileWriter::try_new(file, schema)?, part, dest }
+            Sink::Ipc { writer: arrow_ipc::writer::FileWriter::try_new(file, schema)?, part }
         })
     }
 
@@ -130,30 +130,21 @@ impl Sink {
         Ok(())
     }
 
+    /// Completes the file and renames it into place; dropping a sink instead removes its part.
     fn commit(self) -> anyhow::Result<()> {
-        let (file, part, dest) = match self {
-            Sink::Ipc { mut writer, part, dest } => {
+        let (file, part) = match self {
+            Sink::Ipc { mut writer, part } => {
                 writer.finish()?;
-                (writer.into_inner()?, part, dest)
+                (writer.into_inner()?, part)
             }
-            Sink::Parquet { writer, part, dest } => (writer.into_inner()?, part, dest),
+            Sink::Parquet { writer, part } => (writer.into_inner()?, part),
             Sink::Stdout(mut writer) => {
                 writer.finish()?;
                 writer.into_inner()?.flush()?;
                 return Ok(());
             }
         };
-        file.sync_all().with_context(|| format!("cannot write {}", part.display()))?;
-        std::fs::rename(&part, &dest).with_context(|| format!("cannot rename into {}", dest.display()))?;
-        Ok(())
-    }
-
-    fn abandon(self) {
-        match self {
-            Sink::Ipc { part, .. } | Sink::Parquet { part, .. } => {
-                let _ = std::fs::remove_file(part);
-            }
-            Sink::Stdout(_) => {}
-        }
+        let shown = part.path().display().to_string();
+        part.commit(file).with_context(|| format!("cannot complete {shown}"))
     }
 }

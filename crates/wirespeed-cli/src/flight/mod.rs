@@ -4,6 +4,7 @@ pub mod cache;
 pub mod dir;
 pub mod get;
 pub mod serve;
+pub mod upload;
 
 use std::path::Path;
 

@@ -35,6 +35,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    crate::interrupt::install()?;
     let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?;
     let mut planes = Vec::new();
     for p in a.planes.iter().filter(|p| p.as_str() != "none") {

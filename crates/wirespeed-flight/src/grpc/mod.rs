@@ -4,6 +4,8 @@
 
 pub mod auth;
 pub mod codec;
+pub mod connections;
+pub mod drive;
 pub mod router;
 pub mod server;
 
@@ -14,10 +16,13 @@ use tokio::runtime::Handle;
 
 use crate::error::{Error, Result};
 use crate::ipc::{Decoded, DecodedStream, Decoder, Encoder, Frame};
-use crate::service::{Payload, Payloads};
+use crate::service::Payload;
 
 /// gRPC's own limit is 4 MiB; Flight batches are often larger.
 pub const MAX_MESSAGE: usize = 1 << 30;
+/// The largest request of a call that carries no batches (a ticket, a descriptor, an action):
+/// a server takes no more than this into memory for them.
+pub const MAX_CONTROL_MESSAGE: usize = 16 << 20;
 /// HTTP/2 flow-control windows: the 64 KiB default holds a stream to one small batch per
 /// round trip.
 pub const STREAM_WINDOW: u32 = 16 << 20;
@@ -49,37 +54,6 @@ impl Writer {
             Some(batch) => self.encoder.encode(&batch, payload.app_metadata)?,
             None => vec![Frame::metadata_only(payload.app_metadata)],
         })
-    }
-}
-
-/// Runs on a blocking thread: encodes an output and hands each frame to `emit`, which says
-/// false once nobody listens (the client went away), ending the stream early.
-pub fn pump(schema: &SchemaRef, payloads: Payloads, mut emit: impl FnMut(Result<Frame>) -> bool) {
-    let (mut writer, first) = match Writer::start(schema) {
-        Ok(w) => w,
-        Err(e) => {
-            emit(Err(e));
-            return;
-        }
-    };
-    if !emit(Ok(first)) {
-        return;
-    }
-    for payload in payloads {
-        let encoded = payload.and_then(|p| writer.encode(p));
-        match encoded {
-            Ok(datas) => {
-                for d in datas {
-                    if !emit(Ok(d)) {
-                        return;
-                    }
-                }
-            }
-            Err(e) => {
-                emit(Err(e));
-                return;
-            }
-        }
     }
 }
 

@@ -1,18 +1,23 @@
-//! The Flight service as tonic serves it, except that DoGet and DoExchange answer through
-//! [`FrameCodec`], which writes each batch's buffers straight into gRPC's buffer.
+//! The Flight service as tonic serves it, except for the calls that carry batches: DoGet and
+//! DoExchange answer through [`FrameCodec`], which writes each batch's buffers straight into
+//! gRPC's buffer, and these two and DoPut take messages up to [`MAX_MESSAGE`], where the other
+//! calls take [`MAX_CONTROL_MESSAGE`].
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use arrow_flight::flight_service_server::FlightServiceServer;
-use arrow_flight::{FlightData, Ticket};
+use arrow_flight::{FlightData, PutResult, Ticket};
 use tonic::codegen::{Body, BoxFuture, Service as TowerService, StdError, http};
 use tonic::server::{Grpc, NamedService, ServerStreamingService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::MAX_MESSAGE;
+use super::{MAX_CONTROL_MESSAGE, MAX_MESSAGE};
+use tonic_prost::ProstCodec;
+
 use super::codec::FrameCodec;
+use super::drive::Responses;
 use super::server::{FrameStream, Service};
 use crate::ipc::Frame;
 
@@ -26,7 +31,7 @@ impl Router {
     pub fn new(service: Service) -> Self {
         let service = Arc::new(service);
         let rest = FlightServiceServer::from_arc(service.clone())
-            .max_decoding_message_size(MAX_MESSAGE)
+            .max_decoding_message_size(MAX_CONTROL_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         Router { service, rest }
     }
@@ -49,8 +54,11 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         let service = self.service.clone();
+        if let Err(status) = service.admit(&mut req) {
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
         match req.uri().path() {
             "/arrow.flight.protocol.FlightService/DoGet" => {
                 Box::pin(async move { Ok(grpc::<Ticket>().server_streaming(DoGet(service), req).await) })
@@ -58,6 +66,11 @@ where
             "/arrow.flight.protocol.FlightService/DoExchange" => {
                 Box::pin(async move { Ok(grpc::<FlightData>().streaming(DoExchange(service), req).await) })
             }
+            "/arrow.flight.protocol.FlightService/DoPut" => Box::pin(async move {
+                let codec = ProstCodec::<PutResult, FlightData>::default();
+                let mut grpc = Grpc::new(codec).apply_max_message_size_config(Some(MAX_MESSAGE), Some(MAX_MESSAGE));
+                Ok(grpc.streaming(DoPut(service), req).await)
+            }),
             _ => self.rest.call(req),
         }
     }
@@ -77,6 +90,19 @@ impl ServerStreamingService<Ticket> for DoGet {
     fn call(&mut self, request: Request<Ticket>) -> Self::Future {
         let service = self.0.clone();
         Box::pin(async move { service.get_frames(request).await })
+    }
+}
+
+struct DoPut(Arc<Service>);
+
+impl StreamingService<FlightData> for DoPut {
+    type Response = PutResult;
+    type ResponseStream = Responses<PutResult>;
+    type Future = BoxFuture<Response<Responses<PutResult>>, Status>;
+
+    fn call(&mut self, request: Request<Streaming<FlightData>>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { service.put(request).await })
     }
 }
 

@@ -1,10 +1,12 @@
 //! The Flight gRPC service in front of a [`Handler`]: every method runs the handler on a
 //! blocking thread; FlightInfo endpoints get this server's locations, each data-plane one with
-//! a capability for its ticket.
+//! a capability for its ticket. Calls reach it through [`super::router::Router`], which admits
+//! them first ([`Service::admit`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use arrow_buffer::Buffer;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse,
@@ -15,14 +17,14 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 use prost::Message as _;
 use tokio::runtime::Handle;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::http;
+use tonic::transport::server::TcpConnectInfo;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::Auth;
-use super::{Reader, flight_data, pump};
+use super::{Reader, drive, flight_data};
 use crate::error::{Error, Result};
-use crate::ipc::{DecodedStream, Frame};
+use crate::ipc::{Decoded, DecodedStream, Decoder, Frame};
 use crate::location::{PlaneKind, PlaneLocation};
 use crate::plane::proto::Method;
 use crate::plane::server::Shared;
@@ -31,6 +33,12 @@ use crate::service::{Handler, Input};
 /// Actions that hand out data-plane locations for an upload or an exchange.
 pub const PUT_ACTION: &str = "wirespeed.put";
 pub const EXCHANGE_ACTION: &str = "wirespeed.exchange";
+
+const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
+
+/// A bearer token minted for an admitted handshake.
+#[derive(Clone)]
+struct Token(String);
 
 /// A data-plane listener as advertised.
 #[derive(Clone, Debug)]
@@ -56,11 +64,18 @@ type Stream<T> = BoxStream<'static, Result<T, Status>>;
 pub type FrameStream = Stream<Frame>;
 
 impl Service {
-    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        match &self.auth {
-            Some(auth) => auth.check(request.metadata()).map_err(Status::from),
-            None => Ok(()),
+    /// Lets a call in on its headers alone, before its body is read: with a password, the
+    /// handshake needs Basic credentials (its token then rides in the request's extensions)
+    /// and any other call a bearer token.
+    pub fn admit<B>(&self, request: &mut http::Request<B>) -> Result<(), Status> {
+        let Some(auth) = &self.auth else { return Ok(()) };
+        if request.uri().path() != HANDSHAKE_PATH {
+            return Ok(auth.check(request.headers())?);
         }
+        let peer = request.extensions().get::<TcpConnectInfo>().and_then(|i| i.remote_addr).map(|a| a.ip());
+        let token = auth.login(request.headers(), peer)?;
+        request.extensions_mut().insert(Token(token));
+        Ok(())
     }
 
     fn handler(&self) -> Arc<dyn Handler> {
@@ -95,30 +110,51 @@ impl Service {
 
     /// DoGet, answered with frames.
     pub async fn get_frames(&self, request: Request<Ticket>) -> Result<Response<FrameStream>, Status> {
-        self.authorize(&request)?;
         let handler = self.handler();
         let ticket = request.into_inner().ticket;
         let output = blocking(move || handler.do_get(&ticket)).await?;
-        let (tx, rx) = channel();
-        tokio::task::spawn_blocking(move || pump_to(&tx, output));
+        let (tx, rx) = drive::channel();
+        tokio::spawn(drive::feed(tx, output));
         Ok(Response::new(rx))
     }
 
-    /// DoExchange, answered with frames.
+    /// DoPut: the upload goes to the handler a message at a time; PutResults come back as it
+    /// returns them, while the upload runs.
+    pub async fn put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Stream<PutResult>>, Status> {
+        let handler = self.handler();
+        let mut stream = request.into_inner();
+        let (descriptor, mut pending) = first_message(&mut stream).await?;
+        let mut decoder = Decoder::default();
+        let data = match pending.take() {
+            Some(d) => d,
+            None => {
+                stream.message().await?.ok_or_else(|| Status::invalid_argument("the upload ended before its schema"))?
+            }
+        };
+        let Decoded::Schema(schema) =
+            decoder.decode(&data.data_header, Buffer::from(data.data_body), data.app_metadata)?
+        else {
+            return Err(Status::invalid_argument("an upload must start with its schema"));
+        };
+        let upload = blocking(move || handler.do_put(&descriptor, &schema)).await?;
+        let (tx, rx) = drive::channel();
+        tokio::spawn(drive::upload(stream, decoder, upload, tx));
+        Ok(Response::new(rx))
+    }
+
+    /// DoExchange, answered with frames. The handler reads its input as it likes: while it
+    /// waits for the client's next message, it holds a blocking thread.
     pub async fn exchange_frames(
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<FrameStream>, Status> {
-        self.authorize(&request)?;
         let handler = self.handler();
-        let (descriptor, reader) = open_input(request.into_inner()).await?;
-        let (tx, rx) = channel();
-        tokio::task::spawn_blocking(move || match input(reader).and_then(|i| handler.do_exchange(&descriptor, i)) {
-            Ok(output) => pump_to(&tx, output),
-            Err(e) => {
-                let _ = tx.blocking_send(Err(e.into()));
-            }
-        });
+        let mut stream = request.into_inner();
+        let (descriptor, pending) = first_message(&mut stream).await?;
+        let reader = Reader::new(stream, Handle::current(), pending);
+        let output = blocking(move || handler.do_exchange(&descriptor, input(reader)?)).await?;
+        let (tx, rx) = drive::channel();
+        tokio::spawn(drive::feed(tx, output));
         Ok(Response::new(rx))
     }
 }
@@ -135,27 +171,17 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(Status::from)
 }
 
-/// A response stream fed from a blocking thread through a small queue.
-fn channel<T: Send + 'static>() -> (mpsc::Sender<Result<T, Status>>, Stream<T>) {
-    let (tx, rx) = mpsc::channel(2);
-    (tx, ReceiverStream::new(rx).boxed())
-}
-
-fn pump_to(tx: &mpsc::Sender<Result<Frame, Status>>, output: crate::service::Output) {
-    pump(&output.schema, output.payloads, |d| tx.blocking_send(d.map_err(Status::from)).is_ok());
-}
-
-/// Takes the first message (it names the flight) and hands the rest to a blocking reader.
-async fn open_input(mut stream: Streaming<FlightData>) -> Result<(FlightDescriptor, Reader), Status> {
+/// Takes the first message, which names the flight; returns the descriptor, and the message
+/// if it carries more (a client may name the flight in a message of its own, as pyarrow does
+/// for DoExchange).
+async fn first_message(stream: &mut Streaming<FlightData>) -> Result<(FlightDescriptor, Option<FlightData>), Status> {
     let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("empty stream"))?;
     let descriptor = first
         .flight_descriptor
         .clone()
         .ok_or_else(|| Status::invalid_argument("the first message must carry a FlightDescriptor"))?;
-    // A client may name the flight in a message of its own (pyarrow does for DoExchange).
     let naming_only = first.data_header.is_empty() && first.app_metadata.is_empty();
-    let pending = (!naming_only).then_some(first);
-    Ok((descriptor, Reader::new(stream, Handle::current(), pending)))
+    Ok((descriptor, (!naming_only).then_some(first)))
 }
 
 fn input(mut reader: Reader) -> Result<Input> {
@@ -177,10 +203,12 @@ impl FlightService for Service {
         &self,
         request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<Self::HandshakeStream>, Status> {
-        let Some(auth) = &self.auth else {
+        if self.auth.is_none() {
             return Ok(Response::new(stream::iter([Ok(HandshakeResponse::default())]).boxed()));
+        }
+        let Some(Token(token)) = request.extensions().get::<Token>().cloned() else {
+            return Err(Status::unauthenticated("send Basic credentials"));
         };
-        let token = auth.handshake(request.metadata())?;
         let reply = HandshakeResponse { protocol_version: 0, payload: Bytes::from(token.clone()) };
         let mut response = Response::new(stream::iter([Ok(reply)]).boxed());
         let value = format!("Bearer {token}").parse().map_err(|_| Status::internal("token is not a header value"))?;
@@ -189,7 +217,6 @@ impl FlightService for Service {
     }
 
     async fn list_flights(&self, request: Request<Criteria>) -> Result<Response<Self::ListFlightsStream>, Status> {
-        self.authorize(&request)?;
         let local = request.local_addr();
         let handler = self.handler();
         let criteria = request.into_inner().expression;
@@ -199,7 +226,6 @@ impl FlightService for Service {
     }
 
     async fn get_flight_info(&self, request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
-        self.authorize(&request)?;
         let local = request.local_addr();
         let handler = self.handler();
         let descriptor = request.into_inner();
@@ -218,7 +244,6 @@ impl FlightService for Service {
     }
 
     async fn get_schema(&self, request: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
-        self.authorize(&request)?;
         let handler = self.handler();
         let descriptor = request.into_inner();
         let schema = blocking(move || handler.get_schema(&descriptor)).await?;
@@ -231,12 +256,7 @@ impl FlightService for Service {
     }
 
     async fn do_put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
-        self.authorize(&request)?;
-        let handler = self.handler();
-        let (descriptor, reader) = open_input(request.into_inner()).await?;
-        let results = blocking(move || handler.do_put(&descriptor, input(reader)?)).await?;
-        let results: Vec<_> = results.into_iter().map(|app_metadata| Ok(PutResult { app_metadata })).collect();
-        Ok(Response::new(stream::iter(results).boxed()))
+        self.put(request).await
     }
 
     async fn do_exchange(
@@ -247,7 +267,6 @@ impl FlightService for Service {
     }
 
     async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
-        self.authorize(&request)?;
         let local = request.local_addr();
         let action = request.into_inner();
         let method = match action.r#type.as_str() {
@@ -271,8 +290,7 @@ impl FlightService for Service {
         Ok(Response::new(stream::iter(results).boxed()))
     }
 
-    async fn list_actions(&self, request: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {
-        self.authorize(&request)?;
+    async fn list_actions(&self, _request: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {
         let mut actions = self.handler().list_actions();
         if !self.adverts.is_empty() {
             for (name, what) in [(PUT_ACTION, "an upload"), (EXCHANGE_ACTION, "an exchange")] {

@@ -86,9 +86,16 @@ fn run_call(stream: &Arc<Stream>, shared: &Shared) -> Result<()> {
         }
         Method::Put => {
             let descriptor = descriptor(&target)?;
-            let results = handler.do_put(&descriptor, input(stream)?)?;
-            for r in results {
-                stream.send(&Msg::Data { app_metadata: r, meta: Default::default() }.encode(), &[])?;
+            let mut reader = Reader::new(stream.clone());
+            let mut upload = handler.do_put(&descriptor, &reader.read_schema()?)?;
+            let result = |app_metadata| Msg::Data { app_metadata, meta: Default::default() }.encode();
+            while let Some(payload) = reader.next_payload()? {
+                if let Some(ack) = upload.write(payload)? {
+                    stream.send(&result(ack), &[])?;
+                }
+            }
+            for r in upload.finish()? {
+                stream.send(&result(r), &[])?;
             }
             Ok(())
         }

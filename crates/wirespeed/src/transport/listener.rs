@@ -1,16 +1,21 @@
 //! Accepts sockets on a background thread and authenticates each on its own thread, so a
-//! silent or hostile client never delays the others.
+//! silent or hostile client never delays the others. At most [`MAX_PENDING_HANDSHAKES`] are in
+//! progress: a new socket past them evicts the oldest, whose handshake then fails at once. A
+//! real client finishes its handshake in a round trip or two, so sockets that never speak cannot
+//! keep it out, however many there are.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use super::conn::Connection;
 use crate::error::{Error, Result};
 
-/// Most handshakes in progress at once; more clients wait in the kernel's backlog.
+/// Most handshakes in progress at once.
 const MAX_PENDING_HANDSHAKES: usize = 64;
 
 /// Yields authenticated connections; dropping it stops listening.
@@ -25,7 +30,7 @@ pub struct Listener {
 /// What a backend hands the listener: a way to take the next raw client and to
 /// authenticate one.
 pub(crate) trait Acceptor: Send + 'static {
-    type Socket: Send + 'static;
+    type Socket: AsFd + Send + 'static;
     /// The next client, or `None` if none arrived within `wait`.
     fn accept(&self, wait: Duration) -> std::io::Result<Option<(Self::Socket, String)>>;
     /// Runs the server handshake and builds the connection.
@@ -86,7 +91,7 @@ fn accept_loop<A: Acceptor>(
     tx: SyncSender<Result<Connection>>,
     stop: Arc<AtomicBool>,
 ) {
-    let pending = Arc::new(AtomicUsize::new(0));
+    let pending = Arc::new(Pending::default());
     while !stop.load(Ordering::Relaxed) {
         let (socket, peer) = match acceptor.accept(Duration::from_millis(100)) {
             Ok(Some(s)) => s,
@@ -98,22 +103,49 @@ fn accept_loop<A: Acceptor>(
                 continue;
             }
         };
-        if pending.load(Ordering::Relaxed) >= MAX_PENDING_HANDSHAKES {
-            drop(socket);
-            continue;
-        }
-        pending.fetch_add(1, Ordering::Relaxed);
-        let (tx, shared, counter) = (tx.clone(), shared.clone(), pending.clone());
+        let Some(id) = pending.enter(&socket) else { continue };
+        let (tx, shared, pending2) = (tx.clone(), shared.clone(), pending.clone());
         let spawned = thread::Builder::new().name("wirespeed-handshake".into()).spawn(move || {
             let result = A::establish(socket, peer.clone(), &shared)
                 .map_err(|reason| Error::Rejected { peer, reason: Box::new(reason) });
-            counter.fetch_sub(1, Ordering::Relaxed);
+            pending2.leave(id);
             let _ = tx.send(result);
         });
         if spawned.is_err() {
             // The socket went with the failed closure; back off and keep serving.
-            pending.fetch_sub(1, Ordering::Relaxed);
+            pending.leave(id);
             thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// The handshakes in progress, oldest first, each with a second descriptor of its socket to
+/// cut it short by.
+#[derive(Default)]
+struct Pending {
+    sockets: Mutex<(u64, VecDeque<(u64, OwnedFd)>)>,
+}
+
+impl Pending {
+    /// Counts `socket` in, evicting the oldest handshake if there are too many. None if the
+    /// socket cannot be tracked (out of descriptors): it is then dropped.
+    fn enter(&self, socket: &impl AsFd) -> Option<u64> {
+        let fd = socket.as_fd().try_clone_to_owned().ok()?;
+        let mut guard = self.sockets.lock().unwrap_or_else(|p| p.into_inner());
+        let (next, sockets) = &mut *guard;
+        if sockets.len() >= MAX_PENDING_HANDSHAKES
+            && let Some((_, oldest)) = sockets.pop_front()
+        {
+            // Its handshake thread sees the socket end and fails at once.
+            let _ = nix::sys::socket::shutdown(oldest.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        }
+        *next += 1;
+        sockets.push_back((*next, fd));
+        Some(*next)
+    }
+
+    fn leave(&self, id: u64) {
+        let mut guard = self.sockets.lock().unwrap_or_else(|p| p.into_inner());
+        guard.1.retain(|(i, _)| *i != id);
     }
 }

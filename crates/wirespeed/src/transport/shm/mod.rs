@@ -7,6 +7,7 @@
 mod mapping;
 mod pull;
 mod regions;
+mod rendezvous;
 mod ring;
 
 use std::collections::VecDeque;
@@ -49,7 +50,7 @@ const MIN_RING: usize = 8 << 20;
 const MAX_RING: usize = 1 << 30;
 
 pub fn connect(path: &Path, key: &Key, config: &Config) -> Result<Connection> {
-    let mut sock = UnixStream::connect(path)
+    let mut sock = rendezvous::connect(path)
         .map_err(|e| Error::ConnectionLost(format!("cannot connect to shm://{}: {e}", path.display())))?;
     let peer = handshake::client(&mut sock, key, config, Fabric::Shm)?;
     sock.set_read_timeout(Some(config.handshake_timeout))?;
@@ -75,25 +76,10 @@ pub fn listen(path: &Path, key: &Key, config: &Config) -> Result<Listener> {
     if !config.shm_ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&config.shm_ring_bytes) {
         return Err(Error::Limit(format!("shm_ring_bytes must be a power of two from {MIN_RING} to {MAX_RING}")));
     }
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        use std::os::unix::fs::FileTypeExt;
-        let in_use =
-            |what: &str| Error::Io(io::Error::new(io::ErrorKind::AddrInUse, format!("{} {what}", path.display())));
-        if !meta.file_type().is_socket() {
-            return Err(in_use("exists and is not a socket"));
-        }
-        if UnixStream::connect(path).is_ok() {
-            return Err(in_use("is in use"));
-        }
-        let _ = std::fs::remove_file(path); // the stale socket of a dead listener
-    }
-    let l = UnixListener::bind(path)
-        .map_err(|e| Error::Io(io::Error::new(e.kind(), format!("cannot listen on {}: {e}", path.display()))))?;
+    let (l, cleanup) = rendezvous::bind(path)?;
     l.set_nonblocking(true)?;
     let url = format!("shm://{}", path.display());
-    let owned = path.to_path_buf();
-    Ok(Listener::spawn(ShmAcceptor(l), (key.clone(), config.clone()), url, config.timeout)
-        .on_drop(move || drop(std::fs::remove_file(owned))))
+    Ok(Listener::spawn(ShmAcceptor(l), (key.clone(), config.clone()), url, config.timeout).on_drop(cleanup))
 }
 
 struct ShmAcceptor(UnixListener);

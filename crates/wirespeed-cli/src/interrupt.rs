@@ -1,0 +1,51 @@
+//! SIGINT and SIGTERM end a command without leaving half-written files behind: the paths
+//! registered here are removed first, then the signal takes its usual course (so a parent sees
+//! the command killed by it). Commands that write such files call [`install`] before they start
+//! any thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::sys::signal::{SigSet, Signal, raise};
+
+static REGISTERED: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// Takes SIGINT and SIGTERM on a thread of their own. Must run before any other thread
+/// starts, so that every later thread leaves the signals to that one.
+pub fn install() -> anyhow::Result<()> {
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals.thread_block()?;
+    std::thread::Builder::new().name("wirespeed-signals".into()).spawn(move || {
+        let Ok(signal) = signals.wait() else { return };
+        for (_, path) in lock().drain(..) {
+            let _ = std::fs::remove_file(path);
+        }
+        // Unblocked here only, so the raise ends the process the usual way.
+        let _ = SigSet::from(signal).thread_unblock();
+        let _ = raise(signal);
+    })?;
+    Ok(())
+}
+
+/// Removes `path` if the command is interrupted, until the returned guard is dropped.
+pub fn remove_on_interrupt(path: &Path) -> Registration {
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    lock().push((id, path.to_path_buf()));
+    Registration(id)
+}
+
+pub struct Registration(u64);
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        lock().retain(|(id, _)| *id != self.0);
+    }
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf)>> {
+    REGISTERED.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,305 @@
+//! The gRPC port's connections, served by our own accept loop over hyper's HTTP/2 server so that
+//! each one is bounded: a socket that has not sent HTTP/2's preface within `start` is closed; a
+//! connection with no call open for `idle` is sent GOAWAY; keep-alive pings find peers that died
+//! or went silent; and no client address holds more than `calls_per_client` calls at once.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, watch};
+use tokio::time::Sleep;
+use tonic::Status;
+use tonic::codegen::{BoxFuture, Service, http};
+use tonic::transport::server::TcpConnectInfo;
+
+use super::router::Router;
+use super::{CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW};
+
+/// Bounds on what one connection or client may hold.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// A new connection must send HTTP/2's preface within this.
+    pub start: Duration,
+    /// A connection with no call open this long is asked to close (GOAWAY).
+    pub idle: Duration,
+    /// How often an established connection is pinged; an unanswered ping closes it.
+    pub keepalive: Duration,
+    /// Calls open at once on one connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub streams_per_connection: u32,
+    /// Calls open at once from one client address, over all its connections.
+    pub calls_per_client: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            start: Duration::from_secs(10),
+            idle: Duration::from_secs(300),
+            keepalive: Duration::from_secs(30),
+            streams_per_connection: 128,
+            calls_per_client: 512,
+        }
+    }
+}
+
+/// The client connection preface every HTTP/2 connection starts with.
+const PREFACE_LEN: usize = 24;
+/// The largest header block a request may send (hyper's default is 16 MiB).
+const MAX_HEADER_LIST: u32 = 64 << 10;
+
+/// Accepts and serves connections until `stop` fires.
+pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut stop: oneshot::Receiver<()>) {
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
+        .timer(TokioTimer::new())
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME)
+        .max_header_list_size(MAX_HEADER_LIST)
+        .max_concurrent_streams(limits.streams_per_connection)
+        .keep_alive_interval(limits.keepalive)
+        .keep_alive_timeout(limits.keepalive);
+    let clients = Arc::new(Clients::default());
+    loop {
+        let (socket, remote) = tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(_) => {
+                    // Out of descriptors and the like: let connections close, then go on.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // Without it every small gRPC reply waits out the peer's delayed ACK (40 ms).
+        let _ = socket.set_nodelay(true);
+        let (active, idle) = watch::channel(0usize);
+        let calls = Calls {
+            router: router.clone(),
+            info: TcpConnectInfo { local_addr: socket.local_addr().ok(), remote_addr: Some(remote) },
+            active: Arc::new(active),
+            clients: clients.clone(),
+            limit: limits.calls_per_client,
+        };
+        let io = TokioIo::new(StartDeadline::new(socket, limits.start));
+        let connection = http2.serve_connection(io, TowerToHyperService::new(calls));
+        tokio::spawn(serve_connection(connection, idle, limits.idle));
+    }
+}
+
+type Connection = hyper::server::conn::http2::Connection<
+    TokioIo<StartDeadline<TcpStream>>,
+    TowerToHyperService<Calls>,
+    TokioExecutor,
+>;
+
+/// Drives one connection to its end, asking it to close once idle.
+async fn serve_connection(connection: Connection, mut active: watch::Receiver<usize>, idle: Duration) {
+    tokio::pin!(connection);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            _ = &mut connection => return,
+            _ = idle_for(&mut active, idle), if !closing => {
+                connection.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
+    }
+}
+
+/// Returns once no call has been open for `after`.
+async fn idle_for(active: &mut watch::Receiver<usize>, after: Duration) {
+    loop {
+        if active.wait_for(|n| *n == 0).await.is_err() {
+            return std::future::pending().await;
+        }
+        if tokio::time::timeout(after, active.changed()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The router, for one connection: counts its calls and its client's.
+#[derive(Clone)]
+struct Calls {
+    router: Router,
+    info: TcpConnectInfo,
+    active: Arc<watch::Sender<usize>>,
+    clients: Arc<Clients>,
+    limit: usize,
+}
+
+impl Service<http::Request<Incoming>> for Calls {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: http::Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(self.info.clone());
+        let ip = self.info.remote_addr.map(|a| a.ip());
+        let Some(client) = ip.and_then(|ip| self.clients.enter(ip, self.limit)) else {
+            let status = Status::resource_exhausted(format!(
+                "too many calls open from {} (at most {})",
+                ip.map_or("this client".into(), |ip| ip.to_string()),
+                self.limit
+            ));
+            return Box::pin(async move { Ok(status.into_http()) });
+        };
+        self.active.send_modify(|n| *n += 1);
+        let open = OpenCall { _client: client, active: self.active.clone() };
+        let response = self.router.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            Ok(response.map(|body| tonic::body::Body::new(Tracked { body, _open: open })))
+        })
+    }
+}
+
+/// How many calls each client address has open.
+#[derive(Default)]
+struct Clients {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Clients {
+    fn enter(self: &Arc<Self>, ip: IpAddr, limit: usize) -> Option<ClientCall> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_default();
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(ClientCall { clients: self.clone(), ip })
+    }
+}
+
+struct ClientCall {
+    clients: Arc<Clients>,
+    ip: IpAddr,
+}
+
+impl Drop for ClientCall {
+    fn drop(&mut self) {
+        let mut open = self.clients.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A call counted as open until its response ends or is dropped.
+struct OpenCall {
+    _client: ClientCall,
+    active: Arc<watch::Sender<usize>>,
+}
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        self.active.send_modify(|n| *n -= 1);
+    }
+}
+
+/// A response body that keeps its call counted.
+struct Tracked {
+    body: tonic::body::Body,
+    _open: OpenCall,
+}
+
+impl Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A socket whose reads fail once `start` has passed without HTTP/2's preface.
+struct StartDeadline<S> {
+    inner: S,
+    deadline: Option<Pin<Box<Sleep>>>,
+    read: usize,
+}
+
+impl<S> StartDeadline<S> {
+    fn new(inner: S, start: Duration) -> Self {
+        StartDeadline { inner, deadline: Some(Box::pin(tokio::time::sleep(start))), read: 0 }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for StartDeadline<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if let Some(deadline) = &mut self.deadline
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "no HTTP/2 preface in time")));
+        }
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            self.read += buf.filled().len() - before;
+            if self.read >= PREFACE_LEN {
+                self.deadline = None;
+            }
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for StartDeadline<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,187 @@
+//! Moving a call's messages between gRPC and a blocking handler without a thread waiting on the
+//! client. An output is encoded on a blocking thread in runs, while the client keeps its queue
+//! drained; an upload's messages are decoded and handed over one at a time, while the next one
+//! is read. In between, a paused or slow client costs a task and a few queued frames, not one of
+//! the runtime's blocking threads.
+
+use std::collections::VecDeque;
+
+use arrow_buffer::Buffer;
+use arrow_flight::{FlightData, PutResult};
+use bytes::Bytes;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::{self, Sender};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+use super::Writer;
+use crate::error::{Error, Result};
+use crate::ipc::{Decoded, Decoder, Frame};
+use crate::service::{Output, Payload, Upload};
+
+/// Frames queued for a response; half of it free again restarts the encoder.
+const QUEUE: usize = 4;
+
+pub type Responses<T> = futures::stream::BoxStream<'static, Result<T, Status>>;
+
+/// A response stream and the queue that feeds it.
+pub fn channel<T: Send + 'static>() -> (Sender<Result<T, Status>>, Responses<T>) {
+    use futures::StreamExt;
+    let (tx, rx) = mpsc::channel(QUEUE);
+    (tx, ReceiverStream::new(rx).boxed())
+}
+
+/// Sends `output` to `tx` until it ends, fails, or the client goes away.
+pub async fn feed(tx: Sender<Result<Frame, Status>>, output: Output) {
+    let mut encoder = Encoding { output, writer: None, held: VecDeque::new(), ended: false };
+    loop {
+        // Wait for room without a thread; the permits only tell that there is room.
+        match tx.reserve_many(QUEUE / 2).await {
+            Ok(permits) => drop(permits),
+            Err(_) => return,
+        }
+        let queue = tx.clone();
+        let ran = tokio::task::spawn_blocking(move || {
+            let more = encoder.run(&queue);
+            (encoder, more)
+        });
+        match ran.await {
+            Ok((back, true)) => encoder = back,
+            Ok((_, false)) => return,
+            Err(_) => {
+                let _ = tx.send(Err(Status::internal("the handler panicked"))).await;
+                return;
+            }
+        }
+    }
+}
+
+/// An output being encoded, with the frames that did not fit the queue yet.
+struct Encoding {
+    output: Output,
+    writer: Option<Writer>,
+    held: VecDeque<Result<Frame, Status>>,
+    ended: bool,
+}
+
+impl Encoding {
+    /// Queues frames until the queue is full (true: more to come) or all is sent or nobody
+    /// listens (false).
+    fn run(&mut self, tx: &Sender<Result<Frame, Status>>) -> bool {
+        loop {
+            while let Some(item) = self.held.pop_front() {
+                match tx.try_send(item) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(item)) => {
+                        self.held.push_front(item);
+                        return true;
+                    }
+                    Err(TrySendError::Closed(_)) => return false,
+                }
+            }
+            if self.ended {
+                return false;
+            }
+            self.encode_next();
+        }
+    }
+
+    /// Encodes the schema, or the next payload; an error is queued as the last item.
+    fn encode_next(&mut self) {
+        let Some(writer) = &mut self.writer else {
+            match Writer::start(&self.output.schema) {
+                Ok((writer, schema)) => {
+                    self.writer = Some(writer);
+                    self.held.push_back(Ok(schema));
+                }
+                Err(e) => self.fail(e),
+            }
+            return;
+        };
+        match self.output.payloads.next() {
+            None => self.ended = true,
+            Some(Ok(payload)) => match writer.encode(payload) {
+                Ok(frames) => self.held.extend(frames.into_iter().map(Ok)),
+                Err(e) => self.fail(e),
+            },
+            Some(Err(e)) => self.fail(e),
+        }
+    }
+
+    fn fail(&mut self, e: Error) {
+        self.held.push_back(Err(e.into()));
+        self.ended = true;
+    }
+}
+
+/// Hands the rest of an upload to `upload`, reading each message while the one before is
+/// written; its PutResults go to `tx` as they come. If the client fails or goes away, or a
+/// message fails, `upload` is dropped unfinished.
+pub async fn upload(
+    mut stream: Streaming<FlightData>,
+    decoder: Decoder,
+    upload: Box<dyn Upload>,
+    tx: Sender<Result<PutResult, Status>>,
+) {
+    type Written = (Box<dyn Upload>, Decoder, Result<Option<Bytes>>);
+    let mut idle = Some((upload, decoder));
+    let mut writing: Option<tokio::task::JoinHandle<Written>> = None;
+    loop {
+        let next = stream.message().await;
+        if let Some(job) = writing.take() {
+            let Ok((upload, decoder, written)) = job.await else {
+                let _ = tx.send(Err(Status::internal("the handler panicked"))).await;
+                return;
+            };
+            match written {
+                Ok(Some(app_metadata)) => {
+                    if tx.send(Ok(PutResult { app_metadata })).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let _ = tx.send(Err(e.into())).await;
+                    return;
+                }
+            }
+            idle = Some((upload, decoder));
+        }
+        let Some((mut upload, mut decoder)) = idle.take() else { return };
+        match next {
+            Ok(Some(data)) => {
+                writing = Some(tokio::task::spawn_blocking(move || {
+                    let written = write_one(&mut *upload, &mut decoder, data);
+                    (upload, decoder, written)
+                }));
+            }
+            Ok(None) => {
+                let finished = tokio::task::spawn_blocking(move || upload.finish()).await;
+                match finished {
+                    Ok(Ok(results)) => {
+                        for app_metadata in results {
+                            if tx.send(Ok(PutResult { app_metadata })).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Ok(Err(e)) => drop(tx.send(Err(e.into())).await),
+                    Err(_) => drop(tx.send(Err(Status::internal("the handler panicked"))).await),
+                }
+                return;
+            }
+            // The client failed or left; nobody to tell.
+            Err(_) => return,
+        }
+    }
+}
+
+/// Decodes one FlightData and gives what it holds to the upload.
+fn write_one(upload: &mut dyn Upload, decoder: &mut Decoder, data: FlightData) -> Result<Option<Bytes>> {
+    match decoder.decode(&data.data_header, Buffer::from(data.data_body), data.app_metadata)? {
+        Decoded::Batch(batch, app_metadata) => upload.write(Payload { batch: Some(batch), app_metadata }),
+        Decoded::Metadata(app_metadata) => upload.write(Payload::metadata(app_metadata)),
+        Decoded::Dictionary => Ok(None),
+        Decoded::Schema(_) => Err(Error::Protocol("a second schema in one upload".into())),
+    }
+}
