@@ -84,8 +84,8 @@ def perf_server():
     proc.stop()
 
 
-def run(*args, env=None):
-    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=120,
+def run(*args, env=None, timeout=120):
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "WIRESPEED_KEY": KEY, **(env or {})})
 
 

@@ -5,15 +5,21 @@
 //!
 //! A table is found again only while its file is unchanged (same inode, length and mtime);
 //! an upload renames a new file into place, so it is never served stale. The least recently
-//! used tables leave first once the cache would exceed its size.
+//! used tables leave first once the cache would exceed its size, counted in the bytes the
+//! batches really hold. Readers that miss at once share one load of the file: a loader thread
+//! reads it at the disk's pace while they all read from what it has loaded. A table that turns
+//! out larger than the cache stops loading there, and each reader goes on from the file itself.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
+
+/// Batches read from a file, in order.
+pub type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
 
 /// Which version of a file a cached table was read from.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -27,6 +33,11 @@ impl Stamp {
     pub fn of(path: &Path) -> std::io::Result<Stamp> {
         let m = path.metadata()?;
         Ok(Stamp { ino: m.ino(), len: m.len(), mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128 })
+    }
+
+    /// The file's length, which a table read from it roughly fills when uncompressed.
+    pub fn len(&self) -> u64 {
+        self.len
     }
 }
 
@@ -43,6 +54,11 @@ impl Table {
     }
 }
 
+/// The bytes a batch's arrays hold (their slices, not whole buffers they may share).
+pub fn batch_bytes(batch: &RecordBatch) -> usize {
+    batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(0)).sum()
+}
+
 pub struct TableCache {
     limit: usize,
     inner: Mutex<Inner>,
@@ -51,9 +67,12 @@ pub struct TableCache {
 #[derive(Default)]
 struct Inner {
     tables: HashMap<PathBuf, Entry>,
+    loading: HashMap<PathBuf, Arc<Load>>,
     used: usize,
     /// Bumped on every hit or insert; orders entries by last use.
     clock: u64,
+    /// Loads started, for the tests.
+    loads: usize,
 }
 
 struct Entry {
@@ -69,7 +88,11 @@ impl TableCache {
         TableCache { limit, inner: Mutex::new(Inner::default()) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -104,35 +127,88 @@ impl TableCache {
         g.tables.insert(path.to_path_buf(), Entry { stamp, table, bytes, used_at });
     }
 
-    /// Passes `batches` (read from `path` as `stamp`) on as they come, and once they have all
-    /// gone by, keeps the table in one sealed region (on a thread of its own), if it fits and
-    /// the file is unchanged. The first reader so waits for no copy; later ones get the region.
-    /// `name` is the flight's, for the line that reports it kept.
-    pub fn filling<I>(
+    /// Reads the file at `path` (as `stamp`) through the cache's one load of it: joins the load
+    /// in progress, or starts one with what `open` gives. `open` also serves a reader that has
+    /// to go on from the file itself (see the module's doc). `name` is the flight's, for the
+    /// line that reports it kept.
+    pub fn load(
         self: &Arc<Self>,
         name: &str,
         path: &Path,
         stamp: Stamp,
-        schema: SchemaRef,
-        batches: I,
-    ) -> Filling<I>
-    where
-        I: Iterator<Item = Result<RecordBatch, ArrowError>>,
-    {
-        let read = Read { name: name.to_string(), path: path.to_path_buf(), stamp, schema };
-        Filling { cache: self.clone(), read, held: Some(Vec::new()), bytes: 0, batches }
+        open: impl Fn() -> Result<(SchemaRef, Batches), ArrowError> + Send + 'static,
+    ) -> Result<(SchemaRef, Batches), ArrowError> {
+        let mut g = self.lock();
+        let load = match g.loading.get(path).filter(|l| l.stamp == stamp) {
+            Some(load) => load.clone(),
+            None => {
+                let (schema, batches) = open()?;
+                let load = Arc::new(Load { stamp, schema, state: Mutex::default(), grew: Condvar::new() });
+                g.loading.insert(path.to_path_buf(), load.clone());
+                g.loads += 1;
+                let (cache, load2, name, path) = (self.clone(), load.clone(), name.to_string(), path.to_path_buf());
+                std::thread::spawn(move || cache.fill(&name, &path, &load2, batches));
+                load
+            }
+        };
+        drop(g);
+        let schema = load.schema.clone();
+        Ok((schema, Box::new(Reading { load, next: 0, own: None, open: Box::new(open) })))
     }
 
-    /// Copies the batches into one sealed region and keeps them.
-    fn keep(&self, read: Read, held: &[RecordBatch], bytes: usize) {
-        if Stamp::of(&read.path).ok() != Some(read.stamp) {
-            return; // changed while it was read: the batches may mix two versions
+    /// The loader: reads `batches` into `load` while they fit the cache, then keeps the table if
+    /// it is whole and its file unchanged.
+    fn fill(&self, name: &str, path: &Path, load: &Arc<Load>, batches: Batches) {
+        let _ends = Ends(load);
+        let mut bytes = 0;
+        let mut end = End::Complete;
+        for batch in batches {
+            match batch {
+                Ok(batch) => {
+                    bytes += batch_bytes(&batch);
+                    if bytes > self.limit {
+                        end = End::TooBig;
+                        break;
+                    }
+                    load.lock().batches.push(batch);
+                    load.grew.notify_all();
+                }
+                Err(e) => {
+                    end = End::Failed(e.to_string());
+                    break;
+                }
+            }
         }
+        let complete = end == End::Complete;
+        load.lock().end = Some(end);
+        load.grew.notify_all();
+        {
+            let mut g = self.lock();
+            if g.loading.get(path).is_some_and(|l| Arc::ptr_eq(l, load)) {
+                g.loading.remove(path);
+            }
+        }
+        if !complete || Stamp::of(path).ok() != Some(load.stamp) {
+            return; // cut short, or changed while read: the batches may mix two versions
+        }
+        let held = load.lock().batches.clone();
         // Not being able to share (out of memory for a region) only means no caching.
-        if let Ok(shared) = wirespeed_flight::share_all(held) {
-            self.insert(&read.path, read.stamp, Table { schema: read.schema, batches: shared.into() }, bytes);
-            eprintln!("wirespeed: cached {} ({:.1} MB)", read.name, bytes as f64 / 1e6);
+        if let Ok(shared) = wirespeed_flight::share_all(&held) {
+            let table = Table { schema: load.schema.clone(), batches: shared.into() };
+            self.insert(path, load.stamp, table, bytes);
+            eprintln!("wirespeed: cached {name} ({:.1} MB)", bytes as f64 / 1e6);
         }
+    }
+
+    /// Bytes the cached tables take.
+    #[cfg(test)]
+    fn used(&self) -> usize {
+        self.lock().used
+    }
+
+    #[cfg(test)]
+    fn loads(&self) -> usize {
+        self.lock().loads
     }
 
     #[cfg(test)]
@@ -143,49 +219,89 @@ impl TableCache {
     }
 }
 
-/// Which table a [`Filling`] reads.
-#[derive(Clone)]
-struct Read {
-    name: String,
-    path: PathBuf,
+/// One load of a file, shared by the readers that missed while it ran.
+struct Load {
     stamp: Stamp,
     schema: SchemaRef,
+    state: Mutex<LoadState>,
+    grew: Condvar,
 }
 
-/// See [`TableCache::filling`].
-pub struct Filling<I> {
-    cache: Arc<TableCache>,
-    read: Read,
-    /// The batches so far; `None` once the table is known not to be kept.
-    held: Option<Vec<RecordBatch>>,
-    bytes: usize,
-    batches: I,
+#[derive(Default)]
+struct LoadState {
+    batches: Vec<RecordBatch>,
+    end: Option<End>,
 }
 
-impl<I: Iterator<Item = Result<RecordBatch, ArrowError>>> Iterator for Filling<I> {
+#[derive(Clone, PartialEq, Eq)]
+enum End {
+    Complete,
+    /// Larger than the cache: readers go on from the file.
+    TooBig,
+    Failed(String),
+}
+
+impl Load {
+    fn lock(&self) -> MutexGuard<'_, LoadState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Ends a load whose loader stopped without saying how (a panic in a decoder), so that no
+/// reader waits for it forever.
+struct Ends<'a>(&'a Load);
+
+impl Drop for Ends<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        if state.end.is_none() {
+            state.end = Some(End::Failed("the file could not be read".into()));
+        }
+        drop(state);
+        self.0.grew.notify_all();
+    }
+}
+
+/// One reader of a [`Load`].
+struct Reading {
+    load: Arc<Load>,
+    next: usize,
+    /// The file opened anew, once the load stopped short of the whole table.
+    own: Option<Batches>,
+    open: Box<dyn Fn() -> Result<(SchemaRef, Batches), ArrowError> + Send>,
+}
+
+impl Iterator for Reading {
     type Item = Result<RecordBatch, ArrowError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let next = self.batches.next();
-        match &next {
-            Some(Ok(batch)) => {
-                self.bytes += batch.get_array_memory_size();
-                if self.bytes > self.cache.limit {
-                    self.held = None;
-                } else if let Some(held) = &mut self.held {
-                    held.push(batch.clone());
-                }
-            }
-            Some(Err(_)) => self.held = None,
-            None => {
-                if let Some(held) = self.held.take() {
-                    // Off this thread, so the reader's stream ends without waiting for the copy.
-                    let (cache, read, bytes) = (self.cache.clone(), self.read.clone(), self.bytes);
-                    std::thread::spawn(move || cache.keep(read, &held, bytes));
+        if let Some(own) = &mut self.own {
+            return own.next();
+        }
+        let mut state = self.load.lock();
+        while self.next >= state.batches.len() && state.end.is_none() {
+            state = self.load.grew.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        if let Some(batch) = state.batches.get(self.next) {
+            self.next += 1;
+            return Some(Ok(batch.clone()));
+        }
+        match state.end.clone()? {
+            End::Complete => None,
+            End::Failed(e) => Some(Err(ArrowError::IoError(e.clone(), std::io::Error::other(e)))),
+            End::TooBig => {
+                drop(state);
+                let skip = self.next;
+                let own = (self.open)().map(|(_, batches)| batches.skip(skip));
+                match own {
+                    Ok(own) => {
+                        self.own = Some(Box::new(own));
+                        self.next()
+                    }
+                    Err(e) => Some(Err(e)),
                 }
             }
         }
-        next
     }
 }
 
@@ -228,5 +344,73 @@ mod tests {
         // Too big for the whole cache: not kept, and nothing is evicted for it.
         cache.insert(&b, Stamp::of(&b).unwrap(), table(4), 301);
         assert_eq!(cache.cached(), vec![a, c]);
+    }
+
+    /// An IPC file of `batches` batches of 1 MiB each (one int64 column).
+    fn ipc_file(path: &Path, batches: usize) -> Vec<RecordBatch> {
+        let t = table(1 << 17);
+        let mut w = arrow_ipc::writer::FileWriter::try_new(std::fs::File::create(path).unwrap(), &t.schema).unwrap();
+        let written: Vec<_> = (0..batches).map(|_| t.batches[0].clone()).collect();
+        for b in &written {
+            w.write(b).unwrap();
+        }
+        w.finish().unwrap();
+        written
+    }
+
+    fn opener(path: &Path) -> impl Fn() -> Result<(SchemaRef, Batches), ArrowError> + Send + Sync + 'static {
+        let path = path.to_path_buf();
+        move || {
+            let r = arrow_ipc::reader::FileReader::try_new_buffered(std::fs::File::open(&path)?, None)?;
+            Ok((r.schema(), Box::new(r) as Batches))
+        }
+    }
+
+    /// Sixteen readers miss at once: one load, each gets the whole table, and the cache counts
+    /// the bytes the table holds.
+    #[test]
+    fn concurrent_first_readers_share_one_load_counted_in_real_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.arrow");
+        let written = ipc_file(&path, 24);
+        let cache = Arc::new(TableCache::new(64 << 20));
+        let stamp = Stamp::of(&path).unwrap();
+        let readers: Vec<_> = (0..16)
+            .map(|_| {
+                let (cache, path) = (cache.clone(), path.clone());
+                std::thread::spawn(move || {
+                    let (_, batches) = cache.load("t", &path, stamp, opener(&path)).unwrap();
+                    batches.collect::<Result<Vec<_>, _>>().unwrap()
+                })
+            })
+            .collect();
+        for r in readers {
+            assert_eq!(r.join().unwrap(), written);
+        }
+        assert_eq!(cache.loads(), 1, "one load for readers that missed together");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while cache.get(&path, stamp).is_none() {
+            assert!(std::time::Instant::now() < deadline, "never cached");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(cache.used(), 24 << 20, "24 batches of 1 MiB");
+    }
+
+    /// A table larger than the cache: readers get all of it, from the file past what was
+    /// loaded, and nothing is kept.
+    #[test]
+    fn a_table_larger_than_the_cache_is_read_whole_and_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.arrow");
+        let written = ipc_file(&path, 12);
+        let cache = Arc::new(TableCache::new(5 << 20));
+        let stamp = Stamp::of(&path).unwrap();
+        for _ in 0..2 {
+            let (_, batches) = cache.load("t", &path, stamp, opener(&path)).unwrap();
+            assert_eq!(batches.collect::<Result<Vec<_>, _>>().unwrap(), written);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(cache.cached().is_empty());
+        assert_eq!(cache.used(), 0);
     }
 }

@@ -8,7 +8,6 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use arrow_ipc::reader::{FileReader, StreamReader};
 use arrow_schema::{ArrowError, SchemaRef};
@@ -16,7 +15,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use wirespeed_files::paths::join_under;
 use wirespeed_flight::{Error, Handler, Output, Payload, Result, Upload};
 
-use super::cache::{Stamp, Table, TableCache};
+use super::cache::{Batches, Stamp, Table, TableCache};
 use super::upload::DirUpload;
 
 pub struct DirService {
@@ -39,9 +38,6 @@ fn format_of(path: &Path) -> Option<Format> {
         _ => None,
     }
 }
-
-/// Batches read from a file, in order.
-type Batches = Box<dyn Iterator<Item = std::result::Result<RecordBatch, ArrowError>> + Send>;
 
 /// Opens a flight's file; errors name the flight, not the server's paths.
 fn open(path: &Path, name: &str) -> Result<(SchemaRef, Batches, Option<i64>)> {
@@ -96,18 +92,24 @@ impl DirService {
     }
 
     /// A flight's batches: from the cache when it holds the file as it is now; otherwise from
-    /// the file, filling the cache on the way.
+    /// the file, through the cache's one load of it when it may fit.
     fn read(&self, path: &Path, name: &str) -> Result<(SchemaRef, Batches)> {
-        let stamp = self.stamp(path, name)?;
-        if let Some(t) = stamp.and_then(|(cache, stamp)| cache.get(path, stamp)) {
+        let Some((cache, stamp)) = self.stamp(path, name)? else {
+            let (schema, batches, _) = open(path, name)?;
+            return Ok((schema, batches));
+        };
+        if let Some(t) = cache.get(path, stamp) {
             let b = t.batches;
             return Ok((t.schema, Box::new((0..b.len()).map(move |i| Ok(b[i].clone())))));
         }
-        let (schema, batches, _) = open(path, name)?;
-        match stamp {
-            Some((cache, stamp)) => Ok((schema.clone(), Box::new(cache.filling(name, path, stamp, schema, batches)))),
-            None => Ok((schema, batches)),
+        if stamp.len() > cache.limit() as u64 {
+            let (schema, batches, _) = open(path, name)?;
+            return Ok((schema, batches));
         }
+        let (owned, flight) = (path.to_path_buf(), name.to_string());
+        let reopen =
+            move || open(&owned, &flight).map(|(s, b, _)| (s, b)).map_err(|e| ArrowError::ExternalError(Box::new(e)));
+        cache.load(name, path, stamp, reopen).map_err(|e| Error::internal(format!("{name}: {e}")))
     }
 
     /// The file a flight name points at, refusing names that leave the root or pass through

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use wirespeed::Key;
-use wirespeed_flight::{PlaneKind, Server};
+use wirespeed_flight::{Limits, PlaneKind, Server};
 
 use super::dir::DirService;
 
@@ -32,6 +32,14 @@ pub struct ServeArgs {
     /// instead of receiving a copy. A changed file is read afresh.
     #[arg(long, default_value_t = 0, value_name = "MIB")]
     cache_mb: usize,
+    /// Most threads running handler work at once (reading files, decoding and writing
+    /// uploads); calls that wait on their clients hold none.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    handler_threads: usize,
+    /// Most gRPC calls open at once from one client address; more are refused
+    /// (RESOURCE_EXHAUSTED) until some end.
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    calls_per_client: usize,
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
@@ -41,7 +49,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     for p in a.planes.iter().filter(|p| p.as_str() != "none") {
         planes.push(PlaneKind::parse(p).ok_or_else(|| anyhow::anyhow!("unknown plane {p:?} (shm, tcp, ucx or none)"))?);
     }
-    let mut builder = Server::builder(service).listen(&a.listen).planes(&planes);
+    let limits = Limits { calls_per_client: a.calls_per_client.max(1), ..Limits::default() };
+    let mut builder =
+        Server::builder(service).listen(&a.listen).planes(&planes).handler_threads(a.handler_threads).limits(limits);
     if !planes.is_empty() {
         let key = match super::key(a.key_file.as_deref())? {
             Some(k) => k,

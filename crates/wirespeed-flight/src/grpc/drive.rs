@@ -1,7 +1,6 @@
 //! Moving a call's messages between gRPC and a blocking handler without a thread waiting on the
 //! client. An output is encoded on a blocking thread in runs, while the client keeps its queue
-//! drained; an upload's messages are decoded and handed over one at a time, while the next one
-//! is read. In between, a paused or slow client costs a task and a few queued frames, not one of
+//! drained; an upload's messages are decoded and handed over one at a time. In between, a paused or slow client costs a task and a few queued frames, not one of
 //! the runtime's blocking threads.
 
 use std::collections::VecDeque;
@@ -114,65 +113,55 @@ impl Encoding {
     }
 }
 
-/// Hands the rest of an upload to `upload`, reading each message while the one before is
-/// written; its PutResults go to `tx` as they come. If the client fails or goes away, or a
-/// message fails, `upload` is dropped unfinished.
+/// Hands the rest of an upload to `upload`, a message at a time on a blocking thread; its
+/// PutResults go to `tx` as it returns them, before the next message is taken (a client may
+/// wait for one before sending more). Meanwhile HTTP/2 keeps receiving what the client sends,
+/// up to its window. If the client fails or goes away, or a message fails, `upload` is dropped
+/// unfinished.
 pub async fn upload(
     mut stream: Streaming<FlightData>,
-    decoder: Decoder,
-    upload: Box<dyn Upload>,
+    mut decoder: Decoder,
+    mut upload: Box<dyn Upload>,
     tx: Sender<Result<PutResult, Status>>,
 ) {
-    type Written = (Box<dyn Upload>, Decoder, Result<Option<Bytes>>);
-    let mut idle = Some((upload, decoder));
-    let mut writing: Option<tokio::task::JoinHandle<Written>> = None;
     loop {
-        let next = stream.message().await;
-        if let Some(job) = writing.take() {
-            let Ok((upload, decoder, written)) = job.await else {
-                let _ = tx.send(Err(Status::internal("the handler panicked"))).await;
+        let data = match stream.message().await {
+            Ok(Some(data)) => data,
+            Ok(None) => break,
+            // The client failed or left; nobody to tell.
+            Err(_) => return,
+        };
+        let written = tokio::task::spawn_blocking(move || {
+            let written = write_one(&mut *upload, &mut decoder, data);
+            (upload, decoder, written)
+        });
+        let Ok((back, state, written)) = written.await else {
+            let _ = tx.send(Err(Status::internal("the handler panicked"))).await;
+            return;
+        };
+        (upload, decoder) = (back, state);
+        let sent = match written {
+            Ok(Some(app_metadata)) => tx.send(Ok(PutResult { app_metadata })).await.is_ok(),
+            Ok(None) => true,
+            Err(e) => {
+                let _ = tx.send(Err(e.into())).await;
                 return;
-            };
-            match written {
-                Ok(Some(app_metadata)) => {
-                    if tx.send(Ok(PutResult { app_metadata })).await.is_err() {
-                        return;
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    let _ = tx.send(Err(e.into())).await;
+            }
+        };
+        if !sent {
+            return;
+        }
+    }
+    match tokio::task::spawn_blocking(move || upload.finish()).await {
+        Ok(Ok(results)) => {
+            for app_metadata in results {
+                if tx.send(Ok(PutResult { app_metadata })).await.is_err() {
                     return;
                 }
             }
-            idle = Some((upload, decoder));
         }
-        let Some((mut upload, mut decoder)) = idle.take() else { return };
-        match next {
-            Ok(Some(data)) => {
-                writing = Some(tokio::task::spawn_blocking(move || {
-                    let written = write_one(&mut *upload, &mut decoder, data);
-                    (upload, decoder, written)
-                }));
-            }
-            Ok(None) => {
-                let finished = tokio::task::spawn_blocking(move || upload.finish()).await;
-                match finished {
-                    Ok(Ok(results)) => {
-                        for app_metadata in results {
-                            if tx.send(Ok(PutResult { app_metadata })).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    Ok(Err(e)) => drop(tx.send(Err(e.into())).await),
-                    Err(_) => drop(tx.send(Err(Status::internal("the handler panicked"))).await),
-                }
-                return;
-            }
-            // The client failed or left; nobody to tell.
-            Err(_) => return,
-        }
+        Ok(Err(e)) => drop(tx.send(Err(e.into())).await),
+        Err(_) => drop(tx.send(Err(Status::internal("the handler panicked"))).await),
     }
 }
 

@@ -40,6 +40,7 @@ impl Decoder {
         if meta.is_empty() {
             return Ok(Decoded::Metadata(app_metadata));
         }
+        let body = aligned(body);
         let message = root_as_message(meta).map_err(|e| bad(format!("IPC metadata is not a valid Message: {e}")))?;
         match message.header_type() {
             MessageHeader::Schema => {
@@ -76,6 +77,13 @@ impl Decoder {
             other => Err(bad(format!("unexpected IPC message {}", other.variant_name().unwrap_or("of unknown type")))),
         }
     }
+}
+
+/// The body where arrow can read every buffer in place: IPC lays buffers out at multiples of 8
+/// from the body's start, but a body cut from a gRPC message starts wherever protobuf put it, and
+/// arrow-ipc reads some (union offsets) without checking. Such a body is copied once.
+fn aligned(body: Buffer) -> Buffer {
+    if body.as_ptr().align_offset(8) == 0 { body } else { Buffer::from_slice_ref(body.as_slice()) }
 }
 
 fn bad(reason: String) -> Error {

@@ -82,6 +82,43 @@ mod tests {
         assert!(frames.iter().all(|f| f.body_len() % 64 == 0), "bodies are padded to 64 bytes");
     }
 
+    /// A body that starts off its alignment, as one cut from a gRPC message may: a dense union
+    /// (whose offsets arrow-ipc reads in place) decodes all the same.
+    #[test]
+    fn an_unaligned_body_decodes() {
+        use arrow_array::{Int32Array, UnionArray};
+        use arrow_buffer::ScalarBuffer;
+        use arrow_schema::{DataType, Field, UnionFields, UnionMode};
+        let fields = UnionFields::try_new(
+            [0, 1],
+            [Field::new("i", DataType::Int64, true), Field::new("s", DataType::Utf8, true)],
+        )
+        .unwrap();
+        let union = UnionArray::try_new(
+            fields.clone(),
+            ScalarBuffer::from(vec![0i8, 1, 0, 1, 0]),
+            Some(ScalarBuffer::from(vec![0i32, 0, 1, 1, 2])),
+            vec![Arc::new(Int64Array::from(vec![1, 2, 3])), Arc::new(StringArray::from(vec!["a", "b"]))],
+        )
+        .unwrap();
+        assert_eq!(arrow_array::Array::data_type(&union), &DataType::Union(fields, UnionMode::Dense));
+        let b = RecordBatch::try_from_iter([
+            ("u", Arc::new(union) as ArrayRef),
+            ("n", Arc::new(Int32Array::from(vec![1, 2, 3, 4, 5]))),
+        ])
+        .unwrap();
+        let mut enc = Encoder::new(&b.schema()).unwrap();
+        let schema = enc.schema_frame().unwrap();
+        let frame = enc.encode(&b, Bytes::new()).unwrap().pop().unwrap();
+        let mut shifted = vec![0u8; 1];
+        shifted.extend_from_slice(&frame.body_bytes());
+        let body = Buffer::from(Bytes::from(shifted)).slice(1);
+        assert_ne!(body.as_ptr().align_offset(8), 0);
+        let mut dec = Decoder::default();
+        dec.decode(&schema.meta, Buffer::from(Bytes::new()), Bytes::new()).unwrap();
+        assert!(matches!(dec.decode(&frame.meta, body, Bytes::new()).unwrap(), Decoded::Batch(x, _) if x == b));
+    }
+
     #[test]
     fn metadata_only_frames_decode_as_metadata() {
         let f = Frame::metadata_only(Bytes::from_static(b"hello"));
