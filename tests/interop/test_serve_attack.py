@@ -324,3 +324,36 @@ def test_a_second_get_to_the_same_file_is_refused_while_the_first_runs(slow_serv
     finally:
         proc.kill()
         proc.wait()
+
+
+def rss_now_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def test_memory_goes_back_after_a_burst(tmp_path):
+    t = big_table(64)
+    proc = serve(tmp_path, {"t.arrow": t})
+    try:
+        c = flight.connect(proc.url)
+        ticket = c.get_flight_info(path("t.arrow")).endpoints[0].ticket
+        baseline = rss_now_mb(proc.proc.pid)
+        rows = []
+
+        def read():
+            rows.append(flight.connect(proc.url).do_get(ticket).read_all().num_rows)
+
+        threads = [threading.Thread(target=read) for _ in range(16)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert rows == [t.num_rows] * 16
+        peak = peak_rss_mb(proc.proc.pid)
+        assert peak > baseline + 64, f"the burst did not load the server ({baseline:.0f} -> {peak:.0f} MB)"
+        deadline = time.time() + 10
+        while (now := rss_now_mb(proc.proc.pid)) > baseline + (peak - baseline) / 2:
+            assert time.time() < deadline, f"RSS stayed at {now:.0f} MB after {baseline:.0f} -> {peak:.0f} MB"
+            time.sleep(0.2)
+    finally:
+        proc.stop()

@@ -16,7 +16,7 @@ use crate::grpc::router::Router;
 use crate::grpc::server::{Advert, Service};
 use crate::location::PlaneKind;
 use crate::plane::capability::Minter;
-use crate::plane::server::{Shared, accept_loop};
+use crate::plane::server::{Calls, Shared, accept_loop};
 use crate::service::Handler;
 
 pub struct ServerBuilder {
@@ -71,7 +71,12 @@ impl ServerBuilder {
         let std_listener = TcpListener::bind(&self.listen)
             .map_err(|e| Error::unavailable(format!("cannot listen on {}: {e}", self.listen)))?;
         let local = std_listener.local_addr().map_err(|e| Error::internal(e.to_string()))?;
-        let shared = Arc::new(Shared { handler: self.handler, minter: Minter::new()?, stop: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            handler: self.handler,
+            minter: Minter::new()?,
+            stop: AtomicBool::new(false),
+            calls: Arc::default(),
+        });
 
         let mut adverts = Vec::new();
         let mut threads = Vec::new();
@@ -111,7 +116,8 @@ impl ServerBuilder {
             let _entered = runtime.enter();
             tokio::net::TcpListener::from_std(std_listener).map_err(|e| Error::internal(e.to_string()))?
         };
-        let grpc = runtime.spawn(connections::serve(listener, Router::new(service), self.limits, stop_rx));
+        let grpc =
+            runtime.spawn(connections::serve(listener, Router::new(service), self.limits, shared.clone(), stop_rx));
         Ok(Server {
             addr: SocketAddr::new(default_host, local.port()),
             adverts,
@@ -155,6 +161,11 @@ impl Server {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The calls open and started so far, on every plane, as they change.
+    pub fn calls(&self) -> Arc<Calls> {
+        self.shared.calls.clone()
     }
 
     /// The data planes it serves, as `(kind, listener URL)`.

@@ -2,11 +2,13 @@
 //! under DIR, with uploads, on gRPC and on every data plane.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use wirespeed::Key;
-use wirespeed_flight::{Limits, PlaneKind, Server};
+use wirespeed_flight::{Calls, Limits, PlaneKind, Server};
 
 use super::dir::DirService;
 
@@ -74,8 +76,29 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         a.dir.display(),
         listen_addr(&a.listen, &server)
     );
+    let calls = server.calls();
+    std::thread::Builder::new().name("wirespeed-trim".into()).spawn(move || trim_when_idle(&calls))?;
     server.wait()?;
     Ok(())
+}
+
+/// Gives freed memory back to the system once calls have come and none is open. main raises
+/// glibc's trim threshold so that transfers keep their buffers mapped; without this, a server
+/// would keep a burst's peak for good.
+fn trim_when_idle(calls: &Calls) {
+    let mut trimmed_at = 0;
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let started = calls.started.load(Ordering::Relaxed);
+        if started != trimmed_at && calls.open.load(Ordering::Relaxed) == 0 {
+            trimmed_at = started;
+            // SAFETY: malloc_trim only returns free memory to the system.
+            #[cfg(target_env = "gnu")]
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+    }
 }
 
 /// What to print as the address: the port the server got, on the host asked for.

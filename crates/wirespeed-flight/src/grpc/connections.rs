@@ -26,6 +26,7 @@ use tonic::transport::server::TcpConnectInfo;
 
 use super::router::Router;
 use super::{CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW};
+use crate::plane::server::{OpenCall, Shared};
 
 /// Bounds on what one connection or client may hold.
 #[derive(Clone, Debug)]
@@ -60,7 +61,13 @@ const PREFACE_LEN: usize = 24;
 const MAX_HEADER_LIST: u32 = 64 << 10;
 
 /// Accepts and serves connections until `stop` fires.
-pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut stop: oneshot::Receiver<()>) {
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    shared: Arc<Shared>,
+    mut stop: oneshot::Receiver<()>,
+) {
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     http2
         .timer(TokioTimer::new())
@@ -93,6 +100,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut st
             active: Arc::new(active),
             clients: clients.clone(),
             limit: limits.calls_per_client,
+            shared: shared.clone(),
         };
         let io = TokioIo::new(StartDeadline::new(socket, limits.start));
         let connection = http2.serve_connection(io, TowerToHyperService::new(calls));
@@ -106,19 +114,19 @@ type Connection = hyper::server::conn::http2::Connection<
     TokioExecutor,
 >;
 
+/// How long a connection asked to close may take to do so (HTTP/2 waits for the peer's answer
+/// to a ping first) before it is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
 /// Drives one connection to its end, asking it to close once idle.
 async fn serve_connection(connection: Connection, mut active: watch::Receiver<usize>, idle: Duration) {
     tokio::pin!(connection);
-    let mut closing = false;
-    loop {
-        tokio::select! {
-            _ = &mut connection => return,
-            _ = idle_for(&mut active, idle), if !closing => {
-                connection.as_mut().graceful_shutdown();
-                closing = true;
-            }
-        }
+    tokio::select! {
+        _ = &mut connection => return,
+        _ = idle_for(&mut active, idle) => connection.as_mut().graceful_shutdown(),
     }
+    // Nothing is open, so nothing is lost if the peer does not finish the goodbye in time.
+    let _ = tokio::time::timeout(CLOSE_GRACE, connection).await;
 }
 
 /// Returns once no call has been open for `after`.
@@ -141,6 +149,7 @@ struct Calls {
     active: Arc<watch::Sender<usize>>,
     clients: Arc<Clients>,
     limit: usize,
+    shared: Arc<Shared>,
 }
 
 impl Service<http::Request<Incoming>> for Calls {
@@ -164,7 +173,7 @@ impl Service<http::Request<Incoming>> for Calls {
             return Box::pin(async move { Ok(status.into_http()) });
         };
         self.active.send_modify(|n| *n += 1);
-        let open = OpenCall { _client: client, active: self.active.clone() };
+        let open = Open { _client: client, _call: OpenCall::new(&self.shared), active: self.active.clone() };
         let response = self.router.call(request);
         Box::pin(async move {
             let response = response.await?;
@@ -209,12 +218,13 @@ impl Drop for ClientCall {
 }
 
 /// A call counted as open until its response ends or is dropped.
-struct OpenCall {
+struct Open {
     _client: ClientCall,
+    _call: OpenCall,
     active: Arc<watch::Sender<usize>>,
 }
 
-impl Drop for OpenCall {
+impl Drop for Open {
     fn drop(&mut self) {
         self.active.send_modify(|n| *n -= 1);
     }
@@ -223,7 +233,7 @@ impl Drop for OpenCall {
 /// A response body that keeps its call counted.
 struct Tracked {
     body: tonic::body::Body,
-    _open: OpenCall,
+    _open: Open,
 }
 
 impl Body for Tracked {

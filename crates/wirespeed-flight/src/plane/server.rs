@@ -2,7 +2,7 @@
 //! call runs the handler. A failing call answers with ERROR and ends; others go on.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arrow_flight::FlightDescriptor;
@@ -25,6 +25,32 @@ pub struct Shared {
     pub handler: Arc<dyn Handler>,
     pub minter: Minter,
     pub stop: AtomicBool,
+    /// Calls on every plane, gRPC included.
+    pub calls: Arc<Calls>,
+}
+
+/// How many calls are open, and how many ever started.
+#[derive(Default)]
+pub struct Calls {
+    pub open: AtomicUsize,
+    pub started: AtomicUsize,
+}
+
+/// Counts a call as open while it lives.
+pub struct OpenCall(Arc<Shared>);
+
+impl OpenCall {
+    pub fn new(shared: &Arc<Shared>) -> Self {
+        shared.calls.open.fetch_add(1, Ordering::Relaxed);
+        shared.calls.started.fetch_add(1, Ordering::Relaxed);
+        OpenCall(shared.clone())
+    }
+}
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        self.0.calls.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Accepts connections until `shared.stop` is set. Failed handshakes are dropped quietly.
@@ -45,8 +71,12 @@ fn serve_connection(conn: Connection, shared: Arc<Shared>) {
     while !shared.stop.load(Ordering::Relaxed) {
         match conn.accept_stream_timeout(POLL) {
             Ok(stream) => {
+                let open = OpenCall::new(&shared);
                 let shared = shared.clone();
-                std::thread::spawn(move || serve_call(stream, &shared));
+                std::thread::spawn(move || {
+                    serve_call(stream, &shared);
+                    drop(open);
+                });
             }
             Err(wirespeed::Error::Timeout(_)) => continue,
             Err(_) => break,
