@@ -118,6 +118,26 @@ def test_paused_downloads_leave_the_service_to_others(tmp_path):
         proc.stop()
 
 
+def test_paused_exchanges_take_at_most_half_the_handler_threads(tmp_path):
+    t = table(1000)
+    proc = serve(tmp_path, {"t.arrow": t}, ["--handler-threads", "4"])
+    try:
+        c = flight.connect(proc.url)
+        paused = [c.do_exchange(path("x")) for _ in range(2)]  # no schema sent: the handler waits
+        time.sleep(0.5)
+        with pytest.raises(pa.ArrowInvalid, match="too many exchanges"):
+            writer, reader = c.do_exchange(path("x"))
+            writer.begin(t.schema)
+            reader.read_chunk()
+        options = flight.FlightCallOptions(timeout=10)
+        assert len(list(c.list_flights(options=options))) == 1
+        ticket = c.get_flight_info(path("t.arrow"), options=options).endpoints[0].ticket
+        assert c.do_get(ticket, options=options).read_all().equals(t)
+        del paused
+    finally:
+        proc.stop()
+
+
 def test_one_client_cannot_hold_every_call(tmp_path):
     proc = serve(tmp_path, {"t.arrow": big_table(16)}, ["--calls-per-client", "8"])
     try:

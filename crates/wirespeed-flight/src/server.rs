@@ -103,6 +103,7 @@ impl ServerBuilder {
             default_host,
             grpc_port: local.port(),
             host_id: host_id(),
+            exchanges: Arc::new(tokio::sync::Semaphore::new((self.handler_threads / 2).max(1))),
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()

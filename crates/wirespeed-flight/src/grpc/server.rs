@@ -57,6 +57,8 @@ pub struct Service {
     pub default_host: std::net::IpAddr,
     pub grpc_port: u16,
     pub host_id: String,
+    /// Exchanges that may run at once (each holds a handler thread).
+    pub exchanges: Arc<tokio::sync::Semaphore>,
 }
 
 type Stream<T> = BoxStream<'static, Result<T, Status>>;
@@ -143,16 +145,24 @@ impl Service {
     }
 
     /// DoExchange, answered with frames. The handler reads its input as it likes: while it
-    /// waits for the client's next message, it holds a blocking thread.
+    /// waits for the client's next message, it holds a blocking thread. So exchanges take at
+    /// most half the handler threads, and more are refused.
     pub async fn exchange_frames(
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<FrameStream>, Status> {
+        let slot = self.exchanges.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted("too many exchanges open on this server: try again when some have ended")
+        })?;
         let handler = self.handler();
         let mut stream = request.into_inner();
         let (descriptor, pending) = first_message(&mut stream).await?;
         let reader = Reader::new(stream, Handle::current(), pending);
-        let output = blocking(move || handler.do_exchange(&descriptor, input(reader)?)).await?;
+        let mut output = blocking(move || handler.do_exchange(&descriptor, input(reader)?)).await?;
+        let payloads = output.payloads;
+        output.payloads = Box::new(payloads.inspect(move |_| {
+            let _held = &slot;
+        }));
         let (tx, rx) = drive::channel();
         tokio::spawn(drive::feed(tx, output));
         Ok(Response::new(rx))
