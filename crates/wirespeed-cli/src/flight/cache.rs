@@ -138,20 +138,27 @@ impl TableCache {
         stamp: Stamp,
         open: impl Fn() -> Result<(SchemaRef, Batches), ArrowError> + Send + 'static,
     ) -> Result<(SchemaRef, Batches), ArrowError> {
-        let mut g = self.lock();
-        let load = match g.loading.get(path).filter(|l| l.stamp == stamp) {
-            Some(load) => load.clone(),
+        let joined = self.lock().loading.get(path).filter(|l| l.stamp == stamp).cloned();
+        let load = match joined {
+            Some(load) => load,
             None => {
+                // Opened outside the lock, so that a slow open holds up no other flight.
                 let (schema, batches) = open()?;
-                let load = Arc::new(Load { stamp, schema, state: Mutex::default(), grew: Condvar::new() });
-                g.loading.insert(path.to_path_buf(), load.clone());
-                g.loads += 1;
-                let (cache, load2, name, path) = (self.clone(), load.clone(), name.to_string(), path.to_path_buf());
-                std::thread::spawn(move || cache.fill(&name, &path, &load2, batches));
-                load
+                let mut g = self.lock();
+                match g.loading.get(path).filter(|l| l.stamp == stamp) {
+                    Some(theirs) => theirs.clone(), // another reader started it meanwhile
+                    None => {
+                        let load = Arc::new(Load { stamp, schema, state: Mutex::default(), grew: Condvar::new() });
+                        g.loading.insert(path.to_path_buf(), load.clone());
+                        g.loads += 1;
+                        let (cache, load2) = (self.clone(), load.clone());
+                        let (name, path) = (name.to_string(), path.to_path_buf());
+                        std::thread::spawn(move || cache.fill(&name, &path, &load2, batches));
+                        load
+                    }
+                }
             }
         };
-        drop(g);
         let schema = load.schema.clone();
         Ok((schema, Box::new(Reading { load, next: 0, own: None, open: Box::new(open) })))
     }

@@ -110,7 +110,7 @@ const MAX_ADDRESSES: usize = 10_000;
 /// a cool-down that doubles with every further failure (up to [`MAX_COOL_DOWN`]) before its next
 /// attempt is even looked at. A successful login forgets the address.
 #[derive(Default)]
-pub struct Throttle {
+struct Throttle {
     failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
 }
 

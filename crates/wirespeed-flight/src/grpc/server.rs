@@ -14,7 +14,7 @@ use arrow_flight::{
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use bytes::Bytes;
-use futures::stream::{self, BoxStream, StreamExt};
+use futures::stream::{self, StreamExt};
 use prost::Message as _;
 use tokio::runtime::Handle;
 use tonic::codegen::http;
@@ -22,7 +22,8 @@ use tonic::transport::server::TcpConnectInfo;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::Auth;
-use super::{Reader, drive, flight_data};
+use super::drive::{self, Responses};
+use super::{Reader, flight_data};
 use crate::error::{Error, Result};
 use crate::ipc::{Decoded, DecodedStream, Decoder, Frame};
 use crate::location::{PlaneKind, PlaneLocation};
@@ -61,9 +62,8 @@ pub struct Service {
     pub exchanges: Arc<tokio::sync::Semaphore>,
 }
 
-type Stream<T> = BoxStream<'static, Result<T, Status>>;
 /// What DoGet and DoExchange answer with (see [`super::router`]).
-pub type FrameStream = Stream<Frame>;
+pub type FrameStream = Responses<Frame>;
 
 impl Service {
     /// Lets a call in on its headers alone, before its body is read: with a password, the
@@ -122,7 +122,7 @@ impl Service {
 
     /// DoPut: the upload goes to the handler a message at a time; PutResults come back as it
     /// returns them, while the upload runs.
-    pub async fn put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Stream<PutResult>>, Status> {
+    pub async fn put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Responses<PutResult>>, Status> {
         let handler = self.handler();
         let mut stream = request.into_inner();
         let (descriptor, mut pending) = first_message(&mut stream).await?;
@@ -170,7 +170,7 @@ impl Service {
 }
 
 /// The generated service's form of a frame stream (the router serves frames directly).
-fn as_flight_data(frames: FrameStream) -> Stream<FlightData> {
+fn as_flight_data(frames: FrameStream) -> Responses<FlightData> {
     frames.map(|f| f.map(flight_data)).boxed()
 }
 
@@ -201,13 +201,13 @@ fn input(mut reader: Reader) -> Result<Input> {
 
 #[tonic::async_trait]
 impl FlightService for Service {
-    type HandshakeStream = Stream<HandshakeResponse>;
-    type ListFlightsStream = Stream<FlightInfo>;
-    type DoGetStream = Stream<FlightData>;
-    type DoPutStream = Stream<PutResult>;
-    type DoExchangeStream = Stream<FlightData>;
-    type DoActionStream = Stream<arrow_flight::Result>;
-    type ListActionsStream = Stream<ActionType>;
+    type HandshakeStream = Responses<HandshakeResponse>;
+    type ListFlightsStream = Responses<FlightInfo>;
+    type DoGetStream = Responses<FlightData>;
+    type DoPutStream = Responses<PutResult>;
+    type DoExchangeStream = Responses<FlightData>;
+    type DoActionStream = Responses<arrow_flight::Result>;
+    type ListActionsStream = Responses<ActionType>;
 
     async fn handshake(
         &self,
