@@ -74,7 +74,7 @@ def main():
         del t
         print(f"{CLIENTS} clients x {GETS} DoGets of a {TABLE_MB} MB table at once, against one client alone")
         print(f"{'plane':6} {'one MB/s':>9} {'load MB/s':>10} {'ratio':>6} {'peak RSS MB':>12} {'idle RSS MB':>12}")
-        for plane in ["grpc", "shm", "tcp", "ucx"]:
+        for plane in os.environ.get("PLANES", "grpc shm tcp ucx").split():
             proc, url = serve(data)
             try:
                 alone = run(url, plane, 1)
