@@ -197,6 +197,42 @@ def test_an_oversized_control_request_is_refused_on_an_open_server(tmp_path):
         proc.stop()
 
 
+def test_uploads_share_one_memory_bound_on_an_open_server(tmp_path):
+    proc = serve(tmp_path, args=["--request-memory-mb", "96"])
+    try:
+        before = peak_rss_mb(proc.proc.pid)
+        c = flight.connect(proc.url)
+        with pytest.raises(pa.ArrowInvalid, match="more than this server holds"):
+            huge = big_table(128)
+            writer, _ = c.do_put(path("huge.arrow"), huge.schema)
+            writer.write_table(huge)  # one 128 MB batch
+            writer.close()
+        grown = peak_rss_mb(proc.proc.pid) - before
+        assert grown < 64, f"the server grew by {grown:.0f} MB for a batch past its bound"
+        # Four uploads of 32 MB batches at once: three fit, the fourth waits its turn.
+        t = big_table(64)
+        errors = []
+
+        def upload(i):
+            try:
+                writer, _ = flight.connect(proc.url).do_put(path(f"u{i}.arrow"), t.schema)
+                writer.write_table(t, max_chunksize=t.num_rows // 2)
+                writer.close()
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=upload, args=(i,)) for i in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert errors == []
+        for i in range(4):
+            assert feather.read_table(proc.dir / f"u{i}.arrow").equals(t)
+    finally:
+        proc.stop()
+
+
 def test_failed_logins_are_slowed_down(tmp_path):
     proc = serve(tmp_path, env={"WIRESPEED_FLIGHT_PASSWORD": "s3cret"})
     try:

@@ -71,3 +71,70 @@ fn silent_half_open_and_idle_connections_are_closed() {
     // The client's own idle connection went too; a new one is made for the next call.
     assert_eq!(client.list_flights(b"").unwrap().len(), 0);
 }
+
+/// Opens a DoPut whose first message says it is `len` bytes long and carries `sent` of them.
+async fn put(client: &h2::client::SendRequest<bytes::Bytes>, len: u32, sent: usize) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let request = http::Request::post("/arrow.flight.protocol.FlightService/DoPut")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.clone().ready().await.unwrap().send_request(request, false).unwrap();
+    let mut message = vec![0u8];
+    message.extend_from_slice(&len.to_be_bytes());
+    message.resize(5 + sent, 0);
+    body.send_data(message.into(), false).unwrap();
+    (response, body)
+}
+
+/// The call's gRPC status, from its headers or its trailers.
+async fn grpc_status(response: h2::client::ResponseFuture) -> String {
+    let response = tokio::time::timeout(Duration::from_secs(20), response).await.expect("no answer").unwrap();
+    if let Some(s) = response.headers().get("grpc-status") {
+        return s.to_str().unwrap().to_string();
+    }
+    let mut body = response.into_body();
+    while let Some(chunk) = body.data().await {
+        let _ = chunk;
+    }
+    let trailers = body.trailers().await.unwrap().expect("no trailers");
+    trailers["grpc-status"].to_str().unwrap().to_string()
+}
+
+#[test]
+fn request_messages_share_one_bound_and_a_paused_sender_gives_its_room_back() {
+    let limits = Limits { request_bytes: 32 << 20, message_stall: Duration::from_secs(1), ..Limits::default() };
+    let server = Server::builder(Empty).limits(limits).start().unwrap();
+    let addr = server.addr();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, connection) = h2::client::handshake(socket).await.unwrap();
+        tokio::spawn(connection);
+        // The first takes 24 of the 32 MiB and trickles the rest; the second finds no room.
+        let (trickling, mut body) = put(&client, 24 << 20, 1 << 20).await;
+        let trickle = tokio::spawn(async move {
+            for _ in 0..12 {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                body.send_data(vec![0u8; 1024].into(), false).unwrap();
+            }
+            body // then it pauses, still in the middle of its message
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let (waiting, _waiting_body) = put(&client, 24 << 20, 1 << 20).await;
+        assert_eq!(grpc_status(waiting).await, "8", "RESOURCE_EXHAUSTED for want of room");
+        let _paused_body = trickle.await.unwrap();
+        assert_eq!(grpc_status(trickling).await, "4", "DEADLINE_EXCEEDED once its sender paused");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        // Their room is back: a whole message of that size is read (and refused only as not
+        // being Flight data), while a message past the whole bound is refused at once.
+        let (whole, _body) = put(&client, 24 << 20, 24 << 20).await;
+        let status = grpc_status(whole).await;
+        assert!(status != "8" && status != "4", "a message that fits was refused ({status})");
+        let (huge, _body) = put(&client, 64 << 20, 0).await;
+        assert_eq!(grpc_status(huge).await, "8");
+    });
+    // Other calls were never held up.
+    assert_eq!(Client::connect(&server.url()).unwrap().list_flights(b"").unwrap().len(), 0);
+}

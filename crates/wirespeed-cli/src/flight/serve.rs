@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// (RESOURCE_EXHAUSTED) until some end.
     #[arg(long, default_value_t = 512, value_name = "N")]
     calls_per_client: usize,
+    /// Most MiB of request messages (upload and exchange batches) held at once over every
+    /// client; more wait, and fail after 30 s. At least 1024 lets any batch gRPC carries in.
+    #[arg(long, default_value_t = 2048, value_name = "MIB")]
+    request_memory_mb: usize,
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
@@ -51,7 +55,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     for p in a.planes.iter().filter(|p| p.as_str() != "none") {
         planes.push(PlaneKind::parse(p).ok_or_else(|| anyhow::anyhow!("unknown plane {p:?} (shm, tcp, ucx or none)"))?);
     }
-    let limits = Limits { calls_per_client: a.calls_per_client.max(1), ..Limits::default() };
+    let limits = Limits {
+        calls_per_client: a.calls_per_client.max(1),
+        request_bytes: a.request_memory_mb.max(1) << 20,
+        ..Limits::default()
+    };
     let mut builder =
         Server::builder(service).listen(&a.listen).planes(&planes).handler_threads(a.handler_threads).limits(limits);
     if !planes.is_empty() {

@@ -1,7 +1,8 @@
 //! The gRPC port's connections, served by our own accept loop over hyper's HTTP/2 server so that
 //! each one is bounded: a socket that has not sent HTTP/2's preface within `start` is closed; a
 //! connection with no call open for `idle` is sent GOAWAY; keep-alive pings find peers that died
-//! or went silent; and no client address holds more than `calls_per_client` calls at once.
+//! or went silent; no client address holds more than `calls_per_client` calls at once; and
+//! request messages together hold at most `request_bytes`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,6 +25,7 @@ use tonic::Status;
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::transport::server::TcpConnectInfo;
 
+use super::budget::{Budget, Budgeted};
 use super::router::Router;
 use super::{CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW};
 use crate::plane::server::{OpenCall, Shared};
@@ -41,6 +43,12 @@ pub struct Limits {
     pub streams_per_connection: u32,
     /// Calls open at once from one client address, over all its connections.
     pub calls_per_client: usize,
+    /// Bytes of request messages held at once, over every call (see [`super::budget`]); at
+    /// least one largest message ([`super::MAX_MESSAGE`]) for every upload to be possible.
+    pub request_bytes: usize,
+    /// How long a request message may wait for room under `request_bytes`, and how long its
+    /// sender may pause in the middle of it, before its call fails.
+    pub message_stall: Duration,
 }
 
 impl Default for Limits {
@@ -51,6 +59,8 @@ impl Default for Limits {
             keepalive: Duration::from_secs(30),
             streams_per_connection: 128,
             calls_per_client: 512,
+            request_bytes: 2 << 30,
+            message_stall: Duration::from_secs(30),
         }
     }
 }
@@ -79,6 +89,7 @@ pub async fn serve(
         .keep_alive_interval(limits.keepalive)
         .keep_alive_timeout(limits.keepalive);
     let clients = Arc::new(Clients::default());
+    let budget = Budget::new(limits.request_bytes, limits.message_stall);
     loop {
         let (socket, remote) = tokio::select! {
             _ = &mut stop => return,
@@ -101,6 +112,7 @@ pub async fn serve(
             clients: clients.clone(),
             limit: limits.calls_per_client,
             shared: shared.clone(),
+            budget: budget.clone(),
         };
         let io = TokioIo::new(StartDeadline::new(socket, limits.start));
         let connection = http2.serve_connection(io, TowerToHyperService::new(calls));
@@ -150,6 +162,7 @@ struct Calls {
     clients: Arc<Clients>,
     limit: usize,
     shared: Arc<Shared>,
+    budget: Arc<Budget>,
 }
 
 impl Service<http::Request<Incoming>> for Calls {
@@ -174,7 +187,7 @@ impl Service<http::Request<Incoming>> for Calls {
         };
         self.active.send_modify(|n| *n += 1);
         let open = Open { _client: client, _call: OpenCall::new(&self.shared), active: self.active.clone() };
-        let response = self.router.call(request);
+        let response = self.router.call(request.map(|body| Budgeted::new(body, self.budget.clone())));
         Box::pin(async move {
             let response = response.await?;
             Ok(response.map(|body| tonic::body::Body::new(Tracked { body, _open: open })))

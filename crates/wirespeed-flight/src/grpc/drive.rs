@@ -128,8 +128,12 @@ pub async fn upload(
         let data = match stream.message().await {
             Ok(Some(data)) => data,
             Ok(None) => break,
-            // The client failed or left; nobody to tell.
-            Err(_) => return,
+            // Told, if the client is still there (its stream failed a bound, say); the upload
+            // is dropped unfinished.
+            Err(status) => {
+                let _ = tx.send(Err(status)).await;
+                return;
+            }
         };
         let written = tokio::task::spawn_blocking(move || {
             let written = write_one(&mut *upload, &mut decoder, data);

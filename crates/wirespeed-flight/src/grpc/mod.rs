@@ -3,6 +3,7 @@
 //! through prost (the body concatenated, as prost needs).
 
 pub mod auth;
+pub mod budget;
 pub mod codec;
 pub mod connections;
 pub mod drive;
