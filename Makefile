@@ -1,6 +1,6 @@
 # The two commands a newcomer needs: `make run` and `make test`.
 SHELL := /bin/bash
-export PATH := $(HOME)/.cargo/bin:$(PATH)
+export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin
 
 .PHONY: run test bootstrap build lint unit conformance-ucx interop bench-compare bench-flight
 

@@ -45,3 +45,29 @@ if ! "$VENV/bin/python" -c "import pyarrow.flight, pytest" >/dev/null 2>&1; then
   fi
   "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
 fi
+
+# Go builds arrow-go's Flight client for the interop tests. Without a Go of 1.21 or later (which
+# fetches the version go.mod asks for itself), one comes from the Go module proxy.
+GO_TOOLCHAIN=go1.26.1
+TOOLS="$(cd "$(dirname "$0")/.." && pwd)/.tools"
+go_ok() { command -v go >/dev/null 2>&1 && go version | grep -qE 'go1\.(2[1-9]|[3-9][0-9])'; }
+if ! go_ok && [ ! -x "$TOOLS/go/bin/go" ]; then
+  echo "bootstrap: fetching $GO_TOOLCHAIN from the Go module proxy"
+  mkdir -p "$TOOLS"
+  zip="$TOOLS/go.zip"
+  curl -fsSL -o "$zip" "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-$GO_TOOLCHAIN.linux-amd64.zip"
+  python3 - "$zip" "$TOOLS/go" <<'PY'
+import os, sys, zipfile
+zip, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(zip) as z:
+    for info in z.infolist():
+        path = os.path.join(dest, info.filename.split("/", 2)[2])  # golang.org/toolchain@VERSION/...
+        if info.is_dir():
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with z.open(info) as src, open(path, "wb") as out:
+            out.write(src.read())
+        os.chmod(path, (info.external_attr >> 16) & 0o777 or 0o644)
+PY
+  rm -f "$zip"
+fi
