@@ -1,9 +1,11 @@
 """Load on `wirespeed serve`: CLIENTS clients x GETS DoGets of one TABLE_MB table at once, over
 gRPC (pyarrow clients, one connection each) and over each data plane (`wirespeed get` processes),
-against one client alone on the same plane. Reports aggregate MB/s, the ratio to one client, and
-the server's peak and idle RSS (after 3 s without calls). Usage: flight_load.py WIRESPEED_BIN."""
+against one client alone on the same plane, ROUNDS times with the planes in turns. Reports each
+round's aggregate MB/s, the ratio to one client, and the server's peak and idle RSS (after 3 s
+without calls), then the medians. Usage: [PLANES=...] [ROUNDS=3] flight_load.py WIRESPEED_BIN."""
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,6 +21,8 @@ BIN = sys.argv[1]
 CLIENTS = int(os.environ.get("CLIENTS", 64))
 GETS = int(os.environ.get("GETS", 5))
 TABLE_MB = int(os.environ.get("TABLE_MB", 200))
+ROUNDS = int(os.environ.get("ROUNDS", 3))
+PLANES = os.environ.get("PLANES", "grpc shm tcp ucx").split()
 KEY = "flight load bench key 0123456789"
 
 
@@ -73,20 +77,32 @@ def main():
         feather.write_feather(t, os.path.join(data, "t.arrow"), compression="uncompressed", chunksize=1 << 16)
         del t
         print(f"{CLIENTS} clients x {GETS} DoGets of a {TABLE_MB} MB table at once, against one client alone")
-        print(f"{'plane':6} {'one MB/s':>9} {'load MB/s':>10} {'ratio':>6} {'peak RSS MB':>12} {'idle RSS MB':>12}")
-        for plane in os.environ.get("PLANES", "grpc shm tcp ucx").split():
-            proc, url = serve(data)
-            try:
-                alone = run(url, plane, 1)
-                loaded = run(url, plane, CLIENTS)
-                peak = status(proc.pid, "VmHWM")
-                time.sleep(3)
-                idle = status(proc.pid, "VmRSS")
-                print(f"{plane:6} {alone:9.0f} {loaded:10.0f} {loaded / alone:6.2f} {peak:12.0f} {idle:12.0f}",
-                      flush=True)
-            finally:
-                proc.kill()
-                proc.wait()
+        header = f"{'plane':6} {'one MB/s':>9} {'load MB/s':>10} {'ratio':>6} {'peak RSS MB':>12} {'idle RSS MB':>12}"
+        print(header, flush=True)
+        results = {plane: [] for plane in PLANES}
+        for _ in range(ROUNDS):
+            for plane in PLANES:
+                row = measure(data, plane)
+                results[plane].append(row)
+                print(f"{plane:6} {row[0]:9.0f} {row[1]:10.0f} {row[2]:6.2f} {row[3]:12.0f} {row[4]:12.0f}", flush=True)
+        print(f"medians of {ROUNDS} rounds")
+        print(header)
+        for plane, rows in results.items():
+            m = [statistics.median(column) for column in zip(*rows)]  # the ratio: of the medians
+            print(f"{plane:6} {m[0]:9.0f} {m[1]:10.0f} {m[1] / m[0]:6.2f} {m[3]:12.0f} {m[4]:12.0f}", flush=True)
+
+
+def measure(data, plane):
+    proc, url = serve(data)
+    try:
+        alone = run(url, plane, 1)
+        loaded = run(url, plane, CLIENTS)
+        peak = status(proc.pid, "VmHWM")
+        time.sleep(3)
+        return alone, loaded, loaded / alone, peak, status(proc.pid, "VmRSS")
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 main()

@@ -6,6 +6,7 @@
 //! wirespeed core; [`plane`] picks the fabric.
 
 mod cached;
+mod chunks;
 mod direct;
 mod envelope;
 pub mod error;

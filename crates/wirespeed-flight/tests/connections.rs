@@ -73,7 +73,11 @@ fn silent_half_open_and_idle_connections_are_closed() {
 }
 
 /// Opens a DoPut whose first message says it is `len` bytes long and carries `sent` of them.
-async fn put(client: &h2::client::SendRequest<bytes::Bytes>, len: u32, sent: usize) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+async fn put(
+    client: &h2::client::SendRequest<bytes::Bytes>,
+    len: u32,
+    sent: usize,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
     let request = http::Request::post("/arrow.flight.protocol.FlightService/DoPut")
         .header("content-type", "application/grpc")
         .header("te", "trailers")

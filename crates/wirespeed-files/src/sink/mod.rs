@@ -23,6 +23,7 @@ use twox_hash::XxHash3_128;
 use wirespeed::Connection;
 
 use self::fresh::FreshTree;
+use crate::chunks::ChunkSet;
 use crate::direct::{self, AlignedBuf, Gather};
 use crate::error::{FilesError, Result};
 use crate::exclude::{Excludes, top_path};
@@ -139,11 +140,14 @@ impl SinkFile {
 }
 
 struct Chunks {
-    /// Chunks done.
-    seen: Vec<bool>,
-    left: u64,
+    /// Chunks the file has (0 for a streamed file), those taken by a stream and those written.
+    total: u64,
+    seen: ChunkSet,
+    written: u64,
     /// The chunk a stream output writes next.
     next: u32,
+    /// Finished (renamed into place): a second finish is the peer's error.
+    finished: bool,
 }
 
 struct State<'a> {
@@ -634,7 +638,7 @@ fn ask(control: &Link, dest: PathBuf, e: Entry, sh: &State) -> Result<()> {
         out: Mutex::new(None),
         resumed_part: !have.is_empty() && base.is_none(),
         base,
-        state: Mutex::new(Chunks { seen: vec![false; chunks as usize], left: chunks, next: 0 }),
+        state: Mutex::new(Chunks { total: chunks, seen: ChunkSet::default(), written: 0, next: 0, finished: false }),
         turn: Condvar::new(),
         entry: e,
     };
@@ -718,6 +722,13 @@ fn serve_data(stream: &Link, sh: &State) -> Result<()> {
                 if f.entry.size != STREAMED {
                     return Err(FilesError::Protocol("Eof for a file of known size".into()));
                 }
+                // Its chunks came in order on this stream, before it: all of them are written.
+                if f.state.lock().unwrap_or_else(|p| p.into_inner()).next as u64 != size.div_ceil(sh.chunk) {
+                    return Err(FilesError::Protocol(format!(
+                        "{}: Eof at {size} bytes does not match the chunks sent",
+                        f.dest.display()
+                    )));
+                }
                 if let Some(part) = f.part_file(sh)? {
                     part.file.set_len(size).map_err(|e| FilesError::io(&f.part, e))?;
                 }
@@ -736,9 +747,8 @@ fn serve_data(stream: &Link, sh: &State) -> Result<()> {
         }
         if !streamed {
             let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
-            match st.seen.get_mut(index as usize) {
-                Some(seen) if !*seen => *seen = true,
-                _ => return Err(bad("is unknown or repeated")),
+            if index as u64 >= st.total || !st.seen.insert(index) {
+                return Err(bad("is unknown or repeated"));
             }
         }
         // A stream output, and a streamed file anywhere, are written in order.
@@ -779,8 +789,8 @@ fn serve_data(stream: &Link, sh: &State) -> Result<()> {
         sh.progress.add_bytes(got);
         if !streamed {
             let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.left -= 1;
-            if st.left == 0 {
+            st.written += 1;
+            if st.written == st.total {
                 drop(st);
                 finish(sh, &f)?;
             }
@@ -877,6 +887,9 @@ fn write_sparse(
 }
 
 fn finish(sh: &State, f: &SinkFile) -> Result<()> {
+    if std::mem::replace(&mut f.state.lock().unwrap_or_else(|p| p.into_inner()).finished, true) {
+        return Err(FilesError::Protocol(format!("{}: finished twice", f.dest.display())));
+    }
     if f.entry.size == STREAMED {
         sh.streaming.fetch_sub(1, Ordering::Relaxed);
     }

@@ -106,7 +106,7 @@ impl<B> Budgeted<B> {
                 if self.wanted > self.budget.units {
                     return Err(Status::resource_exhausted(format!(
                         "a request message of {len} bytes is more than this server holds for requests at once ({} MiB)",
-                        self.budget.units as u64 * UNIT >> 20
+                        (self.budget.units as u64 * UNIT) >> 20
                     )));
                 }
             }
