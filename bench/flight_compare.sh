@@ -9,7 +9,7 @@
 # each target names. Env: RUNS (3), BYTES per stream (1.28 GB: at arrow-flight-benchmark's
 # default of 320 MB the fast planes finish in under 0.1 s, where start-up and this machine's
 # noise swing results by 2x), PY (the venv python); for the load case at the end, CLIENTS (64),
-# GETS (5) and TABLE_MB (200).
+# GETS (5) and TABLE_MB (200), or LOAD=0 to leave it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
@@ -75,5 +75,7 @@ done
 
 # Load: CLIENTS x GETS DoGets of one TABLE_MB table at once on every plane, against one client
 # alone; the server's peak and idle RSS (bench/flight_load.py).
-echo
-"$PY" bench/flight_load.py "$WS"
+if [ "${LOAD:-1}" != 0 ]; then
+  echo
+  "$PY" bench/flight_load.py "$WS"
+fi
