@@ -901,7 +901,8 @@ impl Drop for TinyDisk {
 #[test]
 fn a_full_disk_fails_the_copy_and_leaves_nothing_half_written() {
     let Some(disk) = TinyDisk::mount() else {
-        eprintln!("skipped: cannot mount a tmpfs here");
+        // Straight to stderr: the test harness would swallow eprintln! from a passing test.
+        let _ = writeln!(std::io::stderr(), "a_full_disk_fails_the_copy: SKIPPED, cannot mount a tmpfs here");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

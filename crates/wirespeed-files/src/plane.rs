@@ -5,19 +5,40 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use wirespeed::{Config, Connection, Key, Listener, Stream};
+use wirespeed::{Config, Connection, Fabric, Key, Listener, Stream};
 
 use crate::error::{FilesError, Result};
 use crate::link::Link;
 use crate::proto::Msg;
 
+/// Which fabric a transfer may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
     /// Shared memory when both ends share a host, else TCP.
     Auto,
-    Tcp,
-    Shm,
-    Ucx,
+    /// This fabric or an error.
+    Only(Fabric),
+}
+
+impl Transport {
+    /// The fabric that reaches the server from another host: the one asked for unless it
+    /// only works on one host, else TCP.
+    fn far(self) -> Fabric {
+        match self {
+            Transport::Only(f) if !f.capabilities().same_host_only => f,
+            _ => Fabric::Tcp,
+        }
+    }
+
+    /// Whether a client on the server's host moves to shared memory.
+    fn near(self) -> bool {
+        self == Transport::Auto || self.near_only()
+    }
+
+    /// Shared memory or an error.
+    fn near_only(self) -> bool {
+        matches!(self, Transport::Only(f) if f.capabilities().same_host_only)
+    }
 }
 
 impl std::str::FromStr for Transport {
@@ -25,10 +46,16 @@ impl std::str::FromStr for Transport {
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
             "auto" => Ok(Transport::Auto),
-            "tcp" => Ok(Transport::Tcp),
-            "shm" => Ok(Transport::Shm),
-            "ucx" => Ok(Transport::Ucx),
-            _ => Err(format!("unknown transport {s:?} (expected auto, tcp, shm or ucx)")),
+            _ => s.parse().map(Transport::Only).map_err(|e| format!("{e} or auto")),
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::Auto => f.write_str("auto"),
+            Transport::Only(fabric) => fabric.fmt(f),
         }
     }
 }
@@ -82,9 +109,8 @@ pub struct Server {
 impl Server {
     /// Binds `addr` (`HOST:PORT`).
     pub fn bind(addr: &str, transport: Transport, key: &Key, config: &Config) -> Result<Server> {
-        let scheme = if transport == Transport::Ucx { "ucx" } else { "tcp" };
-        let main = wirespeed::listen(&format!("{scheme}://{addr}"), key, config)?;
-        let (shm, shm_url) = if matches!(transport, Transport::Auto | Transport::Shm) {
+        let main = wirespeed::listen(&format!("{}://{addr}", transport.far()), key, config)?;
+        let (shm, shm_url) = if transport.near() {
             let port = main.url().rsplit(':').next().unwrap_or("0").to_string();
             let path: PathBuf = std::env::temp_dir().join(format!("wirespeed-{}-{port}.sock", std::process::id()));
             let l = wirespeed::listen(&format!("shm://{}", path.display()), key, config)?;
@@ -162,19 +188,18 @@ impl Server {
 
 /// Connects to a [`Server`] at `addr` (`HOST:PORT`) over the best fabric `transport` allows.
 pub fn connect(addr: &str, transport: Transport, key: &Key, config: &Config) -> Result<Connection> {
-    let scheme = if transport == Transport::Ucx { "ucx" } else { "tcp" };
     let far = || -> Result<(Connection, Option<String>)> {
-        let conn = wirespeed::connect(&format!("{scheme}://{addr}"), key, config)?;
+        let conn = wirespeed::connect(&format!("{}://{addr}", transport.far()), key, config)?;
         let shm = read_hello(&conn)?;
         Ok((conn, shm))
     };
     let (conn, shm) = far()?;
-    if !matches!(transport, Transport::Auto | Transport::Shm) {
+    if !transport.near() {
         return Ok(conn);
     }
     let Some(url) = shm else {
-        if transport == Transport::Shm {
-            return Err(FilesError::Usage("--transport shm needs both ends on one host".into()));
+        if transport.near_only() {
+            return Err(FilesError::Usage(format!("--transport {transport} needs both ends on one host")));
         }
         return Ok(conn);
     };
@@ -185,7 +210,7 @@ pub fn connect(addr: &str, transport: Transport, key: &Key, config: &Config) -> 
             read_hello(&near)?;
             Ok(near)
         }
-        Err(e) if transport == Transport::Shm => Err(e.into()),
+        Err(e) if transport.near_only() => Err(e.into()),
         Err(_) => Ok(far()?.0),
     }
 }

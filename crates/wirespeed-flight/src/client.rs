@@ -25,11 +25,12 @@ use crate::error::{Error, Result};
 use crate::grpc::server::{EXCHANGE_ACTION, PUT_ACTION};
 use crate::grpc::{self, CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE, STREAM_WINDOW};
 use crate::ipc::DecodedStream;
-use crate::location::{PlaneKind, PlaneLocation};
+use crate::location::PlaneLocation;
 use crate::plane::client::Planes;
 use crate::plane::proto::Method;
 use crate::plane::{self, close};
 use crate::service::Payload;
+use wirespeed::Fabric;
 
 /// Which plane a client may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,21 +40,21 @@ pub enum Transport {
     /// gRPC only, like any Flight client.
     Grpc,
     /// This data plane or an error.
-    Only(PlaneKind),
+    Only(Fabric),
 }
 
 /// The plane a call ran on, for reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plane {
     Grpc,
-    Data(PlaneKind),
+    Data(Fabric),
 }
 
 impl Plane {
     pub fn name(self) -> &'static str {
         match self {
             Plane::Grpc => "grpc",
-            Plane::Data(k) => k.scheme(),
+            Plane::Data(k) => k.name(),
         }
     }
 }
@@ -222,7 +223,7 @@ impl Client {
 
     fn grpc_get(&self, ticket: Ticket) -> Result<FlightReader> {
         if let Transport::Only(kind) = self.transport {
-            return Err(Error::unavailable(format!("the server offers no {} data plane here", kind.scheme())));
+            return Err(Error::unavailable(format!("the server offers no {} data plane here", kind.name())));
         }
         let mut grpc = self.grpc.clone();
         let request = self.request(ticket);
@@ -245,7 +246,7 @@ impl Client {
             .iter()
             .filter_map(|u| PlaneLocation::parse(u))
             .filter(|l| l.grant.is_some())
-            .filter(|l| l.kind != PlaneKind::Shm || l.host.as_deref() == Some(self.host_id.as_str()))
+            .filter(|l| !l.kind.capabilities().same_host_only || l.host.as_deref() == Some(self.host_id.as_str()))
             .collect();
         offered.sort_by_key(|l| l.kind);
         let chosen = match self.transport {
@@ -308,13 +309,7 @@ impl Client {
         Ok((FlightWriter { inner: WriterInner::GrpcExchange { writer }, runtime }, reader))
     }
 
-    fn plane_writer(
-        &self,
-        stream: Arc<Stream>,
-        schema: &SchemaRef,
-        kind: PlaneKind,
-        put: bool,
-    ) -> Result<FlightWriter> {
+    fn plane_writer(&self, stream: Arc<Stream>, schema: &SchemaRef, kind: Fabric, put: bool) -> Result<FlightWriter> {
         let writer = plane::Writer::start(&stream, schema)?;
         Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, put }, runtime: self.runtime.clone() })
     }
@@ -352,7 +347,7 @@ pub struct FlightReader {
 }
 
 impl FlightReader {
-    fn from_plane(stream: Arc<Stream>, kind: PlaneKind) -> Result<Self> {
+    fn from_plane(stream: Arc<Stream>, kind: Fabric) -> Result<Self> {
         let source = plane::Reader::new(stream.clone());
         Self::start(Box::new(source), Plane::Data(kind), Some(stream))
     }
@@ -417,7 +412,7 @@ enum WriterInner {
     Plane {
         stream: Arc<Stream>,
         writer: plane::Writer,
-        kind: PlaneKind,
+        kind: Fabric,
         put: bool,
     },
     GrpcPut {

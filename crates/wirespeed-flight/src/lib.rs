@@ -22,7 +22,7 @@ pub use client::{Client, FlightReader, FlightWriter, Plane, Transport};
 pub use error::{Code, Error, Result};
 pub use grpc::connections::Limits;
 pub use ipc::{share, share_all};
-pub use location::PlaneKind;
 pub use plane::server::Calls;
 pub use server::{Server, ServerBuilder};
 pub use service::{Handler, Input, Output, Payload, Payloads, Upload};
+pub use wirespeed::Fabric;

@@ -4,35 +4,13 @@
 //! are the call's capability; `host` tells a client whether it shares the machine (and so the
 //! shared memory) and the network namespace (where the abstract socket is).
 
+use wirespeed::Fabric;
+
 use crate::plane::capability::Grant;
-
-/// The data planes, in the order a client prefers them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum PlaneKind {
-    Shm,
-    Ucx,
-    Tcp,
-}
-
-impl PlaneKind {
-    pub const ALL: [PlaneKind; 3] = [PlaneKind::Shm, PlaneKind::Ucx, PlaneKind::Tcp];
-
-    pub fn scheme(self) -> &'static str {
-        match self {
-            PlaneKind::Shm => "shm",
-            PlaneKind::Ucx => "ucx",
-            PlaneKind::Tcp => "tcp",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        PlaneKind::ALL.into_iter().find(|k| k.scheme() == s)
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlaneLocation {
-    pub kind: PlaneKind,
+    pub kind: Fabric,
     /// The wirespeed endpoint URL to connect to (`tcp://…`, `shm://…`, `ucx://…`).
     pub url: String,
     /// The server's boot id and network namespace, for shm.
@@ -62,7 +40,7 @@ impl PlaneLocation {
     pub fn parse(uri: &str) -> Option<Self> {
         let url = uri.strip_prefix("wirespeed+")?;
         let (url, query) = url.split_once('?').unwrap_or((url, ""));
-        let kind = PlaneKind::parse(url.split_once("://")?.0)?;
+        let kind = url.split_once("://")?.0.parse::<Fabric>().ok()?;
         let (mut host, mut expiry, mut mac) = (None, None, None);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=')? {
@@ -104,13 +82,13 @@ mod tests {
     #[test]
     fn round_trips() {
         let loc = PlaneLocation {
-            kind: PlaneKind::Shm,
+            kind: Fabric::Shm,
             url: "shm:///tmp/x.sock".into(),
             host: Some("abc-123".into()),
             grant: Some(Grant { expiry: 42, mac: [0xab; 32] }),
         };
         assert_eq!(PlaneLocation::parse(&loc.to_uri()), Some(loc));
-        let tcp = PlaneLocation { kind: PlaneKind::Tcp, url: "tcp://10.0.0.1:5000".into(), host: None, grant: None };
+        let tcp = PlaneLocation { kind: Fabric::Tcp, url: "tcp://10.0.0.1:5000".into(), host: None, grant: None };
         assert_eq!(tcp.to_uri(), "wirespeed+tcp://10.0.0.1:5000");
         assert_eq!(PlaneLocation::parse(&tcp.to_uri()), Some(tcp));
     }

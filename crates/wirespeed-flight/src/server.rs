@@ -14,16 +14,17 @@ use crate::grpc::auth::Auth;
 use crate::grpc::connections::{self, Limits};
 use crate::grpc::router::Router;
 use crate::grpc::server::{Advert, Service};
-use crate::location::PlaneKind;
 use crate::plane::capability::Minter;
 use crate::plane::server::{Calls, Shared, accept_loop};
 use crate::service::Handler;
+use wirespeed::Fabric;
+use wirespeed::fabric::AddressKind;
 
 pub struct ServerBuilder {
     handler: Arc<dyn Handler>,
     listen: String,
     key: Option<Key>,
-    planes: Vec<PlaneKind>,
+    planes: Vec<Fabric>,
     password: Option<String>,
     handler_threads: usize,
     limits: Limits,
@@ -43,7 +44,7 @@ impl ServerBuilder {
     }
 
     /// Which data planes to offer (default: all this build has).
-    pub fn planes(mut self, planes: &[PlaneKind]) -> Self {
+    pub fn planes(mut self, planes: &[Fabric]) -> Self {
         self.planes = planes.to_vec();
         self
     }
@@ -82,9 +83,9 @@ impl ServerBuilder {
         let mut threads = Vec::new();
         if let Some(key) = &self.key {
             for kind in self.planes {
-                let url = match kind {
-                    PlaneKind::Shm => format!("shm://{}", shm_name()),
-                    kind => format!("{}://{}", kind.scheme(), SocketAddr::new(local.ip(), 0)),
+                let url = match kind.address_kind() {
+                    AddressKind::SocketPath => format!("{kind}://{}", shm_name()),
+                    AddressKind::HostPort => format!("{kind}://{}", SocketAddr::new(local.ip(), 0)),
                 };
                 let listener = wirespeed::listen(&url, key, &crate::plane::config())?;
                 let url = listener.url().to_string();
@@ -148,7 +149,7 @@ impl Server {
             handler: Arc::new(handler),
             listen: "127.0.0.1:0".into(),
             key: None,
-            planes: PlaneKind::ALL.into_iter().filter(|k| *k != PlaneKind::Ucx || cfg!(feature = "ucx")).collect(),
+            planes: Fabric::ALL.into_iter().filter(|k| *k != Fabric::Ucx || cfg!(feature = "ucx")).collect(),
             password: None,
             handler_threads: 512,
             limits: Limits::default(),
@@ -170,7 +171,7 @@ impl Server {
     }
 
     /// The data planes it serves, as `(kind, listener URL)`.
-    pub fn planes(&self) -> Vec<(PlaneKind, String)> {
+    pub fn planes(&self) -> Vec<(Fabric, String)> {
         self.adverts.iter().map(|a| (a.kind, a.url.clone())).collect()
     }
 

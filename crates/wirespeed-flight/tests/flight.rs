@@ -13,7 +13,7 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use wirespeed::Key;
 use wirespeed_flight::{
-    Client, Code, Error, Handler, Input, Output, Payload, PlaneKind, Result, Server, Transport, Upload,
+    Client, Code, Error, Fabric, Handler, Input, Output, Payload, Result, Server, Transport, Upload,
 };
 
 type Flights = HashMap<String, (SchemaRef, Vec<RecordBatch>)>;
@@ -145,12 +145,8 @@ fn server(memory: &Memory) -> Server {
     Server::builder(memory.clone()).key(key()).start().unwrap()
 }
 
-const PLANES: [Transport; 4] = [
-    Transport::Grpc,
-    Transport::Only(PlaneKind::Shm),
-    Transport::Only(PlaneKind::Tcp),
-    Transport::Only(PlaneKind::Ucx),
-];
+const PLANES: [Transport; 4] =
+    [Transport::Grpc, Transport::Only(Fabric::Shm), Transport::Only(Fabric::Tcp), Transport::Only(Fabric::Ucx)];
 
 fn client(server: &Server, transport: Transport) -> Client {
     Client::connect(&server.url()).unwrap().with_key(key()).with_transport(transport)
@@ -184,7 +180,7 @@ fn put_then_get_on_every_plane() {
         assert!(locations[0].starts_with("grpc://"), "{locations:?}");
         let mut reader = c.do_get(&info.endpoint[0]).unwrap();
         let expected = match transport {
-            Transport::Only(kind) => kind.scheme(),
+            Transport::Only(kind) => kind.name(),
             _ => "grpc",
         };
         assert_eq!(reader.plane().name(), expected);
@@ -194,7 +190,7 @@ fn put_then_get_on_every_plane() {
             got.push(p.batch.unwrap());
         }
         assert_eq!(got, batches, "{name}");
-        if transport == Transport::Only(PlaneKind::Shm) {
+        if transport == Transport::Only(Fabric::Shm) {
             let column = got[0].column(0).to_data().buffers()[0].as_ptr();
             assert!(in_mapping(column, "memfd:wirespeed-shm"), "batches read over shm wrap the ring, not a copy");
         }
@@ -218,7 +214,7 @@ fn shared_batches_travel_by_reference_over_shm() {
         // The sender's own mapping is registered; the receiver's mapping of it is not.
         let by_reference =
             in_mapping(column, "memfd:wirespeed-sealed") && wirespeed::SealedRegion::containing(column, 1).is_none();
-        assert_eq!(by_reference, transport == Transport::Only(PlaneKind::Shm), "{name}");
+        assert_eq!(by_reference, transport == Transport::Only(Fabric::Shm), "{name}");
     }
 }
 
@@ -299,7 +295,7 @@ fn errors_keep_their_flight_codes_on_every_plane() {
 fn forged_and_altered_capabilities_get_no_data() {
     let memory = Memory::default();
     let server = server(&memory);
-    let c = client(&server, Transport::Only(PlaneKind::Tcp));
+    let c = client(&server, Transport::Only(Fabric::Tcp));
     put(&c, "secret", &[batch(0, 100)]);
     put(&c, "public", &[batch(0, 100)]);
     let info = c.get_flight_info(&path("public")).unwrap();
@@ -323,7 +319,7 @@ fn forged_and_altered_capabilities_get_no_data() {
     // A capability from a server that has since restarted is stale.
     drop(server);
     let server = self::server(&memory);
-    let c = client(&server, Transport::Only(PlaneKind::Tcp));
+    let c = client(&server, Transport::Only(Fabric::Tcp));
     let mut stale = info.endpoint[0].clone();
     let fresh = c.get_flight_info(&path("public")).unwrap().endpoint[0].clone();
     // Point the stale capability at the new server's tcp plane.
@@ -347,7 +343,7 @@ fn a_wrong_data_plane_key_is_refused() {
     let wrong = Client::connect(&server.url())
         .unwrap()
         .with_key(Key::new("another key").unwrap())
-        .with_transport(Transport::Only(PlaneKind::Tcp));
+        .with_transport(Transport::Only(Fabric::Tcp));
     let info = wrong.get_flight_info(&path("x")).unwrap();
     let err = wrong.do_get(&info.endpoint[0]).err().unwrap();
     assert!(matches!(err, Error::Transport(wirespeed::Error::Auth(_)) | Error::Transport(_)), "{err}");

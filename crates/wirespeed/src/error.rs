@@ -62,13 +62,13 @@ pub enum FrameError {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid endpoint URL {url:?}: {reason}")]
-    Url { url: String, reason: &'static str },
+    Url { url: String, reason: String },
     #[error("key: {0}")]
     Key(String),
     #[error("authentication failed: {0}")]
     Auth(&'static str),
     #[error("the peer uses {theirs} here and this end {ours}: both ends need the same transport")]
-    WrongFabric { ours: crate::proto::handshake::Fabric, theirs: crate::proto::handshake::Fabric },
+    WrongFabric { ours: crate::fabric::Fabric, theirs: crate::fabric::Fabric },
     #[error("protocol version mismatch: we speak {ours}, the peer speaks {theirs}")]
     Version { ours: u16, theirs: u16 },
     #[error("not a wirespeed peer (bad magic)")]

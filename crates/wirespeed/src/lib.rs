@@ -25,6 +25,7 @@
 //! ```
 
 pub mod error;
+pub mod fabric;
 pub mod key;
 pub mod mem;
 pub mod proto;
@@ -33,6 +34,7 @@ pub mod url;
 
 pub use bytes::Bytes;
 pub use error::{Error, ErrorCode, Result};
+pub use fabric::Fabric;
 pub use key::Key;
 pub use mem::{Body, Buf, Recycler, SealedRegion};
 pub use transport::{

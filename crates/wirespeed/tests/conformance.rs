@@ -8,8 +8,9 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use wirespeed::Fabric;
 use wirespeed::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
-use wirespeed::proto::handshake::{Fabric, Handshake, Params};
+use wirespeed::proto::handshake::{Handshake, Params};
 use wirespeed::{Bytes, Config, Connection, Error, ErrorCode, Key, Listener, Ready, connect, listen};
 
 fn key() -> Key {
@@ -666,7 +667,7 @@ fn wrong_version_is_rejected(scheme: &str) {
     let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
     let mut s = raw(l.url());
     let (_, mut hello) =
-        Handshake::client(b"k", Params { fabric: Fabric::Tcp, caps: 0, max_streams: 1, stream_window: 1 }, [0; 32]);
+        Handshake::client(b"k", Params { fabric: Fabric::Tcp, max_streams: 1, stream_window: 1 }, [0; 32]);
     hello[HEADER_LEN + 4] = 99; // version field of the Hello
     s.write_all(&hello).unwrap();
     assert_eq!(read_error_code(&mut *s), Some(ErrorCode::VERSION.0));
@@ -687,8 +688,7 @@ fn garbage_is_rejected(scheme: &str) {
 
 fn truncated_frame_is_rejected(scheme: &str) {
     let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
-    let (_, hello) =
-        Handshake::client(b"k", Params { fabric: Fabric::Tcp, caps: 0, max_streams: 1, stream_window: 1 }, [0; 32]);
+    let (_, hello) = Handshake::client(b"k", Params { fabric: Fabric::Tcp, max_streams: 1, stream_window: 1 }, [0; 32]);
     let mut s = raw(l.url());
     s.write_all(&hello[..hello.len() / 2]).unwrap();
     drop(s);
@@ -826,7 +826,7 @@ fn tcp_oversized_frame_after_auth_fails_the_connection_only() {
     let mut s = TcpStream::connect(l.url().trim_start_matches("tcp://")).unwrap();
     let (mut hs, hello) = Handshake::client(
         key().as_bytes(),
-        Params { fabric: Fabric::Tcp, caps: 0, max_streams: 8, stream_window: 1 << 20 },
+        Params { fabric: Fabric::Tcp, max_streams: 8, stream_window: 1 << 20 },
         [3; 32],
     );
     s.write_all(&hello).unwrap();
@@ -868,161 +868,78 @@ fn finishing_twice_ends_the_stream_once(scheme: &str) {
     drop(b);
 }
 
-/// Cases every transport passes: streams, credits, resets, timeouts, one-sided transfers.
-macro_rules! stream_cases {
-    () => {
-        #[test]
-        fn round_trip() {
-            super::round_trip(S)
-        }
-        #[test]
-        fn finishing_twice_ends_the_stream_once() {
-            super::finishing_twice_ends_the_stream_once(S)
-        }
-        #[test]
-        fn derived_keys_match_per_connection() {
-            super::derived_keys_match_per_connection(S)
-        }
-        #[test]
-        fn owned_bodies_arrive_in_order() {
-            super::owned_bodies_arrive_in_order(S)
-        }
-        #[test]
-        fn held_bodies_never_stall_the_sender() {
-            super::held_bodies_never_stall_the_sender(S)
-        }
-        #[test]
-        fn a_slow_receiver_keeping_some_messages_gets_them_all_intact() {
-            super::a_slow_receiver_keeping_some_messages_gets_them_all_intact(S)
-        }
-        #[test]
-        fn sealed_region_bodies_arrive_intact() {
-            super::sealed_region_bodies_arrive_intact(S)
-        }
-        #[test]
-        fn bodies_of_every_size_around_the_thresholds() {
-            super::bodies_of_every_size_around_the_thresholds(S)
-        }
-        #[test]
-        fn many_concurrent_streams() {
-            super::many_concurrent_streams(S)
-        }
-        #[test]
-        fn headers_survive_a_full_ring() {
-            super::headers_survive_a_full_ring(S)
-        }
-        #[test]
-        fn filled_bodies_arrive_whole() {
-            super::filled_bodies_arrive_whole(S)
-        }
-        #[test]
-        fn failed_fill_resets_only_its_stream() {
-            super::failed_fill_resets_only_its_stream(S)
-        }
-        #[test]
-        fn one_thread_serves_many_streams() {
-            super::one_thread_serves_many_streams(S)
-        }
-        #[test]
-        fn one_sided_put_and_get() {
-            super::one_sided_put_and_get(S)
-        }
-        #[test]
-        fn put_into_an_unexposed_region_fails_the_connection() {
-            super::put_into_an_unexposed_region_fails_the_connection(S)
-        }
-        #[test]
-        fn body_larger_than_4_gib() {
-            super::body_larger_than_4_gib(S)
-        }
-        #[test]
-        fn slow_reader_does_not_stall_others() {
-            super::slow_reader_does_not_stall_others(S)
-        }
-        #[test]
-        fn accepts_while_other_streams_sit_idle() {
-            super::accepts_while_other_streams_sit_idle(S)
-        }
-        #[test]
-        fn close_delivers_everything_sent_before_it() {
-            super::close_delivers_everything_sent_before_it(S)
-        }
-        #[test]
-        fn reset_reaches_the_peer() {
-            super::reset_reaches_the_peer(S)
-        }
-        #[test]
-        fn recv_times_out_on_a_silent_peer() {
-            super::recv_times_out_on_a_silent_peer(S)
-        }
-        #[test]
-        fn sender_to_a_peer_that_never_reads_times_out() {
-            super::sender_to_a_peer_that_never_reads_times_out(S)
+/// The suite, listed once: `stream` cases run on every fabric, `wire` cases only where there
+/// is a socket and a second process (the handshake, bad frames, a killed peer). Every
+/// `fn case(scheme: &str)` in this file must be listed; `every_case_is_listed` checks.
+macro_rules! suite {
+    (stream: [$($s:ident),* $(,)?], wire: [$($w:ident),* $(,)?] $(,)?) => {
+        const LISTED: &[&str] = &[$(stringify!($s),)* $(stringify!($w),)*];
+        suite!(@fabric tcp, "tcp", [$($s,)* $($w,)*]);
+        suite!(@fabric shm, "shm", [$($s,)* $($w,)*]);
+        #[cfg(feature = "ucx")]
+        suite!(@fabric ucx, "ucx", [$($s,)* $($w,)*]);
+        // Both ends in one process: there is no socket, handshake or second process to test.
+        suite!(@fabric in_process, "in_process", [$($s,)*]);
+    };
+    (@fabric $module:ident, $scheme:literal, [$($case:ident,)*]) => {
+        mod $module {
+            $(
+                #[test]
+                fn $case() {
+                    super::$case($scheme)
+                }
+            )*
         }
     };
 }
 
-/// Cases that need a socket and a second process: the handshake, bad frames, a killed peer.
-macro_rules! wire_cases {
-    () => {
-        #[test]
-        fn wrong_key_is_rejected() {
-            super::wrong_key_is_rejected(S)
-        }
-        #[test]
-        fn wrong_version_is_rejected() {
-            super::wrong_version_is_rejected(S)
-        }
-        #[test]
-        fn garbage_is_rejected() {
-            super::garbage_is_rejected(S)
-        }
-        #[test]
-        fn truncated_frame_is_rejected() {
-            super::truncated_frame_is_rejected(S)
-        }
-        #[test]
-        fn oversized_header_is_rejected() {
-            super::oversized_header_is_rejected(S)
-        }
-        #[test]
-        fn silent_peer_does_not_block_others() {
-            super::silent_peer_does_not_block_others(S)
-        }
-
-        #[test]
-        fn many_silent_peers_do_not_keep_a_real_one_out() {
-            super::many_silent_peers_do_not_keep_a_real_one_out(S)
-        }
-        #[test]
-        fn killed_peer_mid_message() {
-            super::killed_peer_mid_message(S)
-        }
-    };
+suite! {
+    stream: [
+        round_trip,
+        finishing_twice_ends_the_stream_once,
+        derived_keys_match_per_connection,
+        owned_bodies_arrive_in_order,
+        held_bodies_never_stall_the_sender,
+        a_slow_receiver_keeping_some_messages_gets_them_all_intact,
+        sealed_region_bodies_arrive_intact,
+        bodies_of_every_size_around_the_thresholds,
+        many_concurrent_streams,
+        headers_survive_a_full_ring,
+        filled_bodies_arrive_whole,
+        failed_fill_resets_only_its_stream,
+        one_thread_serves_many_streams,
+        one_sided_put_and_get,
+        put_into_an_unexposed_region_fails_the_connection,
+        body_larger_than_4_gib,
+        slow_reader_does_not_stall_others,
+        accepts_while_other_streams_sit_idle,
+        close_delivers_everything_sent_before_it,
+        reset_reaches_the_peer,
+        recv_times_out_on_a_silent_peer,
+        sender_to_a_peer_that_never_reads_times_out,
+    ],
+    wire: [
+        wrong_key_is_rejected,
+        wrong_version_is_rejected,
+        garbage_is_rejected,
+        truncated_frame_is_rejected,
+        oversized_header_is_rejected,
+        silent_peer_does_not_block_others,
+        many_silent_peers_do_not_keep_a_real_one_out,
+        killed_peer_mid_message,
+    ],
 }
 
-mod tcp {
-    const S: &str = "tcp";
-    stream_cases!();
-    wire_cases!();
-}
-
-mod shm {
-    const S: &str = "shm";
-    stream_cases!();
-    wire_cases!();
-}
-
-mod ucx {
-    const S: &str = "ucx";
-    stream_cases!();
-    wire_cases!();
-}
-
-/// Both ends in one process: there is no socket, handshake or second process to test.
-mod in_process {
-    const S: &str = "in_process";
-    stream_cases!();
+/// A case written but left out of `suite!` would never run.
+#[test]
+fn every_case_is_listed() {
+    let source = include_str!("conformance.rs");
+    let cases: Vec<&str> =
+        source.lines().filter_map(|l| l.strip_prefix("fn ")?.strip_suffix("(scheme: &str) {")).collect();
+    assert!(cases.len() >= LISTED.len(), "{cases:?}");
+    for case in cases {
+        assert!(LISTED.contains(&case), "{case} is not listed in suite!, so it never runs");
+    }
 }
 
 /// Bodies written in place by `send_filled`, from several streams at once, arrive whole;

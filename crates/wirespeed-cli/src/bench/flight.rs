@@ -201,7 +201,7 @@ pub fn run(a: FlightArgs) -> Result<()> {
     drop(child);
 
     let plane = match transport {
-        wirespeed_flight::Transport::Only(k) => k.scheme(),
+        wirespeed_flight::Transport::Only(k) => k.name(),
         _ => "grpc",
     };
     let batches = latencies.len() as u64;

@@ -10,17 +10,10 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use wirespeed::{Config, Connection, Key, Ready, key::KEY_ENV};
+use wirespeed::fabric::AddressKind;
+use wirespeed::{Config, Connection, Fabric, Key, Ready, key::KEY_ENV};
 
 use super::report::Report;
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Transport {
-    Tcp,
-    Shm,
-    /// UCX with whatever `UCX_TLS` selects.
-    Ucx,
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Op {
@@ -34,8 +27,9 @@ enum Op {
 
 #[derive(Args)]
 pub struct RawArgs {
-    #[arg(long, value_enum)]
-    transport: Transport,
+    /// tcp, shm or ucx (UCX with whatever `UCX_TLS` selects).
+    #[arg(long)]
+    transport: Fabric,
     #[arg(long, value_enum, default_value = "send")]
     op: Op,
     /// Bytes per message body.
@@ -94,17 +88,14 @@ pub fn run(a: RawArgs) -> Result<()> {
     if a.size == 0 || a.streams == 0 {
         bail!("--size and --streams must be at least 1");
     }
-    if a.ucx_body && !matches!(a.transport, Transport::Ucx) {
+    if a.ucx_body && a.transport != Fabric::Ucx {
         bail!("--ucx-body needs --transport ucx");
     }
     let count = a.count.unwrap_or_else(|| (16_000_000_000 / a.size as u64).clamp(2_000, 2_000_000));
     let (key, text) = Key::generate()?;
-    let (name, url) = match a.transport {
-        Transport::Tcp => ("tcp", "tcp://127.0.0.1:0".to_string()),
-        Transport::Shm => {
-            ("shm", format!("shm://{}/wirespeed-bench-{}.sock", std::env::temp_dir().display(), std::process::id()))
-        }
-        Transport::Ucx => ("ucx", "ucx://127.0.0.1:0".to_string()),
+    let url = match a.transport.address_kind() {
+        AddressKind::SocketPath => format!("{}://@wirespeed-bench-{}", a.transport, std::process::id()),
+        AddressKind::HostPort => format!("{}://127.0.0.1:0", a.transport),
     };
     let mut server = Server::spawn(&url, &text, &a, a.warmup + count)?;
     let conn = wirespeed::connect(&server.url, &key, &Config::default()).context("connecting to the receiver")?;
@@ -116,7 +107,7 @@ pub fn run(a: RawArgs) -> Result<()> {
     conn.close();
     server.wait()?;
     Report {
-        transport: name.into(),
+        transport: a.transport.to_string(),
         message_bytes: a.size,
         messages: count,
         streams: a.streams,

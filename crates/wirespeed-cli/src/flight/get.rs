@@ -11,7 +11,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use clap::Args;
 use parquet::arrow::ArrowWriter;
-use wirespeed_flight::{Client, FlightDescriptor, PlaneKind, Transport};
+use wirespeed_flight::{Client, Fabric, FlightDescriptor, Transport};
 
 use crate::part::PartFile;
 
@@ -43,10 +43,9 @@ pub fn transport(name: &str) -> anyhow::Result<Transport> {
     Ok(match name {
         "auto" => Transport::Auto,
         "grpc" => Transport::Grpc,
-        other => Transport::Only(
-            PlaneKind::parse(other)
-                .ok_or_else(|| anyhow::anyhow!("unknown transport {other:?} (auto, grpc, shm, tcp, ucx)"))?,
-        ),
+        other => {
+            Transport::Only(other.parse::<Fabric>().map_err(|e| anyhow::anyhow!("--transport: {e}, auto or grpc"))?)
+        }
     })
 }
 

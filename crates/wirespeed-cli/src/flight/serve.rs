@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use wirespeed::Key;
-use wirespeed_flight::{Calls, Limits, PlaneKind, Server};
+use wirespeed_flight::{Calls, Fabric, Limits, Server};
 
 use super::dir::DirService;
 
@@ -53,7 +53,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?;
     let mut planes = Vec::new();
     for p in a.planes.iter().filter(|p| p.as_str() != "none") {
-        planes.push(PlaneKind::parse(p).ok_or_else(|| anyhow::anyhow!("unknown plane {p:?} (shm, tcp, ucx or none)"))?);
+        planes.push(p.parse::<Fabric>().map_err(|e| anyhow::anyhow!("--planes: {e} or none"))?);
     }
     let limits = Limits {
         calls_per_client: a.calls_per_client.max(1),
@@ -77,7 +77,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         builder = builder.password(p);
     }
     let server = builder.start().with_context(|| format!("cannot serve on {}", a.listen))?;
-    let planes: Vec<&str> = server.planes().iter().map(|(k, _)| k.scheme()).collect();
+    let planes: Vec<&str> = server.planes().iter().map(|(k, _)| k.name()).collect();
     let planes = if planes.is_empty() { "none".to_string() } else { planes.join(", ") };
     eprintln!(
         "wirespeed: serving {} on grpc://{} (data planes: {planes})",

@@ -90,7 +90,10 @@ pub fn listen_address() -> (Option<String>, String) {
 /// Confines the ports UCX's own TCP transport listens on to `ports` as well, unless the
 /// environment already says where (`UCX_TCP_PORT_RANGE`). Call it before any thread starts.
 pub fn confine_ucx_ports(ports: Ports, transport: Transport) {
-    if ports != Ports::ANY && transport == Transport::Ucx && std::env::var_os("UCX_TCP_PORT_RANGE").is_none() {
+    if ports != Ports::ANY
+        && transport == Transport::Only(wirespeed::Fabric::Ucx)
+        && std::env::var_os("UCX_TCP_PORT_RANGE").is_none()
+    {
         // SAFETY: called first thing in the process's work, while it has one thread.
         unsafe { std::env::set_var("UCX_TCP_PORT_RANGE", ports.to_string()) };
     }

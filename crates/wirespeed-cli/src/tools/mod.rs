@@ -181,7 +181,7 @@ impl Common {
 
     /// These options as an agent's command-line arguments.
     pub fn to_args(&self) -> Vec<OsString> {
-        let mut v: Vec<OsString> = vec!["--transport".into(), format!("{:?}", self.transport).to_lowercase().into()];
+        let mut v: Vec<OsString> = vec!["--transport".into(), self.transport.to_string().into()];
         if let Some(n) = self.streams {
             v.extend(["--streams".into(), n.to_string().into()]);
         }

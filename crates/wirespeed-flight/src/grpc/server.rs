@@ -26,10 +26,12 @@ use super::drive::{self, Responses};
 use super::{Reader, flight_data};
 use crate::error::{Error, Result};
 use crate::ipc::{Decoded, DecodedStream, Decoder, Frame};
-use crate::location::{PlaneKind, PlaneLocation};
+use crate::location::PlaneLocation;
 use crate::plane::proto::Method;
 use crate::plane::server::Shared;
 use crate::service::{Handler, Input};
+use wirespeed::Fabric;
+use wirespeed::fabric::AddressKind;
 
 /// Actions that hand out data-plane locations for an upload or an exchange.
 pub const PUT_ACTION: &str = "wirespeed.put";
@@ -44,7 +46,7 @@ struct Token(String);
 /// A data-plane listener as advertised.
 #[derive(Clone, Debug)]
 pub struct Advert {
-    pub kind: PlaneKind,
+    pub kind: Fabric,
     /// For tcp and ucx, the port (the host is the one the client reached us at); for shm, the URL.
     pub port: u16,
     pub url: String,
@@ -90,10 +92,13 @@ impl Service {
         let port = local.map(|a| a.port()).unwrap_or(self.grpc_port);
         let mut out = vec![Location { uri: format!("grpc://{}", SocketAddr::new(ip, port)) }];
         for a in &self.adverts {
-            let (url, host) = match a.kind {
-                PlaneKind::Shm => (a.url.clone(), Some(self.host_id.clone())),
-                kind => (format!("{}://{}", kind.scheme(), SocketAddr::new(ip, a.port)), None),
+            // A socket path is the same wherever the client is; a port is on the address it
+            // reached us at. A fabric of one host tells which host that is.
+            let url = match a.kind.address_kind() {
+                AddressKind::SocketPath => a.url.clone(),
+                AddressKind::HostPort => format!("{}://{}", a.kind, SocketAddr::new(ip, a.port)),
             };
+            let host = a.kind.capabilities().same_host_only.then(|| self.host_id.clone());
             let grant = Some(self.shared.minter.grant(method, target));
             out.push(Location { uri: PlaneLocation { kind: a.kind, url, host, grant }.to_uri() });
         }

@@ -5,8 +5,8 @@
 //! server -> client  Hello  (magic, version, params, nonce_s, proof_s)
 //! client -> server  Auth   (proof_c)            -- only if proof_s verified
 //! server -> client  AuthOk                      -- only if proof_c verified
-//! proof_x = HMAC-SHA256(key, label_x || hello_c || hello_s[..56])
-//! secret  = HMAC-SHA256(key, "wirespeed-v1 session secret" || hello_c || hello_s[..56])
+//! proof_x = HMAC-SHA256(key, label_x || hello_c || hello_s[..52])
+//! secret  = HMAC-SHA256(key, "wirespeed-v1 session secret" || hello_c || hello_s[..52])
 //! ```
 //! The secret never travels: both ends compute it, and it differs for every connection, so
 //! layers above derive per-connection keys from it ([`Peer::derive_key`]).
@@ -18,53 +18,22 @@ use sha2::Sha256;
 
 use super::frame::{FrameHeader, Kind, encode_control};
 use crate::error::{Error, ErrorCode};
+use crate::fabric::Fabric;
 
 pub const MAGIC: [u8; 4] = *b"WSPD";
-pub const VERSION: u16 = 1;
-const HELLO_LEN: usize = 56;
+pub const VERSION: u16 = 2;
+const HELLO_LEN: usize = 52;
 const PROOF_LEN: usize = 32;
 const CLIENT_LABEL: &[u8] = b"wirespeed-v1 client proof";
 const SERVER_LABEL: &[u8] = b"wirespeed-v1 server proof";
 const SECRET_LABEL: &[u8] = b"wirespeed-v1 session secret";
 
-/// What follows the handshake on its socket. Both ends must use the same: a client that
-/// asks for UCX from a TCP listener would read frames as a UCX address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fabric {
-    /// Frames on this socket.
-    Tcp = 0,
-    /// A shared-memory ring, set up over this (unix) socket.
-    Shm = 1,
-    /// A swap of UCX worker addresses, then UCX.
-    Ucx = 2,
-    /// Both ends in one process, joined by queues; never announced on a wire.
-    InProcess = 3,
-}
-
-impl Fabric {
-    fn from_u8(b: u8) -> Option<Self> {
-        [Fabric::Tcp, Fabric::Shm, Fabric::Ucx].into_iter().find(|f| *f as u8 == b)
-    }
-}
-
-impl std::fmt::Display for Fabric {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Fabric::Tcp => "tcp",
-            Fabric::Shm => "shm",
-            Fabric::Ucx => "ucx",
-            Fabric::InProcess => "in-process",
-        })
-    }
-}
-
 /// What each side announces about itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Params {
-    /// What follows the handshake.
+    /// What follows the handshake on its socket. Both ends must use the same: a client that
+    /// asks for UCX from a TCP listener would read frames as a UCX address.
     pub fabric: Fabric,
-    /// Capability bits; none are defined in version 1.
-    pub caps: u32,
     /// Most concurrent streams this side accepts from the peer.
     pub max_streams: u32,
     /// Initial credit, in bytes, this side grants the peer on every stream.
@@ -269,11 +238,10 @@ fn encode_hello(p: &Params, nonce: &[u8; 32]) -> [u8; HELLO_LEN] {
     let mut b = [0u8; HELLO_LEN];
     b[0..4].copy_from_slice(&MAGIC);
     b[4..6].copy_from_slice(&VERSION.to_le_bytes());
-    b[6] = p.fabric as u8;
-    b[8..12].copy_from_slice(&p.caps.to_le_bytes());
-    b[12..16].copy_from_slice(&p.max_streams.to_le_bytes());
-    b[16..24].copy_from_slice(&p.stream_window.to_le_bytes());
-    b[24..56].copy_from_slice(nonce);
+    b[6] = p.fabric.wire_id();
+    b[8..12].copy_from_slice(&p.max_streams.to_le_bytes());
+    b[12..20].copy_from_slice(&p.stream_window.to_le_bytes());
+    b[20..52].copy_from_slice(nonce);
     b
 }
 
@@ -286,12 +254,11 @@ fn decode_hello(b: &[u8]) -> Result<Params, Error> {
         return Err(Error::Version { ours: VERSION, theirs: version });
     }
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-    let fabric = Fabric::from_u8(b[6]).ok_or_else(|| Error::Protocol(format!("unknown fabric {}", b[6])))?;
+    let fabric = Fabric::from_wire_id(b[6]).ok_or_else(|| Error::Protocol(format!("unknown fabric {}", b[6])))?;
     let params = Params {
         fabric,
-        caps: u32_at(8),
-        max_streams: u32_at(12),
-        stream_window: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
+        max_streams: u32_at(8),
+        stream_window: u64::from_le_bytes(b[12..20].try_into().expect("8 bytes")),
     };
     if params.stream_window == 0 || params.max_streams == 0 {
         return Err(Error::Protocol("the peer offers no stream window".into()));
@@ -322,7 +289,7 @@ mod tests {
     use crate::proto::decoder::FrameDecoder;
     use crate::proto::frame::{HEADER_LEN, Limits};
 
-    const P: Params = Params { fabric: Fabric::Tcp, caps: 0, max_streams: 16, stream_window: 1 << 20 };
+    const P: Params = Params { fabric: Fabric::Tcp, max_streams: 16, stream_window: 1 << 20 };
 
     fn frames(bytes: &[u8]) -> Vec<(FrameHeader, Vec<u8>)> {
         let mut d = FrameDecoder::new(Limits::default());
@@ -423,7 +390,7 @@ mod tests {
         let mut h = FrameHeader::new(Kind::Hello, 0);
         h.meta_len = HELLO_LEN as u32;
         let f = s.on_frame(&h, &hello).unwrap_err();
-        assert!(matches!(f.error, Error::Version { ours: 1, theirs: 9 }));
+        assert!(matches!(f.error, Error::Version { ours: VERSION, theirs: 9 }));
         let (eh, msg) = &frames(&f.send)[0];
         assert_eq!((eh.kind, eh.aux), (Kind::Error, ErrorCode::VERSION.0));
         assert!(String::from_utf8_lossy(msg).contains("unsupported version 9"));
@@ -440,27 +407,27 @@ mod tests {
     #[test]
     fn test_vector_handshake() {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        let p = Params { fabric: Fabric::Tcp, caps: 0, max_streams: 16, stream_window: 1 << 20 };
+        let p = Params { fabric: Fabric::Tcp, max_streams: 16, stream_window: 1 << 20 };
         let (mut c, hello) = Handshake::client(b"key", p, [1; 32]);
         let mut s = Handshake::server(b"key", p, [2; 32]);
         assert_eq!(
             hex(&hello),
-            "010000000000000038000000000000000000000000000000\
-             57535044010000000000000010000000000010000000000001010101010101010101010101010101\
-             01010101010101010101010101010101"
+            "010000000000000034000000000000000000000000000000\
+             5753504402000000100000000000100000000000010101010101010101010101010101010101010101010101\
+             0101010101010101"
         );
         let (h, m) = &frames(&hello)[0];
         let server_hello = s.on_frame(h, m).unwrap().send;
         assert_eq!(
             hex(&server_hello[HEADER_LEN + HELLO_LEN..]),
-            "3cf81d85fcdfdb35171c7183ad59e43812a650adad2c06c3198a5d7b1544bb9a"
+            "461058b845f9eca108989ef667a673dbc5ec56069b813c85c7cbea4946b1a211"
         );
         let (h, m) = &frames(&server_hello)[0];
         let auth = c.on_frame(h, m).unwrap().send;
         assert_eq!(
             hex(&auth),
             "020000000000000020000000000000000000000000000000\
-             b451efbe9978d34aedec9da7dce7da37d70b9bc7b5c70352c7b63592701fc86f"
+             433a8a4e233b7beea0bf7f3b5d586528221affb29792624f428b2c802768b40a"
         );
         let (h, m) = &frames(&auth)[0];
         let ok = s.on_frame(h, m).unwrap();
@@ -472,6 +439,7 @@ mod tests {
     fn test_vector_hello() {
         // Kept in step with docs/PROTOCOL.md.
         let b = encode_hello(&P, &[0xAB; 32]);
-        assert_eq!(&b[..24], &[b'W', b'S', b'P', b'D', 1, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0]);
+        assert_eq!(&b[..20], &[b'W', b'S', b'P', b'D', 2, 0, 0, 0, 16, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0]);
+        assert_eq!(b[20..], [0xAB; 32]);
     }
 }

@@ -492,9 +492,9 @@ fn charge(s: &mut StreamState, id: u32, cost: u64) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::handshake::Fabric;
+    use crate::fabric::Fabric;
 
-    const P: Params = Params { fabric: Fabric::Tcp, caps: 0, max_streams: 4, stream_window: 1000 };
+    const P: Params = Params { fabric: Fabric::Tcp, max_streams: 4, stream_window: 1000 };
 
     fn pair() -> (Session, Session) {
         (Session::new(Role::Client, P, P), Session::new(Role::Server, P, P))

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use super::Config;
 use crate::error::{Error, Result};
+use crate::fabric::Fabric;
 use crate::key::Key;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
-use crate::proto::handshake::{Fabric, Handshake, Params, Peer, error_frame};
+use crate::proto::handshake::{Handshake, Params, Peer, error_frame};
 
 /// Handshake frames are small; anything bigger is refused before it is read.
 const HANDSHAKE_LIMITS: Limits = Limits { max_meta: 1024, max_payload: 0 };
@@ -34,7 +35,7 @@ impl DeadlineIo for UnixStream {
 }
 
 pub(crate) fn our_params(config: &Config, fabric: Fabric) -> Params {
-    Params { fabric, caps: 0, max_streams: config.max_streams, stream_window: config.stream_window }
+    Params { fabric, max_streams: config.max_streams, stream_window: config.stream_window }
 }
 
 fn nonce() -> Result<[u8; 32]> {

@@ -18,9 +18,10 @@ use bytes::Bytes;
 use super::conn::Connection;
 use super::{Config, Fill, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, Result};
+use crate::fabric::Fabric;
 use crate::mem::{Buf, Recycler};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
-use crate::proto::handshake::{Fabric, Peer};
+use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
 
 /// Payload buffers each end keeps for reuse: about a full queue of the largest chunks.

@@ -13,6 +13,7 @@ pub mod tcp;
 pub mod ucx;
 
 use std::io::IoSlice;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -23,6 +24,7 @@ pub use listener::Listener;
 pub use rma::{Region, RemoteRegion};
 
 use crate::error::Result;
+use crate::fabric::Fabric;
 use crate::key::Key;
 use crate::mem::Buf;
 use crate::proto::frame::{FrameHeader, Limits};
@@ -67,26 +69,34 @@ impl Default for Config {
 
 /// Connects to `url` and authenticates with `key`.
 pub fn connect(url: &str, key: &Key, config: &Config) -> Result<Connection> {
-    match Endpoint::parse(url)? {
-        Endpoint::Tcp(addr) => tcp::connect(&addr, key, config),
-        Endpoint::Shm(path) => shm::connect(&path, key, config),
+    let Endpoint { fabric, address } = Endpoint::parse(url)?;
+    match fabric {
+        Fabric::Tcp => tcp::connect(&address, key, config),
+        Fabric::Shm => shm::connect(Path::new(&address), key, config),
         #[cfg(feature = "ucx")]
-        Endpoint::Ucx(addr) => ucx::connect(&addr, key, config),
+        Fabric::Ucx => ucx::connect(&address, key, config),
         #[cfg(not(feature = "ucx"))]
-        Endpoint::Ucx(_) => Err(no_ucx()),
+        Fabric::Ucx => Err(no_ucx()),
+        Fabric::InProcess => Err(in_process_url(url)),
     }
 }
 
 /// Listens on `url`; [`Listener::accept`] yields authenticated connections.
 pub fn listen(url: &str, key: &Key, config: &Config) -> Result<Listener> {
-    match Endpoint::parse(url)? {
-        Endpoint::Tcp(addr) => tcp::listen(&addr, key, config),
-        Endpoint::Shm(path) => shm::listen(&path, key, config),
+    let Endpoint { fabric, address } = Endpoint::parse(url)?;
+    match fabric {
+        Fabric::Tcp => tcp::listen(&address, key, config),
+        Fabric::Shm => shm::listen(Path::new(&address), key, config),
         #[cfg(feature = "ucx")]
-        Endpoint::Ucx(addr) => ucx::listen(&addr, key, config),
+        Fabric::Ucx => ucx::listen(&address, key, config),
         #[cfg(not(feature = "ucx"))]
-        Endpoint::Ucx(_) => Err(no_ucx()),
+        Fabric::Ucx => Err(no_ucx()),
+        Fabric::InProcess => Err(in_process_url(url)),
     }
+}
+
+fn in_process_url(url: &str) -> crate::error::Error {
+    crate::error::Error::Url { url: url.into(), reason: "no URL names an in-process pair".into() }
 }
 
 #[cfg(not(feature = "ucx"))]

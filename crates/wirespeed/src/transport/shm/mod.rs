@@ -32,10 +32,11 @@ use super::listener::{Acceptor, Listener};
 use super::sys::{accept_within, ms_until, recv_with_fds, send_with_fds};
 use super::{Config, Fill, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, Result};
+use crate::fabric::Fabric;
 use crate::key::Key;
 use crate::mem::{Buf, Lender, Mapping};
 use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, Kind, Limits};
-use crate::proto::handshake::{Fabric, Peer};
+use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
 
 /// How long a waiting side polls shared memory before it sleeps on its eventfd.

@@ -20,11 +20,11 @@ use super::listener::{Acceptor, Listener};
 use super::sys::{accept_within, wait_fd};
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake};
 use crate::error::{Error, FrameError, Result};
+use crate::fabric::Fabric;
 use crate::key::Key;
 use crate::mem::Buf;
 use crate::proto::decoder::FrameDecoder;
 use crate::proto::frame::Kind;
-use crate::proto::handshake::Fabric;
 use crate::proto::session::Role;
 use queue::SendQueue;
 
@@ -48,7 +48,7 @@ pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
 }
 
 pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
-    listen_with("tcp", addr, key, config, |mut s, peer, key, config| {
+    listen_with(Fabric::Tcp, addr, key, config, |mut s, peer, key, config| {
         let params = handshake::server(&mut s, key, config, Fabric::Tcp)?;
         establish(s, Role::Server, params, config, peer)
     })
@@ -73,10 +73,10 @@ pub(crate) fn dial(addr: &str, timeout: Duration) -> Result<(TcpStream, SocketAd
 /// Authenticates an accepted socket and builds the connection over it.
 pub(crate) type Establish = fn(TcpStream, String, &Key, &Config) -> Result<Connection>;
 
-/// Listens on a TCP socket whose clients `establish` turns into connections (`scheme` names
+/// Listens on a TCP socket whose clients `establish` turns into connections (`fabric` names
 /// them in URLs).
 pub(crate) fn listen_with(
-    scheme: &'static str,
+    fabric: Fabric,
     addr: &str,
     key: &Key,
     config: &Config,
@@ -85,14 +85,14 @@ pub(crate) fn listen_with(
     let l = TcpListener::bind(addr)
         .map_err(|e| Error::Io(io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))))?;
     l.set_nonblocking(true)?; // a client that vanishes between poll and accept must not block us
-    let url = format!("{scheme}://{}", l.local_addr()?);
-    let acceptor = TcpAcceptor { listener: l, scheme };
+    let url = format!("{fabric}://{}", l.local_addr()?);
+    let acceptor = TcpAcceptor { listener: l, fabric };
     Ok(Listener::spawn(acceptor, (key.clone(), config.clone(), establish), url, config.timeout))
 }
 
 struct TcpAcceptor {
     listener: TcpListener,
-    scheme: &'static str,
+    fabric: Fabric,
 }
 
 impl Acceptor for TcpAcceptor {
@@ -101,7 +101,7 @@ impl Acceptor for TcpAcceptor {
 
     fn accept(&self, wait: Duration) -> io::Result<Option<(TcpStream, String)>> {
         let client = accept_within(self.listener.as_fd(), wait, || self.listener.accept())?;
-        Ok(client.map(|(s, a)| (s, format!("{}://{a}", self.scheme))))
+        Ok(client.map(|(s, a)| (s, format!("{}://{a}", self.fabric))))
     }
 
     fn establish(

@@ -27,8 +27,9 @@ use super::conn::Connection;
 use super::listener::Listener;
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake, tcp};
 use crate::error::{Error, Result};
+use crate::fabric::Fabric;
 use crate::key::Key;
-use crate::proto::handshake::{Fabric, Peer};
+use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
 
 /// Worker addresses are a few hundred bytes; anything near this is not one.
@@ -43,7 +44,7 @@ pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
 }
 
 pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
-    tcp::listen_with("ucx", addr, key, config, |mut s, peer, key, config| {
+    tcp::listen_with(Fabric::Ucx, addr, key, config, |mut s, peer, key, config| {
         let params = handshake::server(&mut s, key, config, Fabric::Ucx)?;
         establish(s, Role::Server, params, config, peer)
     })

@@ -1,0 +1,122 @@
+//! The fabrics a connection runs on, modelled once: their URL schemes, their numbers in the
+//! handshake and what each can do. A new fabric is a variant here plus its backend folder
+//! under `transport/`; everything above (files, Flight, the CLI) takes its set from here.
+
+/// What follows the handshake, and so how frames move. Declared fastest first, so sorting
+/// fabrics puts the one to prefer first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fabric {
+    /// Shared-memory rings between processes on one host, set up over a unix socket.
+    Shm,
+    /// UCX (RDMA, CMA, shared memory or TCP, as UCX picks), introduced over a TCP socket.
+    Ucx,
+    /// Frames on a TCP socket.
+    Tcp,
+    /// Both ends in one process, joined by queues; no URL names it and no wire announces it.
+    InProcess,
+}
+
+/// What a fabric can do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Reads and writes a peer's registered memory without the peer's threads taking part
+    /// (RDMA, CMA); elsewhere one-sided access is emulated by messages the peer serves.
+    pub native_one_sided: bool,
+    /// A received body can be handed over where the fabric put it, without a copy out.
+    pub zero_copy_receive: bool,
+    /// Both ends must be on one host.
+    pub same_host_only: bool,
+}
+
+/// How a URL of the fabric names where to meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressKind {
+    /// `host:port` of a TCP listener; port 0 asks for an ephemeral one.
+    HostPort,
+    /// A unix socket: a path, or `@name` in Linux's abstract namespace.
+    SocketPath,
+}
+
+impl Fabric {
+    /// Every fabric a URL can name, fastest first: the order a client that may choose tries
+    /// them in.
+    pub const ALL: [Fabric; 3] = [Fabric::Shm, Fabric::Ucx, Fabric::Tcp];
+
+    /// The URL scheme (`tcp` in `tcp://host:port`); also the fabric's name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fabric::Shm => "shm",
+            Fabric::Ucx => "ucx",
+            Fabric::Tcp => "tcp",
+            Fabric::InProcess => "in-process",
+        }
+    }
+
+    pub fn capabilities(self) -> Capabilities {
+        let (native_one_sided, zero_copy_receive, same_host_only) = match self {
+            Fabric::Shm => (false, true, true),
+            Fabric::Ucx => (true, true, false),
+            Fabric::Tcp => (false, false, false),
+            Fabric::InProcess => (false, true, true),
+        };
+        Capabilities { native_one_sided, zero_copy_receive, same_host_only }
+    }
+
+    pub fn address_kind(self) -> AddressKind {
+        match self {
+            Fabric::Shm => AddressKind::SocketPath,
+            Fabric::Ucx | Fabric::Tcp | Fabric::InProcess => AddressKind::HostPort,
+        }
+    }
+
+    /// Its number in the handshake's Hello (PROTOCOL.md).
+    pub(crate) fn wire_id(self) -> u8 {
+        match self {
+            Fabric::Tcp => 0,
+            Fabric::Shm => 1,
+            Fabric::Ucx => 2,
+            Fabric::InProcess => 3,
+        }
+    }
+
+    /// The fabric a peer announced; `None` for numbers no peer may send.
+    pub(crate) fn from_wire_id(id: u8) -> Option<Self> {
+        Fabric::ALL.into_iter().find(|f| f.wire_id() == id)
+    }
+}
+
+impl std::fmt::Display for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Fabric {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Fabric::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| {
+            let names: Vec<_> = Fabric::ALL.iter().map(|f| f.name()).collect();
+            format!("unknown fabric {s:?} (expected {})", names.join(", "))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_wire_ids_round_trip_and_differ() {
+        for f in Fabric::ALL {
+            assert_eq!(f.name().parse::<Fabric>(), Ok(f));
+            assert_eq!(Fabric::from_wire_id(f.wire_id()), Some(f));
+        }
+        assert!("in-process".parse::<Fabric>().is_err() && "udp".parse::<Fabric>().is_err());
+        assert_eq!(Fabric::from_wire_id(Fabric::InProcess.wire_id()), None);
+        let mut ids: Vec<_> = Fabric::ALL.iter().map(|f| f.wire_id()).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), Fabric::ALL.len());
+    }
+}
