@@ -2,7 +2,7 @@
 //! once, when the first ucx connection is made; where only TCP carries bodies between hosts,
 //! we ask for one rendezvous rail unless the environment says otherwise.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, c_void};
 use std::sync::OnceLock;
 
 use ucx_sys::*;
@@ -85,6 +85,29 @@ pub(super) fn status_string(s: ucs_status_t) -> String {
 /// Turns a status into a typed error naming the operation.
 pub(super) fn check(op: &'static str, s: ucs_status_t) -> Result<()> {
     if s == UCS_OK { Ok(()) } else { Err(Error::Fabric { op, status: status_string(s) }) }
+}
+
+/// What a non-blocking call returned: done already (false), a request to wait for (true), or
+/// an error. The endpoint refusing a request means it cannot carry any more, its peer gone,
+/// most often.
+pub(super) fn posted(req: ucs_status_ptr_t, what: &str) -> Result<bool> {
+    if ucs_ptr_is_err(req) {
+        return Err(Error::ConnectionLost(format!("{what}: {}", status_string(ucs_ptr_status(req)))));
+    }
+    Ok(!req.is_null())
+}
+
+/// Records a finished request's `status` in the completion slot `slot` and frees it.
+///
+/// # Safety
+/// `request` is a live request of ours, freed here once; `slot` points to a live
+/// `Option<ucs_status_t>` nobody else touches meanwhile (the Core lock is held).
+pub(super) unsafe fn complete(request: *mut c_void, status: ucs_status_t, slot: *mut c_void) {
+    // SAFETY: as the caller promises.
+    unsafe {
+        *(slot as *mut Option<ucs_status_t>) = Some(status);
+        lib().ucp_request_free(request);
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::sync::{Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::worker::LINGER_LIMIT;
+use super::progress::LINGER_LIMIT;
 
 static LINGERING: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
 static HOOK: Once = Once::new();

@@ -6,8 +6,10 @@
 //! hang-up means the peer is gone, whatever the fabric noticed.
 
 mod context;
+mod inbox;
 mod lingering;
 mod pool;
+mod progress;
 mod rma;
 mod worker;
 
@@ -21,8 +23,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ucx_sys::{UCS_OK, ucs_status_t};
 
+use self::progress::Shared;
 pub use self::rma::allocated_bytes;
-use self::worker::{Core, Shared};
+use self::worker::Core;
 use super::conn::Connection;
 use super::listener::Listener;
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake, tcp};

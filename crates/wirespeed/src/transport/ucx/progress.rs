@@ -1,0 +1,308 @@
+//! Waiting on a UCX connection, and the progress thread. A waiting thread spins on progress
+//! for a bounded time, then parks; a background progress thread then sleeps on the worker's
+//! event fd and wakes it. The same thread keeps rendezvous transfers moving while the
+//! application is busy elsewhere, and watches the bootstrap socket, whose hang-up means the
+//! peer is gone.
+
+use std::io::{self, Read};
+use std::net::TcpStream;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use super::worker::Core;
+use crate::error::{Error, Result};
+use crate::transport::sys::ms_until;
+
+/// How long a waiting thread drives progress itself after the last event before it parks.
+const SPIN: Duration = Duration::from_micros(500);
+/// Turns at progress between clock reads.
+const CLOCK_EVERY: u32 = 32;
+/// How long a waiting thread spins without an event before it starts yielding its CPU (once
+/// every `CLOCK_EVERY` turns) until the next event or `SPIN` runs out. A spinning thread that
+/// shares its CPU with the thread it waits for (the peer process, on a busy or small host)
+/// would otherwise hold it for a whole time slice at a time, and the scheduler may take 100 ms
+/// or more to move one of them: 128 KiB messages over cma ran at a fifth of their speed then.
+/// Yielding at once, every few turns, costs the peer: a million yields a second at the sender
+/// made the receiver's `process_vm_readv` slower, through the sender's task it looks up.
+const YIELD_AFTER: Duration = Duration::from_micros(10);
+/// How long, at least, the progress thread stays out of the way once it sees an application
+/// thread driving; it takes over at a look that finds none drove since the last.
+const HANDOVER: Duration = Duration::from_millis(2);
+/// How long the progress thread sleeps, at most, while application threads keep driving: each
+/// look that finds them still at it doubles its next sleep, from `HANDOVER` up to this. Waking
+/// every `HANDOVER` would preempt a busy application thread 500 times a second.
+const HANDOVER_MAX: Duration = Duration::from_millis(16);
+/// How long the progress thread pauses after a pass that moved nothing while UCX still had
+/// work: doubling from `STALL_BACKOFF_MIN / 2` each pass in a row, up to `MIN << (STEPS-1)`.
+const STALL_BACKOFF_MIN: Duration = Duration::from_micros(20);
+const STALL_BACKOFF_STEPS: u32 = 6;
+/// Bounds on how long the progress thread sleeps between looks at the worker.
+const MIN_POLL: Duration = Duration::from_millis(1);
+const MAX_POLL: Duration = Duration::from_secs(1);
+
+/// State shared by the connection's halves and its progress thread.
+pub(super) struct Shared {
+    core: Mutex<Core>,
+    wake: Condvar,
+    /// Threads parked on `wake`.
+    parked: AtomicUsize,
+    /// Counts application threads' turns at driving progress (one per wait, and one per
+    /// `CLOCK_EVERY` turns within it), so the progress thread can tell whether they still drive.
+    app_turns: AtomicU64,
+    /// Wakes the progress thread.
+    kick: EventFd,
+    kicked: AtomicBool,
+    efd: RawFd,
+    /// A `Run` as u8: whether the progress thread goes on.
+    state: AtomicU8,
+    sock: TcpStream,
+}
+
+/// Whether the progress thread goes on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Run {
+    Running,
+    /// The application is gone but the peer may still be reading what we sent: keep serving
+    /// it until it hangs up, for at most `LINGER_LIMIT`.
+    Lingering,
+    Stopping,
+}
+
+impl Run {
+    fn load(state: &AtomicU8) -> Run {
+        [Run::Running, Run::Lingering]
+            .into_iter()
+            .find(|r| *r as u8 == state.load(Ordering::SeqCst))
+            .unwrap_or(Run::Stopping)
+    }
+}
+/// How long a closed connection keeps its worker for a peer still reading.
+pub(super) const LINGER_LIMIT: Duration = Duration::from_secs(5);
+
+impl Shared {
+    /// Wraps a connected `core`; `sock` is the authenticated bootstrap socket.
+    pub(super) fn new(core: Core, sock: TcpStream) -> Result<Arc<Self>> {
+        let efd = core.event_fd()?;
+        let kick = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(io::Error::from)?;
+        sock.set_nonblocking(true)?;
+        Ok(Arc::new(Shared {
+            core: Mutex::new(core),
+            wake: Condvar::new(),
+            parked: AtomicUsize::new(0),
+            app_turns: AtomicU64::new(0),
+            kick,
+            kicked: AtomicBool::new(false),
+            efd,
+            state: AtomicU8::new(Run::Running as u8),
+            sock,
+        }))
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until `ready` yields something, `deadline` passes (`Ok(None)`), or, if
+    /// `stop_on_failure`, the connection fails. Spins on progress first, then parks.
+    pub(super) fn wait<T>(
+        &self,
+        deadline: Option<Instant>,
+        stop_on_failure: bool,
+        mut ready: impl FnMut(&mut Core) -> Option<T>,
+    ) -> Result<Option<T>> {
+        self.app_turns.fetch_add(1, Ordering::Relaxed);
+        let mut core = self.lock();
+        // The clock is read only every few turns: a wait that progress answers at once (most
+        // of them, under load) never reads it, and reading it costs more than a turn.
+        let mut spin_end = None;
+        let mut turns = 0u32;
+        loop {
+            if let Some(t) = ready(&mut core) {
+                return Ok(Some(t));
+            }
+            core.inbox.expire_peer_gone();
+            if stop_on_failure && let Some(e) = core.inbox.failure() {
+                return Err(e.duplicate());
+            }
+            turns = turns.wrapping_add(1);
+            if turns.is_multiple_of(CLOCK_EVERY) {
+                self.app_turns.fetch_add(1, Ordering::Relaxed);
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    return Ok(None);
+                }
+                let end = *spin_end.get_or_insert(now + SPIN);
+                if end <= now {
+                    self.parked.fetch_add(1, Ordering::SeqCst);
+                    self.kick();
+                    let slice = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
+                    core = self.wake.wait_timeout(core, slice).unwrap_or_else(|p| p.into_inner()).0;
+                    self.parked.fetch_sub(1, Ordering::SeqCst);
+                    spin_end = None;
+                    continue;
+                }
+                if end - now <= SPIN - YIELD_AFTER {
+                    // Nothing happened for YIELD_AFTER: let a thread that shares our CPU run.
+                    drop(core);
+                    std::thread::yield_now();
+                    core = self.lock();
+                    continue;
+                }
+            }
+            if core.progress() > 0 {
+                spin_end = None; // spin on for a whole SPIN after the last event
+                // What we just progressed may be what a parked thread waits for.
+                if self.parked.load(Ordering::SeqCst) > 0 {
+                    self.wake.notify_all();
+                }
+            } else {
+                drop(core);
+                std::hint::spin_loop();
+                core = self.lock();
+            }
+        }
+    }
+
+    /// Fails the connection: parked threads wake and see `e`.
+    pub(super) fn fail(&self, e: Error) {
+        let mut core = self.lock();
+        core.inbox.fail(e);
+        self.wake.notify_all();
+    }
+
+    pub(super) fn sock(&self) -> &TcpStream {
+        &self.sock
+    }
+
+    fn kick(&self) {
+        if !self.kicked.swap(true, Ordering::SeqCst) {
+            let _ = self.kick.write(1);
+        }
+    }
+
+    /// Ends the progress thread: at once, or (`linger`) once the peer hangs up.
+    pub(super) fn stop(&self, linger: bool) {
+        let run = if linger { Run::Lingering } else { Run::Stopping };
+        self.state.store(run as u8, Ordering::SeqCst);
+        self.kick();
+    }
+
+    /// The progress thread: drives the worker whenever no application thread does, sleeping
+    /// on the worker's event fd, the kick fd and the bootstrap socket.
+    pub(super) fn run_progress(&self) {
+        let mut sock_open = true;
+        let mut linger_end = None;
+        let mut last_event = Instant::now();
+        let mut seen_turns = self.app_turns.load(Ordering::Relaxed);
+        let mut stay_out = HANDOVER;
+        let mut stalled = 0;
+        loop {
+            let now = Instant::now();
+            match Run::load(&self.state) {
+                Run::Running => {}
+                Run::Lingering if sock_open && now < *linger_end.get_or_insert(now + LINGER_LIMIT) => {}
+                _ => return,
+            }
+            // Application threads count their turns at driving: any since our last look means
+            // one is at it, so stay out of its way unless kicked.
+            let turns = self.app_turns.load(Ordering::Relaxed);
+            let app_driving = turns != seen_turns;
+            seen_turns = turns;
+            if self.parked.load(Ordering::SeqCst) == 0 && app_driving {
+                self.sleep(false, false, now + stay_out);
+                stay_out = (stay_out * 2).clamp(HANDOVER, HANDOVER_MAX);
+                continue;
+            }
+            stay_out = HANDOVER;
+            let until = {
+                let mut core = self.lock();
+                let before = core.inbox.events();
+                let mut events = 0;
+                loop {
+                    match core.progress() {
+                        0 => break,
+                        n => events += n,
+                    }
+                }
+                core.inbox.expire_peer_gone();
+                let armed = core.arm();
+                // Send completions show only in the event count, arrivals in the inbox's.
+                let active = events > 0 || core.inbox.events() != before;
+                if active && self.parked.load(Ordering::SeqCst) > 0 {
+                    self.wake.notify_all();
+                }
+                if active {
+                    stalled = 0;
+                }
+                match armed {
+                    // Busy after a pass that moved something: more events are pending.
+                    Ok(false) if active => continue,
+                    // Busy with nothing moving: UCX waits on the peer (a full FIFO to a reader
+                    // that has not caught up), and only progress can tell when it has. Turning
+                    // at once took a third of a 2-core host from 16 busy readers.
+                    Ok(false) => {
+                        drop(core);
+                        stalled = (stalled + 1).min(STALL_BACKOFF_STEPS);
+                        std::thread::sleep(STALL_BACKOFF_MIN * (1 << stalled) / 2);
+                        continue;
+                    }
+                    Ok(true) => {}
+                    Err(e) => {
+                        core.inbox.fail(e);
+                        self.wake.notify_all();
+                    }
+                }
+                if active || core.outstanding() {
+                    last_event = now;
+                }
+                // UCX may hold work of its own (a queued acknowledgement, say) that no event
+                // fd announces, so never sleep long after activity: poll at 1 ms, backing
+                // off as the connection stays quiet.
+                let quiet = now.saturating_duration_since(last_event);
+                let mut wake_at = now + (quiet / 8).clamp(MIN_POLL, MAX_POLL);
+                if let Some(t) = core.inbox.give_up_at() {
+                    wake_at = wake_at.min(t);
+                }
+                linger_end.map_or(wake_at, |l| l.min(wake_at))
+            };
+            if self.sleep(true, sock_open, until) {
+                match (&self.sock).read(&mut [0u8; 64]) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+                    Ok(0) | Err(_) => {
+                        sock_open = false;
+                        self.lock().inbox.peer_going("the peer hung up".into());
+                    }
+                    Ok(_) => self.fail(Error::Protocol("unexpected bytes on the bootstrap socket".into())),
+                }
+            }
+        }
+    }
+
+    /// Sleeps on the kick fd, and optionally on the worker's event fd and the bootstrap
+    /// socket, until one fires or `until`; true if the socket has something.
+    fn sleep(&self, worker: bool, sock: bool, until: Instant) -> bool {
+        // SAFETY: the worker's fd lives as long as the worker, which outlives this call.
+        let efd = unsafe { BorrowedFd::borrow_raw(self.efd) };
+        let mut fds = vec![PollFd::new(self.kick.as_fd(), PollFlags::POLLIN)];
+        if worker {
+            fds.push(PollFd::new(efd, PollFlags::POLLIN));
+        }
+        if sock {
+            fds.push(PollFd::new(self.sock.as_fd(), PollFlags::POLLIN));
+        }
+        let _ = poll(&mut fds, PollTimeout::from(ms_until(until, 1000)));
+        let sock_ready = sock && fds.last().and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
+        if fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+            self.kicked.store(false, Ordering::SeqCst);
+            let _ = self.kick.read();
+        }
+        sock_ready
+    }
+}
