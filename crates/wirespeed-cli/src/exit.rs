@@ -2,7 +2,7 @@
 
 use wirespeed::Error;
 use wirespeed_files::FilesError;
-use wirespeed_files::proto::FailClass;
+use wirespeed_files::error::FailClass;
 
 pub const FAILURE: i32 = 1;
 pub const USAGE: i32 = 2;

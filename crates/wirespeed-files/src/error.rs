@@ -2,7 +2,26 @@
 
 use std::path::Path;
 
-use crate::proto::FailClass;
+/// What kind of failure a `Fail` reports, so the far side's exit code matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailClass {
+    Other = 1,
+    /// Encryption was refused or a sealed message failed to open.
+    Sealing = 3,
+    Io = 5,
+    Checksum = 6,
+}
+
+impl FailClass {
+    pub fn from_u8(v: u8) -> Self {
+        match v {
+            3 => FailClass::Sealing,
+            5 => FailClass::Io,
+            6 => FailClass::Checksum,
+            _ => FailClass::Other,
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum FilesError {

@@ -8,8 +8,9 @@ use std::time::Duration;
 use wirespeed::{Buf, Bytes, Connection, Stream};
 
 use crate::envelope::{self, Place, SEALED, SealKey};
+use crate::error::FailClass;
 use crate::error::{FilesError, Result};
-use crate::proto::{FailClass, Msg};
+use crate::proto::Msg;
 
 /// Largest body a control message may unwrap to: a batch of entries is far smaller.
 const CONTROL_BODY_MAX: u64 = 64 << 20;

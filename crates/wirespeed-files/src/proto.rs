@@ -97,27 +97,6 @@ pub enum Msg {
     Fail { class: u8, message: String },
 }
 
-/// What kind of failure a `Fail` reports, so the far side's exit code matches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailClass {
-    Other = 1,
-    /// Encryption was refused or a sealed message failed to open.
-    Sealing = 3,
-    Io = 5,
-    Checksum = 6,
-}
-
-impl FailClass {
-    pub fn from_u8(v: u8) -> Self {
-        match v {
-            3 => FailClass::Sealing,
-            5 => FailClass::Io,
-            6 => FailClass::Checksum,
-            _ => FailClass::Other,
-        }
-    }
-}
-
 impl Msg {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer(Vec::with_capacity(64));

@@ -16,27 +16,12 @@ use wirespeed_files::paths::join_under;
 use wirespeed_flight::{Error, Handler, Output, Payload, Result, Upload};
 
 use super::cache::{Batches, Stamp, Table, TableCache};
+use super::format::{Format, format_of, io_error};
 use super::upload::DirUpload;
 
 pub struct DirService {
     root: PathBuf,
     cache: Option<Arc<TableCache>>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    IpcFile,
-    IpcStream,
-    Parquet,
-}
-
-fn format_of(path: &Path) -> Option<Format> {
-    match path.extension()?.to_str()? {
-        "arrow" | "feather" | "ipc" => Some(Format::IpcFile),
-        "arrows" => Some(Format::IpcStream),
-        "parquet" => Some(Format::Parquet),
-        _ => None,
-    }
 }
 
 /// Opens a flight's file; errors name the flight, not the server's paths.
@@ -60,14 +45,6 @@ fn open(path: &Path, name: &str) -> Result<(SchemaRef, Batches, Option<i64>)> {
             let r = b.build().map_err(|e| bad(&e))?;
             Ok((schema, Box::new(r), Some(rows)))
         }
-    }
-}
-
-pub fn io_error(name: &str, e: std::io::Error) -> Error {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => Error::not_found(format!("no flight {name}")),
-        std::io::ErrorKind::PermissionDenied => Error::permission_denied(format!("{name}: {e}")),
-        _ => Error::internal(format!("{name}: {e}")),
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod cache;
 pub mod dir;
+mod format;
 pub mod get;
 pub mod serve;
 pub mod upload;

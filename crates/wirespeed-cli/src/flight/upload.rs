@@ -13,7 +13,7 @@ use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
 use wirespeed_flight::{Error, Payload, Result, Upload};
 
-use super::dir::{Format, io_error};
+use super::format::{Format, io_error};
 use crate::part::PartFile;
 
 pub struct DirUpload {

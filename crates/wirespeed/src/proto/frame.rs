@@ -158,6 +158,21 @@ pub fn encode_control(out: &mut Vec<u8>, mut header: FrameHeader, meta: &[u8]) {
     out.extend_from_slice(meta);
 }
 
+/// Whom a received frame concerns, so the driver wakes only the threads that care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Touched {
+    /// Nothing anyone waits for (a late frame for a closed stream).
+    Nobody,
+    /// Readers or senders of this stream.
+    Stream(u32),
+    /// The peer opened a stream: whoever waits to accept.
+    Accept,
+    /// Bytes answering this get request.
+    Get(u32),
+    /// The whole connection (an error or a close).
+    All,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use super::frame::{FrameHeader, Kind};
-use super::session::Touched;
+use super::frame::{FrameHeader, Kind, Touched};
 use crate::error::{Error, Result};
 use crate::mem::{Buf, RegionMem};
 
@@ -53,6 +52,31 @@ pub fn put_meta(id: u32, offset: u64) -> [u8; 12] {
     m[..4].copy_from_slice(&id.to_le_bytes());
     m[4..].copy_from_slice(&offset.to_le_bytes());
     m
+}
+
+/// A frame's head (encoded header, then meta) for `len` payload bytes.
+fn head(kind: Kind, meta: &[u8], len: u64) -> Vec<u8> {
+    let mut h = FrameHeader::new(kind, 0);
+    h.meta_len = meta.len() as u32;
+    h.len = len;
+    let mut head = h.encode().to_vec();
+    head.extend_from_slice(meta);
+    head
+}
+
+/// The head of a Put of `len` bytes at `offset` in region `id`.
+pub fn put_head(id: u32, offset: u64, len: u64) -> Vec<u8> {
+    head(Kind::Put, &put_meta(id, offset), len)
+}
+
+/// The head of a Get of `len` bytes at `offset` in region `id`, answered under `request`.
+pub fn get_head(id: u32, offset: u64, request: u32, len: u64) -> Vec<u8> {
+    head(Kind::Get, &get_meta(id, offset, request), len)
+}
+
+/// The head of `len` bytes answering get `request`.
+pub fn get_reply_head(request: u32, len: u64) -> Vec<u8> {
+    head(Kind::GetReply, &request.to_le_bytes(), len)
 }
 
 pub fn parse_put_meta(m: &[u8]) -> Result<(u32, u64)> {

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use super::frame::{FrameHeader, Kind, encode_control};
+use super::frame::{FrameHeader, Kind, Touched, encode_control};
 use super::handshake::Params;
 use super::rma::Rma;
 use crate::error::{Error, ErrorCode};
@@ -24,21 +24,6 @@ pub enum Role {
     Client,
     /// Opens even stream ids.
     Server,
-}
-
-/// Whom a received frame concerns, so the driver wakes only the threads that care.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Touched {
-    /// Nothing anyone waits for (a late frame for a closed stream).
-    Nobody,
-    /// Readers or senders of this stream.
-    Stream(u32),
-    /// The peer opened a stream: whoever waits to accept.
-    Accept,
-    /// Bytes answering this get request.
-    Get(u32),
-    /// The whole connection (an error or a close).
-    All,
 }
 
 /// What [`Session::poll_ready`] reports: where a receive would not wait.

@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use super::rma::{self, NativeRma};
+use super::NativeRma;
 use super::{Config, Fill, FrameRx, FrameTx};
 use crate::error::{Error, ErrorCode, Result};
 use crate::mem::{Body, Buf, Chunks, RegionMem};
+use crate::proto::frame::Touched;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
 use crate::proto::handshake::{Peer, error_frame};
-use crate::proto::session::{Ready, RecvEvent, Role, Session, Touched};
+use crate::proto::session::{Ready, RecvEvent, Role, Session};
 
 /// An authenticated connection carrying many concurrent streams. Cheap to clone; the
 /// connection closes when the last clone and stream are gone.
@@ -293,7 +294,7 @@ impl Inner {
                 };
                 if g.session.rma.has_jobs() {
                     drop(g);
-                    rma::serve_gets(self);
+                    serve_gets(self);
                     g = self.lock();
                 }
                 g.wake(touched);
@@ -678,6 +679,28 @@ impl<'a> BodyCursor<'a> {
                 self.index += 1;
                 self.offset = 0;
             }
+        }
+    }
+}
+
+/// Answers the gets the peer asked for (emulated transfers), from the thread that read them.
+fn serve_gets(inner: &Inner) {
+    let chunk = inner.max_chunk as usize;
+    let mut scratch = Vec::new();
+    while let Some(job) = inner.lock().session.rma.next_job() {
+        let mut done = 0;
+        while done < job.len {
+            let n = (job.len - done).min(chunk as u64) as usize;
+            scratch.resize(n, 0);
+            // Checked when the Get arrived; a copy, since the owner may be writing meanwhile.
+            if job.mem.read(job.offset + done, &mut scratch).is_err() {
+                return;
+            }
+            let head = crate::proto::rma::get_reply_head(job.request, n as u64);
+            if inner.write(&head, &[IoSlice::new(&scratch)]).is_err() {
+                return; // `write` failed the connection
+            }
+            done += n as u64;
         }
     }
 }

@@ -26,7 +26,7 @@ pub use rma::{Region, RemoteRegion};
 use crate::error::Result;
 use crate::fabric::Fabric;
 use crate::key::Key;
-use crate::mem::Buf;
+use crate::mem::{Buf, RegionMem};
 use crate::proto::frame::{FrameHeader, Limits};
 use crate::url::Endpoint;
 
@@ -102,6 +102,23 @@ fn in_process_url(url: &str) -> crate::error::Error {
 #[cfg(not(feature = "ucx"))]
 fn no_ucx() -> crate::error::Error {
     crate::error::Error::Fabric { op: "ucx://", status: "this build has no UCX support (feature \"ucx\")".into() }
+}
+
+/// A backend whose fabric moves bytes one-sidedly.
+pub(crate) trait NativeRma: Send + Sync {
+    /// Allocates `len` zeroed bytes registered with the fabric (where it can reach them
+    /// fastest: shared memory a peer on the same host maps, say), and the access information
+    /// a peer needs. Dropping the memory revokes access and frees it.
+    fn register(&self, len: usize) -> Result<(RegionMem, Vec<u8>)>;
+    /// Makes a peer's access information usable on this connection.
+    fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>>;
+}
+
+/// A peer's region as the fabric reaches it. Offsets are checked before these are called.
+pub(crate) trait NativeRemote: Send + Sync {
+    /// Returns once the bytes are in the peer's memory.
+    fn put(&self, offset: u64, data: &[u8], timeout: Duration) -> Result<()>;
+    fn get(&self, offset: u64, out: &mut [u8], timeout: Duration) -> Result<()>;
 }
 
 /// Writes a frame's payload in place (see [`FrameTx::write_frame_filled`]).

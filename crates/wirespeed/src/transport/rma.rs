@@ -1,34 +1,16 @@
 //! One-sided transfers: a side exposes a [`Region`] and sends its descriptor to the peer (in a
 //! message, say); the peer then puts bytes into it or gets bytes from it without the owner
-//! taking part. Fabrics that can (UCX: cma, RDMA) do this natively ([`NativeRma`]); on the
+//! taking part. Fabrics that can (UCX: cma, RDMA) do this natively ([`NativeRma`](super::NativeRma)); on the
 //! rest it travels as Put, Get and GetReply frames that the owner's reading thread applies.
 
 use std::io::IoSlice;
 use std::sync::Arc;
-use std::time::Duration;
 
+use super::NativeRemote;
 use super::conn::{Connection, Inner, Waiting};
 use crate::error::Result;
 use crate::mem::{RegionMem, check_span};
-use crate::proto::frame::{FrameHeader, Kind};
 use crate::proto::rma::{self, Descriptor};
-
-/// A backend whose fabric moves bytes one-sidedly.
-pub(crate) trait NativeRma: Send + Sync {
-    /// Allocates `len` zeroed bytes registered with the fabric (where it can reach them
-    /// fastest: shared memory a peer on the same host maps, say), and the access information
-    /// a peer needs. Dropping the memory revokes access and frees it.
-    fn register(&self, len: usize) -> Result<(RegionMem, Vec<u8>)>;
-    /// Makes a peer's access information usable on this connection.
-    fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>>;
-}
-
-/// A peer's region as the fabric reaches it. Offsets are checked before these are called.
-pub(crate) trait NativeRemote: Send + Sync {
-    /// Returns once the bytes are in the peer's memory.
-    fn put(&self, offset: u64, data: &[u8], timeout: Duration) -> Result<()>;
-    fn get(&self, offset: u64, out: &mut [u8], timeout: Duration) -> Result<()>;
-}
 
 /// Memory of ours the peer may put into and get from, for as long as this lives.
 pub struct Region {
@@ -136,7 +118,7 @@ impl Connection {
         }
         let mut at = 0;
         for chunk in data.chunks(self.inner.max_chunk as usize) {
-            let head = frame(Kind::Put, &rma::put_meta(remote.id, offset + at), chunk.len() as u64);
+            let head = rma::put_head(remote.id, offset + at, chunk.len() as u64);
             self.inner.write(&head, &[IoSlice::new(chunk)])?;
             at += chunk.len() as u64;
         }
@@ -155,7 +137,7 @@ impl Connection {
         let inner = &self.inner;
         let request = inner.lock().session.start_get(out.len() as u64)?;
         let got = inner
-            .write(&frame(Kind::Get, &rma::get_meta(remote.id, offset, request), out.len() as u64), &[])
+            .write(&rma::get_head(remote.id, offset, request, out.len() as u64), &[])
             .and_then(|()| inner.wait_for(inner.timeout, Waiting::OnGet(request), |s| s.poll_get(request)));
         let parts = got.inspect_err(|_| inner.lock().session.rma.abandon_get(request))?;
         let mut at = 0;
@@ -164,37 +146,5 @@ impl Connection {
             at += p.len();
         }
         Ok(())
-    }
-}
-
-/// A frame head followed by its meta; `len` as the frame kind defines it.
-fn frame(kind: Kind, meta: &[u8], len: u64) -> Vec<u8> {
-    let mut h = FrameHeader::new(kind, 0);
-    h.meta_len = meta.len() as u32;
-    h.len = len;
-    let mut head = h.encode().to_vec();
-    head.extend_from_slice(meta);
-    head
-}
-
-/// Answers the gets the peer asked for (emulated transfers), from the thread that read them.
-pub(super) fn serve_gets(inner: &Inner) {
-    let chunk = inner.max_chunk as usize;
-    let mut scratch = Vec::new();
-    while let Some(job) = inner.lock().session.rma.next_job() {
-        let mut done = 0;
-        while done < job.len {
-            let n = (job.len - done).min(chunk as u64) as usize;
-            scratch.resize(n, 0);
-            // Checked when the Get arrived; a copy, since the owner may be writing meanwhile.
-            if job.mem.read(job.offset + done, &mut scratch).is_err() {
-                return;
-            }
-            let head = frame(Kind::GetReply, &job.request.to_le_bytes(), n as u64);
-            if inner.write(&head, &[IoSlice::new(&scratch)]).is_err() {
-                return; // `write` failed the connection
-            }
-            done += n as u64;
-        }
     }
 }

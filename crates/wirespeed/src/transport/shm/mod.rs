@@ -397,7 +397,7 @@ impl FrameTx for ShmTx {
         let split =
             if self.split && plen >= pull::MIN_SPLIT { split_tail(payload, pull::sender_share(plen)) } else { None };
         let body = Ring::frame_bytes(head.len(), plen as u64);
-        let total = body + split.as_ref().map_or(0, |(_, tail)| pull::descriptor_bytes(tail.len()));
+        let total = body + split.as_ref().map_or(0, |(_, tail)| ring::descriptor_bytes(tail.len()));
         let at = self.reserve(total, timeout)?;
         let frame = self.ring.data_ptr(at);
         let payload_at = self.ring.data_ptr(at + align(head.len() as u64));

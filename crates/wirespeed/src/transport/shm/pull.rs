@@ -13,7 +13,6 @@
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::ring::align;
 use crate::error::{Error, FrameError, Result};
 
 /// Payloads at least this big are split.
@@ -42,9 +41,9 @@ pub const TAKEN_BACK: u32 = 4;
 pub const HEAD_COPIED: u32 = 1;
 pub const ALL_COPIED: u32 = 2;
 
-/// Bytes the descriptor of `segments` segments occupies in the ring.
-pub fn descriptor_bytes(segments: usize) -> u64 {
-    align((FIXED + 16 * segments) as u64)
+/// Bytes of the descriptor of `segments` segments (the ring aligns it).
+pub fn descriptor_len(segments: usize) -> usize {
+    FIXED + 16 * segments
 }
 
 /// A descriptor inside the mapped ring.
@@ -54,7 +53,7 @@ pub struct Descriptor {
 
 impl Descriptor {
     /// # Safety
-    /// `at` must be 64-aligned and point to `descriptor_bytes(n)` bytes of the live mapping.
+    /// `at` must be 64-aligned and point to `ring::descriptor_bytes(n)` bytes of the live mapping.
     pub unsafe fn new(at: *mut u8) -> Self {
         Descriptor { at }
     }

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::pull::{MAX_SEGMENTS, descriptor_bytes};
+use super::pull::{MAX_SEGMENTS, descriptor_len};
 use super::regions::REF_BYTES;
 use crate::error::{Error, FrameError, Result};
 use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, FrameHeader, HEADER_LEN, Kind, Limits};
@@ -17,6 +17,11 @@ const REWIND_AFTER: u64 = 2 << 20;
 
 pub fn align(n: u64) -> u64 {
     n.div_ceil(ALIGN) * ALIGN
+}
+
+/// Bytes the descriptor of a split frame with `segments` segments occupies in the ring.
+pub fn descriptor_bytes(segments: usize) -> u64 {
+    align(descriptor_len(segments) as u64)
 }
 
 #[repr(C, align(64))]

@@ -15,7 +15,7 @@ use super::worker::RmaOp;
 use super::{Handle, complete};
 use crate::error::{Error, Result};
 use crate::mem::RegionMem;
-use crate::transport::rma::{NativeRemote, NativeRma};
+use crate::transport::{NativeRemote, NativeRma};
 
 pub(super) struct UcxRma {
     pub(super) h: Arc<Handle>,

@@ -1,0 +1,30 @@
+//! A flight's file: its format, told by its extension, and file errors as Flight statuses.
+
+use std::path::Path;
+
+use wirespeed_flight::Error;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    IpcFile,
+    IpcStream,
+    Parquet,
+}
+
+pub fn format_of(path: &Path) -> Option<Format> {
+    match path.extension()?.to_str()? {
+        "arrow" | "feather" | "ipc" => Some(Format::IpcFile),
+        "arrows" => Some(Format::IpcStream),
+        "parquet" => Some(Format::Parquet),
+        _ => None,
+    }
+}
+
+/// A file error as the client sees it: naming the flight, never the server's paths.
+pub fn io_error(name: &str, e: std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => Error::not_found(format!("no flight {name}")),
+        std::io::ErrorKind::PermissionDenied => Error::permission_denied(format!("{name}: {e}")),
+        _ => Error::internal(format!("{name}: {e}")),
+    }
+}
