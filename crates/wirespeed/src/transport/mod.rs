@@ -2,11 +2,13 @@
 //! frames ([`FrameRx`], [`FrameTx`]); streams, credits and errors live in the shared engine.
 
 mod conn;
+mod engine;
 mod handshake;
 pub mod in_process;
 mod listener;
 mod rma;
 pub mod shm;
+mod stream;
 mod sys;
 pub mod tcp;
 #[cfg(feature = "ucx")]
@@ -19,9 +21,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 pub use crate::proto::session::Ready;
-pub use conn::{Connection, Incoming, Message, Stream};
+pub use conn::Connection;
 pub use listener::Listener;
 pub use rma::{Region, RemoteRegion};
+pub use stream::{Incoming, Message, Stream};
 
 use crate::error::Result;
 use crate::fabric::Fabric;

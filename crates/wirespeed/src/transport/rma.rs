@@ -7,7 +7,8 @@ use std::io::IoSlice;
 use std::sync::Arc;
 
 use super::NativeRemote;
-use super::conn::{Connection, Inner, Waiting};
+use super::conn::Connection;
+use super::engine::{Inner, Waiting};
 use crate::error::Result;
 use crate::mem::{RegionMem, check_span};
 use crate::proto::rma::{self, Descriptor};
