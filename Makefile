@@ -16,6 +16,7 @@ run: build
 
 lint: bootstrap
 	cargo fmt --all -- --check
+	python3 scripts/check_layers.py
 	cargo clippy --locked --all-targets -- -D warnings
 
 unit: bootstrap

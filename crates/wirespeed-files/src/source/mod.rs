@@ -2,23 +2,22 @@
 //! inline and batched; the sink answers each large file with a `Want`, which becomes chunk
 //! jobs that several threads read, checksum and send, each on its own data stream.
 
+mod batch;
+mod data;
+
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
-use twox_hash::XxHash3_128;
-use wirespeed::{Connection, Recycler};
+use wirespeed::Connection;
 
 use crate::Summary;
-use crate::cached;
-use crate::direct::{self, AlignedBuf};
+use crate::direct::{self};
 use crate::error::{FilesError, Result};
 use crate::exclude::Excludes;
 use crate::link::{self, Link, Wrapping};
@@ -28,11 +27,11 @@ use crate::proto::{self, Entry, Kind, Msg, STREAMED};
 use crate::shared::Shared;
 use crate::walk::{self, Found, Walk};
 
+use self::batch::{Batch, Small};
+use self::data::serve_jobs;
+
 /// Files up to this size travel inline with their entries.
 pub const INLINE_MAX: u64 = 64 << 10;
-/// A batch of entries is sent once its inline bytes or its header reach these sizes.
-const BATCH_BODY: usize = 256 << 10;
-const BATCH_HEADER: usize = 256 << 10;
 
 #[derive(Clone, Debug)]
 pub struct SourceOptions {
@@ -436,101 +435,6 @@ fn stream_entry() -> Entry {
     }
 }
 
-/// A small file, open, that travels inline with its entry.
-struct Small {
-    path: PathBuf,
-    entry: Entry,
-    file: File,
-}
-
-/// Entries and their inline bytes, gathered into one message.
-struct Batch {
-    entries: Vec<Entry>,
-    /// About what the entries' header will take; the exact size is not needed.
-    header_bytes: usize,
-    body: Vec<u8>,
-    /// Where sent bodies come back once nothing holds them, so the walk reads files into
-    /// memory already mapped rather than fresh pages, which cost a fault each.
-    spare: Recycler,
-    /// Inline bytes over all batches.
-    inline_bytes: u64,
-    /// The filesystem cannot read without waiting, so small files are read plainly.
-    plain_reads: bool,
-}
-
-impl Batch {
-    /// Bodies kept for reuse: about as many as an in-process sink holds at once.
-    const SPARE: usize = 16;
-
-    fn new() -> Self {
-        Batch {
-            entries: Vec::new(),
-            header_bytes: 0,
-            body: Vec::with_capacity(BATCH_BODY),
-            spare: Recycler::new(Batch::SPARE),
-            inline_bytes: 0,
-            plain_reads: false,
-        }
-    }
-
-    /// Adds a small file with its bytes. Without `wait`, one whose bytes are not in memory
-    /// yet comes back instead (storage has begun reading them). One read when the size still
-    /// holds: a file that grew since the walk is sent as it was at the walk's size, one that
-    /// shrank as it is now.
-    fn add_small(&mut self, small: Small, wait: bool, progress: &Progress) -> Result<Option<Small>> {
-        let Small { path, mut entry, file } = small;
-        let start = self.body.len();
-        self.body.reserve(entry.size as usize);
-        let room = &mut self.body.spare_capacity_mut()[..entry.size as usize];
-        let wait = wait || self.plain_reads;
-        let read = match cached::read_start(&file, room, wait) {
-            // It may only say that this filesystem cannot read without waiting.
-            Err(_) if !wait => {
-                self.plain_reads = true;
-                cached::read_start(&file, room, true)
-            }
-            read => read,
-        };
-        let n = match read.map_err(|e| FilesError::io(&path, e))? {
-            Some(n) => n,
-            None => return Ok(Some(Small { path, entry, file })),
-        };
-        // SAFETY: `read_start` filled the first `n` bytes of the spare room.
-        unsafe { self.body.set_len(start + n) };
-        let data = &self.body[start..];
-        entry.size = data.len() as u64;
-        entry.inline = Some(XxHash3_128::oneshot(data));
-        self.inline_bytes += entry.size;
-        progress.add_total(entry.size);
-        self.push(entry);
-        Ok(None)
-    }
-
-    fn full(&self) -> bool {
-        self.body.len() >= BATCH_BODY || self.header_bytes >= BATCH_HEADER
-    }
-
-    fn push(&mut self, e: Entry) {
-        self.header_bytes += 60 + e.path.len() + e.target.len();
-        self.entries.push(e);
-    }
-
-    fn flush(&mut self, control: &Link, progress: &Progress) -> Result<()> {
-        if self.entries.is_empty() {
-            return Ok(());
-        }
-        let inline_files = self.entries.iter().filter(|e| e.inline.is_some()).count() as u64;
-        let body = std::mem::replace(&mut self.body, self.spare.take_empty(BATCH_BODY));
-        progress.add_bytes(body.len() as u64);
-        control.send_owned(&Msg::Entries(std::mem::take(&mut self.entries)), self.spare.lend(body))?;
-        for _ in 0..inline_files {
-            progress.file_done();
-        }
-        self.header_bytes = 0;
-        Ok(())
-    }
-}
-
 /// Reads the sink's wants (turning them into jobs) until its final `Done`.
 fn read_control(control: &Link, shared: &State) -> Result<Summary> {
     let r = read_control_inner(control, shared);
@@ -588,186 +492,4 @@ fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
             other => return Err(link::unexpected("from a sink", &other)),
         }
     }
-}
-
-/// One data stream: serves jobs until none are left, then finishes the stream.
-fn serve_jobs(conn: &Connection, shared: &State) -> Result<()> {
-    let mut stream: Option<Link> = None;
-    let mut w = Worker { buf: Vec::new(), aligned: AlignedBuf::default(), pace: Pace::new(shared.stream_rate) };
-    let r = (|| {
-        while let Some(job) = shared.next_job() {
-            let s = match &mut stream {
-                Some(s) => s,
-                None => {
-                    // A slow sink may hold credit back for a while; only the stall timeout ends it.
-                    let mut link = Link::new(conn.open_stream()?, shared.wrapping);
-                    link.set_timeout(shared.stall);
-                    stream.insert(link)
-                }
-            };
-            match job {
-                Job::Chunk { file, index, have } => send_chunk(s, &file, index, have, shared, &mut w)?,
-                Job::Whole(file) => send_whole(s, &file, shared, &mut w)?,
-            }
-        }
-        if let Some(s) = &stream {
-            s.close()?;
-        }
-        Ok(())
-    })();
-    if r.is_err() {
-        shared.stop();
-    }
-    r
-}
-
-/// What each sending thread keeps from job to job.
-struct Worker {
-    buf: Vec<u8>,
-    /// For direct reads.
-    aligned: AlignedBuf,
-    pace: Pace,
-}
-
-fn send_chunk(s: &Link, f: &SrcFile, index: u32, have: Option<u128>, sh: &State, w: &mut Worker) -> Result<()> {
-    let offset = index as u64 * sh.chunk;
-    let len = (f.size - offset).min(sh.chunk) as usize;
-    let (id, file) = (f.id, f.file.as_ref().expect("sized files are open"));
-    if f.sparse && is_hole(file, offset, len as u64) {
-        s.send(&Msg::Hole { id, index }, &[])?;
-    } else if let Some(have) = have {
-        // The sink may hold this chunk already: read and compare before sending anything.
-        let buf = &mut w.buf;
-        buf.resize(len, 0);
-        file.read_exact_at(buf, offset).map_err(|e| changed_or_io(&f.path, e))?;
-        if XxHash3_128::oneshot(buf) == have {
-            s.send(&Msg::Same { id, index }, &[])?;
-            sh.progress.add_reused(len as u64);
-        } else {
-            w.pace.wait(len as u64);
-            send_buffered(s, id, index, buf)?;
-        }
-    } else {
-        return send_read(s, f, index, sh, w);
-    }
-    sh.progress.add_bytes(len as u64);
-    Ok(())
-}
-
-/// Reads chunk `index` of a sized file straight onto the stream (into transport memory where
-/// it can), checksumming it on the way; its checksum follows. With `--direct` it is read
-/// into aligned memory instead, past the page cache.
-fn send_read(s: &Link, f: &SrcFile, index: u32, sh: &State, w: &mut Worker) -> Result<()> {
-    let offset = index as u64 * sh.chunk;
-    let len = (f.size - offset).min(sh.chunk) as usize;
-    let file = f.file.as_ref().expect("sized files are open");
-    w.pace.wait(len as u64);
-    if let Some(direct) = f.direct(sh) {
-        let data = direct::read_at(direct, file, &mut w.aligned, len, offset).map_err(|e| changed_or_io(&f.path, e))?;
-        send_buffered(s, f.id, index, data)?;
-    } else {
-        let mut sum = XxHash3_128::new();
-        let mut at = offset;
-        let read = s.send_filled(&Msg::Chunk { id: f.id, index }, len, &mut w.buf, |piece| {
-            file.read_exact_at(piece, at)?;
-            sum.write(piece);
-            at += piece.len() as u64;
-            Ok(())
-        })?;
-        read.map_err(|e| changed_or_io(&f.path, e))?;
-        s.send(&Msg::ChunkSum { sum: sum.finish_128() }, &[])?;
-    }
-    sh.progress.add_bytes(len as u64);
-    Ok(())
-}
-
-/// Sends a chunk already in memory, and its checksum.
-fn send_buffered(s: &Link, id: u64, index: u32, data: &[u8]) -> Result<()> {
-    s.send(&Msg::Chunk { id, index }, &[data])?;
-    s.send(&Msg::ChunkSum { sum: XxHash3_128::oneshot(data) }, &[])
-}
-
-/// Sends a file's chunks in order on one stream; standard input ends where it ends, with `Eof`.
-fn send_whole(s: &Link, f: &SrcFile, sh: &State, w: &mut Worker) -> Result<()> {
-    let reader = match (&f.file, sh.reader) {
-        (Some(_), _) => {
-            // A sized file ends with its last chunk.
-            for index in 0..f.size.div_ceil(sh.chunk) as u32 {
-                send_read(s, f, index, sh, w)?;
-            }
-            return Ok(());
-        }
-        (None, Some(reader)) => reader,
-        (None, None) => return Err(FilesError::Protocol("a streamed file without a stream".into())),
-    };
-    let mut reader = reader.lock();
-    let (buf, mut offset) = (&mut w.buf, 0u64);
-    for index in 0.. {
-        buf.resize(sh.chunk as usize, 0);
-        let n = fill(&mut *reader, buf).map_err(|e| FilesError::io(Path::new("<input stream>"), e))?;
-        if n == 0 {
-            break;
-        }
-        w.pace.wait(n as u64);
-        send_buffered(s, f.id, index, &buf[..n])?;
-        offset += n as u64;
-        sh.progress.add_bytes(n as u64);
-    }
-    s.send(&Msg::Eof { id: f.id, size: offset }, &[])
-}
-
-/// Holds one stream to its share of `--bwlimit`.
-struct Pace {
-    rate: Option<u64>,
-    start: std::time::Instant,
-    sent: u64,
-}
-
-impl Pace {
-    fn new(rate: Option<u64>) -> Self {
-        Pace { rate, start: std::time::Instant::now(), sent: 0 }
-    }
-
-    /// Sleeps until sending `n` more bytes keeps within the rate.
-    fn wait(&mut self, n: u64) {
-        let Some(rate) = self.rate else { return };
-        let due = std::time::Duration::from_secs_f64(self.sent as f64 / rate as f64);
-        if let Some(ahead) = due.checked_sub(self.start.elapsed()) {
-            thread::sleep(ahead);
-        }
-        self.sent += n;
-    }
-}
-
-/// Reads until `buf` is full or the input ends.
-fn fill(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
-
-fn changed_or_io(path: &Path, e: std::io::Error) -> FilesError {
-    if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        FilesError::Changed { path: path.display().to_string() }
-    } else {
-        FilesError::io(path, e)
-    }
-}
-
-/// True when `[offset, offset+len)` holds no data (a hole), by `SEEK_DATA`.
-fn is_hole(file: &File, offset: u64, len: u64) -> bool {
-    // SAFETY: lseek on a descriptor we own; it only moves the file offset, which pread ignores.
-    let data = unsafe { libc::lseek(file.as_raw_fd(), offset as libc::off_t, libc::SEEK_DATA) };
-    if data < 0 {
-        // ENXIO: no data at or after offset. Any other error: assume data, read it.
-        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
-    }
-    data as u64 >= offset + len
 }
