@@ -67,21 +67,24 @@ pub(super) struct Shared {
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 enum Run {
-    Running,
+    Running = 0,
     /// The application is gone but the peer may still be reading what we sent: keep serving
     /// it until it hangs up, for at most `LINGER_LIMIT`.
-    Lingering,
-    Stopping,
+    Lingering = 1,
+    Stopping = 2,
 }
 
 impl Run {
+    /// The state stored in `state` (as `Run as u8`).
     fn load(state: &AtomicU8) -> Run {
-        [Run::Running, Run::Lingering]
-            .into_iter()
-            .find(|r| *r as u8 == state.load(Ordering::SeqCst))
-            .unwrap_or(Run::Stopping)
+        match state.load(Ordering::SeqCst) {
+            0 => Run::Running,
+            1 => Run::Lingering,
+            _ => Run::Stopping,
+        }
     }
 }
+
 /// How long a closed connection keeps its worker for a peer still reading.
 pub(super) const LINGER_LIMIT: Duration = Duration::from_secs(5);
 
