@@ -358,6 +358,13 @@ impl Drop for Core {
     fn drop(&mut self) {
         self.inbox.release_deferred();
         self.close_ep(true, Duration::from_secs(1));
+        // A forced close fails what was in flight, but the requests only complete (and go
+        // back to UCX's pool) through progress: give them a moment before the worker goes.
+        let deadline = Instant::now() + Duration::from_millis(100);
+        while (self.sends_in_flight > 0 || !self.inflight.is_empty()) && Instant::now() < deadline {
+            self.progress();
+            self.reap();
+        }
         // SAFETY: created in `Core::new`, destroyed once. The inbox and the buffers of
         // receives still in flight drop after this, once UCX can no longer write to them.
         unsafe { lib().ucp_worker_destroy(self.worker) };
