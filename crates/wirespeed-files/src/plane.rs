@@ -46,7 +46,10 @@ impl std::str::FromStr for Transport {
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
             "auto" => Ok(Transport::Auto),
-            _ => s.parse().map(Transport::Only).map_err(|e| format!("{e} or auto")),
+            _ => s
+                .parse()
+                .map(Transport::Only)
+                .map_err(|_: String| format!("unknown transport {s:?} (expected auto, {})", Fabric::names())),
         }
     }
 }

@@ -42,6 +42,11 @@ impl Fabric {
     /// them in.
     pub const ALL: [Fabric; 3] = [Fabric::Shm, Fabric::Ucx, Fabric::Tcp];
 
+    /// The names of every fabric a URL can name, for messages: "shm, ucx, tcp".
+    pub fn names() -> String {
+        Fabric::ALL.map(Fabric::name).join(", ")
+    }
+
     /// The URL scheme (`tcp` in `tcp://host:port`); also the fabric's name in messages.
     pub fn name(self) -> &'static str {
         match self {
@@ -95,10 +100,10 @@ impl std::str::FromStr for Fabric {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        Fabric::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| {
-            let names: Vec<_> = Fabric::ALL.iter().map(|f| f.name()).collect();
-            format!("unknown fabric {s:?} (expected {})", names.join(", "))
-        })
+        Fabric::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| format!("unknown fabric {s:?} (expected {})", Fabric::names()))
     }
 }
 

@@ -44,14 +44,17 @@ pub fn transport(name: &str) -> anyhow::Result<Transport> {
         "auto" => Transport::Auto,
         "grpc" => Transport::Grpc,
         other => {
-            Transport::Only(other.parse::<Fabric>().map_err(|e| anyhow::anyhow!("--transport: {e}, auto or grpc"))?)
+            Transport::Only(other.parse::<Fabric>().map_err(|_| {
+                anyhow::anyhow!("unknown transport {other:?} (expected auto, grpc, {})", Fabric::names())
+            })?)
         }
     })
 }
 
 pub fn run(a: GetArgs) -> anyhow::Result<()> {
     crate::interrupt::install()?;
-    let mut client = Client::connect(&a.url)?.with_transport(transport(&a.transport)?);
+    let transport = transport(&a.transport)?;
+    let mut client = Client::connect(&a.url)?.with_transport(transport);
     if let Some(key) = super::key(a.key_file.as_deref())? {
         client = client.with_key(key);
     }

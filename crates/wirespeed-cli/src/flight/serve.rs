@@ -53,7 +53,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?;
     let mut planes = Vec::new();
     for p in a.planes.iter().filter(|p| p.as_str() != "none") {
-        planes.push(p.parse::<Fabric>().map_err(|e| anyhow::anyhow!("--planes: {e} or none"))?);
+        planes.push(
+            p.parse::<Fabric>()
+                .map_err(|_| anyhow::anyhow!("unknown plane {p:?} (expected {} or none)", Fabric::names()))?,
+        );
     }
     let limits = Limits {
         calls_per_client: a.calls_per_client.max(1),
