@@ -95,7 +95,7 @@ mod tests {
     #[test]
     fn one_line_says_each_cause_once() {
         let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "cannot listen on :7470: in use");
-        let e = anyhow::Error::from(FilesError::Transport(Error::Io(io))).context("starting the receiver");
+        let e = anyhow::Error::from(FilesError::Transport(Error::from(io))).context("starting the receiver");
         assert_eq!(one_line(&e), "starting the receiver: I/O: cannot listen on :7470: in use");
         assert_eq!(code_for(&e), IO);
         let coded = anyhow::Error::from(Coded { code: 7, message: "stage 2 failed".into() });

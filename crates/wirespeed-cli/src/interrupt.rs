@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::sys::signal::{SigSet, Signal, raise};
+use wirespeed::sync::Unpoison;
 
 static REGISTERED: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -47,5 +48,5 @@ impl Drop for Registration {
 }
 
 fn lock() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf)>> {
-    REGISTERED.lock().unwrap_or_else(|p| p.into_inner())
+    REGISTERED.lock().unpoison()
 }

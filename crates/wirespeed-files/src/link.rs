@@ -11,6 +11,7 @@ use crate::envelope::{self, Place, SEALED, SealKey};
 use crate::error::FailClass;
 use crate::error::{FilesError, Result};
 use crate::proto::Msg;
+use wirespeed::sync::Unpoison;
 
 /// Largest body a control message may unwrap to: a batch of entries is far smaller.
 const CONTROL_BODY_MAX: u64 = 64 << 20;
@@ -107,7 +108,7 @@ impl Link {
             return Ok(self.stream.send(&header, body)?);
         }
         let sealing = self.sealing.load(Ordering::Relaxed);
-        let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sent = self.sent.lock().unpoison();
         let seal = match (sealing, self.wrapping.send_key()) {
             (true, Some(key)) => Some((key, Place { stream: self.stream.id(), counter: *sent })),
             _ => None,
@@ -167,7 +168,7 @@ impl Link {
     /// finished the stream. A `Fail` from the peer becomes [`FilesError::Remote`].
     pub fn recv_start(&self) -> Result<Option<(Msg, Body)>> {
         let Some(inc) = self.stream.recv_start()? else { return Ok(None) };
-        let mut received = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        let mut received = self.received.lock().unpoison();
         let at = Place { stream: self.stream.id(), counter: *received };
         let opened = envelope::open_header(&inc.header, self.wrapping.recv_key(), at)?;
         if opened.flags & SEALED != 0 {

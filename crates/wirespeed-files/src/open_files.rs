@@ -7,6 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::error::{FilesError, Result};
+use wirespeed::sync::Unpoison;
 
 /// How often a waiting walk looks whether the transfer failed.
 const POLL: Duration = Duration::from_millis(100);
@@ -22,7 +23,7 @@ pub struct Held(Arc<OpenFiles>);
 
 impl Drop for Held {
     fn drop(&mut self) {
-        *self.0.held.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        *self.0.held.lock().unpoison() -= 1;
         self.0.freed.notify_one();
     }
 }
@@ -50,7 +51,7 @@ impl OpenFiles {
 
     /// A slot if one is free now.
     pub fn try_hold(self: &Arc<Self>) -> Option<Held> {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.held.lock().unpoison();
         (*held < self.cap).then(|| {
             *held += 1;
             Held(self.clone())
@@ -60,12 +61,12 @@ impl OpenFiles {
     /// Waits for a slot; the files holding them are released as their last chunks go out,
     /// so the wait ends unless the transfer fails (`failed`).
     pub fn hold(self: &Arc<Self>, failed: &AtomicBool) -> Result<Held> {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.held.lock().unpoison();
         while *held >= self.cap {
             if failed.load(Ordering::Relaxed) {
                 return Err(FilesError::Stopped);
             }
-            held = self.freed.wait_timeout(held, POLL).unwrap_or_else(|p| p.into_inner()).0;
+            held = self.freed.wait_timeout(held, POLL).unpoison().0;
         }
         *held += 1;
         Ok(Held(self.clone()))

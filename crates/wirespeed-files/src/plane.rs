@@ -130,12 +130,12 @@ impl Server {
     pub fn bind_in(host: &str, ports: Ports, transport: Transport, key: &Key, config: &Config) -> Result<Server> {
         for port in ports.first..=ports.last {
             match Server::bind(&format!("{host}:{port}"), transport, key, config) {
-                Err(FilesError::Transport(wirespeed::Error::Io(e))) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+                Err(FilesError::Transport(e)) if e.io_kind() == Some(std::io::ErrorKind::AddrInUse) => {}
                 r => return r,
             }
         }
         let why = format!("cannot listen on {host}: every port in {ports} is taken");
-        Err(wirespeed::Error::Io(std::io::Error::new(std::io::ErrorKind::AddrInUse, why)).into())
+        Err(wirespeed::Error::from(std::io::Error::new(std::io::ErrorKind::AddrInUse, why)).into())
     }
 
     /// The port clients connect to.

@@ -1,6 +1,7 @@
 //! A value several threads of a transfer use in turn.
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use wirespeed::sync::Unpoison;
 
 /// Shared, locked access to one value (a byte stream being read or written in order).
 pub struct Shared<T>(Arc<Mutex<T>>);
@@ -11,7 +12,7 @@ impl<T> Shared<T> {
     }
 
     pub fn lock(&self) -> MutexGuard<'_, T> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.lock().unpoison()
     }
 }
 

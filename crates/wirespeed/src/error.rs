@@ -1,6 +1,7 @@
 //! Typed errors of the library. Protocol-level codes travel in ERROR and RESET frames.
 
 use std::io;
+use std::sync::Arc;
 
 /// Codes carried by ERROR (connection) and RESET (stream) frames. Values below
 /// [`ErrorCode::APP_BASE`] are wirespeed's own; applications use the rest.
@@ -58,8 +59,96 @@ pub enum FrameError {
     Malformed(&'static str),
 }
 
-/// Everything the library can fail with.
-#[derive(Debug, thiserror::Error)]
+/// Something a peer did that the protocol forbids. Always fatal for the connection, and
+/// reported to the peer in an ERROR frame (see [`Violation::code`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Violation {
+    #[error("unexpected {kind} frame ({meta_len} meta bytes) during the handshake")]
+    HandshakeFrame { kind: &'static str, meta_len: usize },
+    #[error("unknown fabric id {0} in the hello")]
+    UnknownFabric(u8),
+    #[error("the peer offers no stream window")]
+    NoStreamWindow,
+    #[error("{0} frame after Close")]
+    FrameAfterClose(&'static str),
+    #[error("unexpected {0} frame after the handshake")]
+    UnexpectedFrame(&'static str),
+    #[error("stream frame on stream 0")]
+    StreamZero,
+    #[error("frame for stream {0}, which we never opened")]
+    UnopenedStream(u32),
+    #[error("stream {0} skips more ids than the stream limit")]
+    StreamIdGap(u32),
+    #[error("stream ids exhausted")]
+    StreamIdsExhausted,
+    #[error("a message on stream {0} before the previous one ended")]
+    MessageInMessage(u32),
+    #[error("message frame without a body length")]
+    MessageWithoutLength,
+    #[error("message payload longer than its body")]
+    PayloadOverBody,
+    #[error("a message on stream {0} after its Finish")]
+    MessageAfterFinish(u32),
+    #[error("data on stream {0} without a message")]
+    DataWithoutMessage(u32),
+    #[error("more data on stream {0} than its message announced")]
+    DataOverBody(u32),
+    #[error("a second Finish on stream {0}")]
+    FinishedTwice(u32),
+    #[error("finish in the middle of a message on stream {0}")]
+    FinishMidMessage(u32),
+    #[error("message events out of order")]
+    EventsOutOfOrder,
+    #[error("credit overflow")]
+    CreditOverflow,
+    #[error("stream {stream}: the peer sent {sent} bytes with only {credit} bytes of credit")]
+    CreditExceeded { stream: u32, sent: u64, credit: u64 },
+    #[error("malformed {0}")]
+    Malformed(&'static str),
+    #[error("one-sided access outside region {region}")]
+    OutsideRegion { region: u32 },
+    #[error("region {0} is not exposed")]
+    UnknownRegion(u32),
+    #[error("a reply to get {0}, which we never sent")]
+    UnrequestedReply(u64),
+    #[error("more bytes than get {0} asked for")]
+    ReplyTooLong(u64),
+    #[error("the peer shared more than {0} regions")]
+    TooManyRegions(usize),
+    #[error("a frame refers to a shared region the peer never sent")]
+    UnsharedRegion,
+    #[error("the peer's shared region {0}")]
+    BadSharedRegion(String),
+    #[error("the server sent the wrong descriptors")]
+    WrongDescriptors,
+    #[error("the server offered a ring of {0} bytes")]
+    RingSize(u64),
+    #[error("the shared memory has the wrong size")]
+    SharedMemorySize,
+    #[error("unexpected bytes on the bootstrap socket")]
+    BootstrapBytes,
+    #[error("a UCX worker address of {0} bytes")]
+    WorkerAddressLength(usize),
+    #[error("not a UCX worker address (header byte {0:#04x})")]
+    NotWorkerAddress(u8),
+    #[error("an in-process {0} does not match its header")]
+    InProcessMismatch(&'static str),
+}
+
+impl Violation {
+    /// The code an ERROR frame reporting this violation carries.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Violation::CreditExceeded { .. } | Violation::CreditOverflow => ErrorCode::FLOW_CONTROL,
+            _ => ErrorCode::PROTOCOL,
+        }
+    }
+}
+
+/// Everything the library can fail with. `Clone`, so a failed connection hands the same
+/// typed error to each of its streams.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     #[error("invalid endpoint URL {url:?}: {reason}")]
     Url { url: String, reason: String },
@@ -76,7 +165,10 @@ pub enum Error {
     #[error("bad frame: {0}")]
     Frame(#[from] FrameError),
     #[error("protocol violation: {0}")]
-    Protocol(String),
+    PeerMisbehaved(#[from] Violation),
+    /// This end's own mistake in using the API; nothing the peer did.
+    #[error("{0}")]
+    Usage(&'static str),
     #[error("the peer reported {code}: {message}")]
     Remote { code: ErrorCode, message: String },
     #[error("stream {stream} was reset: {code}")]
@@ -94,7 +186,13 @@ pub enum Error {
     #[error("rejected a client {peer}: {reason}")]
     Rejected { peer: String, reason: Box<Error> },
     #[error("I/O: {0}")]
-    Io(#[from] io::Error),
+    Io(Arc<io::Error>),
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(Arc::new(e))
+    }
 }
 
 impl Error {
@@ -103,7 +201,8 @@ impl Error {
         match self {
             Error::Auth(_) => ErrorCode::AUTH,
             Error::Version { .. } => ErrorCode::VERSION,
-            Error::Frame(_) | Error::Protocol(_) | Error::BadMagic | Error::WrongFabric { .. } => ErrorCode::PROTOCOL,
+            Error::PeerMisbehaved(v) => v.code(),
+            Error::Frame(_) | Error::BadMagic | Error::WrongFabric { .. } => ErrorCode::PROTOCOL,
             Error::Limit(_) => ErrorCode::LIMIT,
             Error::Timeout(_) => ErrorCode::TIMEOUT,
             Error::Remote { code, .. } | Error::Reset { code, .. } => *code,
@@ -112,22 +211,11 @@ impl Error {
         }
     }
 
-    /// A copy good enough to hand to every stream of a failed connection.
-    pub(crate) fn duplicate(&self) -> Error {
+    /// The I/O error's kind, when this is one.
+    pub fn io_kind(&self) -> Option<io::ErrorKind> {
         match self {
-            Error::Io(e) => Error::ConnectionLost(e.to_string()),
-            Error::Remote { code, message } => Error::Remote { code: *code, message: message.clone() },
-            Error::Version { ours, theirs } => Error::Version { ours: *ours, theirs: *theirs },
-            Error::Auth(s) => Error::Auth(s),
-            Error::Frame(f) => Error::Frame(f.clone()),
-            Error::Protocol(s) => Error::Protocol(s.clone()),
-            Error::ConnectionLost(s) => Error::ConnectionLost(s.clone()),
-            Error::Closed => Error::Closed,
-            Error::Timeout(d) => Error::Timeout(*d),
-            Error::Limit(s) => Error::Limit(s.clone()),
-            Error::Fabric { op, status } => Error::Fabric { op, status: status.clone() },
-            Error::Reset { stream, code } => Error::Reset { stream: *stream, code: *code },
-            other => Error::ConnectionLost(other.to_string()),
+            Error::Io(e) => Some(e.kind()),
+            _ => None,
         }
     }
 }

@@ -29,11 +29,12 @@ pub mod fabric;
 pub mod key;
 pub mod mem;
 pub mod proto;
+pub mod sync;
 pub mod transport;
 pub mod url;
 
 pub use bytes::Bytes;
-pub use error::{Error, ErrorCode, Result};
+pub use error::{Error, ErrorCode, Result, Violation};
 pub use fabric::Fabric;
 pub use key::Key;
 pub use mem::{Body, Buf, Recycler, SealedRegion};

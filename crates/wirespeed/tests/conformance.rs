@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use wirespeed::Fabric;
 use wirespeed::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
 use wirespeed::proto::handshake::{Handshake, Params};
-use wirespeed::{Bytes, Config, Connection, Error, ErrorCode, Key, Listener, Ready, connect, listen};
+use wirespeed::{Bytes, Config, Connection, Error, ErrorCode, Key, Listener, Ready, Violation, connect, listen};
 
 fn key() -> Key {
     Key::new("conformance key").unwrap()
@@ -451,9 +451,11 @@ fn put_into_an_unexposed_region_fails_the_connection(scheme: &str) {
     let remote = c.remote_region(&forged).unwrap();
     let _ = c.put(&remote, 0, b"intruder");
     match s.accept_stream_timeout(Duration::from_secs(10)) {
-        Err(Error::Protocol(m)) => assert!(m.contains("region 999"), "{m}"),
+        Err(Error::PeerMisbehaved(Violation::UnknownRegion(999))) => {}
         other => panic!("expected a protocol error, got {:?}", other.map(|st| st.id())),
     }
+    // Every later call on the failed connection reports the same typed violation.
+    assert!(matches!(s.open_stream().map(|st| st.id()), Err(Error::PeerMisbehaved(Violation::UnknownRegion(999)))));
     let st = c.open_stream().and_then(|st| st.send(b"x", &[]).and_then(|_| st.recv()));
     match st {
         Err(Error::Remote { code, .. }) => assert_eq!(code, ErrorCode::PROTOCOL),
@@ -681,7 +683,7 @@ fn garbage_is_rejected(scheme: &str) {
         let mut s = raw(l.url());
         let _ = s.write_all(&pattern(seed, 4096));
         assert_eq!(read_error_code(&mut *s), Some(ErrorCode::PROTOCOL.0));
-        assert!(matches!(expect_rejected(&l), Error::Frame(_) | Error::BadMagic | Error::Protocol(_)));
+        assert!(matches!(expect_rejected(&l), Error::Frame(_) | Error::BadMagic | Error::PeerMisbehaved(_)));
     }
     still_serves(&l);
 }

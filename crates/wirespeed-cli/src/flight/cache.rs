@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
+use wirespeed::sync::Unpoison;
 
 /// Batches read from a file, in order.
 pub type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
@@ -93,7 +94,7 @@ impl TableCache {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock().unpoison()
     }
 
     /// The table read from `path` while it was as `stamp` says, if it is cached.
@@ -250,7 +251,7 @@ enum End {
 
 impl Load {
     fn lock(&self) -> MutexGuard<'_, LoadState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unpoison()
     }
 }
 
@@ -287,7 +288,7 @@ impl Iterator for Reading {
         }
         let mut state = self.load.lock();
         while self.next >= state.batches.len() && state.end.is_none() {
-            state = self.load.grew.wait(state).unwrap_or_else(|p| p.into_inner());
+            state = self.load.grew.wait(state).unpoison();
         }
         if let Some(batch) = state.batches.get(self.next) {
             self.next += 1;

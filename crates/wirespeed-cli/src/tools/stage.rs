@@ -21,6 +21,7 @@ use super::agent::{confine_ucx_ports, finished, listen_address, read_key, read_l
 use super::pipe::{Cause, Spec};
 use super::remote_paths;
 use crate::exit;
+use wirespeed::sync::Unpoison;
 
 /// How long a stage waits for its neighbours to connect.
 const LINK_WAIT: Duration = Duration::from_secs(60);
@@ -101,7 +102,7 @@ struct First(Mutex<Option<(i32, Cause, String)>>);
 
 impl First {
     fn set(&self, e: &anyhow::Error, cause: Cause) {
-        let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.0.lock().unpoison();
         if f.is_none() {
             *f = Some((exit::code_for(e), cause, format!("{e:#}")));
         }
@@ -143,7 +144,7 @@ impl Stage<'_> {
                 0
             }
         };
-        match first.0.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        match first.0.into_inner().unpoison() {
             Some(failed) => failed,
             None if status != 0 => (status, Cause::Command, format!("exit status {status}")),
             None => (0, Cause::Ok, String::new()),
@@ -211,7 +212,7 @@ impl Stage<'_> {
     /// is set (the command already ended).
     fn receive(&self, out: Output, stop: &AtomicBool) -> anyhow::Result<()> {
         let deadline = Instant::now() + LINK_WAIT;
-        let input = self.input.lock().unwrap_or_else(|p| p.into_inner());
+        let input = self.input.lock().unpoison();
         let (conn, control) = loop {
             match input.accept(Duration::from_millis(200)) {
                 Ok(c) => break c,
@@ -241,7 +242,7 @@ impl Stage<'_> {
         let (conn, side) = match &self.output {
             Out::Connect(addr) => (plane::connect(addr, self.common.transport, self.key, self.cfg)?, Side::Client),
             Out::Accept(server) => {
-                let (conn, control) = server.lock().unwrap_or_else(|p| p.into_inner()).accept(LINK_WAIT)?;
+                let (conn, control) = server.lock().unpoison().accept(LINK_WAIT)?;
                 (conn, Side::Server(control))
             }
         };

@@ -18,6 +18,7 @@ use crate::error::{FilesError, Result};
 use crate::link::{self, Body, Link};
 use crate::proto::{Msg, STREAMED};
 use crate::shared::Shared;
+use wirespeed::sync::Unpoison;
 
 const BLOCK: usize = 4096;
 /// Most bytes of a chunk gathered for one direct write.
@@ -60,7 +61,7 @@ pub(super) fn serve_data(stream: &Link, sh: &State) -> Result<()> {
                     return Err(FilesError::Protocol("Eof for a file of known size".into()));
                 }
                 // Its chunks came in order on this stream, before it: all of them are written.
-                if f.state.lock().unwrap_or_else(|p| p.into_inner()).next as u64 != size.div_ceil(sh.chunk) {
+                if f.state.lock().unpoison().next as u64 != size.div_ceil(sh.chunk) {
                     return Err(FilesError::Protocol(format!(
                         "{}: Eof at {size} bytes does not match the chunks sent",
                         f.dest.display()
@@ -83,7 +84,7 @@ pub(super) fn serve_data(stream: &Link, sh: &State) -> Result<()> {
             return Err(bad("is not data")); // a streamed file is all data chunks
         }
         if !streamed {
-            let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = f.state.lock().unpoison();
             if index as u64 >= st.total || !st.seen.insert(index) {
                 return Err(bad("is unknown or repeated"));
             }
@@ -125,7 +126,7 @@ pub(super) fn serve_data(stream: &Link, sh: &State) -> Result<()> {
         }
         sh.progress.add_bytes(got);
         if !streamed {
-            let mut st = f.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = f.state.lock().unpoison();
             st.written += 1;
             if st.written == st.total {
                 drop(st);

@@ -24,6 +24,7 @@ use super::{State, set_metadata};
 use crate::error::{FilesError, Result};
 use crate::paths::part_name;
 use crate::proto::Entry;
+use wirespeed::sync::Unpoison;
 
 /// Files per unit: enough to pay for handing it over, few enough to share a batch out.
 const UNIT_FILES: usize = 16;
@@ -83,7 +84,7 @@ impl<'a> Units<'a> {
     /// must happen after the files so far, and at the end of the batch.
     pub fn flush(&mut self, sh: &State) -> Result<()> {
         let Some(unit) = self.current.take() else { return Ok(()) };
-        *sh.pending.lock().unwrap_or_else(|p| p.into_inner()) += unit.files.len() as u64;
+        *sh.pending.lock().unpoison() += unit.files.len() as u64;
         self.queue.send(unit).map_err(|_| FilesError::Stopped)
     }
 }
@@ -92,7 +93,7 @@ impl<'a> Units<'a> {
 pub fn write_units(queue: &Mutex<mpsc::Receiver<Unit>>, sh: &State) {
     let mut unnamed = true;
     loop {
-        let unit = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let unit = queue.lock().unpoison().recv();
         let Ok(unit) = unit else { return };
         let n = unit.files.len() as u64;
         // After a failure the rest is only counted off, so the control thread can finish.
@@ -102,7 +103,7 @@ pub fn write_units(queue: &Mutex<mpsc::Receiver<Unit>>, sh: &State) {
             sh.over.store(true, Ordering::Relaxed);
             sh.fail(e);
         }
-        *sh.pending.lock().unwrap_or_else(|p| p.into_inner()) -= n;
+        *sh.pending.lock().unpoison() -= n;
         sh.changed.notify_all();
     }
 }

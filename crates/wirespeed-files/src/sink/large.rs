@@ -18,6 +18,7 @@ use crate::error::{FilesError, Result};
 use crate::link::Link;
 use crate::paths::part_path;
 use crate::proto::{Entry, Msg, STREAMED};
+use wirespeed::sync::Unpoison;
 
 /// How often a chunk waiting for its turn looks whether the transfer failed.
 const TURN_POLL: Duration = Duration::from_millis(100);
@@ -52,7 +53,7 @@ impl SinkFile {
         if sh.stream.is_some() {
             return Ok(None);
         }
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = self.out.lock().unpoison();
         if out.is_none() {
             if let Some(base) = &self.base {
                 fs::copy(base, &self.part).map_err(|e| FilesError::io(&self.part, e))?;
@@ -75,7 +76,7 @@ impl SinkFile {
     pub(super) fn wait_turn(&self, index: u32, sh: &State) -> Result<()> {
         let streamed = self.entry.size == STREAMED;
         let bad = |why: &str| FilesError::Protocol(format!("{}: chunk {index} {why}", self.dest.display()));
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.lock().unpoison();
         // When the file last moved on; it may stall no longer than the stall timeout.
         let mut moved = (st.next, Instant::now());
         while index != st.next {
@@ -87,17 +88,17 @@ impl SinkFile {
             } else if moved.1.elapsed() >= sh.stall {
                 return Err(bad("waited too long for the chunks before it"));
             }
-            if sh.over.load(Ordering::Relaxed) || sh.failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            if sh.over.load(Ordering::Relaxed) || sh.failed.lock().unpoison().is_some() {
                 return Err(FilesError::Stopped);
             }
-            st = self.turn.wait_timeout(st, TURN_POLL).unwrap_or_else(|p| p.into_inner()).0;
+            st = self.turn.wait_timeout(st, TURN_POLL).unpoison().0;
         }
         Ok(())
     }
 
     /// A stream output's chunk is written: the next may go.
     pub(super) fn pass_turn(&self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).next += 1;
+        self.state.lock().unpoison().next += 1;
         self.turn.notify_all();
     }
 }
@@ -147,8 +148,8 @@ pub(super) fn ask(control: &Link, dest: PathBuf, e: Entry, sh: &State) -> Result
         entry: e,
     };
     let id = file.entry.id;
-    *sh.pending.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-    if sh.files.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(file)).is_some() {
+    *sh.pending.lock().unpoison() += 1;
+    if sh.files.lock().unpoison().insert(id, Arc::new(file)).is_some() {
         return Err(FilesError::Protocol(format!("file id {id} sent twice")));
     }
     control.send(&Msg::Want { id, ordered: sh.stream.is_some(), have }, &[])
@@ -191,12 +192,12 @@ pub(super) fn chunk_sums(path: &Path, size: u64, chunk: u64) -> Result<Option<Ve
 }
 
 pub(super) fn file(sh: &State, id: u64) -> Result<Arc<SinkFile>> {
-    let files = sh.files.lock().unwrap_or_else(|p| p.into_inner());
+    let files = sh.files.lock().unpoison();
     files.get(&id).cloned().ok_or_else(|| FilesError::Protocol(format!("data for file {id}, which was not asked for")))
 }
 
 pub(super) fn finish(sh: &State, f: &SinkFile) -> Result<()> {
-    if std::mem::replace(&mut f.state.lock().unwrap_or_else(|p| p.into_inner()).finished, true) {
+    if std::mem::replace(&mut f.state.lock().unpoison().finished, true) {
         return Err(FilesError::Protocol(format!("{}: finished twice", f.dest.display())));
     }
     if f.entry.size == STREAMED {
@@ -205,7 +206,7 @@ pub(super) fn finish(sh: &State, f: &SinkFile) -> Result<()> {
     if let Some(out) = &sh.stream {
         out.lock().flush().map_err(|e| FilesError::io(Path::new("<output stream>"), e))?;
     } else {
-        let out = f.out.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let out = f.out.lock().unpoison().clone();
         match out.as_deref() {
             Some(part) => finish_file(&part.file, &f.part, &f.dest, &f.entry, sh.preserve)?,
             // Every chunk was already there in the destination.
@@ -219,10 +220,10 @@ pub(super) fn finish(sh: &State, f: &SinkFile) -> Result<()> {
     }
     // Done with: its descriptor closes now rather than at the end of the transfer, so a
     // tree of many files stays within the descriptor limit.
-    sh.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&f.entry.id);
-    f.out.lock().unwrap_or_else(|p| p.into_inner()).take();
+    sh.files.lock().unpoison().remove(&f.entry.id);
+    f.out.lock().unpoison().take();
     sh.progress.file_done();
-    *sh.pending.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+    *sh.pending.lock().unpoison() -= 1;
     sh.changed.notify_all();
     Ok(())
 }

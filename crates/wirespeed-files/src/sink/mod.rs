@@ -35,6 +35,7 @@ use crate::progress::Progress;
 use crate::proto::{self, Entry, Kind, Msg, STREAMED};
 use crate::shared::Shared;
 use crate::{Report, SinkOptions, Summary};
+use wirespeed::sync::Unpoison;
 
 /// Where received data goes.
 #[derive(Clone, Debug)]
@@ -87,7 +88,7 @@ struct State<'a> {
 
 impl State<'_> {
     fn fail(&self, e: FilesError) {
-        let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.failed.lock().unpoison();
         *f = Some(match f.take() {
             Some(first) => first.or_cause(e),
             None => e,
@@ -111,7 +112,7 @@ impl State<'_> {
     }
 
     fn take_failure(&self) -> Option<FilesError> {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
+        self.failed.lock().unpoison().take()
     }
 }
 
@@ -339,7 +340,7 @@ fn control_loop(
     };
     // Wait for the data streams to finish every file. All data was sent before End, so a
     // wait with no progress for a whole timeout means the source left some out.
-    let mut pending = sh.pending.lock().unwrap_or_else(|p| p.into_inner());
+    let mut pending = sh.pending.lock().unpoison();
     let (mut seen, mut since) = (sh.progress.get().0, Instant::now());
     while *pending > 0 {
         if let Some(e) = sh.take_failure() {
@@ -351,7 +352,7 @@ fn control_loop(
         } else if since.elapsed() > sh.stall {
             return Err(FilesError::Protocol(format!("{} files never arrived in full", *pending)));
         }
-        pending = sh.changed.wait_timeout(pending, Duration::from_millis(200)).unwrap_or_else(|p| p.into_inner()).0;
+        pending = sh.changed.wait_timeout(pending, Duration::from_millis(200)).unpoison().0;
     }
     drop(pending);
     if let Some(e) = sh.take_failure() {

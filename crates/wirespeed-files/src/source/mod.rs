@@ -29,6 +29,7 @@ use crate::walk::{self, Found, Walk};
 
 use self::batch::{Batch, Small};
 use self::data::serve_jobs;
+use wirespeed::sync::Unpoison;
 
 /// Files up to this size travel inline with their entries.
 pub const INLINE_MAX: u64 = 64 << 10;
@@ -194,7 +195,7 @@ impl State<'_> {
 
     /// The next job, or `None` once every wanted file is handed out (or the transfer failed).
     fn next_job(&self) -> Option<Job> {
-        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self.queue.lock().unpoison();
         loop {
             if self.failed.load(Ordering::Relaxed) {
                 return None;
@@ -205,7 +206,7 @@ impl State<'_> {
             if q.asks == Some(q.wants) {
                 return None;
             }
-            q = self.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+            q = self.ready.wait(q).unpoison();
         }
     }
 }
@@ -380,7 +381,7 @@ fn send_entries(
                         direct: OnceLock::new(),
                         _held: held,
                     };
-                    shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id, Arc::new(src));
+                    shared.waiting.lock().unpoison().insert(entry.id, Arc::new(src));
                     if entry.size != STREAMED {
                         bytes += entry.size;
                         shared.progress.add_total(entry.size);
@@ -414,7 +415,7 @@ fn send_entries(
         }
     }
     batch.flush(control, shared.progress)?;
-    shared.queue.lock().unwrap_or_else(|p| p.into_inner()).asks = Some(asks);
+    shared.queue.lock().unpoison().asks = Some(asks);
     shared.ready.notify_all();
     Ok((files, bytes + batch.inline_bytes))
 }
@@ -453,11 +454,11 @@ fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
         };
         match msg {
             Msg::Want { id, ordered, have } => {
-                let file = shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                let file = shared.waiting.lock().unpoison().remove(&id);
                 let Some(file) = file else {
                     return Err(FilesError::Protocol(format!("the sink wants file {id}, which is not on offer")));
                 };
-                let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+                let mut q = shared.queue.lock().unpoison();
                 q.wants += 1;
                 // Chunks for an ordered output spread over the streams, except over a shared
                 // ring: there one stream already reads straight into it, and chunks waiting
@@ -474,13 +475,13 @@ fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
                 shared.ready.notify_all();
             }
             Msg::Keep { id } => {
-                let file = shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                let file = shared.waiting.lock().unpoison().remove(&id);
                 let Some(file) = file else {
                     return Err(FilesError::Protocol(format!("the sink keeps file {id}, which is not on offer")));
                 };
                 // Dropping it closes the file, which frees its slot for the walk.
                 shared.progress.keep(file.size);
-                shared.queue.lock().unwrap_or_else(|p| p.into_inner()).wants += 1;
+                shared.queue.lock().unpoison().wants += 1;
                 shared.ready.notify_all();
             }
             Msg::Done { files, bytes, kept, kept_bytes, deleted } => {

@@ -19,6 +19,7 @@ use sha2::Sha256;
 use tonic::codegen::http::HeaderMap;
 
 use crate::error::{Code, Error, Result};
+use wirespeed::sync::Unpoison;
 
 const TOKEN_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
@@ -116,7 +117,7 @@ struct Throttle {
 
 impl Throttle {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, (u32, Instant)>> {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner())
+        self.failures.lock().unpoison()
     }
 
     fn admit(&self, peer: Option<IpAddr>) -> Result<()> {

@@ -29,6 +29,7 @@ use super::budget::{Budget, Budgeted};
 use super::router::Router;
 use super::{CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW};
 use crate::plane::server::{OpenCall, Shared};
+use wirespeed::sync::Unpoison;
 
 /// Bounds on what one connection or client may hold.
 #[derive(Clone, Debug)]
@@ -203,7 +204,7 @@ struct Clients {
 
 impl Clients {
     fn enter(self: &Arc<Self>, ip: IpAddr, limit: usize) -> Option<ClientCall> {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.open.lock().unpoison();
         let n = open.entry(ip).or_default();
         if *n >= limit {
             return None;
@@ -220,7 +221,7 @@ struct ClientCall {
 
 impl Drop for ClientCall {
     fn drop(&mut self) {
-        let mut open = self.clients.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.clients.open.lock().unpoison();
         if let Some(n) = open.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {

@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::sync::Unpoison;
 use bytes::Bytes;
 
 /// A pool of spare buffers, shared by its clones.
@@ -43,7 +44,7 @@ impl Recycler {
     }
 
     fn pop(&self) -> Option<Vec<u8>> {
-        self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop()
+        self.spare.lock().unpoison().pop()
     }
 
     /// `buf` as shared bytes that come back here when the last reference drops.
@@ -60,7 +61,7 @@ impl AsRef<[u8]> for Loan {
 
 impl Drop for Loan {
     fn drop(&mut self) {
-        let mut spare = self.home.spare.lock().unwrap_or_else(|p| p.into_inner());
+        let mut spare = self.home.spare.lock().unpoison();
         if spare.len() < self.home.keep {
             spare.push(std::mem::take(&mut self.buf));
         }

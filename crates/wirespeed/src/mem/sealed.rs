@@ -22,7 +22,8 @@ use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
 use super::{Lender, Mapping};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
+use crate::sync::Unpoison;
 
 /// Seals every region carries; a peer maps only memory that has them.
 const SEALS: SealFlag = SealFlag::F_SEAL_WRITE.union(SealFlag::F_SEAL_SHRINK).union(SealFlag::F_SEAL_GROW);
@@ -62,7 +63,7 @@ impl SealedRegion {
         fcntl(&fd, FcntlArg::F_ADD_SEALS(SEALS | SealFlag::F_SEAL_SEAL)).map_err(io::Error::from)?;
         let map = Mapping::read_only(&fd, len)?;
         let region = Arc::new(Region { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), map, fd });
-        let mut live = LIVE.write().unwrap_or_else(|p| p.into_inner());
+        let mut live = LIVE.write().unpoison();
         live.insert(region.map.ptr.as_ptr() as usize, Arc::downgrade(&region));
         LIVE_COUNT.fetch_add(1, Ordering::Relaxed);
         Ok(SealedRegion(region))
@@ -79,7 +80,7 @@ impl SealedRegion {
             return None;
         }
         let at = ptr as usize;
-        let live = LIVE.read().unwrap_or_else(|p| p.into_inner());
+        let live = LIVE.read().unpoison();
         let (&start, weak) = live.range(..=at).next_back()?;
         let region = weak.upgrade()?;
         let offset = at - start;
@@ -118,7 +119,7 @@ impl AsRef<[u8]> for SealedRegion {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        let mut live = LIVE.write().unwrap_or_else(|p| p.into_inner());
+        let mut live = LIVE.write().unpoison();
         // Still mapped here, so no other region can have taken the address yet.
         live.remove(&(self.map.ptr.as_ptr() as usize));
         LIVE_COUNT.fetch_sub(1, Ordering::Relaxed);
@@ -139,7 +140,7 @@ impl PeerRegion {
     /// it is one: sealed against writes and shrinking (so its bytes cannot change or vanish
     /// under us) and exactly `len` bytes long.
     pub fn map(fd: &OwnedFd, len: u64) -> Result<Self> {
-        let bad = |why: String| Error::Protocol(format!("the peer's shared region {why}"));
+        let bad = |why: String| Error::from(Violation::BadSharedRegion(why));
         let seals = fcntl(fd, FcntlArg::F_GET_SEALS).map_err(|e| bad(format!("is not sealable memory ({e})")))?;
         if !SealFlag::from_bits_truncate(seals).contains(SEALS.difference(SealFlag::F_SEAL_GROW)) {
             return Err(bad("is not sealed against writes".into()));
@@ -211,6 +212,6 @@ mod tests {
         assert!(PeerRegion::map(&fd, 101).is_err(), "wrong size");
         let unsealed = memfd_create("plain", MFdFlags::MFD_CLOEXEC).unwrap();
         nix::unistd::ftruncate(&unsealed, 100).unwrap();
-        assert!(matches!(PeerRegion::map(&unsealed, 100), Err(Error::Protocol(_))));
+        assert!(matches!(PeerRegion::map(&unsealed, 100), Err(Error::PeerMisbehaved(Violation::BadSharedRegion(_)))));
     }
 }

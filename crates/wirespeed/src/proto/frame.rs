@@ -68,6 +68,26 @@ impl Kind {
         })
     }
 
+    /// The kind's name, as error messages show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Hello => "Hello",
+            Kind::Auth => "Auth",
+            Kind::AuthOk => "AuthOk",
+            Kind::Message => "Message",
+            Kind::Data => "Data",
+            Kind::Credit => "Credit",
+            Kind::Finish => "Finish",
+            Kind::Reset => "Reset",
+            Kind::Error => "Error",
+            Kind::Close => "Close",
+            Kind::Pad => "Pad",
+            Kind::Put => "Put",
+            Kind::Get => "Get",
+            Kind::GetReply => "GetReply",
+        }
+    }
+
     /// Frames whose `len` counts payload bytes that follow the meta.
     pub fn has_payload(self) -> bool {
         matches!(self, Kind::Message | Kind::Data | Kind::Put | Kind::GetReply)

@@ -17,7 +17,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 use super::frame::{FrameHeader, Kind, encode_control};
-use crate::error::{Error, ErrorCode};
+use crate::error::{Error, ErrorCode, Violation};
 use crate::fabric::Fabric;
 
 pub const MAGIC: [u8; 4] = *b"WSPD";
@@ -195,11 +195,7 @@ impl Handshake {
                 self.state = State::Done;
                 Ok(Progress { send: Vec::new(), done: self.peer() })
             }
-            _ => Err(fail_with_frame(Error::Protocol(format!(
-                "unexpected {:?} frame ({} meta bytes) during the handshake",
-                h.kind,
-                meta.len()
-            )))),
+            _ => Err(fail_with_frame(Violation::HandshakeFrame { kind: h.kind.name(), meta_len: meta.len() }.into())),
         }
     }
 
@@ -254,14 +250,14 @@ fn decode_hello(b: &[u8]) -> Result<Params, Error> {
         return Err(Error::Version { ours: VERSION, theirs: version });
     }
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-    let fabric = Fabric::from_wire_id(b[6]).ok_or_else(|| Error::Protocol(format!("unknown fabric {}", b[6])))?;
+    let fabric = Fabric::from_wire_id(b[6]).ok_or(Violation::UnknownFabric(b[6]))?;
     let params = Params {
         fabric,
         max_streams: u32_at(8),
         stream_window: u64::from_le_bytes(b[12..20].try_into().expect("8 bytes")),
     };
     if params.stream_window == 0 || params.max_streams == 0 {
-        return Err(Error::Protocol("the peer offers no stream window".into()));
+        return Err(Violation::NoStreamWindow.into());
     }
     Ok(params)
 }
@@ -400,7 +396,7 @@ mod tests {
     fn data_before_auth_is_refused() {
         let mut s = Handshake::server(b"k", P, [2; 32]);
         let f = s.on_frame(&FrameHeader::new(Kind::Message, 1), &[0; 8]).unwrap_err();
-        assert!(matches!(f.error, Error::Protocol(_)));
+        assert!(matches!(f.error, Error::PeerMisbehaved(Violation::HandshakeFrame { .. })));
     }
 
     /// The full handshake of docs/PROTOCOL.md: key "key", nonces of 0x01 and 0x02 bytes.

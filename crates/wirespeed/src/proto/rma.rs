@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::frame::{FrameHeader, Kind, Touched};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::mem::{Buf, RegionMem};
 
 const MAGIC: &[u8; 4] = b"WSRG";
@@ -34,7 +34,7 @@ impl Descriptor {
     }
 
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let bad = || Error::Protocol("malformed region descriptor".into());
+        let bad = || Error::from(Violation::Malformed("region descriptor"));
         if b.len() < 20 || &b[..4] != MAGIC {
             return Err(bad());
         }
@@ -81,7 +81,7 @@ pub fn get_reply_head(request: u32, len: u64) -> Vec<u8> {
 
 pub fn parse_put_meta(m: &[u8]) -> Result<(u32, u64)> {
     if m.len() != 12 {
-        return Err(Error::Protocol("malformed put frame".into()));
+        return Err(Violation::Malformed("put frame").into());
     }
     Ok((u32_at(m, 0), u64_at(m, 4)))
 }
@@ -96,7 +96,7 @@ pub fn get_meta(id: u32, offset: u64, request: u32) -> [u8; 16] {
 
 pub fn parse_get_meta(m: &[u8]) -> Result<(u32, u64, u32)> {
     if m.len() != 16 {
-        return Err(Error::Protocol("malformed get frame".into()));
+        return Err(Violation::Malformed("get frame").into());
     }
     Ok((u32_at(m, 0), u64_at(m, 4), u32_at(m, 12)))
 }
@@ -104,7 +104,7 @@ pub fn parse_get_meta(m: &[u8]) -> Result<(u32, u64, u32)> {
 /// GetReply meta: the request id. Replies to one request arrive in order.
 pub fn parse_reply_meta(m: &[u8]) -> Result<u32> {
     if m.len() != 4 {
-        return Err(Error::Protocol("malformed get reply".into()));
+        return Err(Violation::Malformed("get reply").into());
     }
     Ok(u32_at(m, 0))
 }
@@ -137,17 +137,17 @@ pub struct Rma {
 impl Rma {
     /// Applies a Put, queues a Get's answer, or collects a GetReply. An error is fatal.
     pub fn on_frame(&mut self, h: &FrameHeader, meta: &[u8], payload: Buf) -> Result<Touched> {
-        let outside = |e: Error| Error::Protocol(format!("one-sided transfer: {e}"));
         match h.kind {
             Kind::Put => {
                 let (id, offset) = parse_put_meta(meta)?;
-                self.region(id)?.write(offset, &payload).map_err(outside)?;
+                self.region(id)?.write(offset, &payload).map_err(|_| Violation::OutsideRegion { region: id })?;
                 Ok(Touched::Nobody)
             }
             Kind::Get => {
                 let (id, offset, request) = parse_get_meta(meta)?;
                 let mem = self.region(id)?;
-                mem.check(offset, usize::try_from(h.len).unwrap_or(usize::MAX)).map_err(outside)?;
+                mem.check(offset, usize::try_from(h.len).unwrap_or(usize::MAX))
+                    .map_err(|_| Violation::OutsideRegion { region: id })?;
                 self.jobs.push_back(GetJob { request, mem, offset, len: h.len });
                 Ok(Touched::Nobody)
             }
@@ -157,11 +157,11 @@ impl Rma {
                     if request <= self.last_get {
                         return Ok(Touched::Nobody); // a get we gave up on
                     }
-                    return Err(Error::Protocol(format!("a reply to get {request}, which we never sent")));
+                    return Err(Violation::UnrequestedReply(request.into()).into());
                 };
                 g.got += payload.len() as u64;
                 if g.got > g.len {
-                    return Err(Error::Protocol(format!("more bytes than get {request} asked for")));
+                    return Err(Violation::ReplyTooLong(request.into()).into());
                 }
                 g.parts.push(payload);
                 Ok(Touched::Get(request))
@@ -170,7 +170,7 @@ impl Rma {
     }
 
     fn region(&self, id: u32) -> Result<Arc<RegionMem>> {
-        self.regions.get(&id).cloned().ok_or_else(|| Error::Protocol(format!("region {id} is not exposed")))
+        self.regions.get(&id).cloned().ok_or(Violation::UnknownRegion(id).into())
     }
 
     /// Exposes `mem` to the peer's puts and gets; returns the region's id.

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use super::frame::{FrameHeader, Kind, Touched, encode_control};
 use super::handshake::Params;
 use super::rma::Rma;
-use crate::error::{Error, ErrorCode};
+use crate::error::{Error, ErrorCode, Violation};
 use crate::mem::Buf;
 
 /// Stream ids index every frame: ahash is several times faster than the standard SipHash on
@@ -130,7 +130,7 @@ impl Session {
     /// The error every operation reports once the connection is gone.
     pub fn terminal_error(&self) -> Option<Error> {
         if let Some(e) = &self.failed {
-            return Some(e.duplicate());
+            return Some(e.clone());
         }
         if self.local_closed {
             return Some(Error::Closed);
@@ -213,7 +213,7 @@ impl Session {
     /// Feeds one received frame. An error is fatal: report it to the peer and close.
     pub fn on_frame(&mut self, h: &FrameHeader, meta: &[u8], payload: Buf) -> Result<Touched, Error> {
         if self.peer_closed {
-            return Err(Error::Protocol(format!("{:?} frame after Close", h.kind)));
+            return Err(Violation::FrameAfterClose(h.kind.name()).into());
         }
         match h.kind {
             Kind::Error => {
@@ -227,9 +227,7 @@ impl Session {
             }
             Kind::Put | Kind::Get | Kind::GetReply => return self.rma.on_frame(h, meta, payload),
             Kind::Message | Kind::Data | Kind::Credit | Kind::Finish | Kind::Reset => {}
-            other => {
-                return Err(Error::Protocol(format!("unexpected {other:?} frame after the handshake")));
-            }
+            other => return Err(Violation::UnexpectedFrame(other.name()).into()),
         }
         let accepted = self.accept_queue.len();
         let Some(s) = self.stream_for_frame(h.stream)? else {
@@ -237,38 +235,49 @@ impl Session {
         };
         match h.kind {
             Kind::Message => {
-                if !s.recv_open || s.body_left != 0 {
-                    return Err(Error::Protocol(format!("unexpected message on stream {}", h.stream)));
+                if !s.recv_open {
+                    return Err(Violation::MessageAfterFinish(h.stream).into());
                 }
-                if meta.len() < 8 {
-                    return Err(Error::Protocol("message frame without a body length".into()));
+                if s.body_left != 0 {
+                    return Err(Violation::MessageInMessage(h.stream).into());
                 }
-                let body_len = u64::from_le_bytes(meta[..8].try_into().expect("8 bytes"));
+                let Some((len, header)) = meta.split_first_chunk::<8>() else {
+                    return Err(Violation::MessageWithoutLength.into());
+                };
+                let body_len = u64::from_le_bytes(*len);
                 if payload.len() as u64 > body_len {
-                    return Err(Error::Protocol("message payload longer than its body".into()));
+                    return Err(Violation::PayloadOverBody.into());
                 }
                 charge(s, h.stream, meta.len() as u64 + payload.len() as u64)?;
                 s.body_left = body_len - payload.len() as u64;
-                s.queue.push_back(RecvEvent::Message { header: meta[8..].to_vec(), body_len });
+                s.queue.push_back(RecvEvent::Message { header: header.to_vec(), body_len });
                 if !payload.is_empty() {
                     s.queue.push_back(RecvEvent::Chunk(payload));
                 }
             }
             Kind::Data => {
-                if payload.is_empty() || payload.len() as u64 > s.body_left || !meta.is_empty() {
-                    return Err(Error::Protocol(format!("unexpected data on stream {}", h.stream)));
+                if s.body_left == 0 {
+                    return Err(Violation::DataWithoutMessage(h.stream).into());
+                }
+                if payload.len() as u64 > s.body_left {
+                    return Err(Violation::DataOverBody(h.stream).into());
+                }
+                if payload.is_empty() || !meta.is_empty() {
+                    return Err(Violation::Malformed("data frame").into());
                 }
                 charge(s, h.stream, payload.len() as u64)?;
                 s.body_left -= payload.len() as u64;
                 s.queue.push_back(RecvEvent::Chunk(payload));
             }
             Kind::Credit => {
-                s.send_credit =
-                    s.send_credit.checked_add(h.len).ok_or_else(|| Error::Protocol("credit overflow".into()))?;
+                s.send_credit = s.send_credit.checked_add(h.len).ok_or(Violation::CreditOverflow)?;
             }
             Kind::Finish => {
-                if s.body_left != 0 || !s.recv_open {
-                    return Err(Error::Protocol(format!("finish in the middle of a message on stream {}", h.stream)));
+                if !s.recv_open {
+                    return Err(Violation::FinishedTwice(h.stream).into());
+                }
+                if s.body_left != 0 {
+                    return Err(Violation::FinishMidMessage(h.stream).into());
                 }
                 s.recv_open = false;
             }
@@ -312,11 +321,11 @@ impl Session {
     /// Finds or opens the stream a frame belongs to; `None` for streams already closed.
     fn stream_for_frame(&mut self, id: u32) -> Result<Option<&mut StreamState>, Error> {
         if id == 0 {
-            return Err(Error::Protocol("stream frame on stream 0".into()));
+            return Err(Violation::StreamZero.into());
         }
         if self.is_local(id) {
             if id >= self.next_local {
-                return Err(Error::Protocol(format!("frame for stream {id}, which we never opened")));
+                return Err(Violation::UnopenedStream(id).into());
             }
             return Ok(self.streams.get_mut(&id));
         }
@@ -327,10 +336,10 @@ impl Session {
         } else {
             let gap = (id - self.next_peer) / 2;
             if self.skipped.len() as u64 + gap as u64 > self.ours.max_streams as u64 {
-                return Err(Error::Protocol(format!("stream {id} skips more ids than the stream limit")));
+                return Err(Violation::StreamIdGap(id).into());
             }
             self.skipped.extend((self.next_peer..id).step_by(2));
-            self.next_peer = id.checked_add(2).ok_or_else(|| Error::Protocol("stream ids exhausted".into()))?;
+            self.next_peer = id.checked_add(2).ok_or(Violation::StreamIdsExhausted)?;
         }
         let peer_open = self.streams.keys().filter(|&&k| !self.is_local(k)).count();
         if self.local_closed || peer_open >= self.ours.max_streams as usize {
@@ -364,7 +373,7 @@ impl Session {
             return Err(Error::Reset { stream: id, code });
         }
         if !s.send_open {
-            return Err(Error::Protocol(format!("send on stream {id} after finish")));
+            return Err(Error::Usage("send on a stream after its finish"));
         }
         // Wait for a worthwhile chunk; credit always comes back to at least half a window.
         let need = meta_len + remaining.min(max_chunk).min(window / 2);
@@ -465,10 +474,7 @@ impl Session {
 
 fn charge(s: &mut StreamState, id: u32, cost: u64) -> Result<(), Error> {
     if cost > s.recv_window {
-        return Err(Error::Protocol(format!(
-            "stream {id}: the peer sent {cost} bytes with only {} bytes of credit",
-            s.recv_window
-        )));
+        return Err(Violation::CreditExceeded { stream: id, sent: cost, credit: s.recv_window }.into());
     }
     s.recv_window -= cost;
     Ok(())
@@ -548,7 +554,7 @@ mod tests {
         // Too much data is a protocol error on the receiving side.
         assert!(matches!(
             deliver(&mut Session::new(Role::Server, P, P), message_frame(1, b"", 2000, &[0; 1000])),
-            Err(Error::Protocol(_))
+            Err(Error::PeerMisbehaved(Violation::CreditExceeded { stream: 1, sent: 1008, credit: 1000 }))
         ));
         s.poll_accept();
         for _ in 0..4 {

@@ -17,6 +17,7 @@ use crate::proto::frame::Touched;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
 use crate::proto::handshake::{Peer, error_frame};
 use crate::proto::session::{Role, Session};
+use crate::sync::Unpoison;
 
 pub(crate) struct Inner {
     pub(super) state: Mutex<Shared>,
@@ -136,11 +137,11 @@ impl Inner {
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, Shared> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unpoison()
     }
 
     pub(super) fn tx(&self) -> MutexGuard<'_, Box<dyn FrameTx>> {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner())
+        self.tx.lock().unpoison()
     }
 
     pub(super) fn close(&self) {
@@ -240,7 +241,7 @@ impl Inner {
 
     /// Reads one frame (or times out) and says whom it concerns.
     pub(super) fn drive_once(&self, deadline: Instant) -> Result<Touched> {
-        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rx = self.rx.lock().unpoison();
         let mut touched = Touched::Nobody;
         rx.read_frame(deadline, &mut |h, meta, payload| {
             touched = self.lock().session.on_frame(h, meta, payload)?;
@@ -252,7 +253,7 @@ impl Inner {
     /// Fails the connection: every stream sees `e`, and the peer gets an Error frame if it
     /// broke the protocol.
     pub(super) fn fail(&self, e: Error) {
-        let report = matches!(e, Error::Frame(_) | Error::Protocol(_) | Error::Limit(_));
+        let report = matches!(e, Error::Frame(_) | Error::PeerMisbehaved(_) | Error::Limit(_));
         let frame = report.then(|| error_frame(e.code(), &e.to_string()));
         self.lock().session.fail(e);
         let mut tx = self.tx();
@@ -308,7 +309,7 @@ impl Inner {
     /// A failed write fails the connection.
     pub(super) fn check_write<T>(&self, res: Result<T>) -> Result<T> {
         res.map_err(|e| {
-            let copy = e.duplicate();
+            let copy = e.clone();
             self.fail(e);
             copy
         })

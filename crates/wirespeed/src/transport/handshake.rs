@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use super::Config;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::fabric::Fabric;
 use crate::key::Key;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
@@ -40,7 +40,7 @@ pub(crate) fn our_params(config: &Config, fabric: Fabric) -> Params {
 
 fn nonce() -> Result<[u8; 32]> {
     let mut n = [0u8; 32];
-    getrandom::fill(&mut n).map_err(|e| Error::Io(io::Error::other(e.to_string())))?;
+    getrandom::fill(&mut n).map_err(|e| Error::from(io::Error::other(e.to_string())))?;
     Ok(n)
 }
 
@@ -123,7 +123,7 @@ fn read_frame(io: &mut impl DeadlineIo, deadline: Deadline) -> Result<(FrameHead
     read_exact_by(io, &mut head, deadline)?;
     let h = FrameHeader::decode(&head, &HANDSHAKE_LIMITS)?;
     if h.payload_len() != 0 {
-        return Err(Error::Protocol(format!("{:?} frame during the handshake", h.kind)));
+        return Err(Violation::HandshakeFrame { kind: h.kind.name(), meta_len: h.meta_len as usize }.into());
     }
     let mut meta = vec![0u8; h.meta_len as usize];
     read_exact_by(io, &mut meta, deadline)?;

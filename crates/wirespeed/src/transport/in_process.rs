@@ -17,12 +17,13 @@ use bytes::Bytes;
 
 use super::conn::Connection;
 use super::{Config, Fill, FrameRx, FrameSink, FrameTx, handshake};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::fabric::Fabric;
 use crate::mem::{Buf, Recycler};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
 use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
+use crate::sync::Unpoison;
 
 /// Payload buffers each end keeps for reuse: about a full queue of the largest chunks.
 const POOLED: usize = 32;
@@ -33,7 +34,7 @@ const POOLED_MIN: usize = 64 << 10;
 /// Two connected ends, the first in the client's role and the second in the server's.
 pub fn pair(config: &Config) -> Result<(Connection, Connection)> {
     let mut secret = [0u8; 32];
-    getrandom::fill(&mut secret).map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+    getrandom::fill(&mut secret).map_err(|e| Error::from(std::io::Error::other(e.to_string())))?;
     let peer = Peer::in_process(handshake::our_params(config, Fabric::InProcess), secret);
     let (up, down) = (Queue::new(config.shm_ring_bytes), Queue::new(config.shm_ring_bytes));
     let end = |role, rx: &Arc<Queue>, tx: &Arc<Queue>, name: &str| {
@@ -82,7 +83,7 @@ impl Queue {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unpoison()
     }
 
     /// Queues `frame` once there is room for it (a frame larger than the queue goes alone).
@@ -108,7 +109,7 @@ impl Queue {
             if left.is_zero() {
                 return Err(Error::Timeout(timeout));
             }
-            s = self.writable.wait_timeout(s, left).unwrap_or_else(|p| p.into_inner()).0;
+            s = self.writable.wait_timeout(s, left).unpoison().0;
         }
     }
 
@@ -131,7 +132,7 @@ impl Queue {
             if left.is_zero() {
                 return Ok(None);
             }
-            s = self.readable.wait_timeout(s, left).unwrap_or_else(|p| p.into_inner()).0;
+            s = self.readable.wait_timeout(s, left).unpoison().0;
         }
     }
 
@@ -173,8 +174,8 @@ impl Drop for Rx {
     }
 }
 
-fn mismatch(what: &str) -> Error {
-    Error::Protocol(format!("an in-process {what} does not match its header"))
+fn mismatch(what: &'static str) -> Error {
+    Violation::InProcessMismatch(what).into()
 }
 
 struct Tx {

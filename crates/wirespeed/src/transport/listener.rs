@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::conn::Connection;
 use crate::error::{Error, Result};
+use crate::sync::Unpoison;
 
 /// Most handshakes in progress at once.
 const MAX_PENDING_HANDSHAKES: usize = 64;
@@ -98,7 +99,7 @@ fn accept_loop<A: Acceptor>(
             Ok(None) => continue,
             Err(e) => {
                 // Out of descriptors and the like: report, back off, keep going.
-                let _ = tx.try_send(Err(Error::Io(e)));
+                let _ = tx.try_send(Err(Error::from(e)));
                 thread::sleep(Duration::from_millis(50));
                 continue;
             }
@@ -131,7 +132,7 @@ impl Pending {
     /// socket cannot be tracked (out of descriptors): it is then dropped.
     fn enter(&self, socket: &impl AsFd) -> Option<u64> {
         let fd = socket.as_fd().try_clone_to_owned().ok()?;
-        let mut guard = self.sockets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.sockets.lock().unpoison();
         let (next, sockets) = &mut *guard;
         if sockets.len() >= MAX_PENDING_HANDSHAKES
             && let Some((_, oldest)) = sockets.pop_front()
@@ -145,7 +146,7 @@ impl Pending {
     }
 
     fn leave(&self, id: u64) {
-        let mut guard = self.sockets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.sockets.lock().unpoison();
         guard.1.retain(|(i, _)| *i != id);
     }
 }

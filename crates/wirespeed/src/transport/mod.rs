@@ -171,7 +171,7 @@ pub(crate) trait FrameTx: Send {
         _fill: &mut Fill<'_>,
         _timeout: Duration,
     ) -> Result<std::io::Result<()>> {
-        Err(crate::error::Error::Protocol("this transport cannot fill frames in place".into()))
+        Err(crate::error::Error::Usage("this transport cannot fill frames in place"))
     }
 
     /// Largest payload this backend takes in one frame.

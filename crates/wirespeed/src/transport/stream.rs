@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::engine::{Inner, Waiting};
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Result, Violation};
 use crate::mem::{Body, Buf, Chunks};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
 use crate::proto::session::RecvEvent;
+use crate::sync::Unpoison;
 
 /// A message received whole.
 #[derive(Debug)]
@@ -130,7 +131,7 @@ impl Stream {
         total: u64,
         mut write: impl FnMut(&[u8], usize, &mut Vec<u8>) -> Result<()>,
     ) -> Result<()> {
-        let mut scratch = self.send.lock().unwrap_or_else(|p| p.into_inner());
+        let mut scratch = self.send.lock().unpoison();
         let Scratch { meta, body } = &mut *scratch;
         meta.clear();
         meta.extend_from_slice(&[0; HEADER_LEN]);
@@ -159,7 +160,7 @@ impl Stream {
 
     /// Tells the peer no more messages follow on this stream. Finishing again does nothing.
     pub fn finish(&self) -> Result<()> {
-        let _serialised = self.send.lock().unwrap_or_else(|p| p.into_inner());
+        let _serialised = self.send.lock().unpoison();
         if !self.inner.lock().session.finish(self.id)? {
             return Ok(());
         }
@@ -175,7 +176,7 @@ impl Stream {
     /// Receives the next whole message, or `None` once the peer finished the stream.
     /// Bodies up to the transport's zero-copy limit stay views of transport memory.
     pub fn recv(&self) -> Result<Option<Message>> {
-        let mut left = self.body_left.lock().unwrap_or_else(|p| p.into_inner());
+        let mut left = self.body_left.lock().unpoison();
         self.skip_rest(&mut left)?;
         // One wait takes the message and as much of its body as has arrived: a small message
         // costs one lock, not one per event.
@@ -198,7 +199,7 @@ impl Stream {
                         chunks.push(b);
                     }
                     Ok(RecvEvent::Finished) if start.is_none() => return Some(Ok(())),
-                    Ok(_) => return Some(Err(Error::Protocol("message events out of order".into()))),
+                    Ok(_) => return Some(Err(Violation::EventsOutOfOrder.into())),
                 }
             }
         });
@@ -240,7 +241,7 @@ impl Stream {
 
     /// Receives the next message's header; read its body with [`Stream::read_chunk`].
     pub fn recv_start(&self) -> Result<Option<Incoming>> {
-        let mut left = self.body_left.lock().unwrap_or_else(|p| p.into_inner());
+        let mut left = self.body_left.lock().unpoison();
         self.skip_rest(&mut left)?;
         match self.next_event()? {
             RecvEvent::Message { header, body_len } => {
@@ -248,13 +249,13 @@ impl Stream {
                 Ok(Some(Incoming { header, body_len }))
             }
             RecvEvent::Finished => Ok(None),
-            RecvEvent::Chunk(_) => Err(Error::Protocol("body bytes without a message".into())),
+            RecvEvent::Chunk(_) => Err(Violation::EventsOutOfOrder.into()),
         }
     }
 
     /// The next piece of the current message's body, or `None` when it is complete.
     pub fn read_chunk(&self) -> Result<Option<Buf>> {
-        let mut left = self.body_left.lock().unwrap_or_else(|p| p.into_inner());
+        let mut left = self.body_left.lock().unpoison();
         if *left == 0 {
             return Ok(None);
         }
@@ -266,7 +267,7 @@ impl Stream {
     fn next_chunk_locked(&self) -> Result<Buf> {
         match self.next_event()? {
             RecvEvent::Chunk(b) => Ok(b),
-            _ => Err(Error::Protocol("message body ended early".into())),
+            _ => Err(Violation::EventsOutOfOrder.into()),
         }
     }
 

@@ -10,6 +10,7 @@ use super::mapping::Privatized;
 use super::ring::Ring;
 use super::waker::notify;
 use crate::mem::{Lender, Mapping};
+use crate::sync::Unpoison;
 
 /// Takes views of the receive ring back, in any order, and frees ring space in order.
 pub(super) struct RingLender {
@@ -58,7 +59,7 @@ impl RingLender {
     }
 
     pub(super) fn push(&self, end: u64, released: bool) -> u64 {
-        let mut t = self.track.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.track.lock().unpoison();
         let token = t.base + t.ends.len() as u64;
         t.ends.push_back((end, released));
         if released {
@@ -70,7 +71,7 @@ impl RingLender {
     /// The ring offsets of every frame lent out and not given back.
     pub(super) fn held(&self) -> Vec<(usize, usize)> {
         let cap = self.ring.cap();
-        let t = self.track.lock().unwrap_or_else(|p| p.into_inner());
+        let t = self.track.lock().unpoison();
         let mut start = self.released.load(Ordering::Relaxed);
         let mut held = Vec::new();
         for &(end, released) in &t.ends {
@@ -87,8 +88,8 @@ impl RingLender {
     /// After an evacuation: every outstanding view now lies in `pages`, so the ring space is
     /// free; the pages go once those views come back.
     pub(super) fn forget_all(&self, fresh: Mapping, pages: Privatized) {
-        self.moved.lock().unwrap_or_else(|p| p.into_inner()).push(fresh);
-        let mut t = self.track.lock().unwrap_or_else(|p| p.into_inner());
+        self.moved.lock().unpoison().push(fresh);
+        let mut t = self.track.lock().unpoison();
         let tokens = t.base..t.base + t.ends.len() as u64;
         let outstanding = t.ends.iter().filter(|e| !e.1).count();
         if outstanding > 0 {
@@ -116,7 +117,7 @@ impl RingLender {
 impl Lender for RingLender {
     fn release(&self, token: u64) {
         self.returns.fetch_add(1, Ordering::Relaxed);
-        let mut t = self.track.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.track.lock().unpoison();
         let Some(i) = token.checked_sub(t.base) else {
             // An evacuated view; dropping the last of its evacuation frees the private pages.
             if let Some(k) = t.evacuated.iter().position(|e| e.tokens.contains(&token)) {

@@ -34,7 +34,7 @@ use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
 use super::sys::{accept_within, recv_with_fds, send_with_fds};
 use super::{Config, handshake};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::fabric::Fabric;
 use crate::key::Key;
 use crate::mem::Mapping;
@@ -172,11 +172,10 @@ fn recv_fds(sock: &UnixStream) -> Result<(usize, [OwnedFd; 5])> {
     let mut bytes = [0u8; 8];
     let (got, fds) = recv_with_fds::<5>(sock, &mut bytes)
         .map_err(|e| Error::ConnectionLost(format!("no shared memory from the server: {e}")))?;
-    let fds: [OwnedFd; 5] =
-        fds.try_into().map_err(|_| Error::Protocol("the server sent the wrong descriptors".into()))?;
+    let fds: [OwnedFd; 5] = fds.try_into().map_err(|_| Violation::WrongDescriptors)?;
     let cap = u64::from_le_bytes(bytes) as usize;
     if got != 8 || !cap.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&cap) {
-        return Err(Error::Protocol(format!("the server offered a ring of {cap} bytes")));
+        return Err(Violation::RingSize(cap as u64).into());
     }
     Ok((cap, fds))
 }
@@ -186,7 +185,7 @@ fn map_all(memfd: &OwnedFd, cap: usize) -> Result<Mapping> {
     let len = DATA_AT + 2 * cap;
     let st = nix::sys::stat::fstat(memfd).map_err(io::Error::from)?;
     if st.st_size as usize != len {
-        return Err(Error::Protocol("the shared memory has the wrong size".into()));
+        return Err(Violation::SharedMemorySize.into());
     }
     Mapping::shared(memfd, 0, len)
 }

@@ -117,7 +117,7 @@ impl Descriptor {
             // SAFETY: `local` is our own writable memory; the kernel checks the remote side.
             let n = unsafe { libc::process_vm_readv(pid, &local, 1, r.as_ptr(), r.len() as libc::c_ulong, 0) };
             if n <= 0 {
-                return Err(Error::Io(std::io::Error::last_os_error()));
+                return Err(Error::from(std::io::Error::last_os_error()));
             }
             let mut n = n as usize;
             dst = &mut dst[n..];

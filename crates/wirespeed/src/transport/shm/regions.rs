@@ -17,7 +17,7 @@ use std::time::Instant;
 use nix::poll::PollFlags;
 use nix::sys::socket::MsgFlags;
 
-use crate::error::{Error, FrameError, Result};
+use crate::error::{Error, FrameError, Result, Violation};
 use crate::mem::sealed::PeerRegion;
 use crate::mem::{Buf, SealedRegion, check_span};
 use crate::transport::sys::{recv_with_fds, send_with_fds, wait_fd};
@@ -98,7 +98,7 @@ impl Incoming {
     fn receive(&mut self, id: u64, sock: &UnixStream, deadline: Instant) -> Result<Arc<PeerRegion>> {
         loop {
             if self.mapped.len() >= MAX_REGIONS {
-                return Err(Error::Protocol(format!("the peer shared more than {MAX_REGIONS} regions")));
+                return Err(Violation::TooManyRegions(MAX_REGIONS).into());
             }
             let (got, len, fd) = receive_one(sock, deadline)?;
             let region = Arc::new(PeerRegion::map(&fd, len)?);
@@ -114,7 +114,7 @@ fn receive_one(sock: &UnixStream, deadline: Instant) -> Result<(u64, u64, OwnedF
     let lost = |why: String| Error::ConnectionLost(format!("no shared region from the peer: {why}"));
     // Sent before the frame that refers to it, so only a broken peer makes us wait.
     if wait_fd(sock.as_fd(), PollFlags::POLLIN, deadline)?.is_none() {
-        return Err(Error::Protocol("a frame refers to a shared region the peer never sent".into()));
+        return Err(Violation::UnsharedRegion.into());
     }
     let mut msg: Pair = [0; 16];
     let (got, fds) = recv_with_fds::<1>(sock, &mut msg).map_err(|e| lost(e.to_string()))?;
@@ -124,7 +124,7 @@ fn receive_one(sock: &UnixStream, deadline: Instant) -> Result<(u64, u64, OwnedF
             Ok((id, len, fd))
         }
         _ if got == 0 => Err(lost("the peer went away".into())),
-        _ => Err(Error::Protocol("a malformed shared-region message".into())),
+        _ => Err(Violation::Malformed("shared-region message").into()),
     }
 }
 
@@ -159,13 +159,16 @@ mod tests {
         let (tx, rx) = UnixStream::pair().unwrap();
         let mut inc = Incoming::default();
         let never = inc.view(pack(9, 0), 1, &rx, Instant::now() + Duration::from_millis(20));
-        assert!(matches!(never, Err(Error::Protocol(_))), "a region never handed over");
+        assert!(matches!(never, Err(Error::PeerMisbehaved(Violation::UnsharedRegion))), "a region never handed over");
 
         let plain = memfd_create("plain", MFdFlags::MFD_CLOEXEC).unwrap();
         nix::unistd::ftruncate(&plain, 4096).unwrap();
         let msg = pack(9, 4096); // id 9, 4096 bytes
         send_with_fds(&tx, &msg, &[plain.as_raw_fd()], MsgFlags::empty()).unwrap();
-        assert!(matches!(inc.view(pack(9, 0), 1, &rx, soon()), Err(Error::Protocol(_))), "unsealed memory");
+        assert!(
+            matches!(inc.view(pack(9, 0), 1, &rx, soon()), Err(Error::PeerMisbehaved(Violation::BadSharedRegion(_)))),
+            "unsealed memory"
+        );
 
         drop(tx);
         assert!(matches!(inc.view(pack(9, 0), 1, &rx, soon()), Err(Error::ConnectionLost(_))));

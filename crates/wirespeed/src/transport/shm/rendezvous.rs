@@ -26,7 +26,7 @@ pub fn connect(path: &Path) -> io::Result<UnixStream> {
 /// removes the file again (nothing to do for an abstract name).
 pub fn bind(path: &Path) -> Result<(UnixListener, Box<dyn FnOnce() + Send>)> {
     let cannot =
-        |e: io::Error| Error::Io(io::Error::new(e.kind(), format!("cannot listen on {}: {e}", path.display())));
+        |e: io::Error| Error::from(io::Error::new(e.kind(), format!("cannot listen on {}: {e}", path.display())));
     if let Some(name) = abstract_name(path) {
         let listener =
             UnixListener::bind_addr(&SocketAddr::from_abstract_name(name).map_err(cannot)?).map_err(cannot)?;
@@ -35,7 +35,7 @@ pub fn bind(path: &Path) -> Result<(UnixListener, Box<dyn FnOnce() + Send>)> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         let in_use =
-            |what: &str| Error::Io(io::Error::new(io::ErrorKind::AddrInUse, format!("{} {what}", path.display())));
+            |what: &str| Error::from(io::Error::new(io::ErrorKind::AddrInUse, format!("{} {what}", path.display())));
         if !meta.file_type().is_socket() {
             return Err(in_use("exists and is not a socket"));
         }

@@ -167,7 +167,7 @@ impl ShmRx {
             let len = f.header.payload_len() as usize;
             let result = match self.peer_pid {
                 Some(pid) => desc.pull(pid, payload, len, segments),
-                None => Err(Error::Io(io::Error::from(io::ErrorKind::PermissionDenied))),
+                None => Err(Error::from(io::Error::from(io::ErrorKind::PermissionDenied))),
             };
             pulled.store(if result.is_ok() { pull::DONE } else { pull::REFUSED }, Ordering::Release);
             notify(self.ring.producer_sleeping(), &self.lender.space);

@@ -63,7 +63,7 @@ impl Waker {
             let mut fds = [PollFd::new(self.efd.as_fd(), PollFlags::POLLIN), PollFd::new(self.sock.as_fd(), hang_up)];
             match poll(&mut fds, PollTimeout::from(ms_until(deadline, 100))) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => break Err(Error::Io(e.into())),
+                Err(e) => break Err(Error::from(std::io::Error::from(e))),
             }
             if fds[0].revents().is_some_and(|r| !r.is_empty()) {
                 let mut b = [0u8; 8];

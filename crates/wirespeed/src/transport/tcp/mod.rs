@@ -83,7 +83,7 @@ pub(crate) fn listen_with(
     establish: Establish,
 ) -> Result<Listener> {
     let l = TcpListener::bind(addr)
-        .map_err(|e| Error::Io(io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))))?;
+        .map_err(|e| Error::from(io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))))?;
     l.set_nonblocking(true)?; // a client that vanishes between poll and accept must not block us
     let url = format!("{fabric}://{}", l.local_addr()?);
     let acceptor = TcpAcceptor { listener: l, fabric };

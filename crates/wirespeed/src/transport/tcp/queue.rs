@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
+use crate::sync::Unpoison;
 
 /// Bytes queued at most; a sender waits for room beyond this. Enough for writes of the size
 /// where the kernel's gain levels off, and little enough to keep queueing delay short.
@@ -91,7 +92,7 @@ impl Drop for SendQueue {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unpoison()
     }
 
     /// Waits until `ready`, or the writer failed, or `timeout` passed.
@@ -100,7 +101,7 @@ impl Shared {
         let mut st = self.lock();
         loop {
             if let Some(e) = &st.failed {
-                return Err(e.duplicate());
+                return Err(e.clone());
             }
             if ready(&st) {
                 return Ok(st);
@@ -110,7 +111,7 @@ impl Shared {
                 return Err(Error::Timeout(timeout));
             }
             st.senders_waiting += 1;
-            st = self.room.wait_timeout(st, left).unwrap_or_else(|p| p.into_inner()).0;
+            st = self.room.wait_timeout(st, left).unpoison().0;
             st.senders_waiting -= 1;
         }
     }
@@ -125,7 +126,7 @@ impl Shared {
                         return;
                     }
                     st.writer_idle = true;
-                    st = self.work.wait(st).unwrap_or_else(|p| p.into_inner());
+                    st = self.work.wait(st).unpoison();
                     st.writer_idle = false;
                 }
                 let n = st.pieces.len().min(MAX_IOV);

@@ -290,7 +290,7 @@ impl Inbox {
             Some(UCS_OK) => {}
             Some(s) => {
                 let e = Error::ConnectionLost(format!("receiving a message body: {}", status_string(s)));
-                self.fail(e.duplicate());
+                self.fail(e.clone());
                 return Some(Err(e));
             }
         }

@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::progress::LINGER_LIMIT;
+use crate::sync::Unpoison;
 
 static LINGERING: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
 static HOOK: Once = Once::new();
@@ -21,7 +22,7 @@ pub(super) fn keep(thread: JoinHandle<()>) {
         // libraries' destructors (which were registered before main).
         unsafe { libc::atexit(settle) };
     });
-    let mut kept = LINGERING.lock().unwrap_or_else(|p| p.into_inner());
+    let mut kept = LINGERING.lock().unpoison();
     kept.retain(|t| !t.is_finished());
     kept.push(thread);
 }
@@ -29,7 +30,7 @@ pub(super) fn keep(thread: JoinHandle<()>) {
 /// Waits, at most a little longer than a linger lasts, for the kept threads to end.
 extern "C" fn settle() {
     let deadline = Instant::now() + LINGER_LIMIT + Duration::from_secs(1);
-    let kept = std::mem::take(&mut *LINGERING.lock().unwrap_or_else(|p| p.into_inner()));
+    let kept = std::mem::take(&mut *LINGERING.lock().unpoison());
     for t in kept {
         while !t.is_finished() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));

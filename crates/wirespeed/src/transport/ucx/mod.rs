@@ -29,11 +29,12 @@ use self::worker::Core;
 use super::conn::Connection;
 use super::listener::Listener;
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake, tcp};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::fabric::Fabric;
 use crate::key::Key;
 use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
+use crate::sync::Unpoison;
 
 /// Worker addresses are a few hundred bytes; anything near this is not one.
 const MAX_ADDRESS: usize = 64 << 10;
@@ -112,14 +113,14 @@ fn swap_addresses(s: &mut TcpStream, ours: &[u8], timeout: Duration) -> Result<V
     s.read_exact(&mut len).map_err(lost)?;
     let len = u32::from_le_bytes(len) as usize;
     if len == 0 || len > MAX_ADDRESS {
-        return Err(Error::Protocol(format!("a UCX worker address of {len} bytes")));
+        return Err(Violation::WorkerAddressLength(len).into());
     }
     let mut theirs = vec![0u8; len];
     s.read_exact(&mut theirs).map_err(lost)?;
     // UCX asserts, and so aborts, on an address of a version it does not know (the low four
     // bits of its first byte; 1.13 to 1.18 know 0 and 1). Refuse one here instead.
     if theirs[0] & 0x0f > 1 {
-        return Err(Error::Protocol(format!("not a UCX worker address (header byte {:#04x})", theirs[0])));
+        return Err(Violation::NotWorkerAddress(theirs[0]).into());
     }
     s.set_read_timeout(None)?;
     s.set_write_timeout(None)?;
@@ -159,7 +160,7 @@ impl Drop for Handle {
     fn drop(&mut self) {
         let linger = self.closed_gracefully.load(Ordering::SeqCst);
         self.shared.stop(linger);
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let thread = self.thread.lock().unpoison().take();
         match thread {
             Some(t) if linger => lingering::keep(t),
             Some(t) => {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::mem::{Buf, Lender};
+use crate::sync::Unpoison;
 
 const MIN_SHIFT: u32 = 12;
 const CLASSES: usize = 16; // 4 KiB .. 128 MiB: a largest frame plus its meta fits
@@ -55,7 +56,7 @@ impl Pool {
             return Err(Error::Limit(format!("a {len}-byte receive buffer is larger than any frame")));
         }
         let reused = {
-            let mut f = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            let mut f = self.free.lock().unpoison();
             let p = f.lists[class].pop();
             if p.is_some() {
                 f.kept -= class_size(class);
@@ -75,7 +76,7 @@ impl Pool {
     }
 
     fn put(&self, ptr: NonNull<u8>, class: usize) {
-        let mut f = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.free.lock().unpoison();
         if f.kept + class_size(class) <= self.keep_bytes {
             f.kept += class_size(class);
             f.lists[class].push(ptr.as_ptr() as usize);
@@ -89,7 +90,7 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        let f = self.free.get_mut().unwrap_or_else(|p| p.into_inner());
+        let f = self.free.get_mut().unpoison();
         for (class, list) in f.lists.iter().enumerate() {
             for &p in list {
                 // SAFETY: as in `put`.

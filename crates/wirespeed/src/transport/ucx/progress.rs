@@ -15,7 +15,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::worker::Core;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
+use crate::sync::Unpoison;
 use crate::transport::sys::ms_until;
 
 /// How long a waiting thread drives progress itself after the last event before it parks.
@@ -109,7 +110,7 @@ impl Shared {
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
-        self.core.lock().unwrap_or_else(|p| p.into_inner())
+        self.core.lock().unpoison()
     }
 
     /// Waits until `ready` yields something, `deadline` passes (`Ok(None)`), or, if
@@ -132,7 +133,7 @@ impl Shared {
             }
             core.inbox.expire_peer_gone();
             if stop_on_failure && let Some(e) = core.inbox.failure() {
-                return Err(e.duplicate());
+                return Err(e.clone());
             }
             turns = turns.wrapping_add(1);
             if turns.is_multiple_of(CLOCK_EVERY) {
@@ -146,7 +147,7 @@ impl Shared {
                     self.parked.fetch_add(1, Ordering::SeqCst);
                     self.kick();
                     let slice = deadline.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
-                    core = self.wake.wait_timeout(core, slice).unwrap_or_else(|p| p.into_inner()).0;
+                    core = self.wake.wait_timeout(core, slice).unpoison().0;
                     self.parked.fetch_sub(1, Ordering::SeqCst);
                     spin_end = None;
                     continue;
@@ -282,7 +283,7 @@ impl Shared {
                         sock_open = false;
                         self.lock().inbox.peer_going("the peer hung up".into());
                     }
-                    Ok(_) => self.fail(Error::Protocol("unexpected bytes on the bootstrap socket".into())),
+                    Ok(_) => self.fail(Violation::BootstrapBytes.into()),
                 }
             }
         }

@@ -13,7 +13,7 @@ use ucx_sys::*;
 use super::context::{check, context};
 use super::worker::RmaOp;
 use super::{Handle, complete};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::mem::RegionMem;
 use crate::transport::{NativeRemote, NativeRma};
 
@@ -109,8 +109,7 @@ impl NativeRma for UcxRma {
     }
 
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>> {
-        let (addr, packed) =
-            native.split_at_checked(8).ok_or_else(|| Error::Protocol("a short UCX region key".into()))?;
+        let (addr, packed) = native.split_at_checked(8).ok_or(Violation::Malformed("UCX region key"))?;
         let addr = u64::from_le_bytes(addr.try_into().expect("8 bytes"));
         let rkey = self.h.shared.lock().unpack_rkey(packed)?;
         Ok(Box::new(UcxRemote { h: self.h.clone(), addr, rkey }))

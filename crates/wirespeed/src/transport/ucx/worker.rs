@@ -223,7 +223,7 @@ impl Core {
     }
 
     pub(super) fn failure(&self) -> Option<Error> {
-        self.inbox.failure().map(Error::duplicate)
+        self.inbox.failure().cloned()
     }
 
     /// Takes the oldest arrival if it is complete (see `Inbox::pop_frame`).
