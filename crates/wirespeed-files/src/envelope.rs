@@ -14,6 +14,7 @@ use std::borrow::Cow;
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 
 use crate::error::{FilesError, Result};
+use crate::proto::Violation;
 
 /// First byte of a wrapped message's header; copy-protocol tags are far below it.
 pub const WRAPPED: u8 = 0xE0;
@@ -64,8 +65,8 @@ pub fn wrap(
             [one] => Cow::Borrowed(*one),
             _ => Cow::Owned(body.concat()),
         };
-        let packed = zstd::bulk::compress(&whole, level)
-            .map_err(|e| FilesError::Protocol(format!("zstd compression failed: {e}")))?;
+        let packed =
+            zstd::bulk::compress(&whole, level).map_err(|e| FilesError::io(std::path::Path::new("<zstd>"), e))?;
         // Incompressible data goes as it is.
         if packed.len() < body_len {
             flags |= ZSTD;
@@ -117,10 +118,10 @@ pub fn open_header<'a>(wire: &'a [u8], key: Option<&SealKey>, at: Place) -> Resu
         return Ok(Opened { header: Cow::Borrowed(wire), flags: 0 });
     }
     let Some(&flags) = wire.get(1) else {
-        return Err(FilesError::Protocol("a wrapped header without flags".into()));
+        return Err(Violation::Envelope("a wrapped header without flags").into());
     };
     if flags & !(SEALED | ZSTD) != 0 {
-        return Err(FilesError::Protocol(format!("unknown wrapping flags {flags:#x}")));
+        return Err(Violation::Envelope("unknown wrapping flags").into());
     }
     let mut header = wire[2..].to_vec();
     if flags & SEALED != 0 {
@@ -142,14 +143,14 @@ pub fn open_body(flags: u8, mut data: Vec<u8>, key: Option<&SealKey>, at: Place,
     let declared = zstd::zstd_safe::get_frame_content_size(&data)
         .ok()
         .flatten()
-        .ok_or_else(|| FilesError::Protocol("a compressed body without its size".into()))?;
+        .ok_or(Violation::Envelope("a compressed body without its size"))?;
     if declared > max {
-        return Err(FilesError::Protocol(format!("a compressed body of {declared} bytes; at most {max} expected")));
+        return Err(Violation::BodyTooLarge { len: declared, max }.into());
     }
     let out = zstd::bulk::decompress(&data, declared as usize)
-        .map_err(|e| FilesError::Protocol(format!("a compressed body does not decompress: {e}")))?;
+        .map_err(|_| Violation::Envelope("a compressed body does not decompress"))?;
     if out.len() as u64 != declared {
-        return Err(FilesError::Protocol("a compressed body is shorter than it says".into()));
+        return Err(Violation::Envelope("a compressed body is shorter than it says").into());
     }
     Ok(out)
 }

@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+use crate::proto::Violation;
+
 /// What kind of failure a `Fail` reports, so the far side's exit code matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailClass {
@@ -31,7 +33,10 @@ pub enum FilesError {
     #[error("{path}: {error}")]
     Io { path: String, error: std::io::Error },
     #[error("copy protocol: {0}")]
-    Protocol(String),
+    PeerMisbehaved(#[from] Violation),
+    /// A thread of this side panicked: a bug here, not the peer's doing.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
     #[error("{path}: chunk {index} failed its checksum")]
     Checksum { path: String, index: u32 },
     #[error("refusing an unsafe path from the peer: {0:?}")]

@@ -6,7 +6,6 @@
 //! wirespeed core; [`plane`] picks the fabric.
 
 mod cached;
-mod chunks;
 mod direct;
 mod envelope;
 pub mod error;
@@ -78,7 +77,7 @@ pub fn send(
             let s = Link::new(s, &wrapping);
             match s.recv()? {
                 Some((proto::Msg::Ready, _)) => {}
-                _ => return Err(FilesError::Protocol("expected Ready from the sink".into())),
+                _ => return Err(proto::Violation::Expected { expected: "Ready", got: "something else" }.into()),
             }
             s
         }

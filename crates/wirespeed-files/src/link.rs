@@ -10,7 +10,7 @@ use wirespeed::{Buf, Bytes, Connection, Stream};
 use crate::envelope::{self, Place, SEALED, SealKey};
 use crate::error::FailClass;
 use crate::error::{FilesError, Result};
-use crate::proto::Msg;
+use crate::proto::{Msg, Violation};
 use wirespeed::sync::Unpoison;
 
 /// Largest body a control message may unwrap to: a batch of entries is far smaller.
@@ -236,7 +236,7 @@ impl Link {
         self.stream.finish()?;
         match self.stream.recv()? {
             None => Ok(()),
-            Some(_) => Err(FilesError::Protocol("the peer sent more after the end".into())),
+            Some(_) => Err(Violation::MoreAfter("the end").into()),
         }
     }
 
@@ -253,7 +253,7 @@ impl Link {
 
 fn check_len(len: u64, max: u64) -> Result<()> {
     if len > max {
-        return Err(FilesError::Protocol(format!("a body of {len} bytes; at most {max} expected")));
+        return Err(Violation::BodyTooLarge { len, max }.into());
     }
     Ok(())
 }
@@ -265,6 +265,6 @@ fn check(msg: Msg) -> Result<Msg> {
     }
 }
 
-pub fn unexpected(what: &str, msg: &Msg) -> FilesError {
-    FilesError::Protocol(format!("unexpected message {msg:?} {what}"))
+pub fn unexpected(context: &'static str, msg: &Msg) -> FilesError {
+    Violation::Unexpected { got: msg.name(), context }.into()
 }

@@ -9,7 +9,7 @@ use wirespeed::{Config, Connection, Fabric, Key, Listener, Stream};
 
 use crate::error::{FilesError, Result};
 use crate::link::Link;
-use crate::proto::Msg;
+use crate::proto::{Msg, Violation};
 
 /// Which fabric a transfer may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,10 +222,10 @@ pub fn connect(addr: &str, transport: Transport, key: &Key, config: &Config) -> 
 fn read_hello(conn: &Connection) -> Result<Option<String>> {
     let s = Link::plain(conn.accept_stream()?);
     let Some((Msg::Hello { host, shm }, _)) = s.recv()? else {
-        return Err(FilesError::Protocol("expected Hello from the server".into()));
+        return Err(Violation::Expected { expected: "Hello", got: "something else" }.into());
     };
     if s.recv()?.is_some() {
-        return Err(FilesError::Protocol("the server sent more than Hello".into()));
+        return Err(Violation::MoreAfter("Hello").into());
     }
     s.finish()?;
     let same_host = !host.is_empty() && host == host_id() && !shm.is_empty();

@@ -8,7 +8,7 @@ mod common;
 
 use common::{CHUNK, entry, offer};
 use wirespeed_files::FilesError;
-use wirespeed_files::proto::{Kind, Msg, STREAMED};
+use wirespeed_files::proto::{ChunkFault, Kind, Msg, STREAMED, Violation};
 
 /// Caps this process's address space at what it maps now plus 2 GiB.
 fn cap_address_space() {
@@ -35,12 +35,13 @@ fn lies_are_refused_and_cost_nothing_until_data_comes() {
     let huge = u32::MAX as u64 * CHUNK;
     let hole = Msg::Hole { id: 0, index: u32::MAX - 1 };
     let r = offer(&dir.path().join("huge"), vec![entry(0, Kind::File, b"", huge)], b"", vec![vec![hole.clone(), hole]]);
-    assert!(matches!(&r, Err(FilesError::Protocol(m)) if m.contains("repeated")), "{r:?}");
+    let repeated = Violation::Chunk { id: 0, index: u32::MAX - 1, fault: ChunkFault::UnknownOrRepeated };
+    assert!(matches!(&r, Err(FilesError::PeerMisbehaved(v)) if *v == repeated), "{r:?}");
 
     // A streamed file whose Eof claims 10 MiB that never came.
     let dst = dir.path().join("streamed");
     let r = offer(&dst, vec![entry(0, Kind::File, b"", STREAMED)], b"", vec![vec![Msg::Eof { id: 0, size: 10 << 20 }]]);
-    assert!(matches!(&r, Err(FilesError::Protocol(m)) if m.contains("Eof")), "{r:?}");
+    assert!(matches!(&r, Err(FilesError::PeerMisbehaved(Violation::EofMismatch { id: 0, .. }))), "{r:?}");
     assert!(!dst.exists(), "a file that never arrived looks complete");
 
     // An empty streamed file ended on two streams, beside a file that never comes: counted
@@ -54,6 +55,9 @@ fn lies_are_refused_and_cost_nothing_until_data_comes() {
     let eof = vec![Msg::Eof { id: 1, size: 0 }];
     let r = offer(&dst, entries, b"", vec![eof.clone(), eof]);
     // Which message depends on whether the first end was done when the second came.
-    assert!(matches!(&r, Err(FilesError::Protocol(m)) if m.contains("twice") || m.contains("not asked for")), "{r:?}");
+    assert!(
+        matches!(&r, Err(FilesError::PeerMisbehaved(Violation::FinishedTwice(1) | Violation::UnknownFile(1)))),
+        "{r:?}"
+    );
     assert!(!dst.join("never").exists());
 }

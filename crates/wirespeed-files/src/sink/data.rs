@@ -16,7 +16,7 @@ use super::large::{SinkFile, file, finish};
 use crate::direct::{self, AlignedBuf, Gather};
 use crate::error::{FilesError, Result};
 use crate::link::{self, Body, Link};
-use crate::proto::{Msg, STREAMED};
+use crate::proto::{Arrival, ChunkFault, Msg, Violation};
 use crate::shared::Shared;
 use wirespeed::sync::Unpoison;
 
@@ -53,85 +53,63 @@ pub(super) fn serve_data(stream: &Link, sh: &State) -> Result<()> {
     let mut aligned = AlignedBuf::default();
     // Streams take turns with files: one may wait long for its next chunk while others move.
     while let Some((msg, body)) = stream.recv_start_while(sh.alive())? {
-        let (id, index) = match msg {
-            Msg::Chunk { id, index, .. } | Msg::Same { id, index } | Msg::Hole { id, index } => (id, index),
-            Msg::Eof { id, size } => {
-                let f = file(sh, id)?;
-                if f.entry.size != STREAMED {
-                    return Err(FilesError::Protocol("Eof for a file of known size".into()));
-                }
-                // Its chunks came in order on this stream, before it: all of them are written.
-                if f.state.lock().unpoison().next as u64 != size.div_ceil(sh.chunk) {
-                    return Err(FilesError::Protocol(format!(
-                        "{}: Eof at {size} bytes does not match the chunks sent",
-                        f.dest.display()
-                    )));
-                }
-                if let Some(part) = f.part_file(sh)? {
-                    part.file.set_len(size).map_err(|e| FilesError::io(&f.part, e))?;
-                }
-                finish(sh, &f)?;
-                continue;
+        if let Msg::Eof { id, size } = msg {
+            let f = file(sh, id)?;
+            f.state.lock().unpoison().eof(size)?;
+            if let Some(part) = f.part_file(sh)? {
+                part.file.set_len(size).map_err(|e| FilesError::io(&f.part, e))?;
             }
-            other => return Err(link::unexpected("on a data stream", &other)),
+            finish(sh, &f)?;
+            continue;
+        }
+        let Some((id, index, how)) = Arrival::of(&msg) else {
+            return Err(link::unexpected("on a data stream", &msg));
         };
         let f = file(sh, id)?;
-        let streamed = f.entry.size == STREAMED;
-        let offset = index as u64 * sh.chunk;
-        let expect = if streamed { sh.chunk } else { f.entry.size.saturating_sub(offset).min(sh.chunk) };
-        let bad = |what: &str| FilesError::Protocol(format!("{}: chunk {index} {what}", f.dest.display()));
-        if streamed && !matches!(msg, Msg::Chunk { .. }) {
-            return Err(bad("is not data")); // a streamed file is all data chunks
-        }
-        if !streamed {
+        let fault = |fault| FilesError::from(Violation::Chunk { id, index, fault });
+        let (span, streamed) = {
             let mut st = f.state.lock().unpoison();
-            if index as u64 >= st.total || !st.seen.insert(index) {
-                return Err(bad("is unknown or repeated"));
-            }
-        }
+            (st.arrive(index, how)?, st.streamed())
+        };
         // A stream output, and a streamed file anywhere, are written in order.
         let ordered = streamed || sh.stream.is_some();
         if ordered {
             f.wait_turn(index, sh)?;
         }
-        let got = if let Msg::Chunk { .. } = msg {
-            let (n, sum) = write_chunk(stream, body, expect, sh, &f, offset, &mut aligned)?;
-            // A streamed file's chunks are full but for its last; its Eof says where it ends.
-            if (!streamed && n != expect) || n == 0 {
-                return Err(bad("has the wrong length"));
-            }
-            match stream.recv_start()? {
-                Some((Msg::ChunkSum { sum: expected }, b)) if b.wire_len == 0 => {
-                    if sum != expected {
-                        return Err(FilesError::Checksum { path: f.dest.display().to_string(), index });
+        let got = match how {
+            Arrival::Data => {
+                let (n, sum) = write_chunk(stream, body, span.len, sh, &f, span.offset, &mut aligned)?;
+                f.state.lock().unpoison().check_len(index, span, n)?;
+                match stream.recv_start()? {
+                    Some((Msg::ChunkSum { sum: expected }, b)) if b.wire_len == 0 => {
+                        if sum != expected {
+                            return Err(FilesError::Checksum { path: f.dest.display().to_string(), index });
+                        }
                     }
+                    _ => return Err(fault(ChunkFault::NoChecksum)),
                 }
-                _ => return Err(bad("is not followed by its checksum")),
+                n
             }
-            n
-        } else if body.wire_len != 0 {
-            return Err(bad("carries unexpected bytes"));
-        } else {
-            match (&msg, &sh.stream) {
-                (Msg::Same { .. }, Some(_)) => return Err(bad("cannot be in a stream output already")),
-                (Msg::Same { .. }, None) => sh.progress.add_reused(expect),
+            _ if body.wire_len != 0 => return Err(fault(ChunkFault::UnexpectedBytes)),
+            Arrival::Same if sh.stream.is_some() => return Err(fault(ChunkFault::SameInStream)),
+            Arrival::Same => {
+                sh.progress.add_reused(span.len);
+                span.len
+            }
+            Arrival::Hole => {
                 // A hole in a stream output is its zeros.
-                (_, Some(out)) => write_stream(out, &vec![0; expect as usize])?,
-                _ => {}
+                if let Some(out) = &sh.stream {
+                    write_stream(out, &vec![0; span.len as usize])?;
+                }
+                span.len
             }
-            expect
         };
         if ordered {
             f.pass_turn();
         }
         sh.progress.add_bytes(got);
-        if !streamed {
-            let mut st = f.state.lock().unpoison();
-            st.written += 1;
-            if st.written == st.total {
-                drop(st);
-                finish(sh, &f)?;
-            }
+        if f.state.lock().unpoison().written() {
+            finish(sh, &f)?;
         }
     }
     // The source finished this stream; finishing ours lets both drop it cleanly.

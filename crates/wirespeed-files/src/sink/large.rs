@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 use twox_hash::XxHash3_128;
 
 use super::{State, finish_file, set_metadata};
-use crate::chunks::ChunkSet;
 use crate::direct::{self};
 use crate::error::{FilesError, Result};
 use crate::link::Link;
 use crate::paths::part_path;
-use crate::proto::{Entry, Msg, STREAMED};
+use crate::proto::{ChunkFault, Entry, Msg, Receipt, STREAMED, Violation};
 use wirespeed::sync::Unpoison;
 
 /// How often a chunk waiting for its turn looks whether the transfer failed.
@@ -34,7 +33,8 @@ pub(super) struct SinkFile {
     pub(super) base: Option<PathBuf>,
     /// or as the part file an interrupted copy left, kept rather than truncated.
     pub(super) resumed_part: bool,
-    pub(super) state: Mutex<Chunks>,
+    /// Which chunks came and were written: the protocol's rules for this file.
+    pub(super) state: Mutex<Receipt>,
     /// Signalled as a stream output moves on to its next chunk.
     pub(super) turn: Condvar,
 }
@@ -74,19 +74,14 @@ impl SinkFile {
     /// known size may come over any data stream, so each waits for its turn, unread. Those
     /// of a streamed file come in order on one stream, and any other order is an error.
     pub(super) fn wait_turn(&self, index: u32, sh: &State) -> Result<()> {
-        let streamed = self.entry.size == STREAMED;
-        let bad = |why: &str| FilesError::Protocol(format!("{}: chunk {index} {why}", self.dest.display()));
         let mut st = self.state.lock().unpoison();
         // When the file last moved on; it may stall no longer than the stall timeout.
-        let mut moved = (st.next, Instant::now());
-        while index != st.next {
-            if streamed || index < st.next {
-                return Err(bad("is out of order"));
-            }
-            if st.next != moved.0 {
-                moved = (st.next, Instant::now());
+        let mut moved = (st.next(), Instant::now());
+        while !st.is_turn(index)? {
+            if st.next() != moved.0 {
+                moved = (st.next(), Instant::now());
             } else if moved.1.elapsed() >= sh.stall {
-                return Err(bad("waited too long for the chunks before it"));
+                return Err(Violation::Chunk { id: self.entry.id, index, fault: ChunkFault::Starved }.into());
             }
             if sh.over.load(Ordering::Relaxed) || sh.failed.lock().unpoison().is_some() {
                 return Err(FilesError::Stopped);
@@ -98,33 +93,17 @@ impl SinkFile {
 
     /// A stream output's chunk is written: the next may go.
     pub(super) fn pass_turn(&self) {
-        self.state.lock().unpoison().next += 1;
+        self.state.lock().unpoison().pass_turn();
         self.turn.notify_all();
     }
-}
-
-pub(super) struct Chunks {
-    /// Chunks the file has (0 for a streamed file), those taken by a stream and those written.
-    pub(super) total: u64,
-    pub(super) seen: ChunkSet,
-    pub(super) written: u64,
-    /// The chunk a stream output writes next.
-    pub(super) next: u32,
-    /// Finished (renamed into place): a second finish is the peer's error.
-    pub(super) finished: bool,
 }
 
 /// Registers a large file and asks the source for it.
 pub(super) fn ask(control: &Link, dest: PathBuf, e: Entry, sh: &State) -> Result<()> {
     let part = part_path(&dest);
-    let chunks = if e.size == STREAMED {
+    let receipt = Receipt::new(e.id, e.size, sh.chunk)?;
+    if receipt.streamed() {
         sh.streaming.fetch_add(1, Ordering::Relaxed);
-        0
-    } else {
-        e.size.div_ceil(sh.chunk)
-    };
-    if chunks > u32::MAX as u64 {
-        return Err(FilesError::Protocol(format!("{}: too many chunks", dest.display())));
     }
     let (mut have, mut base) = (Vec::new(), None);
     if sh.resume && sh.stream.is_none() && e.size != STREAMED {
@@ -143,14 +122,14 @@ pub(super) fn ask(control: &Link, dest: PathBuf, e: Entry, sh: &State) -> Result
         out: Mutex::new(None),
         resumed_part: !have.is_empty() && base.is_none(),
         base,
-        state: Mutex::new(Chunks { total: chunks, seen: ChunkSet::default(), written: 0, next: 0, finished: false }),
+        state: Mutex::new(receipt),
         turn: Condvar::new(),
         entry: e,
     };
     let id = file.entry.id;
     *sh.pending.lock().unpoison() += 1;
     if sh.files.lock().unpoison().insert(id, Arc::new(file)).is_some() {
-        return Err(FilesError::Protocol(format!("file id {id} sent twice")));
+        return Err(Violation::FileTwice(id).into());
     }
     control.send(&Msg::Want { id, ordered: sh.stream.is_some(), have }, &[])
 }
@@ -193,13 +172,11 @@ pub(super) fn chunk_sums(path: &Path, size: u64, chunk: u64) -> Result<Option<Ve
 
 pub(super) fn file(sh: &State, id: u64) -> Result<Arc<SinkFile>> {
     let files = sh.files.lock().unpoison();
-    files.get(&id).cloned().ok_or_else(|| FilesError::Protocol(format!("data for file {id}, which was not asked for")))
+    files.get(&id).cloned().ok_or(Violation::UnknownFile(id).into())
 }
 
 pub(super) fn finish(sh: &State, f: &SinkFile) -> Result<()> {
-    if std::mem::replace(&mut f.state.lock().unpoison().finished, true) {
-        return Err(FilesError::Protocol(format!("{}: finished twice", f.dest.display())));
-    }
+    f.state.lock().unpoison().finish()?;
     if f.entry.size == STREAMED {
         sh.streaming.fetch_sub(1, Ordering::Relaxed);
     }

@@ -32,7 +32,7 @@ use crate::exclude::{Excludes, top_path};
 use crate::link::{self, Link, Wrapping};
 use crate::paths::{join_under, part_path, printable};
 use crate::progress::Progress;
-use crate::proto::{self, Entry, Kind, Msg, STREAMED};
+use crate::proto::{self, Entry, Kind, Msg, STREAMED, Violation};
 use crate::shared::Shared;
 use crate::{Report, SinkOptions, Summary};
 use wirespeed::sync::Unpoison;
@@ -143,19 +143,16 @@ fn receive(
     progress: &Progress,
 ) -> Result<Summary> {
     let Some((Msg::Begin { version, flags, chunk_size, root_name, root_kind }, _)) = control.recv()? else {
-        return Err(FilesError::Protocol("expected Begin".into()));
+        return Err(Violation::Expected { expected: "Begin", got: "something else" }.into());
     };
     if version != proto::VERSION {
-        return Err(FilesError::Protocol(format!(
-            "copy protocol version {version}; this side speaks {}",
-            proto::VERSION
-        )));
+        return Err(Violation::Version { ours: proto::VERSION, theirs: version }.into());
     }
     if !(64 << 10..=256 << 20).contains(&chunk_size) {
-        return Err(FilesError::Protocol(format!("chunk size {chunk_size} is out of range")));
+        return Err(Violation::ChunkSize(chunk_size).into());
     }
     if flags & !proto::FLAGS != 0 {
-        return Err(FilesError::Protocol(format!("unknown copy flags {:#x}", flags & !proto::FLAGS)));
+        return Err(Violation::UnknownFlags(flags & !proto::FLAGS).into());
     }
     if flags & proto::DELETE != 0 && !opts.delete {
         return Err(FilesError::Usage(
@@ -267,7 +264,7 @@ fn control_loop(
             });
         }
         let Some((msg, body)) = got? else {
-            return Err(FilesError::Protocol("the source ended the control stream early".into()));
+            return Err(Violation::EndedEarly.into());
         };
         match msg {
             Msg::Entries(entries) => {
@@ -289,7 +286,7 @@ fn control_loop(
                     }
                     if let (Kind::File, Some(sum)) = (e.kind, e.inline) {
                         let end = at.checked_add(e.size as usize).filter(|n| *n <= units.body().len());
-                        let end = end.ok_or_else(|| FilesError::Protocol("inline bytes run short".into()))?;
+                        let end = end.ok_or(Violation::InlineShort)?;
                         match &sh.stream {
                             _ if keep => {}
                             _ if sh.dry.is_some() => sh.say(&dest, ""),
@@ -331,8 +328,7 @@ fn control_loop(
                 units.flush(sh)?;
             }
             Msg::Exclude(patterns) => {
-                protect = Excludes::new(&patterns)
-                    .map_err(|e| FilesError::Protocol(format!("the source's exclude patterns: {e}")))?;
+                protect = Excludes::new(&patterns).map_err(|e| Violation::BadExclude(e.to_string()))?;
             }
             Msg::End { files, bytes } => break Summary { files, bytes, kept, kept_bytes, deleted: 0 },
             other => return Err(link::unexpected("from a source", &other)),
@@ -350,7 +346,7 @@ fn control_loop(
         if now != seen {
             (seen, since) = (now, Instant::now());
         } else if since.elapsed() > sh.stall {
-            return Err(FilesError::Protocol(format!("{} files never arrived in full", *pending)));
+            return Err(Violation::FilesMissing(*pending).into());
         }
         pending = sh.changed.wait_timeout(pending, Duration::from_millis(200)).unpoison().0;
     }
@@ -385,7 +381,7 @@ fn control_loop(
     // The source ends the control stream once it has read Done; wait for that so exiting
     // now cannot reset the connection under it.
     if control.recv_start()?.is_some() {
-        return Err(FilesError::Protocol("the source sent more after Done".into()));
+        return Err(Violation::MoreAfter("Done").into());
     }
     control.finish()?;
     Ok(end)

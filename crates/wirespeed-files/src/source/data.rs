@@ -133,7 +133,7 @@ pub(super) fn send_whole(s: &Link, f: &SrcFile, sh: &State, w: &mut Worker) -> R
             return Ok(());
         }
         (None, Some(reader)) => reader,
-        (None, None) => return Err(FilesError::Protocol("a streamed file without a stream".into())),
+        (None, None) => return Err(FilesError::Internal("a streamed file without a stream")),
     };
     let mut reader = reader.lock();
     let (buf, mut offset) = (&mut w.buf, 0u64);

@@ -23,7 +23,7 @@ use crate::exclude::Excludes;
 use crate::link::{self, Link, Wrapping};
 use crate::open_files::{Held, OpenFiles};
 use crate::progress::Progress;
-use crate::proto::{self, Entry, Kind, Msg, STREAMED};
+use crate::proto::{self, Entry, Kind, Msg, STREAMED, Violation};
 use crate::shared::Shared;
 use crate::walk::{self, Found, Walk};
 
@@ -278,13 +278,13 @@ pub fn run_source(
             shared.stop();
         }
         for w in workers {
-            let r = w.join().unwrap_or_else(|_| Err(FilesError::Protocol("a reading thread panicked".into())));
+            let r = w.join().unwrap_or(Err(FilesError::Internal("a reading thread panicked")));
             if let Err(e) = r {
                 result = first_cause(result, e);
             }
         }
         let join = |h: thread::ScopedJoinHandle<'_, Result<Summary>>| {
-            h.join().unwrap_or_else(|_| Err(FilesError::Protocol("the control thread panicked".into())))
+            h.join().unwrap_or(Err(FilesError::Internal("the control thread panicked")))
         };
         let mut reader = Some(reader);
         if matches!(result, Err(FilesError::Stopped))
@@ -450,13 +450,13 @@ fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
         // A streamed input (a command's output) may pause as long as its command is silent.
         let mut moved = shared.progress.mover();
         let Some((msg, _)) = control.recv_while(|| moved() || shared.reader.is_some())? else {
-            return Err(FilesError::Protocol("the sink ended the control stream early".into()));
+            return Err(Violation::EndedEarly.into());
         };
         match msg {
             Msg::Want { id, ordered, have } => {
                 let file = shared.waiting.lock().unpoison().remove(&id);
                 let Some(file) = file else {
-                    return Err(FilesError::Protocol(format!("the sink wants file {id}, which is not on offer")));
+                    return Err(Violation::NotOffered(id).into());
                 };
                 let mut q = shared.queue.lock().unpoison();
                 q.wants += 1;
@@ -477,7 +477,7 @@ fn read_control_inner(control: &Link, shared: &State) -> Result<Summary> {
             Msg::Keep { id } => {
                 let file = shared.waiting.lock().unpoison().remove(&id);
                 let Some(file) = file else {
-                    return Err(FilesError::Protocol(format!("the sink keeps file {id}, which is not on offer")));
+                    return Err(Violation::NotOffered(id).into());
                 };
                 // Dropping it closes the file, which frees its slot for the walk.
                 shared.progress.keep(file.size);

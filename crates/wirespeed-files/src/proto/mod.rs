@@ -2,7 +2,14 @@
 //! one wirespeed message header; file bytes ride in message bodies, never in headers.
 //! Layout and flow are in docs/PROTOCOL.md ("File transfer"). Decoding never panics.
 
-use crate::error::{FilesError, Result};
+mod chunks;
+pub mod receipt;
+mod violation;
+
+pub use receipt::{Arrival, Receipt, Span};
+pub use violation::{ChunkFault, Violation};
+
+type Result<T, E = Violation> = std::result::Result<T, E>;
 
 /// Version of the copy protocol, checked in [`Msg::Begin`].
 pub const VERSION: u16 = 5;
@@ -98,6 +105,27 @@ pub enum Msg {
 }
 
 impl Msg {
+    /// The message's name, as errors show it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Msg::Hello { .. } => "Hello",
+            Msg::Ready => "Ready",
+            Msg::Begin { .. } => "Begin",
+            Msg::Exclude(_) => "Exclude",
+            Msg::Entries(_) => "Entries",
+            Msg::Want { .. } => "Want",
+            Msg::Chunk { .. } => "Chunk",
+            Msg::ChunkSum { .. } => "ChunkSum",
+            Msg::Same { .. } => "Same",
+            Msg::Hole { .. } => "Hole",
+            Msg::Eof { .. } => "Eof",
+            Msg::Keep { .. } => "Keep",
+            Msg::End { .. } => "End",
+            Msg::Done { .. } => "Done",
+            Msg::Fail { .. } => "Fail",
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer(Vec::with_capacity(64));
         match self {
@@ -236,15 +264,14 @@ impl Msg {
                 let mut patterns = Vec::with_capacity(n.min(r.0.len() / 4));
                 for _ in 0..n {
                     let p = r.bytes()?;
-                    patterns
-                        .push(String::from_utf8(p).map_err(|_| FilesError::Protocol("a pattern is not UTF-8".into()))?);
+                    patterns.push(String::from_utf8(p).map_err(|_| Violation::PatternNotUtf8)?);
                 }
                 Msg::Exclude(patterns)
             }
-            t => return Err(FilesError::Protocol(format!("unknown message tag {t}"))),
+            t => return Err(Violation::UnknownTag(t)),
         };
         if !r.0.is_empty() {
-            return Err(FilesError::Protocol("trailing bytes after a message".into()));
+            return Err(Violation::TrailingBytes);
         }
         Ok(msg)
     }
@@ -292,8 +319,7 @@ struct Reader<'a>(&'a [u8]);
 
 impl Reader<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let (head, rest) =
-            self.0.split_first_chunk::<N>().ok_or_else(|| FilesError::Protocol("truncated message".into()))?;
+        let (head, rest) = self.0.split_first_chunk::<N>().ok_or(Violation::Truncated)?;
         self.0 = rest;
         Ok(*head)
     }
@@ -315,7 +341,7 @@ impl Reader<'_> {
     fn bytes(&mut self) -> Result<Vec<u8>> {
         let n = self.u32()? as usize;
         if n > MAX_PATH || n > self.0.len() {
-            return Err(FilesError::Protocol("a length field runs past the message".into()));
+            return Err(Violation::LengthPastEnd);
         }
         let (b, rest) = self.0.split_at(n);
         self.0 = rest;
@@ -326,7 +352,7 @@ impl Reader<'_> {
             1 => Ok(Kind::File),
             2 => Ok(Kind::Dir),
             3 => Ok(Kind::Symlink),
-            k => Err(FilesError::Protocol(format!("unknown entry kind {k}"))),
+            k => Err(Violation::UnknownEntryKind(k)),
         }
     }
     fn entry(&mut self) -> Result<Entry> {

@@ -26,6 +26,11 @@ impl ChunkSet {
         };
         true
     }
+
+    /// Runs held: what this set's memory grows with.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target for FUZZ_SECONDS each (default 60), on the nightly toolchain.
+# Installs cargo-fuzz first when it is missing. Not part of `make test`.
+#   FUZZ_SECONDS=600 make fuzz          every target, ten minutes each
+#   FUZZ_TARGETS="frame handshake" make fuzz
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+cargo +nightly fuzz --version >/dev/null 2>&1 || cargo +nightly install --locked cargo-fuzz
+
+seconds="${FUZZ_SECONDS:-60}"
+targets="${FUZZ_TARGETS:-$(cargo +nightly fuzz list --fuzz-dir fuzz)}"
+mkdir -p fuzz/logs
+for target in $targets; do
+    echo "== $target ($seconds s)"
+    cargo +nightly fuzz run --fuzz-dir fuzz "$target" -- \
+        -max_total_time="$seconds" -print_final_stats=1 2>fuzz/logs/"$target".log \
+        || { tail -40 fuzz/logs/"$target".log; exit 1; }
+    grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' fuzz/logs/"$target".log
+done
