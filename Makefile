@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin
 
-.PHONY: run test bootstrap build lint unit conformance-ucx interop bench-compare bench-flight
+.PHONY: run test bootstrap build lint unit conformance-ucx interop bench-compare bench-flight fuzz
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -42,3 +42,7 @@ bench-compare: build
 # Flight planes against pyarrow.flight over grpc+tcp and grpc+unix.
 bench-flight: build
 	@bash bench/flight_compare.sh
+
+# Every cargo-fuzz target for FUZZ_SECONDS each (default 60), on nightly; not part of `make test`.
+fuzz: bootstrap
+	@bash scripts/fuzz.sh

@@ -74,7 +74,9 @@ pub fn wrap(
         }
     }
     let Some((key, at)) = seal else {
-        if flags == 0 {
+        // A header that starts like a wrapped one is wrapped (with no flags), so it reads back
+        // as itself.
+        if flags == 0 && header.first() != Some(&WRAPPED) {
             return Ok((header.to_vec(), None));
         }
         let mut out = vec![WRAPPED, flags];
@@ -190,6 +192,14 @@ mod tests {
     fn plain_stays_plain() {
         let (h, b) = round_trip(&[7; 4096], None, false);
         assert_eq!((h.as_slice(), b), (&b"header"[..], None));
+    }
+
+    /// Found by the `envelope` fuzz target: a plain header that began with the WRAPPED byte
+    /// read back two bytes short.
+    #[test]
+    fn a_plain_header_that_looks_wrapped_reads_back_as_itself() {
+        let (h, _) = wrap(&[WRAPPED, 0], &[], None, None).unwrap();
+        assert_eq!(&open_header(&h, None, AT).unwrap().header[..], [WRAPPED, 0]);
     }
 
     #[test]

@@ -174,3 +174,10 @@ fn root_name(p: &Path) -> Result<Vec<u8>> {
     let abs = std::fs::canonicalize(p).map_err(|e| FilesError::io(p, e))?;
     Ok(abs.file_name().map(paths::bytes).unwrap_or_else(|| b"root".to_vec()))
 }
+
+/// What the fuzz targets reach that is not public (`cargo fuzz` builds with `--cfg fuzzing`).
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::envelope::{Place, SealKey, open_body, open_header, wrap};
+}

@@ -34,6 +34,23 @@ pub const DRY_RUN: u16 = 32;
 /// Every flag this version knows; a sink refuses others rather than ignore what they ask.
 pub const FLAGS: u16 = PRESERVE | RESUME | SYNC | NO_CLOBBER | DELETE | DRY_RUN;
 
+/// Chunk sizes a sink accepts.
+pub const CHUNK_SIZES: std::ops::RangeInclusive<u32> = 64 << 10..=256 << 20;
+
+/// The sink's checks of a `Begin`: this version, a chunk size in range, no unknown flags.
+pub fn check_begin(version: u16, flags: u16, chunk_size: u32) -> Result<()> {
+    if version != VERSION {
+        return Err(Violation::Version { ours: VERSION, theirs: version });
+    }
+    if !CHUNK_SIZES.contains(&chunk_size) {
+        return Err(Violation::ChunkSize(chunk_size));
+    }
+    if flags & !FLAGS != 0 {
+        return Err(Violation::UnknownFlags(flags & !FLAGS));
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     File = 1,

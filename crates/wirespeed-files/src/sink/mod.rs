@@ -145,15 +145,7 @@ fn receive(
     let Some((Msg::Begin { version, flags, chunk_size, root_name, root_kind }, _)) = control.recv()? else {
         return Err(Violation::Expected { expected: "Begin", got: "something else" }.into());
     };
-    if version != proto::VERSION {
-        return Err(Violation::Version { ours: proto::VERSION, theirs: version }.into());
-    }
-    if !(64 << 10..=256 << 20).contains(&chunk_size) {
-        return Err(Violation::ChunkSize(chunk_size).into());
-    }
-    if flags & !proto::FLAGS != 0 {
-        return Err(Violation::UnknownFlags(flags & !proto::FLAGS).into());
-    }
+    proto::check_begin(version, flags, chunk_size)?;
     if flags & proto::DELETE != 0 && !opts.delete {
         return Err(FilesError::Usage(
             "the sender asks to delete what it does not send; only a receiver started with --delete allows that".into(),

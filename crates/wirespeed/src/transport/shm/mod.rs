@@ -10,6 +10,8 @@ mod pull;
 mod regions;
 mod rendezvous;
 mod ring;
+#[cfg(fuzzing)]
+pub use ring::fuzz_locate;
 mod rx;
 mod tx;
 mod waker;

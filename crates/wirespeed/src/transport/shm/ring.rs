@@ -232,6 +232,45 @@ fn corrupt(what: &'static str) -> Error {
     Error::Frame(FrameError::Malformed(what))
 }
 
+/// The fuzz target's entry: a ring of 4 KiB whose data area holds whatever the peer wrote
+/// (`data` after two little-endian u64s: the reader's position and the peer's head). Every
+/// frame the reader accepts must lie inside the ring's data and inside what the peer
+/// published, with its meta, payload and pull descriptor inside the frame.
+#[cfg(fuzzing)]
+pub fn fuzz_locate(data: &[u8]) {
+    const CAP: u64 = 4096;
+    let Some((positions, bytes)) = data.split_at_checked(16) else { return };
+    let mut pos = u64::from_le_bytes(positions[..8].try_into().expect("8 bytes")) & !(ALIGN - 1);
+    let head = u64::from_le_bytes(positions[8..].try_into().expect("8 bytes"));
+    let ctl = Ctl {
+        head: Line(AtomicU64::new(head)),
+        tail: Line(AtomicU64::new(0)),
+        consumer_sleeping: Line(AtomicU32::new(0)),
+        producer_sleeping: Line(AtomicU32::new(0)),
+    };
+    let mut area = vec![0u8; CAP as usize];
+    let n = bytes.len().min(area.len());
+    area[..n].copy_from_slice(&bytes[..n]);
+    // SAFETY: `ctl` and `area` outlive the ring, and `area` has `CAP` bytes.
+    let ring = unsafe { Ring::new(&ctl, area.as_mut_ptr(), CAP) };
+    let limits = Limits { max_meta: 1024, max_payload: 1 << 20 };
+    for _ in 0..64 {
+        let Ok(Some(f)) = ring.locate(pos, head, &limits) else { return };
+        let end = pos + f.total;
+        assert!(f.total > 0 && f.total <= head.wrapping_sub(pos), "past the published head");
+        assert!(pos % CAP + f.total <= CAP, "past the end of the data area");
+        assert!(f.meta_at + f.header.meta_len as u64 <= end, "meta outside its frame");
+        if f.header.kind != Kind::Pad {
+            let in_ring = if f.shared { REF_BYTES } else { f.header.payload_len() };
+            assert!(f.payload_at + in_ring <= end, "payload outside its frame");
+        }
+        if let Some((at, segments)) = f.pull {
+            assert!(at + descriptor_len(segments) as u64 <= end, "pull descriptor outside its frame");
+        }
+        pos = end;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
