@@ -165,6 +165,19 @@ impl FrameHeader {
         Ok(h)
     }
 
+    /// An encoded header (the first `HEADER_LEN` bytes of `encoded`) with its flags, and its
+    /// aux when given, replaced: how the shared-memory ring marks a frame it carries by
+    /// reference or splits.
+    pub fn reflag(encoded: &[u8], flags: u8, aux: Option<u32>) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b.copy_from_slice(&encoded[..HEADER_LEN]);
+        b[1] = flags;
+        if let Some(aux) = aux {
+            b[12..16].copy_from_slice(&aux.to_le_bytes());
+        }
+        b
+    }
+
     /// Payload bytes that follow the meta on the wire.
     pub fn payload_len(&self) -> u64 {
         if self.kind.has_payload() { self.len } else { 0 }
@@ -196,6 +209,18 @@ pub enum Touched {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reflag_changes_only_flags_and_aux() {
+        let mut h = FrameHeader::new(Kind::Data, 5);
+        (h.meta_len, h.aux, h.len) = (3, 9, 70_000);
+        let mut wire = h.encode().to_vec();
+        wire.extend_from_slice(b"met");
+        let shared = FrameHeader::decode(&FrameHeader::reflag(&wire, FLAG_SHARED, None), &Limits::default()).unwrap();
+        assert_eq!(shared, FrameHeader { flags: FLAG_SHARED, ..h });
+        let pulled = FrameHeader::decode(&FrameHeader::reflag(&wire, FLAG_PULL, Some(4)), &Limits::default()).unwrap();
+        assert_eq!(pulled, FrameHeader { flags: FLAG_PULL, aux: 4, ..h });
+    }
 
     #[test]
     fn header_round_trip() {

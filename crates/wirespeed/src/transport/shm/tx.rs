@@ -12,7 +12,7 @@ use super::waker::{Waker, notify};
 use super::{pull, regions, ring};
 use crate::error::{Error, Result};
 use crate::mem::Mapping;
-use crate::proto::frame::{FLAG_PULL, FLAG_SHARED};
+use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, FrameHeader};
 use crate::transport::{Fill, FrameTx};
 
 /// Copies bytes `from..to` of the concatenated `payload` to `dst`.
@@ -101,7 +101,8 @@ impl ShmTx {
         // SAFETY: `reserve` gave us the frame's bytes at `at`, before the ring's end.
         unsafe {
             std::ptr::copy_nonoverlapping(head.as_ptr(), frame, head.len());
-            *frame.add(1) = FLAG_SHARED;
+            let marked = FrameHeader::reflag(head, FLAG_SHARED, None);
+            std::ptr::copy_nonoverlapping(marked.as_ptr(), frame, marked.len());
             let to = self.ring.data_ptr(at + align(head.len() as u64));
             std::ptr::copy_nonoverlapping(reference.as_ptr(), to, reference.len());
         }
@@ -142,8 +143,8 @@ impl FrameTx for ShmTx {
         // the tail while we copy the head.
         // SAFETY: the descriptor's room was reserved after the payload; the header bytes are ours.
         let desc = unsafe {
-            *frame.add(1) = FLAG_PULL;
-            std::ptr::copy_nonoverlapping((tail.len() as u32).to_le_bytes().as_ptr(), frame.add(12), 4);
+            let marked = FrameHeader::reflag(head, FLAG_PULL, Some(tail.len() as u32));
+            std::ptr::copy_nonoverlapping(marked.as_ptr(), frame, marked.len());
             pull::Descriptor::new(self.ring.data_ptr(at + body))
         };
         desc.write(split, &tail);
