@@ -23,6 +23,24 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # What is public, and for whom
+//!
+//! - **The crate root** is the API applications use and that is meant to stay: [`connect`],
+//!   [`listen`], [`Config`], [`Connection`], [`Stream`], [`Listener`], [`Key`], [`Buf`],
+//!   [`Body`], [`Region`], [`RemoteRegion`], [`Fabric`], and the errors [`Error`] and
+//!   [`Violation`]. [`url`] parses endpoints, [`sync`] is the one lock helper the other crates
+//!   share.
+//! - **[`proto`]** is the protocol without I/O (frames, handshake, session, one-sided frames).
+//!   It is public so that other drivers can run it (the fuzz targets do, a simulator could);
+//!   it follows the wire protocol's version, not the API's.
+//! - **[`transport`]** holds the backends and the engine. Applications need only what the
+//!   root re-exports; the rest is public for the tools in this repository (an in-process pair
+//!   for a local copy, UCX-allocated memory for a fair benchmark) and may change.
+//! - **[`mem`]** is message memory: [`Buf`], [`Body`], sealed regions and recyclers, all
+//!   re-exported at the root; the module's other items serve the backends.
+//!
+//! Session state, the emulated one-sided state and every backend's internals are private.
 
 pub mod error;
 pub mod fabric;

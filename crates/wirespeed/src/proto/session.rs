@@ -79,7 +79,7 @@ pub struct Session {
     ready: VecDeque<u32>,
     transmit: Vec<u8>,
     /// Emulated one-sided transfers.
-    pub rma: Rma,
+    pub(crate) rma: Rma,
     failed: Option<Error>,
     peer_closed: bool,
     local_closed: bool,

@@ -1,5 +1,5 @@
 //! Transports: one connection and stream API over pluggable fabrics. Each backend only moves
-//! frames ([`FrameRx`], [`FrameTx`]); streams, credits and errors live in the shared engine.
+//! frames (`FrameRx`, `FrameTx`); streams, credits and errors live in the shared engine.
 
 mod conn;
 mod engine;
