@@ -87,6 +87,24 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever path a peer names, what it joins to lies below the root: only normal
+        /// components are added, one per `/`-separated part.
+        #[test]
+        fn any_peer_path_stays_below_the_root(rel in proptest::collection::vec(
+            proptest::prop_oneof![proptest::prelude::Just(b'/'), proptest::prelude::Just(b'.'), proptest::prelude::any::<u8>()],
+            0..40,
+        )) {
+            let root = Path::new("/dst/root");
+            if let Ok(p) = join_under(root, &rel) {
+                let below = p.strip_prefix(root).unwrap();
+                proptest::prop_assert!(below.components().all(|c| matches!(c, std::path::Component::Normal(_))));
+                let parts = if rel.is_empty() { 0 } else { rel.split(|b| *b == b'/').count() };
+                proptest::prop_assert_eq!(below.components().count(), parts);
+            }
+        }
+    }
+
     #[test]
     fn part_names_are_hidden_siblings() {
         assert_eq!(part_path(Path::new("/d/model.bin")), Path::new("/d/.model.bin.wirespeed-part"));
