@@ -7,7 +7,7 @@ set -euo pipefail
 # openssh-server: the tests start a throwaway sshd on 127.0.0.1 for remote copies; rsync and
 # netcat are peers in bench/tools_compare.sh. iproute2: `ip netns` makes two hosts for the
 # remote to remote tests.
-APT_PACKAGES=(pkg-config iperf3 ucx-utils libucx-dev libclang-dev openssh-server openssh-client rsync netcat-openbsd
+APT_PACKAGES=(pkg-config iperf3 ucx-utils libucx-dev libfabric-dev libfabric-bin libclang-dev openssh-server openssh-client rsync netcat-openbsd
   iproute2)
 
 missing=()

@@ -128,8 +128,8 @@ pub enum Violation {
     SharedMemorySize,
     #[error("unexpected bytes on the bootstrap socket")]
     BootstrapBytes,
-    #[error("a UCX worker address of {0} bytes")]
-    WorkerAddressLength(usize),
+    #[error("a fabric address of {0} bytes")]
+    AddressLength(usize),
     #[error("not a UCX worker address (header byte {0:#04x})")]
     NotWorkerAddress(u8),
     #[error("an in-process {0} does not match its header")]

@@ -10,10 +10,53 @@ pub enum Fabric {
     Shm,
     /// UCX (RDMA, CMA, shared memory or TCP, as UCX picks), introduced over a TCP socket.
     Ucx,
+    /// libfabric with the named provider, introduced over a TCP socket.
+    Ofi(Provider),
     /// Frames on a TCP socket.
     Tcp,
     /// Both ends in one process, joined by queues; no URL names it and no wire announces it.
     InProcess,
+}
+
+/// The libfabric providers a URL can name (`ofi+<provider>://`), fastest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Provider {
+    /// Shared memory between processes on one host (single copy by CMA for large bodies).
+    Shm,
+    /// HPE Slingshot.
+    Cxi,
+    /// AWS Elastic Fabric Adapter.
+    Efa,
+    /// InfiniBand and RoCE through verbs, made reliable-datagram by ofi_rxm.
+    Verbs,
+    /// TCP sockets, made reliable-datagram by ofi_rxm.
+    Tcp,
+}
+
+impl Provider {
+    pub const ALL: [Provider; 5] = [Provider::Shm, Provider::Cxi, Provider::Efa, Provider::Verbs, Provider::Tcp];
+
+    /// Its name in URLs: `ofi+<name>://`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::Shm => "shm",
+            Provider::Cxi => "cxi",
+            Provider::Efa => "efa",
+            Provider::Verbs => "verbs",
+            Provider::Tcp => "tcp",
+        }
+    }
+
+    /// The provider (and utility provider) as libfabric names it in `fi_getinfo`.
+    pub fn libfabric_name(self) -> &'static str {
+        match self {
+            Provider::Shm => "shm",
+            Provider::Cxi => "cxi",
+            Provider::Efa => "efa",
+            Provider::Verbs => "verbs;ofi_rxm",
+            Provider::Tcp => "tcp;ofi_rxm",
+        }
+    }
 }
 
 /// What a fabric can do.
@@ -40,9 +83,18 @@ pub enum AddressKind {
 impl Fabric {
     /// Every fabric a URL can name, fastest first: the order a client that may choose tries
     /// them in.
-    pub const ALL: [Fabric; 3] = [Fabric::Shm, Fabric::Ucx, Fabric::Tcp];
+    pub const ALL: [Fabric; 8] = [
+        Fabric::Shm,
+        Fabric::Ucx,
+        Fabric::Ofi(Provider::Shm),
+        Fabric::Ofi(Provider::Cxi),
+        Fabric::Ofi(Provider::Efa),
+        Fabric::Ofi(Provider::Verbs),
+        Fabric::Ofi(Provider::Tcp),
+        Fabric::Tcp,
+    ];
 
-    /// The names of every fabric a URL can name, for messages: "shm, ucx, tcp".
+    /// The names of every fabric a URL can name, for messages: "shm, ucx, ofi+shm, ...".
     pub fn names() -> String {
         Fabric::ALL.map(Fabric::name).join(", ")
     }
@@ -52,6 +104,11 @@ impl Fabric {
         match self {
             Fabric::Shm => "shm",
             Fabric::Ucx => "ucx",
+            Fabric::Ofi(Provider::Shm) => "ofi+shm",
+            Fabric::Ofi(Provider::Cxi) => "ofi+cxi",
+            Fabric::Ofi(Provider::Efa) => "ofi+efa",
+            Fabric::Ofi(Provider::Verbs) => "ofi+verbs",
+            Fabric::Ofi(Provider::Tcp) => "ofi+tcp",
             Fabric::Tcp => "tcp",
             Fabric::InProcess => "in-process",
         }
@@ -61,6 +118,9 @@ impl Fabric {
         let (native_one_sided, zero_copy_receive, same_host_only) = match self {
             Fabric::Shm => (false, true, true),
             Fabric::Ucx => (true, true, false),
+            // Whether the provider has FI_RMA shows only once it is opened; without it
+            // one-sided access is carried as frames.
+            Fabric::Ofi(p) => (true, true, p == Provider::Shm),
             Fabric::Tcp => (false, false, false),
             Fabric::InProcess => (false, true, true),
         };
@@ -70,7 +130,7 @@ impl Fabric {
     pub fn address_kind(self) -> AddressKind {
         match self {
             Fabric::Shm => AddressKind::SocketPath,
-            Fabric::Ucx | Fabric::Tcp | Fabric::InProcess => AddressKind::HostPort,
+            Fabric::Ucx | Fabric::Ofi(_) | Fabric::Tcp | Fabric::InProcess => AddressKind::HostPort,
         }
     }
 
@@ -81,6 +141,7 @@ impl Fabric {
             Fabric::Shm => 1,
             Fabric::Ucx => 2,
             Fabric::InProcess => 3,
+            Fabric::Ofi(p) => 16 + p as u8,
         }
     }
 

@@ -53,7 +53,7 @@ pub mod url;
 
 pub use bytes::Bytes;
 pub use error::{Error, ErrorCode, Result, Violation};
-pub use fabric::Fabric;
+pub use fabric::{Fabric, Provider};
 pub use key::Key;
 pub use mem::{Body, Buf, Recycler, SealedRegion};
 pub use transport::{

@@ -53,6 +53,6 @@ mod tests {
             assert!(Endpoint::parse(u).is_err(), "{u}");
         }
         let unknown = Endpoint::parse("in-process://x:1").unwrap_err().to_string();
-        assert!(unknown.contains("expected shm, ucx, tcp"), "{unknown}");
+        assert!(unknown.contains("expected shm, ucx, ofi+shm,"), "{unknown}");
     }
 }

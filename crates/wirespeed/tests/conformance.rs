@@ -21,7 +21,7 @@ fn fresh_url(scheme: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     match scheme {
         "tcp" => "tcp://127.0.0.1:0".into(),
-        "ucx" => "ucx://127.0.0.1:0".into(),
+        "ucx" | "ofi+shm" | "ofi+tcp" => format!("{scheme}://127.0.0.1:0"),
         "shm" => format!(
             "shm://{}/wirespeed-test-{}-{}.sock",
             std::env::temp_dir().display(),
@@ -66,7 +66,7 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 fn raw(url: &str) -> Box<dyn ReadWrite> {
     let (scheme, addr) = url.split_once("://").unwrap();
     let s: Box<dyn ReadWrite> = match scheme {
-        "tcp" | "ucx" => Box::new(TcpStream::connect(addr).unwrap()),
+        "tcp" | "ucx" | "ofi+shm" | "ofi+tcp" => Box::new(TcpStream::connect(addr).unwrap()),
         _ => Box::new(UnixStream::connect(addr).unwrap()),
     };
     s
@@ -880,6 +880,10 @@ macro_rules! suite {
         suite!(@fabric shm, "shm", [$($s,)* $($w,)*]);
         #[cfg(feature = "ucx")]
         suite!(@fabric ucx, "ucx", [$($s,)* $($w,)*]);
+        #[cfg(feature = "ofi")]
+        suite!(@fabric ofi_shm, "ofi+shm", [$($s,)* $($w,)*]);
+        #[cfg(feature = "ofi")]
+        suite!(@fabric ofi_tcp, "ofi+tcp", [$($s,)* $($w,)*]);
         // Both ends in one process: there is no socket, handshake or second process to test.
         suite!(@fabric in_process, "in_process", [$($s,)*]);
     };

@@ -142,3 +142,30 @@ fn read_exact_by(io: &mut impl DeadlineIo, mut buf: &mut [u8], deadline: Deadlin
     }
     Ok(())
 }
+
+/// Fabric addresses (UCX worker addresses, libfabric endpoint names) are at most a few
+/// hundred bytes; anything near this is not one.
+const MAX_ADDRESS: usize = 64 << 10;
+
+/// After the handshake, sends our fabric address over the authenticated socket and reads the
+/// peer's: each a little-endian u32 length, then the bytes.
+pub(crate) fn swap_addresses(s: &mut TcpStream, ours: &[u8], timeout: Duration) -> Result<Vec<u8>> {
+    let lost = |e: io::Error| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout(timeout),
+        _ => Error::ConnectionLost(format!("swapping fabric addresses: {e}")),
+    };
+    s.set_timeouts(Some(timeout))?;
+    let mut msg = (ours.len() as u32).to_le_bytes().to_vec();
+    msg.extend_from_slice(ours);
+    s.write_all(&msg).map_err(lost)?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).map_err(lost)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 || len > MAX_ADDRESS {
+        return Err(Violation::AddressLength(len).into());
+    }
+    let mut theirs = vec![0u8; len];
+    s.read_exact(&mut theirs).map_err(lost)?;
+    s.set_timeouts(None)?;
+    Ok(theirs)
+}

@@ -6,6 +6,12 @@ mod engine;
 mod handshake;
 pub mod in_process;
 mod listener;
+#[cfg(feature = "ofi")]
+pub mod ofi;
+#[cfg(any(feature = "ucx", feature = "ofi"))]
+mod pool;
+#[cfg(any(feature = "ucx", feature = "ofi"))]
+mod progress;
 mod rma;
 pub mod shm;
 mod stream;
@@ -80,6 +86,10 @@ pub fn connect(url: &str, key: &Key, config: &Config) -> Result<Connection> {
         Fabric::Ucx => ucx::connect(&address, key, config),
         #[cfg(not(feature = "ucx"))]
         Fabric::Ucx => Err(no_ucx()),
+        #[cfg(feature = "ofi")]
+        Fabric::Ofi(p) => ofi::connect(p, &address, key, config),
+        #[cfg(not(feature = "ofi"))]
+        Fabric::Ofi(_) => Err(no_ofi()),
         Fabric::InProcess => Err(in_process_url(url)),
     }
 }
@@ -94,6 +104,10 @@ pub fn listen(url: &str, key: &Key, config: &Config) -> Result<Listener> {
         Fabric::Ucx => ucx::listen(&address, key, config),
         #[cfg(not(feature = "ucx"))]
         Fabric::Ucx => Err(no_ucx()),
+        #[cfg(feature = "ofi")]
+        Fabric::Ofi(p) => ofi::listen(p, &address, key, config),
+        #[cfg(not(feature = "ofi"))]
+        Fabric::Ofi(_) => Err(no_ofi()),
         Fabric::InProcess => Err(in_process_url(url)),
     }
 }
@@ -180,4 +194,12 @@ pub(crate) trait FrameTx: Send {
     /// Ends the connection. Graceful: everything written still arrives (TCP sends FIN after
     /// it); otherwise both directions stop at once, waking a reader blocked on them.
     fn shutdown(&mut self, graceful: bool);
+}
+
+#[cfg(not(feature = "ofi"))]
+fn no_ofi() -> crate::error::Error {
+    crate::error::Error::Fabric {
+        op: "ofi+<provider>://",
+        status: "this build has no libfabric support (feature \"ofi\")".into(),
+    }
 }

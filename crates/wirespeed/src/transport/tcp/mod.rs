@@ -48,7 +48,7 @@ pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
 }
 
 pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
-    listen_with(Fabric::Tcp, addr, key, config, |mut s, peer, key, config| {
+    listen_with(Fabric::Tcp, addr, key, config, |mut s, peer, key, config, _| {
         let params = handshake::server(&mut s, key, config, Fabric::Tcp)?;
         establish(s, Role::Server, params, config, peer)
     })
@@ -70,8 +70,8 @@ pub(crate) fn dial(addr: &str, timeout: Duration) -> Result<(TcpStream, SocketAd
     )))
 }
 
-/// Authenticates an accepted socket and builds the connection over it.
-pub(crate) type Establish = fn(TcpStream, String, &Key, &Config) -> Result<Connection>;
+/// Authenticates an accepted socket and builds the connection over it, on the listener's fabric.
+pub(crate) type Establish = fn(TcpStream, String, &Key, &Config, Fabric) -> Result<Connection>;
 
 /// Listens on a TCP socket whose clients `establish` turns into connections (`fabric` names
 /// them in URLs).
@@ -87,7 +87,7 @@ pub(crate) fn listen_with(
     l.set_nonblocking(true)?; // a client that vanishes between poll and accept must not block us
     let url = format!("{fabric}://{}", l.local_addr()?);
     let acceptor = TcpAcceptor { listener: l, fabric };
-    Ok(Listener::spawn(acceptor, (key.clone(), config.clone(), establish), url, config.timeout))
+    Ok(Listener::spawn(acceptor, (key.clone(), config.clone(), establish, fabric), url, config.timeout))
 }
 
 struct TcpAcceptor {
@@ -97,7 +97,7 @@ struct TcpAcceptor {
 
 impl Acceptor for TcpAcceptor {
     type Socket = TcpStream;
-    type Shared = (Key, Config, Establish);
+    type Shared = (Key, Config, Establish, Fabric);
 
     fn accept(&self, wait: Duration) -> io::Result<Option<(TcpStream, String)>> {
         let client = accept_within(self.listener.as_fd(), wait, || self.listener.accept())?;
@@ -107,9 +107,9 @@ impl Acceptor for TcpAcceptor {
     fn establish(
         s: TcpStream,
         peer: String,
-        (key, config, establish): &(Key, Config, Establish),
+        (key, config, establish, fabric): &(Key, Config, Establish, Fabric),
     ) -> Result<Connection> {
-        establish(s, peer, key, config)
+        establish(s, peer, key, config, *fabric)
     }
 }
 

@@ -12,10 +12,10 @@ use smallvec::SmallVec;
 use ucx_sys::*;
 
 use super::context::{complete, posted, status_string};
-use super::pool::{Pool, PoolBuf};
 use crate::error::{Error, FrameError, Result};
 use crate::mem::Buf;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
+use crate::transport::pool::{Pool, PoolBuf};
 
 /// Received bodies waiting to be read, at most, before further rendezvous bodies wait at the
 /// sender: the receiver pulls no further ahead than it reads, like a socket buffer, so buffers

@@ -7,37 +7,29 @@
 
 mod context;
 mod inbox;
-mod lingering;
-mod pool;
-mod progress;
 mod rma;
 mod worker;
 
-use std::io::{IoSlice, Read, Write};
+use std::io::IoSlice;
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ucx_sys::{UCS_OK, ucs_status_t};
 
-use self::progress::Shared;
 pub use self::rma::allocated_bytes;
 use self::worker::Core;
 use super::conn::Connection;
 use super::listener::Listener;
+use super::progress::{Handle, Shared};
 use super::{Config, FrameRx, FrameSink, FrameTx, handshake, tcp};
 use crate::error::{Error, Result, Violation};
 use crate::fabric::Fabric;
 use crate::key::Key;
 use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
-use crate::sync::Unpoison;
 
-/// Worker addresses are a few hundred bytes; anything near this is not one.
-const MAX_ADDRESS: usize = 64 << 10;
 /// How long a graceful close may take to flush what is in flight.
 const FLUSH_LIMIT: Duration = Duration::from_secs(2);
 
@@ -48,7 +40,7 @@ pub fn connect(addr: &str, key: &Key, config: &Config) -> Result<Connection> {
 }
 
 pub fn listen(addr: &str, key: &Key, config: &Config) -> Result<Listener> {
-    tcp::listen_with(Fabric::Ucx, addr, key, config, |mut s, peer, key, config| {
+    tcp::listen_with(Fabric::Ucx, addr, key, config, |mut s, peer, key, config, _| {
         let params = handshake::server(&mut s, key, config, Fabric::Ucx)?;
         establish(s, Role::Server, params, config, peer)
     })
@@ -61,12 +53,7 @@ fn establish(mut s: TcpStream, role: Role, peer: Peer, config: &Config, name: St
     // Its hang-up is how a vanished peer shows (see `worker`).
     crate::transport::sys::keep_alive(&s);
     core.connect(&theirs, peer_failure_handling(same_host(&s)?)?)?;
-    let shared = Shared::new(core, s)?;
-    let progress = shared.clone();
-    let thread =
-        std::thread::Builder::new().name("wirespeed-ucx-progress".into()).spawn(move || progress.run_progress())?;
-    let handle =
-        Arc::new(Handle { shared, thread: Mutex::new(Some(thread)), closed_gracefully: AtomicBool::new(false) });
+    let handle = Handle::start(core, s, "wirespeed-ucx-progress")?;
     let rx = UcxRx { h: handle.clone() };
     let rma = rma::UcxRma { h: handle.clone() };
     let tx =
@@ -98,32 +85,14 @@ fn peer_failure_handling(same_host: bool) -> Result<bool> {
     Ok(!same_host)
 }
 
-/// Sends our worker address and reads the peer's: a little-endian u32 length, then the bytes.
+/// Swaps worker addresses with the peer over the bootstrap socket.
 fn swap_addresses(s: &mut TcpStream, ours: &[u8], timeout: Duration) -> Result<Vec<u8>> {
-    let lost = |e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Timeout(timeout),
-        _ => Error::ConnectionLost(format!("swapping UCX worker addresses: {e}")),
-    };
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    let mut msg = (ours.len() as u32).to_le_bytes().to_vec();
-    msg.extend_from_slice(ours);
-    s.write_all(&msg).map_err(lost)?;
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).map_err(lost)?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len == 0 || len > MAX_ADDRESS {
-        return Err(Violation::WorkerAddressLength(len).into());
-    }
-    let mut theirs = vec![0u8; len];
-    s.read_exact(&mut theirs).map_err(lost)?;
+    let theirs = handshake::swap_addresses(s, ours, timeout)?;
     // UCX asserts, and so aborts, on an address of a version it does not know (the low four
     // bits of its first byte; 1.13 to 1.18 know 0 and 1). Refuse one here instead.
     if theirs[0] & 0x0f > 1 {
         return Err(Violation::NotWorkerAddress(theirs[0]).into());
     }
-    s.set_read_timeout(None)?;
-    s.set_write_timeout(None)?;
     Ok(theirs)
 }
 
@@ -131,7 +100,7 @@ fn swap_addresses(s: &mut TcpStream, ours: &[u8], timeout: Duration) -> Result<V
 /// the caller). Until it completes UCX may use the caller's buffers, so on a timeout or a
 /// failure the endpoint is closed by force, which completes every request, before this
 /// returns.
-fn complete(shared: &Shared, slot: *mut Option<ucs_status_t>, timeout: Duration, what: &str) -> Result<()> {
+fn complete(shared: &Shared<Core>, slot: *mut Option<ucs_status_t>, timeout: Duration, what: &str) -> Result<()> {
     // SAFETY (reads of `slot`): UCX writes it only from callbacks run under the lock that
     // `wait` holds while it calls us.
     let outcome = match shared.wait(Some(Instant::now() + timeout), true, |_| unsafe { *slot }) {
@@ -147,32 +116,8 @@ fn complete(shared: &Shared, slot: *mut Option<ucs_status_t>, timeout: Duration,
     outcome
 }
 
-/// Owns the progress thread; the last half of the connection to go stops it. After a
-/// graceful close the thread lingers on its own until the peer has read everything and hung
-/// up, since tearing the worker down earlier can reset transfers still in the peer's queues.
-struct Handle {
-    shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    closed_gracefully: AtomicBool,
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        let linger = self.closed_gracefully.load(Ordering::SeqCst);
-        self.shared.stop(linger);
-        let thread = self.thread.lock().unpoison().take();
-        match thread {
-            Some(t) if linger => lingering::keep(t),
-            Some(t) => {
-                let _ = t.join();
-            }
-            None => {}
-        }
-    }
-}
-
 struct UcxRx {
-    h: Arc<Handle>,
+    h: Arc<Handle<Core>>,
 }
 
 impl FrameRx for UcxRx {
@@ -189,7 +134,7 @@ impl FrameRx for UcxRx {
 }
 
 struct UcxTx {
-    h: Arc<Handle>,
+    h: Arc<Handle<Core>>,
     max_payload: usize,
     /// The gather list of the frame being sent; UCX reads it until the send completes.
     iov: Vec<ucx_sys::ucp_dt_iov_t>,
@@ -236,7 +181,7 @@ impl FrameTx for UcxTx {
     fn shutdown(&mut self, graceful: bool) {
         let shared = &self.h.shared;
         if graceful {
-            self.h.closed_gracefully.store(true, Ordering::SeqCst);
+            self.h.closing_gracefully();
             shared.lock().close_ep(false, FLUSH_LIMIT);
             let _ = shared.sock().shutdown(Shutdown::Write);
         } else {

@@ -10,15 +10,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use ucx_sys::*;
 
+use super::complete;
 use super::context::{check, context};
+use super::worker::Core;
 use super::worker::RmaOp;
-use super::{Handle, complete};
 use crate::error::{Error, Result, Violation};
 use crate::mem::RegionMem;
+use crate::transport::progress::Handle;
 use crate::transport::{NativeRemote, NativeRma};
 
 pub(super) struct UcxRma {
-    pub(super) h: Arc<Handle>,
+    pub(super) h: Arc<Handle<Core>>,
 }
 
 /// Memory UCX allocated and registered; dropping it unregisters and frees it.
@@ -119,7 +121,7 @@ impl NativeRma for UcxRma {
 /// A peer's region: its address and our unpacked key to it. Holding the handle keeps the
 /// worker, which the key belongs to, alive.
 struct UcxRemote {
-    h: Arc<Handle>,
+    h: Arc<Handle<Core>>,
     addr: u64,
     rkey: ucp_rkey_h,
 }

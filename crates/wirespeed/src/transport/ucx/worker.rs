@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -17,6 +18,7 @@ use super::inbox::{Inbox, Meta, on_am};
 use crate::error::{Error, Result};
 use crate::mem::Buf;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
+use crate::transport::progress::Driver;
 
 /// Active Message id of wirespeed frames.
 const AM_ID: u32 = 0x77;
@@ -100,14 +102,6 @@ impl Core {
         Ok(core)
     }
 
-    /// The fd that signals the worker's events once armed; it belongs to the worker.
-    pub(super) fn event_fd(&self) -> Result<std::os::fd::RawFd> {
-        let mut efd = -1;
-        // SAFETY: live worker; out-pointer to a local.
-        check("getting the worker's event fd", unsafe { lib().ucp_worker_get_efd(self.worker, &mut efd) })?;
-        Ok(efd)
-    }
-
     /// Our worker's address, for the peer to connect its endpoint to.
     pub(super) fn address(&self) -> Result<Vec<u8>> {
         let (mut addr, mut len) = (std::ptr::null_mut(), 0usize);
@@ -163,26 +157,6 @@ impl Core {
         }
     }
 
-    pub(super) fn progress(&mut self) -> u32 {
-        // SAFETY: live worker, lock held.
-        unsafe { lib().ucp_worker_progress(self.worker) }
-    }
-
-    /// Arms the event fd; false if events are pending (progress again first).
-    pub(super) fn arm(&mut self) -> Result<bool> {
-        // SAFETY: live worker, lock held.
-        match unsafe { lib().ucp_worker_arm(self.worker) } {
-            UCS_OK => Ok(true),
-            UCS_ERR_BUSY => Ok(false),
-            s => check("arming the worker", s).map(|_| false),
-        }
-    }
-
-    /// Transfers in flight: a send not yet complete, or a rendezvous body still arriving.
-    pub(super) fn outstanding(&self) -> bool {
-        self.sends_in_flight > 0 || !self.inflight.is_empty() || self.inbox.receiving()
-    }
-
     /// Forgets owned sends that completed; a failed one fails the connection.
     pub(super) fn reap(&mut self) {
         while let Some(f) = self.inflight.front()
@@ -220,10 +194,6 @@ impl Core {
             self.inflight.push_back(f);
         }
         Ok(())
-    }
-
-    pub(super) fn failure(&self) -> Option<Error> {
-        self.inbox.failure().cloned()
     }
 
     /// Takes the oldest arrival if it is complete (see `Inbox::pop_frame`).
@@ -310,8 +280,8 @@ impl Core {
 
     /// Our endpoint, unless the connection failed or closed.
     fn usable_ep(&self) -> Result<ucp_ep_h> {
-        if let Some(e) = self.failure() {
-            return Err(e);
+        if let Some(e) = self.inbox.failure() {
+            return Err(e.clone());
         }
         if self.ep.is_null() {
             return Err(Error::Closed);
@@ -351,6 +321,57 @@ impl Core {
             // SAFETY: as above; freed once.
             unsafe { lib().ucp_request_free(req) };
         }
+    }
+}
+
+impl Driver for Core {
+    fn progress(&mut self) -> u32 {
+        // SAFETY: live worker, lock held.
+        unsafe { lib().ucp_worker_progress(self.worker) }
+    }
+
+    fn arm(&mut self) -> Result<bool> {
+        // SAFETY: live worker, lock held.
+        match unsafe { lib().ucp_worker_arm(self.worker) } {
+            UCS_OK => Ok(true),
+            UCS_ERR_BUSY => Ok(false),
+            s => check("arming the worker", s).map(|_| false),
+        }
+    }
+
+    fn event_fd(&self) -> Result<Option<RawFd>> {
+        let mut efd = -1;
+        // SAFETY: live worker; out-pointer to a local.
+        check("getting the worker's event fd", unsafe { lib().ucp_worker_get_efd(self.worker, &mut efd) })?;
+        Ok(Some(efd))
+    }
+
+    fn outstanding(&self) -> bool {
+        self.sends_in_flight > 0 || !self.inflight.is_empty() || self.inbox.receiving()
+    }
+
+    fn events(&self) -> u64 {
+        self.inbox.events()
+    }
+
+    fn failure(&self) -> Option<&Error> {
+        self.inbox.failure()
+    }
+
+    fn fail(&mut self, e: Error) {
+        self.inbox.fail(e)
+    }
+
+    fn peer_going(&mut self, why: String) {
+        self.inbox.peer_going(why)
+    }
+
+    fn expire_peer_gone(&mut self) {
+        self.inbox.expire_peer_gone()
+    }
+
+    fn give_up_at(&self) -> Option<Instant> {
+        self.inbox.give_up_at()
     }
 }
 

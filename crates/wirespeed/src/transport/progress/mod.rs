@@ -1,20 +1,22 @@
-//! Waiting on a UCX connection, and the progress thread. A waiting thread spins on progress
-//! for a bounded time, then parks; a background progress thread then sleeps on the worker's
-//! event fd and wakes it. The same thread keeps rendezvous transfers moving while the
-//! application is busy elsewhere, and watches the bootstrap socket, whose hang-up means the
-//! peer is gone.
+//! Waiting on a connection over a fabric that moves only when driven (UCX, libfabric), and
+//! its progress thread. A waiting thread spins on progress for a bounded time, then parks; a
+//! background progress thread then sleeps on the fabric's event fd and wakes it. The same
+//! thread keeps rendezvous transfers moving while the application is busy elsewhere, and
+//! watches the bootstrap socket, whose hang-up means the peer is gone.
+
+mod lingering;
 
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use super::worker::Core;
 use crate::error::{Error, Result, Violation};
 use crate::sync::Unpoison;
 use crate::transport::sys::ms_until;
@@ -45,9 +47,38 @@ const STALL_BACKOFF_STEPS: u32 = 6;
 /// Bounds on how long the progress thread sleeps between looks at the worker.
 const MIN_POLL: Duration = Duration::from_millis(1);
 const MAX_POLL: Duration = Duration::from_secs(1);
+/// The same bounds for a fabric with no event fd (libfabric's shm): it must be polled, often
+/// while threads wait on it, and still every millisecond while it is quiet.
+const MIN_POLL_NO_FD: Duration = Duration::from_micros(50);
+const MAX_POLL_NO_FD: Duration = Duration::from_millis(1);
+
+/// A fabric's per-connection state, driven under one lock: its progress, and what the
+/// connection knows of its peer's liveness.
+pub(crate) trait Driver: Send + 'static {
+    /// Drives the fabric once; how many events that handled.
+    fn progress(&mut self) -> u32;
+    /// Arms the event fd; false if events are pending (progress again first).
+    fn arm(&mut self) -> Result<bool>;
+    /// The fd that signals events once armed, if the fabric has one; it lives as long as
+    /// the driver.
+    fn event_fd(&self) -> Result<Option<RawFd>>;
+    /// Transfers in flight: a send not yet complete, or a body still arriving.
+    fn outstanding(&self) -> bool;
+    /// Counts arrivals and failures: a change means something happened.
+    fn events(&self) -> u64;
+    fn failure(&self) -> Option<&Error>;
+    /// Fails the connection (the first failure sticks).
+    fn fail(&mut self, e: Error);
+    /// The peer seemed to go; frames already on their way may still arrive for a while.
+    fn peer_going(&mut self, why: String);
+    /// Fails the connection once a peer that seemed to go has been given its grace.
+    fn expire_peer_gone(&mut self);
+    /// When that happens, if the peer seemed to go.
+    fn give_up_at(&self) -> Option<Instant>;
+}
 
 /// State shared by the connection's halves and its progress thread.
-pub(super) struct Shared {
+pub(crate) struct Shared<Core: Driver> {
     core: Mutex<Core>,
     wake: Condvar,
     /// Threads parked on `wake`.
@@ -58,7 +89,7 @@ pub(super) struct Shared {
     /// Wakes the progress thread.
     kick: EventFd,
     kicked: AtomicBool,
-    efd: RawFd,
+    efd: Option<RawFd>,
     /// A `Run` as u8: whether the progress thread goes on.
     state: AtomicU8,
     sock: TcpStream,
@@ -87,11 +118,11 @@ impl Run {
 }
 
 /// How long a closed connection keeps its worker for a peer still reading.
-pub(super) const LINGER_LIMIT: Duration = Duration::from_secs(5);
+pub(crate) const LINGER_LIMIT: Duration = Duration::from_secs(5);
 
-impl Shared {
+impl<Core: Driver> Shared<Core> {
     /// Wraps a connected `core`; `sock` is the authenticated bootstrap socket.
-    pub(super) fn new(core: Core, sock: TcpStream) -> Result<Arc<Self>> {
+    fn new(core: Core, sock: TcpStream) -> Result<Arc<Self>> {
         let efd = core.event_fd()?;
         let kick = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
             .map_err(io::Error::from)?;
@@ -109,13 +140,13 @@ impl Shared {
         }))
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
         self.core.lock().unpoison()
     }
 
     /// Waits until `ready` yields something, `deadline` passes (`Ok(None)`), or, if
     /// `stop_on_failure`, the connection fails. Spins on progress first, then parks.
-    pub(super) fn wait<T>(
+    pub(crate) fn wait<T>(
         &self,
         deadline: Option<Instant>,
         stop_on_failure: bool,
@@ -131,8 +162,8 @@ impl Shared {
             if let Some(t) = ready(&mut core) {
                 return Ok(Some(t));
             }
-            core.inbox.expire_peer_gone();
-            if stop_on_failure && let Some(e) = core.inbox.failure() {
+            core.expire_peer_gone();
+            if stop_on_failure && let Some(e) = core.failure() {
                 return Err(e.clone());
             }
             turns = turns.wrapping_add(1);
@@ -175,13 +206,13 @@ impl Shared {
     }
 
     /// Fails the connection: parked threads wake and see `e`.
-    pub(super) fn fail(&self, e: Error) {
+    pub(crate) fn fail(&self, e: Error) {
         let mut core = self.lock();
-        core.inbox.fail(e);
+        core.fail(e);
         self.wake.notify_all();
     }
 
-    pub(super) fn sock(&self) -> &TcpStream {
+    pub(crate) fn sock(&self) -> &TcpStream {
         &self.sock
     }
 
@@ -192,7 +223,7 @@ impl Shared {
     }
 
     /// Ends the progress thread: at once, or (`linger`) once the peer hangs up.
-    pub(super) fn stop(&self, linger: bool) {
+    pub(crate) fn stop(&self, linger: bool) {
         let run = if linger { Run::Lingering } else { Run::Stopping };
         self.state.store(run as u8, Ordering::SeqCst);
         self.kick();
@@ -200,7 +231,7 @@ impl Shared {
 
     /// The progress thread: drives the worker whenever no application thread does, sleeping
     /// on the worker's event fd, the kick fd and the bootstrap socket.
-    pub(super) fn run_progress(&self) {
+    pub(crate) fn run_progress(&self) {
         let mut sock_open = true;
         let mut linger_end = None;
         let mut last_event = Instant::now();
@@ -227,7 +258,7 @@ impl Shared {
             stay_out = HANDOVER;
             let until = {
                 let mut core = self.lock();
-                let before = core.inbox.events();
+                let before = core.events();
                 let mut events = 0;
                 loop {
                     match core.progress() {
@@ -235,10 +266,10 @@ impl Shared {
                         n => events += n,
                     }
                 }
-                core.inbox.expire_peer_gone();
+                core.expire_peer_gone();
                 let armed = core.arm();
-                // Send completions show only in the event count, arrivals in the inbox's.
-                let active = events > 0 || core.inbox.events() != before;
+                // Send completions may show only in the event count, arrivals in the driver's.
+                let active = events > 0 || core.events() != before;
                 if active && self.parked.load(Ordering::SeqCst) > 0 {
                     self.wake.notify_all();
                 }
@@ -259,7 +290,7 @@ impl Shared {
                     }
                     Ok(true) => {}
                     Err(e) => {
-                        core.inbox.fail(e);
+                        core.fail(e);
                         self.wake.notify_all();
                     }
                 }
@@ -270,8 +301,13 @@ impl Shared {
                 // fd announces, so never sleep long after activity: poll at 1 ms, backing
                 // off as the connection stays quiet.
                 let quiet = now.saturating_duration_since(last_event);
-                let mut wake_at = now + (quiet / 8).clamp(MIN_POLL, MAX_POLL);
-                if let Some(t) = core.inbox.give_up_at() {
+                let (min, max) = match self.efd {
+                    Some(_) => (MIN_POLL, MAX_POLL),
+                    None if self.parked.load(Ordering::SeqCst) > 0 => (MIN_POLL_NO_FD, MIN_POLL_NO_FD),
+                    None => (MIN_POLL_NO_FD, MAX_POLL_NO_FD),
+                };
+                let mut wake_at = now + (quiet / 8).clamp(min, max);
+                if let Some(t) = core.give_up_at() {
                     wake_at = wake_at.min(t);
                 }
                 linger_end.map_or(wake_at, |l| l.min(wake_at))
@@ -281,7 +317,7 @@ impl Shared {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
                     Ok(0) | Err(_) => {
                         sock_open = false;
-                        self.lock().inbox.peer_going("the peer hung up".into());
+                        self.lock().peer_going("the peer hung up".into());
                     }
                     Ok(_) => self.fail(Violation::BootstrapBytes.into()),
                 }
@@ -292,11 +328,10 @@ impl Shared {
     /// Sleeps on the kick fd, and optionally on the worker's event fd and the bootstrap
     /// socket, until one fires or `until`; true if the socket has something.
     fn sleep(&self, worker: bool, sock: bool, until: Instant) -> bool {
-        // SAFETY: the worker's fd lives as long as the worker, which outlives this call.
-        let efd = unsafe { BorrowedFd::borrow_raw(self.efd) };
         let mut fds = vec![PollFd::new(self.kick.as_fd(), PollFlags::POLLIN)];
-        if worker {
-            fds.push(PollFd::new(efd, PollFlags::POLLIN));
+        if worker && let Some(efd) = self.efd {
+            // SAFETY: the fd lives as long as the driver, which outlives this call.
+            fds.push(PollFd::new(unsafe { BorrowedFd::borrow_raw(efd) }, PollFlags::POLLIN));
         }
         if sock {
             fds.push(PollFd::new(self.sock.as_fd(), PollFlags::POLLIN));
@@ -308,5 +343,46 @@ impl Shared {
             let _ = self.kick.read();
         }
         sock_ready
+    }
+}
+
+/// A connection's driver, its progress thread, and their ending: the last half of the
+/// connection to go stops the thread. After a graceful close the thread lingers on its own
+/// until the peer has read everything and hung up, since tearing the fabric's state down
+/// earlier can reset transfers still in the peer's queues.
+pub(crate) struct Handle<Core: Driver> {
+    pub(crate) shared: Arc<Shared<Core>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    closed_gracefully: AtomicBool,
+}
+
+impl<Core: Driver> Handle<Core> {
+    /// Starts the progress thread for a connected `core`; `sock` is the authenticated
+    /// bootstrap socket.
+    pub(crate) fn start(core: Core, sock: TcpStream, name: &str) -> Result<Arc<Self>> {
+        let shared = Shared::new(core, sock)?;
+        let progress = shared.clone();
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || progress.run_progress())?;
+        Ok(Arc::new(Handle { shared, thread: Mutex::new(Some(thread)), closed_gracefully: AtomicBool::new(false) }))
+    }
+
+    /// Marks the connection closed gracefully: the thread lingers for the peer.
+    pub(crate) fn closing_gracefully(&self) {
+        self.closed_gracefully.store(true, Ordering::SeqCst);
+    }
+}
+
+impl<Core: Driver> Drop for Handle<Core> {
+    fn drop(&mut self) {
+        let linger = self.closed_gracefully.load(Ordering::SeqCst);
+        self.shared.stop(linger);
+        let thread = self.thread.lock().unpoison().take();
+        match thread {
+            Some(t) if linger => lingering::keep(t),
+            Some(t) => {
+                let _ = t.join();
+            }
+            None => {}
+        }
     }
 }

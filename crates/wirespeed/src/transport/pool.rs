@@ -14,7 +14,7 @@ const MIN_SHIFT: u32 = 12;
 const CLASSES: usize = 16; // 4 KiB .. 128 MiB: a largest frame plus its meta fits
 const ALIGN: usize = 1 << MIN_SHIFT;
 
-pub(super) struct Pool {
+pub(crate) struct Pool {
     free: Mutex<Free>,
     /// Bytes kept for reuse at most; buffers beyond this go back to the allocator.
     keep_bytes: usize,
@@ -27,7 +27,7 @@ struct Free {
 }
 
 /// A buffer taken from the pool, owned until it is lent out or dropped.
-pub(super) struct PoolBuf {
+pub(crate) struct PoolBuf {
     ptr: NonNull<u8>,
     class: usize,
     pool: Arc<Pool>,
@@ -45,12 +45,12 @@ fn layout(class: usize) -> Layout {
 }
 
 impl Pool {
-    pub(super) fn new(keep_bytes: usize) -> Arc<Self> {
+    pub(crate) fn new(keep_bytes: usize) -> Arc<Self> {
         Arc::new(Pool { free: Mutex::new(Free::default()), keep_bytes })
     }
 
     /// A buffer of at least `len` bytes.
-    pub(super) fn take(self: &Arc<Self>, len: usize) -> Result<PoolBuf> {
+    pub(crate) fn take(self: &Arc<Self>, len: usize) -> Result<PoolBuf> {
         let class = (len.max(1).next_power_of_two().trailing_zeros().saturating_sub(MIN_SHIFT)) as usize;
         if class >= CLASSES {
             return Err(Error::Limit(format!("a {len}-byte receive buffer is larger than any frame")));
@@ -112,11 +112,11 @@ impl Lender for Pool {
 }
 
 impl PoolBuf {
-    pub(super) fn as_mut_ptr(&mut self) -> *mut u8 {
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
-    pub(super) fn as_slice(&self, at: usize, len: usize) -> &[u8] {
+    pub(crate) fn as_slice(&self, at: usize, len: usize) -> &[u8] {
         assert!(at + len <= class_size(self.class));
         // SAFETY: in bounds (checked), and the memory is ours. Bytes not yet written are
         // never read: callers pass ranges the fabric or a copy has filled.
@@ -125,7 +125,7 @@ impl PoolBuf {
 
     /// Lends bytes `at..at+len` out as a body; the whole buffer returns to the pool when
     /// the view drops.
-    pub(super) fn lend(self, at: usize, len: usize) -> Buf {
+    pub(crate) fn lend(self, at: usize, len: usize) -> Buf {
         assert!(at + len <= class_size(self.class));
         let me = std::mem::ManuallyDrop::new(self);
         let token = (me.ptr.as_ptr() as usize | me.class) as u64;

@@ -1,6 +1,6 @@
 //! Progress threads left lingering by graceful closes, and the wait for them at exit.
 //!
-//! A lingering thread destroys its UCP worker once the peer hangs up. If the process exits
+//! A lingering thread destroys its UCP worker (or libfabric endpoint) once the peer hangs up. If the process exits
 //! meanwhile, libucs's destructor walks UCX's object tree while that thread changes it, and
 //! UCX aborts on an assertion (seen once: `vfs_obj.c:365`), turning a finished transfer into a
 //! crash. So the first linger registers an exit hook that gives such threads a bounded moment.
@@ -9,14 +9,14 @@ use std::sync::{Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::progress::LINGER_LIMIT;
+use super::LINGER_LIMIT;
 use crate::sync::Unpoison;
 
 static LINGERING: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
 static HOOK: Once = Once::new();
 
 /// Keeps `thread`, which ends on its own within `LINGER_LIMIT`, for the exit hook.
-pub(super) fn keep(thread: JoinHandle<()>) {
+pub(crate) fn keep(thread: JoinHandle<()>) {
     HOOK.call_once(|| {
         // SAFETY: registers a plain function; it runs on the exiting thread, before the
         // libraries' destructors (which were registered before main).

@@ -1,0 +1,772 @@
+//! What the connection's lock protects: the endpoint, the operations posted on it, arrivals
+//! in order, and sends waiting for the provider or for the peer.
+//!
+//! Frames up to `EAGER_MAX` bytes travel whole (`wire::Msg::Frame`), copied into the message.
+//! Larger ones, where the provider has one-sided access, travel by rendezvous: the sender
+//! registers the payload where it lies and sends its address and key; the receiver reads it
+//! into a buffer of its own, which the application then gets without a further copy, and
+//! answers Done. Without one-sided access, large frames travel in pieces.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::io::IoSlice;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use ofi_sys::{FI_READ, FI_RECV, FI_REMOTE_READ, fi_context2, fi_cq_msg_entry};
+use smallvec::SmallVec;
+
+use super::endpoint::{Completions, Endpoint, Registration};
+use super::wire::{self, MAX_SEGMENTS, Msg, PREFIX_LEN, SEGMENT_LEN, Segment};
+use crate::error::{Error, FrameError, Result, Violation};
+use crate::mem::Buf;
+use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
+use crate::transport::pool::{Pool, PoolBuf};
+use crate::transport::progress::Driver;
+
+/// Receive buffers kept posted, and their size: every message but a rendezvous body fits one.
+const POSTED: usize = 32;
+const RECV_BYTES: usize = 32 << 10;
+/// Frames up to this many bytes (with the prefix) travel whole even where rendezvous could.
+const EAGER_MAX: usize = 8 << 10;
+/// Bytes queued or in flight on our side at most before a sender waits (one frame always may).
+const MAX_INFLIGHT_BYTES: usize = 16 << 20;
+/// Rendezvous bodies read ahead of the reader at most, by count and by bytes (see the UCX
+/// inbox: a reused buffer is still in cache). Copies by our own CPU (shm) get the small window.
+const RECV_AHEAD: usize = 8;
+pub(super) const RECV_WINDOW_COPY: usize = 256 << 10;
+pub(super) const RECV_WINDOW_FABRIC: usize = 16 << 20;
+/// Receive buffers kept for reuse, per connection.
+const POOL_KEEP: usize = 64 << 20;
+/// Payloads start on this boundary in receive buffers (Arrow wants 64-byte alignment).
+const PAYLOAD_ALIGN: usize = 64;
+/// Messages held at most while an earlier one is still arriving.
+const MAX_EARLY: usize = 1024;
+/// Completions taken per read of the queue.
+const CQ_BATCH: usize = 16;
+
+/// A frame's meta, mostly inline.
+pub(super) type Meta = SmallVec<[u8; 32]>;
+
+/// An operation's context: what libfabric hands back on completion. Boxed, so it stays put;
+/// providers that need FI_CONTEXT(2) space use the first field.
+#[repr(C)]
+struct OpCtx {
+    space: fi_context2,
+    id: u64,
+}
+
+enum Op {
+    /// Receive buffer `slot` is posted.
+    Recv { slot: usize },
+    /// A message being sent; its bytes go when it completes.
+    Send { _msg: Vec<u8> },
+    /// One read of a rendezvous body into arrival `arrival`.
+    Read { arrival: u64 },
+    /// An application's one-sided transfer; its outcome goes to `finished`.
+    User,
+}
+
+/// A message for the peer, in the order sent.
+struct Out {
+    msg: Vec<u8>,
+}
+
+/// A rendezvous send waiting for the peer's Done: the registrations it reads through, and
+/// the bytes when we own them.
+struct Pending {
+    _registrations: Vec<Registration>,
+    _owned: Vec<Bytes>,
+    bytes: usize,
+    done: bool,
+}
+
+struct Arrival {
+    id: u64,
+    header: FrameHeader,
+    meta: Meta,
+    /// Meta bytes at the start of the buffer's data (read with the payload).
+    data_meta: usize,
+    pad: usize,
+    buf: Option<PoolBuf>,
+    /// The registration of `buf` for reads into it, where the provider needs one.
+    local: Option<Registration>,
+    /// Reads still to complete, and the token to answer Done to when they have.
+    reads_left: usize,
+    token: u64,
+    /// The segments to read, until the window lets us.
+    deferred: Option<Vec<Segment>>,
+}
+
+impl Arrival {
+    fn held_bytes(&self) -> usize {
+        if self.buf.is_none() { 0 } else { self.pad + self.data_meta + self.header.payload_len() as usize }
+    }
+}
+
+/// A large frame arriving in pieces (no one-sided access).
+struct Assembly {
+    buf: PoolBuf,
+    pad: usize,
+    filled: usize,
+    total: usize,
+    header: FrameHeader,
+}
+
+/// Fields drop in order: the endpoint first, after which the provider no longer touches our
+/// buffers, registered memory or operation contexts.
+pub(super) struct Core {
+    pub(super) ep: Endpoint,
+    limits: Limits,
+    pool: Arc<Pool>,
+    /// The posted receive buffers, one slab, registered once where the provider needs it.
+    slab: Vec<u8>,
+    slab_registration: Option<Registration>,
+    ops: HashMap<u64, (Box<OpCtx>, Op)>,
+    next_id: u64,
+    outbox: VecDeque<Out>,
+    /// Messages numbered so far, each way (wrapping).
+    sent: u32,
+    received: u32,
+    /// Messages that arrived ahead of their turn, by number.
+    early: HashMap<u32, Vec<u8>>,
+    /// Bytes in the outbox, in sends not yet complete, and in owned rendezvous sends.
+    inflight_bytes: usize,
+    pending: HashMap<u64, Pending>,
+    next_token: u64,
+    arrivals: VecDeque<Arrival>,
+    assembly: Option<Assembly>,
+    held: usize,
+    arrivals_held: usize,
+    recv_window: usize,
+    /// Outcomes of the application's one-sided transfers, by operation id.
+    finished: HashMap<u64, std::result::Result<(), String>>,
+    /// Borrowed-buffer sends and one-sided transfers whose caller still waits.
+    pub(super) waiting: usize,
+    events: u64,
+    failure: Option<Error>,
+    peer_gone: Option<(Instant, String)>,
+}
+
+// SAFETY: the raw pointers inside (operation contexts' provider space, registrations) belong
+// to a FI_THREAD_SAFE domain, and everything here is used with the connection's lock held.
+unsafe impl Send for Core {}
+
+impl Core {
+    /// Takes over a connected endpoint and posts its receive buffers.
+    pub(super) fn new(ep: Endpoint, limits: Limits, recv_window: usize) -> Result<Core> {
+        let mut core = Core {
+            ep,
+            limits,
+            pool: Pool::new(POOL_KEEP),
+            slab: vec![0u8; POSTED * RECV_BYTES],
+            slab_registration: None,
+            ops: HashMap::new(),
+            next_id: 1,
+            outbox: VecDeque::new(),
+            sent: 0,
+            received: 0,
+            early: HashMap::new(),
+            inflight_bytes: 0,
+            pending: HashMap::new(),
+            next_token: 1,
+            arrivals: VecDeque::new(),
+            assembly: None,
+            held: 0,
+            arrivals_held: 0,
+            recv_window,
+            finished: HashMap::new(),
+            waiting: 0,
+            events: 0,
+            failure: None,
+            peer_gone: None,
+        };
+        if core.ep.abilities.mr_local {
+            // SAFETY: the slab lives in `core`, and `Drop` closes the endpoint before it goes.
+            let r = unsafe { core.ep.register(core.slab.as_ptr(), core.slab.len(), FI_RECV as u64)? };
+            core.slab_registration = Some(r);
+        }
+        for slot in 0..POSTED {
+            let id = core.new_id();
+            core.post_recv(slot, Box::new(OpCtx { space: fi_context2::default(), id }))?;
+        }
+        Ok(core)
+    }
+
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn post_recv(&mut self, slot: usize, mut ctx: Box<OpCtx>) -> Result<()> {
+        let desc = self.slab_registration.as_ref().map_or(std::ptr::null_mut(), |r| r.desc);
+        let buf = &mut self.slab[slot * RECV_BYTES..(slot + 1) * RECV_BYTES];
+        let ctx_ptr: *mut OpCtx = &mut *ctx;
+        // SAFETY: the slab and the boxed context live until the endpoint closes (`Drop`).
+        // A receive is only ever refused as busy while the queue is full, which 32 receives
+        // never make it.
+        if !unsafe { self.ep.recv(buf, desc, ctx_ptr.cast())? } {
+            return Err(Error::Fabric { op: "posting a receive", status: "the provider is busy".into() });
+        }
+        let id = ctx.id;
+        self.ops.insert(id, (ctx, Op::Recv { slot }));
+        Ok(())
+    }
+
+    /// Whether a frame of `bytes` goes whole, or (false) by rendezvous or in pieces.
+    pub(super) fn eager(bytes: usize) -> bool {
+        PREFIX_LEN + bytes <= EAGER_MAX
+    }
+
+    /// Whether everything sent has left: the provider holds no message of ours.
+    pub(super) fn drained(&self) -> bool {
+        self.outbox.is_empty() && !self.ops.values().any(|(_, op)| matches!(op, Op::Send { .. }))
+    }
+
+    /// Whether `bytes` more fit under the in-flight limit.
+    pub(super) fn has_room(&self, bytes: usize) -> bool {
+        self.inflight_bytes == 0 || self.inflight_bytes + bytes <= MAX_INFLIGHT_BYTES
+    }
+
+    pub(super) fn usable(&self) -> Result<()> {
+        match &self.failure {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues a frame to travel whole, or in pieces where it is larger than a receive buffer.
+    pub(super) fn queue_copied(&mut self, head: &[u8], payload: &[IoSlice<'_>]) -> Result<()> {
+        self.usable()?;
+        let total = head.len() + payload.iter().map(|s| s.len()).sum::<usize>();
+        let mut bytes = head.iter().copied().chain(payload.iter().flat_map(|s| s.iter().copied()));
+        if PREFIX_LEN + total <= RECV_BYTES {
+            let mut msg = Vec::with_capacity(PREFIX_LEN + total);
+            msg.extend_from_slice(&wire::frame_prefix());
+            msg.extend(bytes);
+            self.queue(msg);
+        } else {
+            let mut left = total;
+            let mut first = true;
+            while left > 0 {
+                let n = left.min(RECV_BYTES - PREFIX_LEN);
+                let mut msg = Vec::with_capacity(PREFIX_LEN + n);
+                msg.extend_from_slice(&if first { wire::first_prefix(total as u64) } else { wire::more_prefix() });
+                msg.extend(bytes.by_ref().take(n));
+                self.queue(msg);
+                left -= n;
+                first = false;
+            }
+        }
+        self.flush();
+        Ok(())
+    }
+
+    fn queue(&mut self, mut msg: Vec<u8>) {
+        wire::set_seq(&mut msg, self.sent);
+        self.sent = self.sent.wrapping_add(1);
+        self.inflight_bytes += msg.len();
+        self.outbox.push_back(Out { msg });
+    }
+
+    /// Starts a rendezvous send: registers the meta (when it does not fit the message) and
+    /// the payload where they lie, and tells the peer where to read them. Returns the token
+    /// the peer's Done will name. `owned` keeps the bytes alive until then.
+    ///
+    /// # Safety
+    /// Unless `owned` holds them, the payload's bytes stay valid until `finished(token)` or
+    /// `abandon(token)`.
+    pub(super) unsafe fn start_rendezvous(
+        &mut self,
+        head: &[u8],
+        payload: &[IoSlice<'_>],
+        owned: Vec<Bytes>,
+    ) -> Result<u64> {
+        self.usable()?;
+        let (header, meta) = head.split_at(HEADER_LEN);
+        let inline_room = RECV_BYTES - PREFIX_LEN - MAX_SEGMENTS * SEGMENT_LEN - HEADER_LEN;
+        let meta_inline = meta.len() <= inline_room;
+        let gathered: Bytes;
+        let mut parts: SmallVec<[&[u8]; 4]> = SmallVec::new();
+        if !meta_inline {
+            parts.push(meta);
+        }
+        parts.extend(payload.iter().map(|s| &s[..]).filter(|s| !s.is_empty()));
+        let mut owned = owned;
+        if parts.len() > MAX_SEGMENTS {
+            // More slices than a message names: gather them into one buffer we own.
+            gathered = Bytes::from(parts.concat());
+            owned.push(gathered.clone());
+            parts = SmallVec::from_slice(&[&gathered[..]]);
+        }
+        let mut registrations = Vec::with_capacity(parts.len());
+        let mut segments = Vec::with_capacity(parts.len());
+        for p in &parts {
+            // SAFETY: the caller keeps the bytes valid until Done or abandon drops this.
+            let r = unsafe { self.ep.register(p.as_ptr(), p.len(), FI_REMOTE_READ as u64)? };
+            segments.push(Segment { addr: r.addr, key: r.key, len: p.len() as u64 });
+            registrations.push(r);
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        let msg = wire::rendezvous(token, &segments, header, meta_inline.then_some(meta));
+        let bytes = if owned.is_empty() { 0 } else { parts.iter().map(|p| p.len()).sum() };
+        self.inflight_bytes += bytes;
+        self.pending.insert(token, Pending { _registrations: registrations, _owned: owned, bytes, done: false });
+        self.queue(msg);
+        self.flush();
+        Ok(token)
+    }
+
+    /// Whether the peer has read the rendezvous body of `token`; forgets it if so.
+    pub(super) fn finished(&mut self, token: u64) -> bool {
+        let done = self.pending.get(&token).is_some_and(|p| p.done);
+        if done {
+            self.forget(token);
+        }
+        done
+    }
+
+    /// Revokes the peer's access to a rendezvous body its caller gave up waiting for.
+    pub(super) fn abandon(&mut self, token: u64) {
+        self.forget(token);
+    }
+
+    fn forget(&mut self, token: u64) {
+        if let Some(p) = self.pending.remove(&token) {
+            self.inflight_bytes -= p.bytes;
+        }
+    }
+
+    /// Starts an application's one-sided transfer; its outcome shows in `take_finished(id)`.
+    ///
+    /// # Safety
+    /// `buf` stays valid until the outcome is taken (or the endpoint closes).
+    pub(super) unsafe fn start_user_rma(
+        &mut self,
+        write: bool,
+        buf: *mut u8,
+        len: usize,
+        desc: *mut c_void,
+        remote: (u64, u64),
+    ) -> Result<Option<u64>> {
+        self.usable()?;
+        let id = self.new_id();
+        let mut ctx = Box::new(OpCtx { space: fi_context2::default(), id });
+        let ctx_ptr: *mut OpCtx = &mut *ctx;
+        // SAFETY: as the caller promises; the context is kept in `ops` until completion.
+        if !unsafe { self.ep.rma(write, buf, len, desc, remote, ctx_ptr.cast())? } {
+            return Ok(None); // busy: progress, then try again
+        }
+        self.ops.insert(id, (ctx, Op::User));
+        Ok(Some(id))
+    }
+
+    pub(super) fn take_finished(&mut self, id: u64) -> Option<std::result::Result<(), String>> {
+        self.finished.remove(&id)
+    }
+
+    /// Hands queued messages to the provider until it is busy.
+    fn flush(&mut self) {
+        while let Some(out) = self.outbox.front() {
+            let len = out.msg.len();
+            let posted = if len <= self.ep.abilities.inject_size {
+                self.ep.inject(&out.msg).map(|ok| ok.then_some(None))
+            } else {
+                let id = self.new_id();
+                let mut ctx = Box::new(OpCtx { space: fi_context2::default(), id });
+                let ctx_ptr: *mut OpCtx = &mut *ctx;
+                let out = &self.outbox[0];
+                let iov = [libc::iovec { iov_base: out.msg.as_ptr() as *mut c_void, iov_len: len }];
+                let mut desc = [std::ptr::null_mut()];
+                // SAFETY: the message moves into `ops` with its context (a Vec's heap bytes
+                // do not move with it) and stays there until its completion.
+                unsafe { self.ep.send(&iov, &mut desc, ctx_ptr.cast()) }.map(|ok| ok.then_some(Some(ctx)))
+            };
+            match posted {
+                Ok(None) => break, // busy
+                Ok(Some(ctx)) => {
+                    let out = self.outbox.pop_front().expect("the front");
+                    match ctx {
+                        None => self.inflight_bytes -= len, // injected: done already
+                        Some(ctx) => {
+                            self.ops.insert(ctx.id, (ctx, Op::Send { _msg: out.msg }));
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.fail(e);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Takes the oldest arrival if it is complete: header, meta and payload.
+    pub(super) fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Meta, Buf)>> {
+        self.pull_deferred();
+        let front = self.arrivals.front()?;
+        if front.reads_left > 0 || front.deferred.is_some() {
+            return None;
+        }
+        let a = self.arrivals.pop_front()?;
+        self.held -= a.held_bytes();
+        self.arrivals_held -= usize::from(a.held_bytes() > 0);
+        let payload_len = a.header.payload_len() as usize;
+        let (meta, payload) = match a.buf {
+            None => (a.meta, Buf::empty()),
+            Some(buf) => {
+                let meta = if a.data_meta > 0 { buf.as_slice(a.pad, a.data_meta).into() } else { a.meta };
+                let payload = if payload_len > 0 { buf.lend(a.pad + a.data_meta, payload_len) } else { Buf::empty() };
+                (meta, payload)
+            }
+        };
+        Some(Ok((a.header, meta, payload)))
+    }
+
+    /// Handles a received message in its turn, and any that arrived early waiting for it.
+    fn arrive_in_order(&mut self, msg: Vec<u8>) -> Result<()> {
+        let seq = wire::seq(&msg).ok_or(Violation::Malformed("libfabric message"))?;
+        if seq != self.received {
+            if self.early.len() >= MAX_EARLY || seq.wrapping_sub(self.received) > MAX_EARLY as u32 {
+                return Err(Violation::Malformed("libfabric message number").into());
+            }
+            self.early.insert(seq, msg);
+            return Ok(());
+        }
+        self.arrive(&msg)?;
+        self.received = self.received.wrapping_add(1);
+        while let Some(next) = self.early.remove(&self.received) {
+            self.arrive(&next)?;
+            self.received = self.received.wrapping_add(1);
+        }
+        Ok(())
+    }
+
+    /// Handles one received message.
+    fn arrive(&mut self, msg: &[u8]) -> Result<()> {
+        match wire::decode(msg)? {
+            Msg::Frame(bytes) => {
+                let (fixed, rest) = bytes.split_first_chunk::<HEADER_LEN>().ok_or(FrameError::Malformed("frame"))?;
+                let header = self.decode_header(fixed)?;
+                let meta_len = header.meta_len as usize;
+                if rest.len() as u64 != meta_len as u64 + header.payload_len() {
+                    return Err(FrameError::Malformed("libfabric frame length").into());
+                }
+                let (meta, payload) = rest.split_at(meta_len);
+                let pad = 0;
+                let buf = if payload.is_empty() {
+                    None
+                } else {
+                    let mut buf = self.pool.take(payload.len())?;
+                    // SAFETY: the buffer holds at least `payload.len()` bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf.as_mut_ptr(), payload.len()) };
+                    self.held += payload.len();
+                    self.arrivals_held += 1;
+                    Some(buf)
+                };
+                let id = self.new_id();
+                self.arrivals.push_back(Arrival {
+                    id,
+                    header,
+                    meta: meta.into(),
+                    data_meta: 0,
+                    pad,
+                    buf,
+                    local: None,
+                    reads_left: 0,
+                    token: 0,
+                    deferred: None,
+                });
+            }
+            Msg::Rendezvous { token, segments, header, meta } => {
+                if !self.ep.abilities.rma {
+                    return Err(Violation::Malformed("rendezvous without one-sided access").into());
+                }
+                let header = self.decode_header(header)?;
+                let meta_len = header.meta_len as usize;
+                let data_meta = match meta {
+                    Some(m) if m.len() == meta_len => 0,
+                    Some(_) => return Err(FrameError::Malformed("rendezvous meta").into()),
+                    None => meta_len,
+                };
+                let remote: u64 = segments.iter().try_fold(0u64, |t, s| t.checked_add(s.len)).unwrap_or(u64::MAX);
+                if remote != data_meta as u64 + header.payload_len() || segments.iter().any(|s| s.len == 0) {
+                    return Err(FrameError::Malformed("rendezvous segments").into());
+                }
+                let pad = (PAYLOAD_ALIGN - data_meta % PAYLOAD_ALIGN) % PAYLOAD_ALIGN;
+                let id = self.new_id();
+                self.arrivals.push_back(Arrival {
+                    id,
+                    header,
+                    meta: meta.unwrap_or_default().into(),
+                    data_meta,
+                    pad,
+                    buf: None,
+                    local: None,
+                    reads_left: 0,
+                    token,
+                    deferred: Some(segments),
+                });
+                self.pull_deferred();
+            }
+            Msg::Done(token) => match self.pending.get_mut(&token) {
+                Some(p) if !p._owned.is_empty() => self.forget(token),
+                Some(p) => p.done = true,
+                // One we abandoned after a timeout; tokens never issued are a lie.
+                None if token < self.next_token => {}
+                None => return Err(Violation::Malformed("Done for an unknown rendezvous").into()),
+            },
+            Msg::First { total, bytes } => {
+                if self.assembly.is_some() {
+                    return Err(Violation::Malformed("a frame's first piece inside another frame").into());
+                }
+                let fixed = bytes.first_chunk::<HEADER_LEN>().ok_or(FrameError::Malformed("first piece"))?;
+                let header = self.decode_header(fixed)?;
+                let head = HEADER_LEN + header.meta_len as usize;
+                if total != head as u64 + header.payload_len() {
+                    return Err(FrameError::Malformed("pieced frame length").into());
+                }
+                let pad = (PAYLOAD_ALIGN - head % PAYLOAD_ALIGN) % PAYLOAD_ALIGN;
+                let mut buf = self.pool.take(pad + total as usize)?;
+                // SAFETY: `bytes` is shorter than `total` (decode checked), which fits.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_mut_ptr().add(pad), bytes.len()) };
+                self.assembly = Some(Assembly { buf, pad, filled: bytes.len(), total: total as usize, header });
+            }
+            Msg::More(bytes) => {
+                let a = self.assembly.as_mut().ok_or(Violation::Malformed("a piece outside any frame"))?;
+                if a.filled + bytes.len() > a.total {
+                    return Err(Violation::Malformed("more pieces than the frame's length").into());
+                }
+                // SAFETY: in bounds (checked above).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), a.buf.as_mut_ptr().add(a.pad + a.filled), bytes.len())
+                };
+                a.filled += bytes.len();
+                if a.filled == a.total {
+                    let a = self.assembly.take().expect("assembling");
+                    let id = self.new_id();
+                    let meta_len = a.header.meta_len as usize;
+                    self.held += a.pad + a.total;
+                    self.arrivals_held += 1;
+                    self.arrivals.push_back(Arrival {
+                        id,
+                        header: a.header,
+                        meta: Meta::new(),
+                        data_meta: meta_len,
+                        // The header is skipped: meta and payload follow it.
+                        pad: a.pad + HEADER_LEN,
+                        buf: Some(a.buf),
+                        local: None,
+                        reads_left: 0,
+                        token: 0,
+                        deferred: None,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn decode_header(&self, fixed: &[u8; HEADER_LEN]) -> Result<FrameHeader> {
+        let h = FrameHeader::decode(fixed, &self.limits)?;
+        if h.flags != 0 {
+            return Err(FrameError::Reserved.into()); // flags belong to rings
+        }
+        Ok(h)
+    }
+
+    /// Starts reading deferred rendezvous bodies, oldest first, while they fit the window;
+    /// the oldest always may.
+    fn pull_deferred(&mut self) {
+        if let Err(e) = self.try_pull_deferred() {
+            self.fail(e);
+        }
+    }
+
+    fn try_pull_deferred(&mut self) -> Result<()> {
+        for i in 0..self.arrivals.len() {
+            let a = &self.arrivals[i];
+            if a.deferred.is_none() {
+                continue;
+            }
+            let length = a.data_meta + a.header.payload_len() as usize;
+            let full = self.arrivals_held >= RECV_AHEAD || self.held + a.pad + length > self.recv_window;
+            if i > 0 && self.held > 0 && full {
+                break;
+            }
+            let mut buf = self.pool.take(a.pad + length)?;
+            let local = match self.ep.abilities.mr_local {
+                // SAFETY: the buffer lives in the arrival until it is popped, after its reads.
+                true => Some(unsafe { self.ep.register(buf.as_mut_ptr(), a.pad + length, FI_READ as u64)? }),
+                false => None,
+            };
+            let desc = local.as_ref().map_or(std::ptr::null_mut(), |r| r.desc);
+            let (id, pad) = (a.id, a.pad);
+            let segments = self.arrivals[i].deferred.take().expect("deferred");
+            let mut at = pad;
+            let mut posted = Vec::with_capacity(segments.len());
+            for s in &segments {
+                let op = self.new_id();
+                let mut ctx = Box::new(OpCtx { space: fi_context2::default(), id: op });
+                let ctx_ptr: *mut OpCtx = &mut *ctx;
+                // SAFETY: the buffer has room for every segment (their lengths were summed
+                // against it); it and the context live until the read completes.
+                let ok = unsafe {
+                    self.ep.rma(
+                        false,
+                        buf.as_mut_ptr().add(at),
+                        s.len as usize,
+                        desc,
+                        (s.addr, s.key),
+                        ctx_ptr.cast(),
+                    )?
+                };
+                if !ok {
+                    // Busy: retried on a later pass, all segments again, into a fresh buffer.
+                    // Reads already posted complete into this one, which they keep alive.
+                    break;
+                }
+                self.ops.insert(op, (ctx, Op::Read { arrival: id }));
+                posted.push(op);
+                at += s.len as usize;
+            }
+            if posted.len() < segments.len() {
+                // Cancel nothing: simplest is to fail loudly; providers take 16 reads at once.
+                return Err(Error::Fabric { op: "reading a body", status: "the provider is busy".into() });
+            }
+            let a = &mut self.arrivals[i];
+            a.reads_left = posted.len();
+            a.buf = Some(buf);
+            a.local = local;
+            self.held += pad + length;
+            self.arrivals_held += 1;
+        }
+        Ok(())
+    }
+
+    fn read_done(&mut self, arrival: u64) {
+        let Some(a) = self.arrivals.iter_mut().find(|a| a.id == arrival) else { return };
+        a.reads_left -= 1;
+        if a.reads_left == 0 {
+            a.local = None;
+            let token = a.token;
+            self.queue(wire::done(token).to_vec());
+        }
+    }
+
+    /// Handles one completion.
+    fn complete(&mut self, ctx: *mut c_void, len: usize) -> Result<()> {
+        // SAFETY: every context we post is a live OpCtx in `ops`.
+        let id = unsafe { (*ctx.cast::<OpCtx>()).id };
+        let Some((op_ctx, op)) = self.ops.remove(&id) else { return Ok(()) };
+        match op {
+            Op::Recv { slot } => {
+                let msg = self.slab[slot * RECV_BYTES..][..len.min(RECV_BYTES)].to_vec();
+                self.post_recv(slot, op_ctx)?;
+                self.arrive_in_order(msg)?;
+            }
+            Op::Send { _msg } => self.inflight_bytes -= _msg.len(),
+            Op::Read { arrival } => self.read_done(arrival),
+            Op::User => {
+                self.finished.insert(id, Ok(()));
+            }
+        }
+        Ok(())
+    }
+
+    fn complete_failed(&mut self, ctx: *mut c_void, why: String) {
+        // SAFETY: every context we post is a live OpCtx in `ops`.
+        let op = (!ctx.is_null()).then(|| unsafe { (*ctx.cast::<OpCtx>()).id }).and_then(|id| self.ops.remove(&id));
+        match op {
+            Some((c, Op::User)) => {
+                self.finished.insert(c.id, Err(why));
+            }
+            _ => self.fail(Error::ConnectionLost(why)),
+        }
+    }
+}
+
+impl Driver for Core {
+    fn progress(&mut self) -> u32 {
+        self.flush();
+        let mut events = 0;
+        let mut entries = [fi_cq_msg_entry::default(); CQ_BATCH];
+        loop {
+            match self.ep.read_cq(&mut entries) {
+                Completions::Empty => break,
+                Completions::Some(n) => {
+                    for e in &entries[..n] {
+                        if let Err(err) = self.complete(e.op_context, e.len) {
+                            self.fail(err);
+                        }
+                    }
+                    events += n as u32;
+                }
+                Completions::Failed(ctx, why) => {
+                    self.complete_failed(ctx, why);
+                    events += 1;
+                }
+            }
+        }
+        if events > 0 {
+            self.events += 1;
+            self.pull_deferred();
+            self.flush();
+        }
+        events
+    }
+
+    fn arm(&mut self) -> Result<bool> {
+        if !self.outbox.is_empty() {
+            return Ok(false);
+        }
+        self.ep.try_wait()
+    }
+
+    fn event_fd(&self) -> Result<Option<std::os::fd::RawFd>> {
+        Ok(self.ep.wait_fd())
+    }
+
+    fn outstanding(&self) -> bool {
+        self.waiting > 0
+            || !self.outbox.is_empty()
+            || !self.pending.is_empty()
+            || self.ops.values().any(|(_, op)| !matches!(op, Op::Recv { .. }))
+    }
+
+    fn events(&self) -> u64 {
+        self.events
+    }
+
+    fn failure(&self) -> Option<&Error> {
+        self.failure.as_ref()
+    }
+
+    fn fail(&mut self, e: Error) {
+        self.events += 1;
+        if self.failure.is_none() {
+            self.failure = Some(e);
+        }
+    }
+
+    fn peer_going(&mut self, why: String) {
+        self.events += 1;
+        self.peer_gone.get_or_insert((Instant::now(), why));
+    }
+
+    fn expire_peer_gone(&mut self) {
+        if let Some((t, why)) = &self.peer_gone
+            && self.failure.is_none()
+            && t.elapsed() >= super::HANGUP_GRACE
+        {
+            let e = Error::ConnectionLost(why.clone());
+            self.fail(e);
+        }
+    }
+
+    fn give_up_at(&self) -> Option<Instant> {
+        self.peer_gone.as_ref().map(|(t, _)| *t + super::HANGUP_GRACE)
+    }
+}

@@ -1,0 +1,229 @@
+//! The messages two ofi endpoints exchange (PROTOCOL.md, "libfabric"): a frame carried whole
+//! (eager), a frame whose body the receiver reads from the sender's registered memory
+//! (rendezvous, answered by Done), and a frame cut into pieces where the provider has no
+//! one-sided access. Every message starts with a 16-byte prefix:
+//!
+//! ```text
+//! kind u8 | segments u8 | flags u8 | zero u8 | seq u32 | word u64   (little-endian)
+//! ```
+//!
+//! `seq` numbers a sender's messages from 0, wrapping: providers may complete receives out
+//! of order (ofi_rxm does, for messages of different sizes), and the receiver puts them
+//! back in order by it. `word` is the rendezvous token (Rendezvous, Done) or the frame's
+//! whole length (First).
+//! Decoding is pure: bytes in, a message or a `Violation` out.
+
+use crate::error::Violation;
+use crate::proto::frame::HEADER_LEN;
+
+pub(super) const PREFIX_LEN: usize = 16;
+/// One remote segment: address, key and length, each a little-endian u64.
+pub(super) const SEGMENT_LEN: usize = 24;
+/// Most segments one rendezvous names (a frame's meta and payload slices).
+pub(super) const MAX_SEGMENTS: usize = 16;
+
+const FRAME: u8 = 1;
+const RENDEZVOUS: u8 = 2;
+const DONE: u8 = 3;
+const FIRST: u8 = 4;
+const MORE: u8 = 5;
+/// Rendezvous flag: the frame's meta follows the header here (otherwise it is read too,
+/// ahead of the payload).
+const META_INLINE: u8 = 1;
+
+/// A stretch of the sender's registered memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Segment {
+    pub(super) addr: u64,
+    pub(super) key: u64,
+    pub(super) len: u64,
+}
+
+/// A decoded message; byte slices borrow the receive buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Msg<'a> {
+    /// A whole frame: header, meta and payload.
+    Frame(&'a [u8]),
+    /// A frame whose header (and meta, when `meta` is some) came here, and whose remaining
+    /// bytes the segments hold, in order.
+    Rendezvous { token: u64, segments: Vec<Segment>, header: &'a [u8; HEADER_LEN], meta: Option<&'a [u8]> },
+    /// The receiver has read the rendezvous body of `token`.
+    Done(u64),
+    /// The first piece of a frame of `total` bytes.
+    First { total: u64, bytes: &'a [u8] },
+    /// A further piece of the frame being assembled.
+    More(&'a [u8]),
+}
+
+fn prefix(kind: u8, segments: u8, flags: u8, word: u64) -> [u8; PREFIX_LEN] {
+    let mut p = [0u8; PREFIX_LEN];
+    p[0] = kind;
+    p[1] = segments;
+    p[2] = flags;
+    p[8..].copy_from_slice(&word.to_le_bytes());
+    p
+}
+
+/// The prefix of a whole frame; the frame's bytes follow.
+pub(super) fn frame_prefix() -> [u8; PREFIX_LEN] {
+    prefix(FRAME, 0, 0, 0)
+}
+
+/// A rendezvous message: `header` is the frame header, `meta` the meta when it travels here.
+pub(super) fn rendezvous(token: u64, segments: &[Segment], header: &[u8], meta: Option<&[u8]>) -> Vec<u8> {
+    debug_assert!(segments.len() <= MAX_SEGMENTS && header.len() == HEADER_LEN);
+    let flags = if meta.is_some() { META_INLINE } else { 0 };
+    let meta = meta.unwrap_or_default();
+    let mut m = Vec::with_capacity(PREFIX_LEN + segments.len() * SEGMENT_LEN + HEADER_LEN + meta.len());
+    m.extend_from_slice(&prefix(RENDEZVOUS, segments.len() as u8, flags, token));
+    for s in segments {
+        for v in [s.addr, s.key, s.len] {
+            m.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    m.extend_from_slice(header);
+    m.extend_from_slice(meta);
+    m
+}
+
+pub(super) fn done(token: u64) -> [u8; PREFIX_LEN] {
+    prefix(DONE, 0, 0, token)
+}
+
+/// The prefix of a frame's first piece; the piece's bytes follow.
+pub(super) fn first_prefix(total: u64) -> [u8; PREFIX_LEN] {
+    prefix(FIRST, 0, 0, total)
+}
+
+pub(super) fn more_prefix() -> [u8; PREFIX_LEN] {
+    prefix(MORE, 0, 0, 0)
+}
+
+/// Numbers a message (built by the functions above) as the sender's `seq`th.
+pub(super) fn set_seq(m: &mut [u8], seq: u32) {
+    m[4..8].copy_from_slice(&seq.to_le_bytes());
+}
+
+/// A message's number, if it has a prefix.
+pub(super) fn seq(m: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(m.get(4..8)?.try_into().expect("4 bytes")))
+}
+
+/// Decodes one received message.
+pub(super) fn decode(m: &[u8]) -> Result<Msg<'_>, Violation> {
+    let malformed = Violation::Malformed("libfabric message");
+    let (p, rest) = m.split_at_checked(PREFIX_LEN).ok_or(malformed.clone())?;
+    let (kind, segments, flags) = (p[0], p[1] as usize, p[2]);
+    let word = u64::from_le_bytes(p[8..].try_into().expect("8 bytes"));
+    let plain = segments == 0 && flags == 0 && p[3] == 0;
+    match kind {
+        FRAME if plain && word == 0 => Ok(Msg::Frame(rest)),
+        DONE if plain && rest.is_empty() => Ok(Msg::Done(word)),
+        FIRST if plain && word > rest.len() as u64 => Ok(Msg::First { total: word, bytes: rest }),
+        MORE if plain && word == 0 && !rest.is_empty() => Ok(Msg::More(rest)),
+        RENDEZVOUS if flags & !META_INLINE == 0 && p[3] == 0 && (1..=MAX_SEGMENTS).contains(&segments) => {
+            let (list, rest) = rest.split_at_checked(segments * SEGMENT_LEN).ok_or(malformed.clone())?;
+            let (header, meta) = rest.split_first_chunk::<HEADER_LEN>().ok_or(malformed.clone())?;
+            let word_at = |i: usize| u64::from_le_bytes(list[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            let segments = (0..segments).map(|i| Segment {
+                addr: word_at(3 * i),
+                key: word_at(3 * i + 1),
+                len: word_at(3 * i + 2),
+            });
+            let meta = match flags & META_INLINE {
+                0 if meta.is_empty() => None,
+                0 => return Err(malformed),
+                _ => Some(meta),
+            };
+            Ok(Msg::Rendezvous { token: word, segments: segments.collect(), header, meta })
+        }
+        _ => Err(malformed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The sender's fifth message, a Rendezvous for token 7 naming one segment, with 3 bytes
+    /// of meta inline (PROTOCOL.md).
+    #[test]
+    fn rendezvous_test_vector() {
+        let header = [0xAAu8; HEADER_LEN];
+        let seg = Segment { addr: 0x1000, key: 0x2a, len: 0x10_0000 };
+        let m = rendezvous(7, &[seg], &header, Some(b"abc"));
+        let mut m = m;
+        set_seq(&mut m, 5);
+        let mut want = vec![2, 1, 1, 0, 5, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0];
+        want.extend_from_slice(&[0, 0x10, 0, 0, 0, 0, 0, 0, 0x2a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0]);
+        want.extend_from_slice(&header);
+        want.extend_from_slice(b"abc");
+        assert_eq!(m, want);
+        assert_eq!(
+            decode(&m).unwrap(),
+            Msg::Rendezvous { token: 7, segments: vec![seg], header: &header, meta: Some(&b"abc"[..]) }
+        );
+    }
+
+    #[test]
+    fn small_messages_round_trip() {
+        let mut d = done(9);
+        set_seq(&mut d, 0xdead_beef);
+        assert_eq!((seq(&d), decode(&d).unwrap()), (Some(0xdead_beef), Msg::Done(9)));
+        let mut f = frame_prefix().to_vec();
+        f.extend_from_slice(b"frame");
+        assert_eq!(decode(&f).unwrap(), Msg::Frame(b"frame"));
+        let mut first = first_prefix(10).to_vec();
+        first.extend_from_slice(b"abc");
+        assert_eq!(decode(&first).unwrap(), Msg::First { total: 10, bytes: b"abc" });
+        let mut more = more_prefix().to_vec();
+        more.push(1);
+        assert_eq!(decode(&more).unwrap(), Msg::More(&[1]));
+    }
+
+    #[test]
+    fn malformed_messages_are_refused() {
+        let header = [0u8; HEADER_LEN];
+        let seg = Segment { addr: 1, key: 2, len: 3 };
+        let cases: Vec<Vec<u8>> = vec![
+            vec![],
+            done(1)[..15].to_vec(),
+            [&done(1)[..], b"x"].concat(),           // Done with a body
+            [&first_prefix(3)[..], b"abc"].concat(), // nothing left for later pieces
+            more_prefix().to_vec(),                  // an empty piece
+            rendezvous(1, &[seg], &header, None)[..PREFIX_LEN + 10].to_vec(), // cut in its list
+            [&rendezvous(1, &[seg], &header, None)[..], b"meta"].concat(), // meta not announced
+            {
+                let mut m = done(1).to_vec();
+                m[3] = 1; // the reserved byte
+                m
+            },
+            prefix(RENDEZVOUS, 0, 0, 1).to_vec(), // no segments
+            prefix(9, 0, 0, 0).to_vec(),
+        ];
+        for m in cases {
+            assert!(decode(&m).is_err(), "{m:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_anything_never_panics(m in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = decode(&m);
+        }
+
+        #[test]
+        fn rendezvous_round_trips(
+            token in any::<u64>(),
+            segs in proptest::collection::vec((any::<u64>(), any::<u64>(), any::<u64>()), 1..=MAX_SEGMENTS),
+            meta in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..100)),
+        ) {
+            let segments: Vec<Segment> = segs.iter().map(|&(addr, key, len)| Segment { addr, key, len }).collect();
+            let header = [3u8; HEADER_LEN];
+            let m = rendezvous(token, &segments, &header, meta.as_deref());
+            let want = Msg::Rendezvous { token, segments: segments.clone(), header: &header, meta: meta.as_deref() };
+            prop_assert_eq!(decode(&m).unwrap(), want);
+        }
+    }
+}
