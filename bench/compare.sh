@@ -6,6 +6,9 @@
 #        from memory allocated as perftest's is (bench raw --ucx-body), and from memory we wrote
 #   ucx  with 64 streams vs 1 stream on one connection
 #   ucx  put and get (one-sided) vs ucx_perftest -t ucp_put_bw and -t ucp_get
+#   ofi+shm and ofi+tcp streaming 1 MiB, and ping-pong at 64 B, vs fi_pingpong over shm and
+#        tcp;ofi_rxm; ofi+shm with 64 streams vs 1 stream
+#   ucx  ping-pong at 64 B vs ucx_perftest -t tag_lat
 #   and a single-core memcpy figure as the ceiling for one-copy transports.
 # Every figure is the median of RUNS runs (default 3), ours taking turns with the peer's so
 # that drift of this shared machine hits both alike; MB = 10^6 bytes. Both sides leave the
@@ -52,6 +55,27 @@ ucx_am_bw() { ucx_perf ucp_am_bw "$@"; }
 ws_rma() { # op size -> MB/s, ucx over posix,cma,self
   UCX_TLS=posix,cma,self "$BIN" bench raw --transport ucx --op "$1" --size "$2" --warmup "$WARMUP" --json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"])'
+}
+
+ws_lat() { # transport size -> mean one-way latency in us (half of each round trip)
+  "$BIN" bench raw --transport "$1" --op pingpong --size "$2" --count "${3:-100000}" --warmup 1000 --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["latency_us"]["mean"])'
+}
+
+fi_pp() { # provider size iterations column -> fi_pingpong's MB/sec (column 6) or usec/xfer (7)
+  fi_pingpong -p "$1" -e rdm -S "$2" -I "$3" >/dev/null 2>&1 &
+  local srv=$!
+  sleep 0.5
+  fi_pingpong -p "$1" -e rdm -S "$2" -I "$3" 127.0.0.1 2>/dev/null | awk -v c="$4" 'NF == 8 && $1 != "bytes" { print $c }'
+  wait "$srv" 2>/dev/null || true
+}
+
+ucx_lat() { # size tls -> ucx_perftest tag_lat's overall average latency in us
+  UCX_TLS=$2 ucx_perftest -t tag_lat -s "$1" -n 100000 -p "$PORT" >/dev/null 2>&1 &
+  local srv=$!
+  sleep 0.5
+  UCX_TLS=$2 ucx_perftest 127.0.0.1 -t tag_lat -s "$1" -n 100000 -p "$PORT" 2>/dev/null | awk '/Final:/ { print $5 }'
+  wait "$srv" 2>/dev/null || true
 }
 
 memcpy_1m() { # -> MB/s of one core copying 1 MiB blocks
@@ -108,3 +132,17 @@ pair "ucx_perf ucp_get 1048576" "ws_rma get 1048576"
 line "ucx get 1 MiB vs ucp_get, posix,cma (MB/s)" "$mine" "$peer"
 pair "memcpy_1m" "ws shm 1048576"
 line "shm 1 MiB vs one-core memcpy 1 MiB (MB/s)" "$mine" "$peer"
+pair "fi_pp shm 1048576 5000 6" "ws ofi+shm 1048576"
+line "ofi+shm 1 MiB vs fi_pingpong shm (MB/s)" "$mine" "$peer"
+pair "fi_pp 'tcp;ofi_rxm' 1048576 2000 6" "ws ofi+tcp 1048576"
+line "ofi+tcp 1 MiB vs fi_pingpong tcp;ofi_rxm (MB/s)" "$mine" "$peer"
+pair "ws ofi+shm 1048576 1" "ws ofi+shm 1048576 64"
+line "ofi+shm 1 MiB, 64 streams vs 1 stream (MB/s)" "$mine" "$peer"
+# Latencies: lower is better, so a ratio under 1 means we are faster.
+lat() { printf '%-44s %12.2f %12.2f %8s\n' "$1" "$2" "$3" "$(ratio "$2" "$3")"; }
+pair "fi_pp shm 64 100000 7" "ws_lat ofi+shm 64"
+lat "ofi+shm 64 B ping-pong vs fi_pingpong (us)" "$mine" "$peer"
+pair "fi_pp 'tcp;ofi_rxm' 64 20000 7" "ws_lat ofi+tcp 64 20000"
+lat "ofi+tcp 64 B ping-pong vs fi_pingpong (us)" "$mine" "$peer"
+pair "ucx_lat 64 posix,cma,self" "UCX_TLS=posix,cma,self ws_lat ucx 64"
+lat "ucx 64 B ping-pong vs tag_lat posix,cma (us)" "$mine" "$peer"

@@ -38,7 +38,7 @@ fn send_and_recv_move_a_file_and_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
     let data: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
     fs::write(dir.path().join("in.bin"), &data).unwrap();
-    for transport in ["auto", "tcp", "ucx"] {
+    for transport in ["auto", "tcp", "ucx", "ofi+tcp"] {
         // A file into a file.
         let out = dir.path().join(format!("out-{transport}.bin"));
         let mut recv = start_recv(recv_cmd("k1", transport).arg(&out));
@@ -851,7 +851,7 @@ fn trees_of_more_large_files_than_descriptors_copy_and_resume() {
         let data: Vec<u8> = (0..70_000 + i).map(|b| (b.wrapping_mul(31) ^ i) as u8).collect();
         fs::write(src.join(format!("f{i:03}")), data).unwrap();
     }
-    for transport in ["auto", "tcp", "ucx"] {
+    for transport in ["auto", "tcp", "ucx", "ofi+shm", "ofi+tcp"] {
         let copy = dir.path().join(format!("copy-{transport}"));
         let mut cmd = wirespeed();
         few_descriptors(cmd.args(["cp", "-r", "--transport", transport]).arg(&src).arg(&copy), 64);

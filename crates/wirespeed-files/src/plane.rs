@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use wirespeed::fabric::AddressKind;
 use wirespeed::{Config, Connection, Fabric, Key, Listener, Stream};
 
 use crate::error::{FilesError, Result};
@@ -21,11 +22,11 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// The fabric that reaches the server from another host: the one asked for unless it
-    /// only works on one host, else TCP.
+    /// The fabric the server listens on at `HOST:PORT`: the one asked for unless it meets at
+    /// a socket path (shm, which the server offers beside it), else TCP.
     fn far(self) -> Fabric {
         match self {
-            Transport::Only(f) if !f.capabilities().same_host_only => f,
+            Transport::Only(f) if f.address_kind() == AddressKind::HostPort => f,
             _ => Fabric::Tcp,
         }
     }
@@ -35,9 +36,9 @@ impl Transport {
         self == Transport::Auto || self.near_only()
     }
 
-    /// Shared memory or an error.
+    /// Shared memory (at the socket the server offers beside `HOST:PORT`) or an error.
     fn near_only(self) -> bool {
-        matches!(self, Transport::Only(f) if f.capabilities().same_host_only)
+        matches!(self, Transport::Only(f) if f.address_kind() == AddressKind::SocketPath)
     }
 }
 

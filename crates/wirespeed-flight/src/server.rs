@@ -43,7 +43,7 @@ impl ServerBuilder {
         self
     }
 
-    /// Which data planes to offer (default: all this build has).
+    /// Which data planes to offer (default: shm, ucx where this build has it, and tcp).
     pub fn planes(mut self, planes: &[Fabric]) -> Self {
         self.planes = planes.to_vec();
         self
@@ -149,7 +149,7 @@ impl Server {
             handler: Arc::new(handler),
             listen: "127.0.0.1:0".into(),
             key: None,
-            planes: Fabric::ALL.into_iter().filter(|k| *k != Fabric::Ucx || cfg!(feature = "ucx")).collect(),
+            planes: Fabric::ALL.into_iter().filter(|k| default_plane(*k)).collect(),
             password: None,
             handler_threads: 512,
             limits: Limits::default(),
@@ -191,6 +191,16 @@ impl Drop for Server {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+/// Whether a server offers `kind` unless told otherwise: every plane this build has but
+/// libfabric's, whose providers depend on the hardware (they are offered when asked for).
+fn default_plane(kind: Fabric) -> bool {
+    match kind {
+        Fabric::Ucx => cfg!(feature = "ucx"),
+        Fabric::Ofi(_) | Fabric::InProcess => false,
+        Fabric::Shm | Fabric::Tcp => true,
     }
 }
 

@@ -11,7 +11,7 @@ use arrow_array::{ArrayRef, DictionaryArray, Int64Array, RecordBatch, StringArra
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-use wirespeed::Key;
+use wirespeed::{Key, Provider};
 use wirespeed_flight::{
     Client, Code, Error, Fabric, Handler, Input, Output, Payload, Result, Server, Transport, Upload,
 };
@@ -141,12 +141,22 @@ fn key() -> Key {
     Key::new("flight test key").unwrap()
 }
 
+/// Every plane, libfabric's over the providers this host has (shm and tcp).
+const FABRICS: [Fabric; 5] =
+    [Fabric::Shm, Fabric::Ucx, Fabric::Ofi(Provider::Shm), Fabric::Ofi(Provider::Tcp), Fabric::Tcp];
+
 fn server(memory: &Memory) -> Server {
-    Server::builder(memory.clone()).key(key()).start().unwrap()
+    Server::builder(memory.clone()).key(key()).planes(&FABRICS).start().unwrap()
 }
 
-const PLANES: [Transport; 4] =
-    [Transport::Grpc, Transport::Only(Fabric::Shm), Transport::Only(Fabric::Tcp), Transport::Only(Fabric::Ucx)];
+const PLANES: [Transport; 6] = [
+    Transport::Grpc,
+    Transport::Only(Fabric::Shm),
+    Transport::Only(Fabric::Tcp),
+    Transport::Only(Fabric::Ucx),
+    Transport::Only(Fabric::Ofi(Provider::Shm)),
+    Transport::Only(Fabric::Ofi(Provider::Tcp)),
+];
 
 fn client(server: &Server, transport: Transport) -> Client {
     Client::connect(&server.url()).unwrap().with_key(key()).with_transport(transport)

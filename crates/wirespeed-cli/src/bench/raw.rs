@@ -1,6 +1,8 @@
 //! `bench raw`: a receiver process on loopback, N messages of SIZE bytes over S streams,
 //! one thread on each side serving every stream. With `--op put|get`, N one-sided transfers
-//! of SIZE bytes into or out of a region the receiver exposes instead.
+//! of SIZE bytes into or out of a region the receiver exposes instead; with `--op pingpong`,
+//! N round trips of one SIZE-byte message that the receiver sends back, each latency half a
+//! round trip, as fi_pingpong and ucx_perftest count it.
 //! Each message carries its send time (CLOCK_MONOTONIC, shared by both processes); the
 //! receiver notes when the whole message arrived and sends the latencies back at the end.
 
@@ -23,11 +25,14 @@ enum Op {
     Put,
     /// One-sided reads from the receiver's region.
     Get,
+    /// One message at a time, sent back by the receiver.
+    Pingpong,
 }
 
 #[derive(Args)]
 pub struct RawArgs {
-    /// tcp, shm or ucx (UCX with whatever `UCX_TLS` selects).
+    /// tcp, shm, ucx (UCX with whatever `UCX_TLS` selects) or ofi+<provider> (shm, tcp,
+    /// verbs, efa, cxi).
     #[arg(long)]
     transport: Fabric,
     #[arg(long, value_enum, default_value = "send")]
@@ -102,6 +107,7 @@ pub fn run(a: RawArgs) -> Result<()> {
     let body = if a.ucx_body { wirespeed::transport::ucx::allocated_bytes(a.size)? } else { page_aligned(a.size) };
     let (t0, last, latencies_ns) = match a.op {
         Op::Send => send_all(&conn, &body, a.streams, a.warmup, count)?,
+        Op::Pingpong => ping_pong(&conn, &body, a.warmup, count)?,
         op => one_sided(&conn, op, a.size, a.warmup, count)?,
     };
     conn.close();
@@ -160,6 +166,34 @@ fn send_all(
         if st.recv()?.is_some() {
             bail!("the receiver sent more than its results");
         }
+    }
+    Ok((t0, last, latencies))
+}
+
+/// Sends `warmup` and then `count` messages one at a time, each after the receiver has sent
+/// the one before back; each latency is half the round trip. Returns as `send_all` does.
+fn ping_pong(conn: &Connection, body: &wirespeed::Bytes, warmup: u64, count: u64) -> Result<(u64, u64, Vec<u64>)> {
+    let st = conn.open_stream()?;
+    let mut latencies = Vec::with_capacity(count as usize);
+    let (mut t0, mut last) = (now_ns(), 0);
+    for i in 0..warmup + count {
+        let t = now_ns();
+        if i == warmup {
+            t0 = t;
+        }
+        st.send_bytes(&[], std::slice::from_ref(body))?;
+        let back = st.recv()?.context("the receiver ended the stream")?;
+        last = now_ns();
+        if back.body.len() != body.len() as u64 {
+            bail!("the receiver sent back {} bytes of {}", back.body.len(), body.len());
+        }
+        if i >= warmup {
+            latencies.push((last - t) / 2);
+        }
+    }
+    st.finish()?;
+    if st.recv()?.is_some() {
+        bail!("the receiver sent more than it was sent");
     }
     Ok((t0, last, latencies))
 }
@@ -247,8 +281,10 @@ pub fn serve(a: ServerArgs) -> Result<()> {
     let listener = wirespeed::listen(&a.listen, &key, &config)?;
     println!("listening {}", listener.url());
     let conn = listener.accept()?;
-    if a.op != Op::Send {
-        return serve_region(&conn, a.size);
+    match a.op {
+        Op::Send => {}
+        Op::Pingpong => return serve_ping_pong(&conn),
+        Op::Put | Op::Get => return serve_region(&conn, a.size),
     }
     let per_stream = (a.count / a.streams.max(1) as u64 + 1) as usize;
     // Per stream: the stream, the latencies so far, and when its last message arrived.
@@ -284,6 +320,18 @@ pub fn serve(a: ServerArgs) -> Result<()> {
 /// make the kernel reset the connection under it.
 fn wait_for_close(conn: &Connection) {
     while conn.accept_stream().is_ok() {}
+}
+
+/// Sends every message on the sender's stream back as it came, until the stream ends.
+fn serve_ping_pong(conn: &Connection) -> Result<()> {
+    let st = conn.accept_stream()?;
+    while let Some(m) = st.recv()? {
+        let chunks: Vec<&[u8]> = m.body.chunks().iter().map(|c| &c[..]).collect();
+        st.send(&[], &chunks)?;
+    }
+    st.finish()?;
+    wait_for_close(conn);
+    Ok(())
 }
 
 /// Exposes a region to the sender and waits (reading, which emulated transfers need) until

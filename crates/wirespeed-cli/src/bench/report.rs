@@ -22,11 +22,11 @@ struct Latency {
 
 impl Latency {
     fn print(&self) {
-        println!("Latency mean: {:.0} us", self.mean);
-        println!("Latency quantile=0.5: {:.0} us", self.p50);
-        println!("Latency quantile=0.95: {:.0} us", self.p95);
-        println!("Latency quantile=0.99: {:.0} us", self.p99);
-        println!("Latency max: {:.0} us", self.max);
+        println!("Latency mean: {:.1} us", self.mean);
+        println!("Latency quantile=0.5: {:.1} us", self.p50);
+        println!("Latency quantile=0.95: {:.1} us", self.p95);
+        println!("Latency quantile=0.99: {:.1} us", self.p99);
+        println!("Latency max: {:.1} us", self.max);
     }
 }
 

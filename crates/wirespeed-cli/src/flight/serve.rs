@@ -19,7 +19,8 @@ pub struct ServeArgs {
     /// gRPC address; the data planes listen on the same host.
     #[arg(long, default_value = "0.0.0.0:8815")]
     listen: String,
-    /// Data planes to offer besides gRPC: any of shm, tcp, ucx, or none.
+    /// Data planes to offer besides gRPC: any of shm, tcp, ucx, ofi+<provider> (shm, tcp,
+    /// verbs, efa, cxi), or none.
     #[arg(long, default_value = "shm,ucx,tcp", value_delimiter = ',')]
     planes: Vec<String>,
     /// Data-plane key file instead of WIRESPEED_KEY; with neither, one is generated and printed.

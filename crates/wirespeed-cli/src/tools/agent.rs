@@ -87,15 +87,25 @@ pub fn listen_address() -> (Option<String>, String) {
     (ip, host)
 }
 
-/// Confines the ports UCX's own TCP transport listens on to `ports` as well, unless the
-/// environment already says where (`UCX_TCP_PORT_RANGE`). Call it before any thread starts.
-pub fn confine_ucx_ports(ports: Ports, transport: Transport) {
-    if ports != Ports::ANY
-        && transport == Transport::Only(wirespeed::Fabric::Ucx)
-        && std::env::var_os("UCX_TCP_PORT_RANGE").is_none()
-    {
+/// Confines the ports UCX's or libfabric's own TCP transport listens on to `ports` as well,
+/// unless the environment already says where (`UCX_TCP_PORT_RANGE`, `FI_TCP_PORT_LOW_RANGE`).
+/// Call it before any thread starts.
+pub fn confine_fabric_ports(ports: Ports, transport: Transport) {
+    use wirespeed::{Fabric, Provider};
+    let vars: &[(&str, String)] = match transport {
+        _ if ports == Ports::ANY => &[],
+        Transport::Only(Fabric::Ucx) => &[("UCX_TCP_PORT_RANGE", ports.to_string())],
+        Transport::Only(Fabric::Ofi(Provider::Tcp)) => {
+            &[("FI_TCP_PORT_LOW_RANGE", ports.first.to_string()), ("FI_TCP_PORT_HIGH_RANGE", ports.last.to_string())]
+        }
+        _ => &[],
+    };
+    if vars.iter().any(|(name, _)| std::env::var_os(name).is_some()) {
+        return;
+    }
+    for (name, value) in vars {
         // SAFETY: called first thing in the process's work, while it has one thread.
-        unsafe { std::env::set_var("UCX_TCP_PORT_RANGE", ports.to_string()) };
+        unsafe { std::env::set_var(name, value) };
     }
 }
 
@@ -105,7 +115,7 @@ pub fn finished() {
 }
 
 pub fn run(mut a: AgentArgs) -> anyhow::Result<()> {
-    confine_ucx_ports(a.ports, a.common.transport);
+    confine_fabric_ports(a.ports, a.common.transport);
     a.flags.read_exclude_files()?;
     match a.role {
         // Bad sources fail here, in the agent's own words, before anything connects.

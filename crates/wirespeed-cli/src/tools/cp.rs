@@ -62,7 +62,7 @@ impl Sources {
 
 pub fn run(mut a: CpArgs) -> anyhow::Result<()> {
     a.flags.read_exclude_files()?;
-    super::agent::confine_ucx_ports(a.remote.ports(), a.common.transport);
+    super::agent::confine_fabric_ports(a.remote.ports(), a.common.transport);
     let ssh = a.remote.ssh()?;
     let source = a.common.source_options(&a.flags)?;
     let (key, key_text) = Key::generate()?;

@@ -119,7 +119,7 @@ enum Event {
 }
 
 pub fn run(a: PipeArgs) -> anyhow::Result<()> {
-    super::agent::confine_ucx_ports(a.remote.ports(), a.common.transport);
+    super::agent::confine_fabric_ports(a.remote.ports(), a.common.transport);
     let mut stages = Vec::new();
     for s in &a.stages {
         let Some((host, spec)) = split_host(s.as_bytes()) else {

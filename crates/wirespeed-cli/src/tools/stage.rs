@@ -17,7 +17,7 @@ use wirespeed::{Config, Connection, Key};
 use wirespeed_files::{FilesError, Input, Output, Ports, Progress, Server, Side, plane};
 
 use super::Common;
-use super::agent::{confine_ucx_ports, finished, listen_address, read_key, read_line, stop_when_stdin_closes};
+use super::agent::{confine_fabric_ports, finished, listen_address, read_key, read_line, stop_when_stdin_closes};
 use super::pipe::{Cause, Spec};
 use super::remote_paths;
 use crate::exit;
@@ -44,7 +44,7 @@ pub struct StageArgs {
 }
 
 pub fn run(a: StageArgs) -> anyhow::Result<()> {
-    confine_ucx_ports(a.ports, a.common.transport);
+    confine_fabric_ports(a.ports, a.common.transport);
     let spec = Spec::parse(&a.spec)?;
     let key = read_key()?;
     let cfg = Config::default();
