@@ -87,8 +87,8 @@ pub(super) struct Endpoint {
     pub(super) abilities: Abilities,
     /// The peer's address in our address vector, once inserted.
     peer: fi_addr_t,
-    /// The completion queue's wait object, where the provider has one.
-    wait_fd: Option<RawFd>,
+    /// How the completion queue is slept on.
+    wait: Wait,
     /// Keys handed out when the provider does not pick them.
     next_key: AtomicU64,
 }
@@ -96,6 +96,17 @@ pub(super) struct Endpoint {
 // SAFETY: the domain is FI_THREAD_SAFE; data-path calls are made with the connection's lock.
 unsafe impl Send for Endpoint {}
 unsafe impl Sync for Endpoint {}
+
+/// How a completion queue is slept on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// The fds the provider itself polls (its sockets): nothing extra per completion.
+    PollFds,
+    /// One fd the provider signals on every completion (a write and a read each).
+    Fd(RawFd),
+    /// Nothing: the progress thread polls.
+    Poll,
+}
 
 /// What one read of the completion queue found.
 pub(super) enum Completions {
@@ -153,7 +164,7 @@ impl Endpoint {
             owned: Vec::new(),
             abilities,
             peer: FI_ADDR_UNSPEC,
-            wait_fd: None,
+            wait: Wait::Poll,
             next_key: AtomicU64::new(1),
         };
         // SAFETY (this block): each call gets valid attributes from `info` and out-pointers
@@ -174,29 +185,34 @@ impl Endpoint {
         Ok(e)
     }
 
-    /// Opens the completion queue with a file descriptor to sleep on where the provider has
-    /// one (tcp does, shm in 1.17 does not: then the progress thread polls).
+    /// Opens the completion queue with the cheapest wait object the provider has: the fds it
+    /// polls itself (tcp through ofi_rxm), else one it signals (costing two system calls per
+    /// completion), else none (shm in 1.17: the progress thread then polls).
     ///
     /// # Safety
     /// The domain is open.
     unsafe fn open_cq(&mut self) -> Result<()> {
-        for wait_obj in [FI_WAIT_FD, FI_WAIT_NONE] {
+        for wait_obj in [FI_WAIT_POLLFD, FI_WAIT_FD, FI_WAIT_NONE] {
             let mut attr = fi_cq_attr { size: CQ_SIZE, format: FI_CQ_FORMAT_MSG, wait_obj, ..Default::default() };
             // SAFETY: open domain, valid attributes, out-pointer to a field.
             let status = unsafe { ws_fi_cq_open(self.domain.domain, &mut attr, &mut self.cq, null_mut()) };
-            if status == -(FI_ENOSYS as i32) && wait_obj == FI_WAIT_FD {
+            if wait_obj != FI_WAIT_NONE && (status == -(FI_ENOSYS as i32) || status == -(FI_EINVAL as i32)) {
                 continue;
             }
             check("opening the completion queue", status as isize)?;
             // SAFETY: just opened.
             self.owned.push(Fid(unsafe { &mut (*self.cq).fid }));
-            if wait_obj == FI_WAIT_FD {
-                let mut fd: RawFd = -1;
-                // SAFETY: FI_GETWAIT writes the fd of an FI_WAIT_FD queue into an int.
-                let status = unsafe { ws_fi_control(&mut (*self.cq).fid, FI_GETWAIT as i32, (&raw mut fd).cast()) };
-                check("getting the completion queue's fd", status as isize)?;
-                self.wait_fd = Some(fd);
-            }
+            self.wait = match wait_obj {
+                FI_WAIT_POLLFD => Wait::PollFds,
+                FI_WAIT_FD => {
+                    let mut fd: RawFd = -1;
+                    // SAFETY: FI_GETWAIT writes the fd of an FI_WAIT_FD queue into an int.
+                    let status = unsafe { ws_fi_control(&mut (*self.cq).fid, FI_GETWAIT as i32, (&raw mut fd).cast()) };
+                    check("getting the completion queue's fd", status as isize)?;
+                    Wait::Fd(fd)
+                }
+                _ => Wait::Poll,
+            };
             return Ok(());
         }
         unreachable!("the last wait object is not retried")
@@ -244,13 +260,36 @@ impl Endpoint {
         if self.ep.is_null() { Err(Error::Closed) } else { Ok(self.ep) }
     }
 
-    pub(super) fn wait_fd(&self) -> Option<RawFd> {
-        self.wait_fd
+    /// Adds the fds to sleep on for completions to `fds` (none: poll).
+    pub(super) fn wait_fds(&mut self, fds: &mut Vec<libc::pollfd>) -> Result<()> {
+        match self.wait {
+            Wait::Poll => {}
+            Wait::Fd(fd) => fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 }),
+            Wait::PollFds => {
+                let mut set: Vec<libc::pollfd> = Vec::with_capacity(4);
+                loop {
+                    let mut arg = fi_wait_pollfd { change_index: 0, nfds: set.capacity(), fd: set.as_mut_ptr().cast() };
+                    // SAFETY: FI_GETWAIT fills at most `nfds` pollfds of the buffer, or says
+                    // how many it needs (FI_ETOOSMALL).
+                    let s = unsafe { ws_fi_control(&mut (*self.cq).fid, FI_GETWAIT as i32, (&raw mut arg).cast()) };
+                    if s == -(FI_ETOOSMALL as i32) && arg.nfds > set.capacity() {
+                        set.reserve(arg.nfds);
+                        continue;
+                    }
+                    check("getting the completion queue's fds", s as isize)?;
+                    // SAFETY: the provider wrote `nfds` entries, within the capacity.
+                    unsafe { set.set_len(arg.nfds.min(set.capacity())) };
+                    break;
+                }
+                fds.extend(set.iter().map(|p| libc::pollfd { fd: p.fd, events: p.events, revents: 0 }));
+            }
+        }
+        Ok(())
     }
 
     /// Whether the completion queue may be slept on: false while completions are pending.
     pub(super) fn try_wait(&self) -> Result<bool> {
-        if self.wait_fd.is_none() {
+        if self.wait == Wait::Poll {
             return Ok(true); // nothing to sleep on; the progress thread polls
         }
         let mut fids = [self.cq.cast::<fid>()];

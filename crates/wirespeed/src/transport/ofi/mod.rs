@@ -11,6 +11,9 @@ mod endpoint;
 mod rma;
 mod wire;
 
+#[cfg(fuzzing)]
+pub use wire::fuzz_decode;
+
 use std::io::IoSlice;
 use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;

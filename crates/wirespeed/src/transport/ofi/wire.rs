@@ -141,6 +141,16 @@ pub(super) fn decode(m: &[u8]) -> Result<Msg<'_>, Violation> {
     }
 }
 
+/// Fuzzing entry: decodes any bytes; a rendezvous it accepts encodes back to them.
+#[cfg(fuzzing)]
+pub fn fuzz_decode(data: &[u8]) {
+    if let Ok(Msg::Rendezvous { token, segments, header, meta }) = decode(data) {
+        let mut again = rendezvous(token, &segments, header, meta);
+        set_seq(&mut again, seq(data).expect("decoded, so it has a prefix"));
+        assert_eq!(again, data, "a rendezvous round trips");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

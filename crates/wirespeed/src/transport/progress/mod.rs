@@ -8,13 +8,12 @@ mod lingering;
 
 use std::io::{self, Read};
 use std::net::TcpStream;
-use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::error::{Error, Result, Violation};
@@ -59,9 +58,9 @@ pub(crate) trait Driver: Send + 'static {
     fn progress(&mut self) -> u32;
     /// Arms the event fd; false if events are pending (progress again first).
     fn arm(&mut self) -> Result<bool>;
-    /// The fd that signals events once armed, if the fabric has one; it lives as long as
-    /// the driver.
-    fn event_fd(&self) -> Result<Option<RawFd>>;
+    /// Adds the fds that signal events once armed to `fds` (none: the fabric must be polled).
+    /// Asked before each sleep, since a fabric's set may change.
+    fn wait_fds(&mut self, fds: &mut Vec<libc::pollfd>) -> Result<()>;
     /// Transfers in flight: a send not yet complete, or a body still arriving.
     fn outstanding(&self) -> bool;
     /// Counts arrivals and failures: a change means something happened.
@@ -89,7 +88,6 @@ pub(crate) struct Shared<Core: Driver> {
     /// Wakes the progress thread.
     kick: EventFd,
     kicked: AtomicBool,
-    efd: Option<RawFd>,
     /// A `Run` as u8: whether the progress thread goes on.
     state: AtomicU8,
     sock: TcpStream,
@@ -123,7 +121,6 @@ pub(crate) const LINGER_LIMIT: Duration = Duration::from_secs(5);
 impl<Core: Driver> Shared<Core> {
     /// Wraps a connected `core`; `sock` is the authenticated bootstrap socket.
     fn new(core: Core, sock: TcpStream) -> Result<Arc<Self>> {
-        let efd = core.event_fd()?;
         let kick = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
             .map_err(io::Error::from)?;
         sock.set_nonblocking(true)?;
@@ -134,7 +131,6 @@ impl<Core: Driver> Shared<Core> {
             app_turns: AtomicU64::new(0),
             kick,
             kicked: AtomicBool::new(false),
-            efd,
             state: AtomicU8::new(Run::Running as u8),
             sock,
         }))
@@ -236,6 +232,7 @@ impl<Core: Driver> Shared<Core> {
         let mut linger_end = None;
         let mut last_event = Instant::now();
         let mut seen_turns = self.app_turns.load(Ordering::Relaxed);
+        let mut fabric_fds = Vec::new();
         let mut stay_out = HANDOVER;
         let mut stalled = 0;
         loop {
@@ -251,7 +248,7 @@ impl<Core: Driver> Shared<Core> {
             let app_driving = turns != seen_turns;
             seen_turns = turns;
             if self.parked.load(Ordering::SeqCst) == 0 && app_driving {
-                self.sleep(false, false, now + stay_out);
+                self.sleep(&[], false, now + stay_out);
                 stay_out = (stay_out * 2).clamp(HANDOVER, HANDOVER_MAX);
                 continue;
             }
@@ -294,6 +291,11 @@ impl<Core: Driver> Shared<Core> {
                         self.wake.notify_all();
                     }
                 }
+                fabric_fds.clear();
+                if let Err(e) = core.wait_fds(&mut fabric_fds) {
+                    core.fail(e);
+                    self.wake.notify_all();
+                }
                 if active || core.outstanding() {
                     last_event = now;
                 }
@@ -301,10 +303,10 @@ impl<Core: Driver> Shared<Core> {
                 // fd announces, so never sleep long after activity: poll at 1 ms, backing
                 // off as the connection stays quiet.
                 let quiet = now.saturating_duration_since(last_event);
-                let (min, max) = match self.efd {
-                    Some(_) => (MIN_POLL, MAX_POLL),
-                    None if self.parked.load(Ordering::SeqCst) > 0 => (MIN_POLL_NO_FD, MIN_POLL_NO_FD),
-                    None => (MIN_POLL_NO_FD, MAX_POLL_NO_FD),
+                let (min, max) = match fabric_fds.is_empty() {
+                    false => (MIN_POLL, MAX_POLL),
+                    true if self.parked.load(Ordering::SeqCst) > 0 => (MIN_POLL_NO_FD, MIN_POLL_NO_FD),
+                    true => (MIN_POLL_NO_FD, MAX_POLL_NO_FD),
                 };
                 let mut wake_at = now + (quiet / 8).clamp(min, max);
                 if let Some(t) = core.give_up_at() {
@@ -312,7 +314,7 @@ impl<Core: Driver> Shared<Core> {
                 }
                 linger_end.map_or(wake_at, |l| l.min(wake_at))
             };
-            if self.sleep(true, sock_open, until) {
+            if self.sleep(&fabric_fds, sock_open, until) {
                 match (&self.sock).read(&mut [0u8; 64]) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
                     Ok(0) | Err(_) => {
@@ -325,20 +327,20 @@ impl<Core: Driver> Shared<Core> {
         }
     }
 
-    /// Sleeps on the kick fd, and optionally on the worker's event fd and the bootstrap
-    /// socket, until one fires or `until`; true if the socket has something.
-    fn sleep(&self, worker: bool, sock: bool, until: Instant) -> bool {
-        let mut fds = vec![PollFd::new(self.kick.as_fd(), PollFlags::POLLIN)];
-        if worker && let Some(efd) = self.efd {
-            // SAFETY: the fd lives as long as the driver, which outlives this call.
-            fds.push(PollFd::new(unsafe { BorrowedFd::borrow_raw(efd) }, PollFlags::POLLIN));
-        }
+    /// Sleeps on the kick fd, the fabric's fds and optionally the bootstrap socket, until one
+    /// fires or `until`; true if the socket has something.
+    fn sleep(&self, fabric: &[libc::pollfd], sock: bool, until: Instant) -> bool {
+        let watch = |fd: RawFd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut fds = vec![watch(self.kick.as_fd().as_raw_fd())];
+        fds.extend_from_slice(fabric);
         if sock {
-            fds.push(PollFd::new(self.sock.as_fd(), PollFlags::POLLIN));
+            fds.push(watch(self.sock.as_raw_fd()));
         }
-        let _ = poll(&mut fds, PollTimeout::from(ms_until(until, 1000)));
-        let sock_ready = sock && fds.last().and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
-        if fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+        // SAFETY: `fds` is a valid array of its length; every fd outlives the call (the
+        // fabric's belong to the driver, which the caller keeps alive).
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms_until(until, 1000).into()) };
+        let sock_ready = sock && fds.last().is_some_and(|f| f.revents != 0);
+        if fds[0].revents & libc::POLLIN != 0 {
             self.kicked.store(false, Ordering::SeqCst);
             let _ = self.kick.read();
         }

@@ -339,11 +339,12 @@ impl Driver for Core {
         }
     }
 
-    fn event_fd(&self) -> Result<Option<RawFd>> {
-        let mut efd = -1;
+    fn wait_fds(&mut self, fds: &mut Vec<libc::pollfd>) -> Result<()> {
+        let mut efd: RawFd = -1;
         // SAFETY: live worker; out-pointer to a local.
         check("getting the worker's event fd", unsafe { lib().ucp_worker_get_efd(self.worker, &mut efd) })?;
-        Ok(Some(efd))
+        fds.push(libc::pollfd { fd: efd, events: libc::POLLIN, revents: 0 });
+        Ok(())
     }
 
     fn outstanding(&self) -> bool {

@@ -1,0 +1,261 @@
+//! The receive half of the connection's state: messages put back in order, frames whole, in
+//! pieces or by rendezvous (reading the body from the sender's memory into a buffer of our
+//! own, no further ahead of the reader than the window allows), and arrivals handed over in
+//! order once complete.
+
+use super::*;
+
+impl Core {
+    /// Takes the oldest arrival if it is complete: header, meta and payload.
+    pub(in crate::transport::ofi) fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Meta, Buf)>> {
+        self.pull_deferred();
+        let front = self.arrivals.front()?;
+        if front.reads_left > 0 || front.deferred.is_some() {
+            return None;
+        }
+        let a = self.arrivals.pop_front()?;
+        self.held -= a.held_bytes();
+        self.arrivals_held -= usize::from(a.held_bytes() > 0);
+        let payload_len = a.header.payload_len() as usize;
+        let (meta, payload) = match a.buf {
+            None => (a.meta, Buf::empty()),
+            Some(buf) => {
+                let meta = if a.data_meta > 0 { buf.as_slice(a.pad, a.data_meta).into() } else { a.meta };
+                let payload = if payload_len > 0 { buf.lend(a.pad + a.data_meta, payload_len) } else { Buf::empty() };
+                (meta, payload)
+            }
+        };
+        Some(Ok((a.header, meta, payload)))
+    }
+
+    /// Handles a received message in its turn, and any that arrived early waiting for it.
+    pub(super) fn arrive_in_order(&mut self, msg: Vec<u8>) -> Result<()> {
+        let seq = wire::seq(&msg).ok_or(Violation::Malformed("libfabric message"))?;
+        if seq != self.received {
+            if self.early.len() >= MAX_EARLY || seq.wrapping_sub(self.received) > MAX_EARLY as u32 {
+                return Err(Violation::Malformed("libfabric message number").into());
+            }
+            self.early.insert(seq, msg);
+            return Ok(());
+        }
+        self.arrive(&msg)?;
+        self.received = self.received.wrapping_add(1);
+        while let Some(next) = self.early.remove(&self.received) {
+            self.arrive(&next)?;
+            self.received = self.received.wrapping_add(1);
+        }
+        Ok(())
+    }
+
+    /// Handles one received message.
+    fn arrive(&mut self, msg: &[u8]) -> Result<()> {
+        match wire::decode(msg)? {
+            Msg::Frame(bytes) => {
+                let (fixed, rest) = bytes.split_first_chunk::<HEADER_LEN>().ok_or(FrameError::Malformed("frame"))?;
+                let header = self.decode_header(fixed)?;
+                let meta_len = header.meta_len as usize;
+                if rest.len() as u64 != meta_len as u64 + header.payload_len() {
+                    return Err(FrameError::Malformed("libfabric frame length").into());
+                }
+                let (meta, payload) = rest.split_at(meta_len);
+                let pad = 0;
+                let buf = if payload.is_empty() {
+                    None
+                } else {
+                    let mut buf = self.pool.take(payload.len())?;
+                    // SAFETY: the buffer holds at least `payload.len()` bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf.as_mut_ptr(), payload.len()) };
+                    self.held += payload.len();
+                    self.arrivals_held += 1;
+                    Some(buf)
+                };
+                let id = self.new_id();
+                self.arrivals.push_back(Arrival {
+                    id,
+                    header,
+                    meta: meta.into(),
+                    data_meta: 0,
+                    pad,
+                    buf,
+                    local: None,
+                    reads_left: 0,
+                    token: 0,
+                    deferred: None,
+                });
+            }
+            Msg::Rendezvous { token, segments, header, meta } => {
+                if !self.ep.abilities.rma {
+                    return Err(Violation::Malformed("rendezvous without one-sided access").into());
+                }
+                let header = self.decode_header(header)?;
+                let meta_len = header.meta_len as usize;
+                let data_meta = match meta {
+                    Some(m) if m.len() == meta_len => 0,
+                    Some(_) => return Err(FrameError::Malformed("rendezvous meta").into()),
+                    None => meta_len,
+                };
+                let remote: u64 = segments.iter().try_fold(0u64, |t, s| t.checked_add(s.len)).unwrap_or(u64::MAX);
+                if remote != data_meta as u64 + header.payload_len() || segments.iter().any(|s| s.len == 0) {
+                    return Err(FrameError::Malformed("rendezvous segments").into());
+                }
+                let pad = (PAYLOAD_ALIGN - data_meta % PAYLOAD_ALIGN) % PAYLOAD_ALIGN;
+                let id = self.new_id();
+                self.arrivals.push_back(Arrival {
+                    id,
+                    header,
+                    meta: meta.unwrap_or_default().into(),
+                    data_meta,
+                    pad,
+                    buf: None,
+                    local: None,
+                    reads_left: 0,
+                    token,
+                    deferred: Some(segments),
+                });
+                self.pull_deferred();
+            }
+            Msg::Done(token) => match self.pending.get_mut(&token) {
+                Some(p) if !p._owned.is_empty() => self.forget(token),
+                Some(p) => p.done = true,
+                // One we abandoned after a timeout; tokens never issued are a lie.
+                None if token < self.next_token => {}
+                None => return Err(Violation::Malformed("Done for an unknown rendezvous").into()),
+            },
+            Msg::First { total, bytes } => {
+                if self.assembly.is_some() {
+                    return Err(Violation::Malformed("a frame's first piece inside another frame").into());
+                }
+                let fixed = bytes.first_chunk::<HEADER_LEN>().ok_or(FrameError::Malformed("first piece"))?;
+                let header = self.decode_header(fixed)?;
+                let head = HEADER_LEN + header.meta_len as usize;
+                if total != head as u64 + header.payload_len() {
+                    return Err(FrameError::Malformed("pieced frame length").into());
+                }
+                let pad = (PAYLOAD_ALIGN - head % PAYLOAD_ALIGN) % PAYLOAD_ALIGN;
+                let mut buf = self.pool.take(pad + total as usize)?;
+                // SAFETY: `bytes` is shorter than `total` (decode checked), which fits.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_mut_ptr().add(pad), bytes.len()) };
+                self.assembly = Some(Assembly { buf, pad, filled: bytes.len(), total: total as usize, header });
+            }
+            Msg::More(bytes) => {
+                let a = self.assembly.as_mut().ok_or(Violation::Malformed("a piece outside any frame"))?;
+                if a.filled + bytes.len() > a.total {
+                    return Err(Violation::Malformed("more pieces than the frame's length").into());
+                }
+                // SAFETY: in bounds (checked above).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), a.buf.as_mut_ptr().add(a.pad + a.filled), bytes.len())
+                };
+                a.filled += bytes.len();
+                if a.filled == a.total {
+                    let a = self.assembly.take().expect("assembling");
+                    let id = self.new_id();
+                    let meta_len = a.header.meta_len as usize;
+                    self.held += a.pad + a.total;
+                    self.arrivals_held += 1;
+                    self.arrivals.push_back(Arrival {
+                        id,
+                        header: a.header,
+                        meta: Meta::new(),
+                        data_meta: meta_len,
+                        // The header is skipped: meta and payload follow it.
+                        pad: a.pad + HEADER_LEN,
+                        buf: Some(a.buf),
+                        local: None,
+                        reads_left: 0,
+                        token: 0,
+                        deferred: None,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn decode_header(&self, fixed: &[u8; HEADER_LEN]) -> Result<FrameHeader> {
+        let h = FrameHeader::decode(fixed, &self.limits)?;
+        if h.flags != 0 {
+            return Err(FrameError::Reserved.into()); // flags belong to rings
+        }
+        Ok(h)
+    }
+
+    /// Starts reading deferred rendezvous bodies, oldest first, while they fit the window;
+    /// the oldest always may.
+    pub(super) fn pull_deferred(&mut self) {
+        if let Err(e) = self.try_pull_deferred() {
+            self.fail(e);
+        }
+    }
+
+    fn try_pull_deferred(&mut self) -> Result<()> {
+        for i in 0..self.arrivals.len() {
+            let a = &self.arrivals[i];
+            if a.deferred.is_none() {
+                continue;
+            }
+            let length = a.data_meta + a.header.payload_len() as usize;
+            let full = self.arrivals_held >= RECV_AHEAD || self.held + a.pad + length > self.recv_window;
+            if i > 0 && self.held > 0 && full {
+                break;
+            }
+            let mut buf = self.pool.take(a.pad + length)?;
+            let local = match self.ep.abilities.mr_local {
+                // SAFETY: the buffer lives in the arrival until it is popped, after its reads.
+                true => Some(unsafe { self.ep.register(buf.as_mut_ptr(), a.pad + length, FI_READ as u64)? }),
+                false => None,
+            };
+            let desc = local.as_ref().map_or(std::ptr::null_mut(), |r| r.desc);
+            let (id, pad) = (a.id, a.pad);
+            let segments = self.arrivals[i].deferred.take().expect("deferred");
+            let mut at = pad;
+            let mut posted = Vec::with_capacity(segments.len());
+            for s in &segments {
+                let op = self.new_id();
+                let mut ctx = Box::new(OpCtx { space: fi_context2::default(), id: op });
+                let ctx_ptr: *mut OpCtx = &mut *ctx;
+                // SAFETY: the buffer has room for every segment (their lengths were summed
+                // against it); it and the context live until the read completes.
+                let ok = unsafe {
+                    self.ep.rma(
+                        false,
+                        buf.as_mut_ptr().add(at),
+                        s.len as usize,
+                        desc,
+                        (s.addr, s.key),
+                        ctx_ptr.cast(),
+                    )?
+                };
+                if !ok {
+                    // Busy: retried on a later pass, all segments again, into a fresh buffer.
+                    // Reads already posted complete into this one, which they keep alive.
+                    break;
+                }
+                self.ops.insert(op, (ctx, Op::Read { arrival: id }));
+                posted.push(op);
+                at += s.len as usize;
+            }
+            if posted.len() < segments.len() {
+                // Cancel nothing: simplest is to fail loudly; providers take 16 reads at once.
+                return Err(Error::Fabric { op: "reading a body", status: "the provider is busy".into() });
+            }
+            let a = &mut self.arrivals[i];
+            a.reads_left = posted.len();
+            a.buf = Some(buf);
+            a.local = local;
+            self.held += pad + length;
+            self.arrivals_held += 1;
+        }
+        Ok(())
+    }
+
+    pub(super) fn read_done(&mut self, arrival: u64) {
+        let Some(a) = self.arrivals.iter_mut().find(|a| a.id == arrival) else { return };
+        a.reads_left -= 1;
+        if a.reads_left == 0 {
+            a.local = None;
+            let token = a.token;
+            self.queue(wire::done(token).to_vec());
+        }
+    }
+}
