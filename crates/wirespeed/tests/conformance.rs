@@ -909,6 +909,7 @@ suite! {
         a_slow_receiver_keeping_some_messages_gets_them_all_intact,
         sealed_region_bodies_arrive_intact,
         bodies_of_every_size_around_the_thresholds,
+        a_body_of_many_slices_arrives_whole,
         many_concurrent_streams,
         headers_survive_a_full_ring,
         filled_bodies_arrive_whole,
@@ -946,6 +947,30 @@ fn every_case_is_listed() {
     for case in cases {
         assert!(LISTED.contains(&case), "{case} is not listed in suite!, so it never runs");
     }
+}
+
+/// A body handed over as many slices (more than a fabric's gather list takes) arrives whole,
+/// from borrowed slices and from owned ones. The receiver reads meanwhile: over ucx and ofi a
+/// borrowed body is read from the sender's memory, so its send waits for the reader.
+fn a_body_of_many_slices_arrives_whole(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let slices: Vec<Vec<u8>> = (0..40).map(|i| pattern(i, 40_000 + i as usize)).collect();
+    let whole = slices.concat();
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let b = s.accept_stream().unwrap();
+            for header in [&b"borrowed"[..], b"owned"] {
+                let m = b.recv().unwrap().unwrap();
+                assert_eq!(m.header, header);
+                assert!(m.body.to_vec() == whole, "{scheme}: the {:?} body differs", String::from_utf8_lossy(header));
+            }
+        });
+        let a = c.open_stream().unwrap();
+        a.send(b"borrowed", &slices.iter().map(|v| &v[..]).collect::<Vec<_>>()).unwrap();
+        let owned: Vec<wirespeed::Bytes> = slices.iter().map(|v| wirespeed::Bytes::from(v.clone())).collect();
+        a.send_bytes(b"owned", &owned).unwrap();
+        reader.join().unwrap();
+    });
 }
 
 /// Bodies written in place by `send_filled`, from several streams at once, arrive whole;

@@ -142,7 +142,7 @@ impl FrameTx for OfiTx {
             return self.h.shared.lock().queue_copied(head, payload);
         }
         // SAFETY: we wait for the peer's Done, or revoke its access, before returning.
-        let token = unsafe { self.h.shared.lock().start_rendezvous(head, payload, Vec::new())? };
+        let token = unsafe { self.h.shared.lock().start_rendezvous(head, payload, None)? };
         self.wait_for_reader(token, timeout)
     }
 
@@ -155,7 +155,7 @@ impl FrameTx for OfiTx {
             return core.queue_copied(head, &slices);
         }
         // SAFETY: the pending send owns the bytes the slices point into.
-        unsafe { core.start_rendezvous(head, &slices, payload.to_vec()) }.map(|_| ())
+        unsafe { core.start_rendezvous(head, &slices, Some(payload.to_vec())) }.map(|_| ())
     }
 
     fn max_payload(&self) -> usize {

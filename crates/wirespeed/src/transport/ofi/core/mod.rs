@@ -80,7 +80,10 @@ struct Out {
 struct Pending {
     _registrations: Vec<Registration>,
     _owned: Vec<Bytes>,
+    /// Bytes counted in flight (owned sends; a waiting caller holds its own).
     bytes: usize,
+    /// A caller waits for the Done (`finished`); otherwise the Done ends the send.
+    waited: bool,
     done: bool,
 }
 
@@ -281,7 +284,8 @@ impl Core {
 
     /// Starts a rendezvous send: registers the meta (when it does not fit the message) and
     /// the payload where they lie, and tells the peer where to read them. Returns the token
-    /// the peer's Done will name. `owned` keeps the bytes alive until then.
+    /// the peer's Done will name. `owned` keeps the bytes alive until then; without it the
+    /// caller waits for `finished(token)`.
     ///
     /// # Safety
     /// Unless `owned` holds them, the payload's bytes stay valid until `finished(token)` or
@@ -290,8 +294,9 @@ impl Core {
         &mut self,
         head: &[u8],
         payload: &[IoSlice<'_>],
-        owned: Vec<Bytes>,
+        owned: Option<Vec<Bytes>>,
     ) -> Result<u64> {
+        let waited = owned.is_none();
         self.usable()?;
         let (header, meta) = head.split_at(HEADER_LEN);
         let inline_room = RECV_BYTES - PREFIX_LEN - MAX_SEGMENTS * SEGMENT_LEN - HEADER_LEN;
@@ -302,7 +307,7 @@ impl Core {
             parts.push(meta);
         }
         parts.extend(payload.iter().map(|s| &s[..]).filter(|s| !s.is_empty()));
-        let mut owned = owned;
+        let mut owned = owned.unwrap_or_default();
         if parts.len() > MAX_SEGMENTS {
             // More slices than a message names: gather them into one buffer we own.
             gathered = Bytes::from(parts.concat());
@@ -320,9 +325,10 @@ impl Core {
         let token = self.next_token;
         self.next_token += 1;
         let msg = wire::rendezvous(token, &segments, header, meta_inline.then_some(meta));
-        let bytes = if owned.is_empty() { 0 } else { parts.iter().map(|p| p.len()).sum() };
+        let bytes = if waited { 0 } else { parts.iter().map(|p| p.len()).sum() };
         self.inflight_bytes += bytes;
-        self.pending.insert(token, Pending { _registrations: registrations, _owned: owned, bytes, done: false });
+        self.pending
+            .insert(token, Pending { _registrations: registrations, _owned: owned, bytes, waited, done: false });
         self.queue(msg);
         self.flush();
         Ok(token)

@@ -115,7 +115,7 @@ impl Core {
                 self.pull_deferred();
             }
             Msg::Done(token) => match self.pending.get_mut(&token) {
-                Some(p) if !p._owned.is_empty() => self.forget(token),
+                Some(p) if !p.waited => self.forget(token),
                 Some(p) => p.done = true,
                 // One we abandoned after a timeout; tokens never issued are a lie.
                 None if token < self.next_token => {}
