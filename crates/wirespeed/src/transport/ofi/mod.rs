@@ -25,8 +25,8 @@ use self::core::{Core, RECV_WINDOW_COPY, RECV_WINDOW_FABRIC};
 use self::endpoint::Endpoint;
 use super::conn::Connection;
 use super::listener::Listener;
-use super::progress::{Driver, Handle};
-use super::{Config, FrameRx, FrameSink, FrameTx, handshake, tcp};
+use super::progress::{DrivenRx, Driver, Handle};
+use super::{Config, FrameTx, handshake, tcp};
 use crate::error::{Error, Result};
 use crate::fabric::{Fabric, Provider};
 use crate::key::Key;
@@ -77,29 +77,12 @@ fn establish(
     let window = if provider == Provider::Shm { RECV_WINDOW_COPY } else { RECV_WINDOW_FABRIC };
     let core = Core::new(ep, config.limits, window)?;
     let handle = Handle::start(core, s, "wirespeed-ofi-progress")?;
-    let rx = OfiRx { h: handle.clone() };
+    let rx = DrivenRx { h: handle.clone() };
     let native = rma.then(|| Box::new(rma::OfiRma { h: handle.clone() }) as Box<dyn super::NativeRma>);
     // Without one-sided access, frames carry bodies in pieces; keep them to a few.
     let max_payload = config.limits.max_payload as usize;
     let tx = OfiTx { h: handle, rma, max_payload };
     Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), native, config, name))
-}
-
-struct OfiRx {
-    h: Arc<Handle<Core>>,
-}
-
-impl FrameRx for OfiRx {
-    fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
-        match self.h.shared.wait(Some(deadline), true, |core| core.pop_frame())? {
-            None => Ok(false),
-            Some(frame) => {
-                let (header, meta, payload) = frame?;
-                sink(&header, &meta, payload)?;
-                Ok(true)
-            }
-        }
-    }
 }
 
 struct OfiTx {

@@ -17,8 +17,11 @@ use std::time::{Duration, Instant};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::error::{Error, Result, Violation};
+use crate::mem::Buf;
+use crate::proto::frame::FrameHeader;
 use crate::sync::Unpoison;
 use crate::transport::sys::ms_until;
+use crate::transport::{FrameRx, FrameSink};
 
 /// How long a waiting thread drives progress itself after the last event before it parks.
 const SPIN: Duration = Duration::from_micros(500);
@@ -74,6 +77,30 @@ pub(crate) trait Driver: Send + 'static {
     fn expire_peer_gone(&mut self);
     /// When that happens, if the peer seemed to go.
     fn give_up_at(&self) -> Option<Instant>;
+    /// Takes the oldest arrival if it is complete: header, meta and payload.
+    fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Meta, Buf)>>;
+}
+
+/// A frame's meta as a driver hands it over; most fit inline.
+pub(crate) type Meta = smallvec::SmallVec<[u8; 32]>;
+
+/// The receiving half of a connection over a driven fabric: waits for the driver's next
+/// complete arrival, driving progress meanwhile.
+pub(crate) struct DrivenRx<Core: Driver> {
+    pub(crate) h: Arc<Handle<Core>>,
+}
+
+impl<Core: Driver> FrameRx for DrivenRx<Core> {
+    fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
+        match self.h.shared.wait(Some(deadline), true, |core| core.pop_frame())? {
+            None => Ok(false),
+            Some(frame) => {
+                let (header, meta, payload) = frame?;
+                sink(&header, &meta, payload)?;
+                Ok(true)
+            }
+        }
+    }
 }
 
 /// State shared by the connection's halves and its progress thread.

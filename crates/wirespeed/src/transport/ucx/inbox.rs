@@ -8,7 +8,6 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use smallvec::SmallVec;
 use ucx_sys::*;
 
 use super::context::{complete, posted, status_string};
@@ -16,6 +15,7 @@ use crate::error::{Error, FrameError, Result};
 use crate::mem::Buf;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
 use crate::transport::pool::{Pool, PoolBuf};
+use crate::transport::progress::Meta;
 
 /// Received bodies waiting to be read, at most, before further rendezvous bodies wait at the
 /// sender: the receiver pulls no further ahead than it reads, like a socket buffer, so buffers
@@ -37,9 +37,6 @@ const POOL_KEEP: usize = 64 << 20;
 const PAYLOAD_ALIGN: usize = 64;
 /// After the bootstrap socket hangs up, how long frames already on their way may still arrive.
 pub(super) const HANGUP_GRACE: Duration = Duration::from_millis(250);
-
-/// A frame's meta; a message's (8 bytes of body length, then its header) mostly fits inline.
-pub(super) type Meta = SmallVec<[u8; 32]>;
 
 /// Where a receive reports its completion: boxed, so that it stays put while its arrival moves.
 type Slot = Box<Option<ucs_status_t>>;

@@ -22,8 +22,8 @@ pub use self::rma::allocated_bytes;
 use self::worker::Core;
 use super::conn::Connection;
 use super::listener::Listener;
-use super::progress::{Handle, Shared};
-use super::{Config, FrameRx, FrameSink, FrameTx, handshake, tcp};
+use super::progress::{DrivenRx, Handle, Shared};
+use super::{Config, FrameTx, handshake, tcp};
 use crate::error::{Error, Result, Violation};
 use crate::fabric::Fabric;
 use crate::key::Key;
@@ -54,7 +54,7 @@ fn establish(mut s: TcpStream, role: Role, peer: Peer, config: &Config, name: St
     crate::transport::sys::keep_alive(&s);
     core.connect(&theirs, peer_failure_handling(same_host(&s)?)?)?;
     let handle = Handle::start(core, s, "wirespeed-ucx-progress")?;
-    let rx = UcxRx { h: handle.clone() };
+    let rx = DrivenRx { h: handle.clone() };
     let rma = rma::UcxRma { h: handle.clone() };
     let tx =
         UcxTx { h: handle, max_payload: config.limits.max_payload as usize, iov: Vec::new(), done: Box::new(None) };
@@ -114,23 +114,6 @@ fn complete(shared: &Shared<Core>, slot: *mut Option<ucs_status_t>, timeout: Dur
     };
     shared.lock().sends_in_flight -= 1;
     outcome
-}
-
-struct UcxRx {
-    h: Arc<Handle<Core>>,
-}
-
-impl FrameRx for UcxRx {
-    fn read_frame(&mut self, deadline: Instant, sink: &mut FrameSink<'_>) -> Result<bool> {
-        match self.h.shared.wait(Some(deadline), true, |core| core.pop_frame())? {
-            None => Ok(false),
-            Some(frame) => {
-                let (header, meta, payload) = frame?;
-                sink(&header, &meta, payload)?;
-                Ok(true)
-            }
-        }
-    }
 }
 
 struct UcxTx {

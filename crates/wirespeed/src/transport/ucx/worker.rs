@@ -14,11 +14,11 @@ use bytes::Bytes;
 use ucx_sys::*;
 
 use super::context::{check, complete, context, posted, status_string};
-use super::inbox::{Inbox, Meta, on_am};
+use super::inbox::{Inbox, on_am};
 use crate::error::{Error, Result};
 use crate::mem::Buf;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
-use crate::transport::progress::Driver;
+use crate::transport::progress::{Driver, Meta};
 
 /// Active Message id of wirespeed frames.
 const AM_ID: u32 = 0x77;
@@ -196,11 +196,6 @@ impl Core {
         Ok(())
     }
 
-    /// Takes the oldest arrival if it is complete (see `Inbox::pop_frame`).
-    pub(super) fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Meta, Buf)>> {
-        self.inbox.pop_frame()
-    }
-
     /// Starts sending one frame. `None`: sent already; otherwise the request to wait for,
     /// whose completion lands in `done`.
     ///
@@ -373,6 +368,10 @@ impl Driver for Core {
 
     fn give_up_at(&self) -> Option<Instant> {
         self.inbox.give_up_at()
+    }
+
+    fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Meta, Buf)>> {
+        self.inbox.pop_frame()
     }
 }
 

@@ -25,7 +25,7 @@ use crate::error::{Error, FrameError, Result, Violation};
 use crate::mem::Buf;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
 use crate::transport::pool::{Pool, PoolBuf};
-use crate::transport::progress::Driver;
+use crate::transport::progress::{Driver, Meta};
 
 /// Receive buffers kept posted, and their size: every message but a rendezvous body fits one.
 const POSTED: usize = 32;
@@ -47,9 +47,6 @@ const PAYLOAD_ALIGN: usize = 64;
 const MAX_EARLY: usize = 1024;
 /// Completions taken per read of the queue.
 const CQ_BATCH: usize = 16;
-
-/// A frame's meta, mostly inline.
-pub(super) type Meta = SmallVec<[u8; 32]>;
 
 /// An operation's context: what libfabric hands back on completion. Boxed, so it stays put;
 /// providers that need FI_CONTEXT(2) space use the first field.
@@ -530,5 +527,9 @@ impl Driver for Core {
 
     fn give_up_at(&self) -> Option<Instant> {
         self.peer_gone.as_ref().map(|(t, _)| *t + super::HANGUP_GRACE)
+    }
+
+    fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Meta, Buf)>> {
+        self.take_arrival()
     }
 }

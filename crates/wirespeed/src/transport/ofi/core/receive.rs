@@ -7,7 +7,7 @@ use super::*;
 
 impl Core {
     /// Takes the oldest arrival if it is complete: header, meta and payload.
-    pub(in crate::transport::ofi) fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Meta, Buf)>> {
+    pub(super) fn take_arrival(&mut self) -> Option<Result<(FrameHeader, Meta, Buf)>> {
         self.pull_deferred();
         let front = self.arrivals.front()?;
         if front.reads_left > 0 || front.deferred.is_some() {
