@@ -94,10 +94,12 @@ struct Arrival {
     buf: Option<PoolBuf>,
     /// The registration of `buf` for reads into it, where the provider needs one.
     local: Option<Registration>,
-    /// Reads still to complete, and the token to answer Done to when they have.
+    /// Reads posted and still to complete, segments posted so far, and the token to answer
+    /// Done to once every segment has been read.
     reads_left: usize,
+    posted: usize,
     token: u64,
-    /// The segments to read, until the window lets us.
+    /// The segments, while some are still to be posted (the window or a busy provider).
     deferred: Option<Vec<Segment>>,
 }
 

@@ -79,6 +79,7 @@ impl Core {
                     buf,
                     local: None,
                     reads_left: 0,
+                    posted: 0,
                     token: 0,
                     deferred: None,
                 });
@@ -109,6 +110,7 @@ impl Core {
                     buf: None,
                     local: None,
                     reads_left: 0,
+                    posted: 0,
                     token,
                     deferred: Some(segments),
                 });
@@ -163,6 +165,7 @@ impl Core {
                         buf: Some(a.buf),
                         local: None,
                         reads_left: 0,
+                        posted: 0,
                         token: 0,
                         deferred: None,
                     });
@@ -194,65 +197,77 @@ impl Core {
             if a.deferred.is_none() {
                 continue;
             }
-            let length = a.data_meta + a.header.payload_len() as usize;
-            let full = self.arrivals_held >= RECV_AHEAD || self.held + a.pad + length > self.recv_window;
-            if i > 0 && self.held > 0 && full {
-                break;
-            }
-            let mut buf = self.pool.take(a.pad + length)?;
-            let local = match self.ep.abilities.mr_local {
-                // SAFETY: the buffer lives in the arrival until it is popped, after its reads.
-                true => Some(unsafe { self.ep.register(buf.as_mut_ptr(), a.pad + length, FI_READ as u64)? }),
-                false => None,
-            };
-            let desc = local.as_ref().map_or(std::ptr::null_mut(), |r| r.desc);
-            let (id, pad) = (a.id, a.pad);
-            let segments = self.arrivals[i].deferred.take().expect("deferred");
-            let mut at = pad;
-            let mut posted = Vec::with_capacity(segments.len());
-            for s in &segments {
-                let op = self.new_id();
-                let mut ctx = Box::new(OpCtx { space: fi_context2::default(), id: op });
-                let ctx_ptr: *mut OpCtx = &mut *ctx;
-                // SAFETY: the buffer has room for every segment (their lengths were summed
-                // against it); it and the context live until the read completes.
-                let ok = unsafe {
-                    self.ep.rma(
-                        false,
-                        buf.as_mut_ptr().add(at),
-                        s.len as usize,
-                        desc,
-                        (s.addr, s.key),
-                        ctx_ptr.cast(),
-                    )?
-                };
-                if !ok {
-                    // Busy: retried on a later pass, all segments again, into a fresh buffer.
-                    // Reads already posted complete into this one, which they keep alive.
+            if a.buf.is_none() {
+                // Not started: it needs room in the window, and a buffer.
+                let length = a.data_meta + a.header.payload_len() as usize;
+                let full = self.arrivals_held >= RECV_AHEAD || self.held + a.pad + length > self.recv_window;
+                if i > 0 && self.held > 0 && full {
                     break;
                 }
-                self.ops.insert(op, (ctx, Op::Read { arrival: id }));
-                posted.push(op);
-                at += s.len as usize;
+                let mut buf = self.pool.take(a.pad + length)?;
+                let local = match self.ep.abilities.mr_local {
+                    // SAFETY: the buffer lives in the arrival until it is popped, after its reads.
+                    true => Some(unsafe { self.ep.register(buf.as_mut_ptr(), a.pad + length, FI_READ as u64)? }),
+                    false => None,
+                };
+                self.held += a.pad + length;
+                self.arrivals_held += 1;
+                let a = &mut self.arrivals[i];
+                (a.buf, a.local, a.posted) = (Some(buf), local, 0);
             }
-            if posted.len() < segments.len() {
-                // Cancel nothing: simplest is to fail loudly; providers take 16 reads at once.
-                return Err(Error::Fabric { op: "reading a body", status: "the provider is busy".into() });
+            if !self.post_reads(i)? {
+                break; // the provider is busy: the rest go on a later pass
             }
-            let a = &mut self.arrivals[i];
-            a.reads_left = posted.len();
-            a.buf = Some(buf);
-            a.local = local;
-            self.held += pad + length;
-            self.arrivals_held += 1;
         }
         Ok(())
+    }
+
+    /// Posts the reads of arrival `i`'s segments not posted yet; false if the provider was busy
+    /// before all were.
+    fn post_reads(&mut self, i: usize) -> Result<bool> {
+        let a = &mut self.arrivals[i];
+        let (id, segments) = (a.id, a.deferred.take().expect("segments to read"));
+        let desc = a.local.as_ref().map_or(std::ptr::null_mut(), |r| r.desc);
+        let base = a.buf.as_mut().expect("a buffer").as_mut_ptr();
+        let mut at = a.pad + segments[..a.posted].iter().map(|s| s.len as usize).sum::<usize>();
+        let mut posted = a.posted;
+        let mut outcome = Ok(true);
+        for s in &segments[posted..] {
+            let op = self.new_id();
+            let mut ctx = Box::new(OpCtx { space: fi_context2::default(), id: op });
+            let ctx_ptr: *mut OpCtx = &mut *ctx;
+            // SAFETY: the buffer has room for every segment (their lengths were summed against
+            // it) and stays in the arrival, like the context in `ops`, until the read completes.
+            let started =
+                unsafe { self.ep.rma(false, base.add(at), s.len as usize, desc, (s.addr, s.key), ctx_ptr.cast()) };
+            match started {
+                Ok(true) => {}
+                Ok(false) => {
+                    outcome = Ok(false);
+                    break;
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+            self.ops.insert(op, (ctx, Op::Read { arrival: id }));
+            posted += 1;
+            at += s.len as usize;
+        }
+        let a = &mut self.arrivals[i];
+        a.reads_left += posted - a.posted;
+        a.posted = posted;
+        if posted < segments.len() {
+            a.deferred = Some(segments);
+        }
+        outcome
     }
 
     pub(super) fn read_done(&mut self, arrival: u64) {
         let Some(a) = self.arrivals.iter_mut().find(|a| a.id == arrival) else { return };
         a.reads_left -= 1;
-        if a.reads_left == 0 {
+        if a.reads_left == 0 && a.deferred.is_none() {
             a.local = None;
             let token = a.token;
             self.queue(wire::done(token).to_vec());
