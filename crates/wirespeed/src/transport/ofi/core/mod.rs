@@ -7,7 +7,9 @@
 //! into a buffer of its own, which the application then gets without a further copy, and
 //! answers Done. Without one-sided access, large frames travel in pieces.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use ahash::AHashMap as HashMap;
 use std::ffi::c_void;
 use std::io::IoSlice;
 use std::sync::Arc;
@@ -67,11 +69,6 @@ enum Op {
     User,
 }
 
-/// A message for the peer, in the order sent.
-struct Out {
-    msg: Vec<u8>,
-}
-
 /// A rendezvous send waiting for the peer's Done: the registrations it reads through, and
 /// the bytes when we own them.
 struct Pending {
@@ -129,7 +126,8 @@ pub(super) struct Core {
     slab_registration: Option<Registration>,
     ops: HashMap<u64, (Box<OpCtx>, Op)>,
     next_id: u64,
-    outbox: VecDeque<Out>,
+    /// Messages for the peer, in the order sent, that the provider has not taken yet.
+    outbox: VecDeque<Vec<u8>>,
     /// Messages numbered so far, each way (wrapping).
     sent: u32,
     received: u32,
@@ -278,7 +276,7 @@ impl Core {
         wire::set_seq(&mut msg, self.sent);
         self.sent = self.sent.wrapping_add(1);
         self.inflight_bytes += msg.len();
-        self.outbox.push_back(Out { msg });
+        self.outbox.push_back(msg);
     }
 
     /// Starts a rendezvous send: registers the meta (when it does not fit the message) and
@@ -383,16 +381,15 @@ impl Core {
 
     /// Hands queued messages to the provider until it is busy.
     fn flush(&mut self) {
-        while let Some(out) = self.outbox.front() {
-            let len = out.msg.len();
+        while let Some(msg) = self.outbox.front() {
+            let len = msg.len();
             let posted = if len <= self.ep.abilities.inject_size {
-                self.ep.inject(&out.msg).map(|ok| ok.then_some(None))
+                self.ep.inject(msg).map(|ok| ok.then_some(None))
             } else {
                 let id = self.new_id();
                 let mut ctx = Box::new(OpCtx { space: fi_context2::default(), id });
                 let ctx_ptr: *mut OpCtx = &mut *ctx;
-                let out = &self.outbox[0];
-                let iov = [libc::iovec { iov_base: out.msg.as_ptr() as *mut c_void, iov_len: len }];
+                let iov = [libc::iovec { iov_base: self.outbox[0].as_ptr() as *mut c_void, iov_len: len }];
                 let mut desc = [std::ptr::null_mut()];
                 // SAFETY: the message moves into `ops` with its context (a Vec's heap bytes
                 // do not move with it) and stays there until its completion.
@@ -401,11 +398,11 @@ impl Core {
             match posted {
                 Ok(None) => break, // busy
                 Ok(Some(ctx)) => {
-                    let out = self.outbox.pop_front().expect("the front");
+                    let msg = self.outbox.pop_front().expect("the front");
                     match ctx {
                         None => self.inflight_bytes -= len, // injected: done already
                         Some(ctx) => {
-                            self.ops.insert(ctx.id, (ctx, Op::Send { _msg: out.msg }));
+                            self.ops.insert(ctx.id, (ctx, Op::Send { _msg: msg }));
                         }
                     }
                 }
@@ -424,9 +421,13 @@ impl Core {
         let Some((op_ctx, op)) = self.ops.remove(&id) else { return Ok(()) };
         match op {
             Op::Recv { slot } => {
-                let msg = self.slab[slot * RECV_BYTES..][..len.min(RECV_BYTES)].to_vec();
+                // Handled where it landed: the slab's Vec moves out for the call, its bytes
+                // (where the provider writes the other posted receives) stay put.
+                let slab = std::mem::take(&mut self.slab);
+                let outcome = self.arrive_in_order(&slab[slot * RECV_BYTES..][..len.min(RECV_BYTES)]);
+                self.slab = slab;
                 self.post_recv(slot, op_ctx)?;
-                self.arrive_in_order(msg)?;
+                outcome?;
             }
             Op::Send { _msg } => self.inflight_bytes -= _msg.len(),
             Op::Read { arrival } => self.read_done(arrival),

@@ -29,16 +29,17 @@ impl Core {
     }
 
     /// Handles a received message in its turn, and any that arrived early waiting for it.
-    pub(super) fn arrive_in_order(&mut self, msg: Vec<u8>) -> Result<()> {
-        let seq = wire::seq(&msg).ok_or(Violation::Malformed("libfabric message"))?;
+    /// Only a message that comes early is copied, to wait for its turn.
+    pub(super) fn arrive_in_order(&mut self, msg: &[u8]) -> Result<()> {
+        let seq = wire::seq(msg).ok_or(Violation::Malformed("libfabric message"))?;
         if seq != self.received {
             if self.early.len() >= MAX_EARLY || seq.wrapping_sub(self.received) > MAX_EARLY as u32 {
                 return Err(Violation::Malformed("libfabric message number").into());
             }
-            self.early.insert(seq, msg);
+            self.early.insert(seq, msg.to_vec());
             return Ok(());
         }
-        self.arrive(&msg)?;
+        self.arrive(msg)?;
         self.received = self.received.wrapping_add(1);
         while let Some(next) = self.early.remove(&self.received) {
             self.arrive(&next)?;
