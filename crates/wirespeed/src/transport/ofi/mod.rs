@@ -16,10 +16,11 @@ pub use wire::fuzz_decode;
 
 use std::io::IoSlice;
 use std::net::{Shutdown, TcpStream};
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use self::core::{Core, RECV_WINDOW_COPY, RECV_WINDOW_FABRIC};
 use self::endpoint::Endpoint;
@@ -92,11 +93,18 @@ struct OfiTx {
 }
 
 impl OfiTx {
-    /// Waits until `bytes` more fit under the in-flight limit.
-    fn wait_for_room(&self, bytes: usize, timeout: Duration) -> Result<()> {
-        let room =
-            self.h.shared.wait(Some(Instant::now() + timeout), true, |core| core.has_room(bytes).then_some(()))?;
-        room.ok_or(Error::Timeout(timeout))
+    /// The connection's state once `bytes` more fit under the in-flight limit (at once, most
+    /// times, without reading the clock).
+    fn lock_with_room(&self, bytes: usize, timeout: Duration) -> Result<MutexGuard<'_, Core>> {
+        let shared = &self.h.shared;
+        let core = shared.lock_driving();
+        if core.has_room(bytes) {
+            return Ok(core);
+        }
+        drop(core);
+        let room = shared.wait(Some(Instant::now() + timeout), true, |core| core.has_room(bytes).then_some(()))?;
+        room.ok_or(Error::Timeout(timeout))?;
+        Ok(shared.lock())
     }
 
     /// Waits for the peer to read the rendezvous body of `token`; on a timeout, revokes its
@@ -120,20 +128,20 @@ impl OfiTx {
 impl FrameTx for OfiTx {
     fn write_frame(&mut self, head: &[u8], payload: &[IoSlice<'_>], timeout: Duration) -> Result<()> {
         let bytes = head.len() + payload.iter().map(|s| s.len()).sum::<usize>();
-        self.wait_for_room(bytes, timeout)?;
+        let mut core = self.lock_with_room(bytes, timeout)?;
         if !self.rma || Core::eager(bytes) {
-            return self.h.shared.lock().queue_copied(head, payload);
+            return core.queue_copied(head, payload);
         }
         // SAFETY: we wait for the peer's Done, or revoke its access, before returning.
-        let token = unsafe { self.h.shared.lock().start_rendezvous(head, payload, None)? };
+        let token = unsafe { core.start_rendezvous(head, payload, None)? };
+        drop(core);
         self.wait_for_reader(token, timeout)
     }
 
     fn write_frame_owned(&mut self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {
         let bytes = head.len() + payload.iter().map(|b| b.len()).sum::<usize>();
-        let slices: Vec<IoSlice<'_>> = payload.iter().map(|b| IoSlice::new(b)).collect();
-        self.wait_for_room(bytes, timeout)?;
-        let mut core = self.h.shared.lock();
+        let slices: SmallVec<[IoSlice<'_>; 4]> = payload.iter().map(|b| IoSlice::new(b)).collect();
+        let mut core = self.lock_with_room(bytes, timeout)?;
         if !self.rma || Core::eager(bytes) {
             return core.queue_copied(head, &slices);
         }

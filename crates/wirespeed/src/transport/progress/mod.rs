@@ -167,6 +167,13 @@ impl<Core: Driver> Shared<Core> {
         self.core.lock().unpoison()
     }
 
+    /// Locks for an application thread about to drive (sending, say), which counts as a turn:
+    /// the progress thread stays out of the way of a thread that keeps at it.
+    pub(crate) fn lock_driving(&self) -> MutexGuard<'_, Core> {
+        self.app_turns.fetch_add(1, Ordering::Relaxed);
+        self.lock()
+    }
+
     /// Waits until `ready` yields something, `deadline` passes (`Ok(None)`), or, if
     /// `stop_on_failure`, the connection fails. Spins on progress first, then parks.
     pub(crate) fn wait<T>(

@@ -58,9 +58,11 @@ struct OpCtx {
     id: u64,
 }
 
+/// Operation ids with this bit are posted receives, the rest their slot: they stay posted for
+/// the connection's life, so their contexts live in `recv_ctx`, not in `ops`.
+const RECV_ID: u64 = 1 << 63;
+
 enum Op {
-    /// Receive buffer `slot` is posted.
-    Recv { slot: usize },
     /// A message being sent; its bytes go when it completes.
     Send { _msg: Vec<u8> },
     /// One read of a rendezvous body into arrival `arrival`.
@@ -89,6 +91,8 @@ struct Arrival {
     data_meta: usize,
     pad: usize,
     buf: Option<PoolBuf>,
+    /// Or the payload of a frame that came whole.
+    copied: Buf,
     /// The registration of `buf` for reads into it, where the provider needs one.
     local: Option<Registration>,
     /// Reads posted and still to complete, segments posted so far, and the token to answer
@@ -102,7 +106,11 @@ struct Arrival {
 
 impl Arrival {
     fn held_bytes(&self) -> usize {
-        if self.buf.is_none() { 0 } else { self.pad + self.data_meta + self.header.payload_len() as usize }
+        if self.buf.is_none() && self.copied.is_empty() {
+            0
+        } else {
+            self.pad + self.data_meta + self.header.payload_len() as usize
+        }
     }
 }
 
@@ -124,10 +132,18 @@ pub(super) struct Core {
     /// The posted receive buffers, one slab, registered once where the provider needs it.
     slab: Vec<u8>,
     slab_registration: Option<Registration>,
+    /// The posted receives' contexts, by slot (a boxed slice: they never move).
+    recv_ctx: Box<[OpCtx]>,
+    /// Every other operation in flight, by id.
     ops: HashMap<u64, (Box<OpCtx>, Op)>,
     next_id: u64,
     /// Messages for the peer, in the order sent, that the provider has not taken yet.
     outbox: VecDeque<Vec<u8>>,
+    /// Where completions are read (kept, not zeroed on every look at the queue).
+    cq_entries: [fi_cq_msg_entry; CQ_BATCH],
+    /// Where a small message is built when it can be injected at once, so it needs no buffer
+    /// of its own.
+    scratch: Vec<u8>,
     /// Messages numbered so far, each way (wrapping).
     sent: u32,
     received: u32,
@@ -138,6 +154,8 @@ pub(super) struct Core {
     pending: HashMap<u64, Pending>,
     next_token: u64,
     arrivals: VecDeque<Arrival>,
+    /// Arrivals with reads still to post, oldest first, by id.
+    to_pull: VecDeque<u64>,
     assembly: Option<Assembly>,
     held: usize,
     arrivals_held: usize,
@@ -164,9 +182,14 @@ impl Core {
             pool: Pool::new(POOL_KEEP),
             slab: vec![0u8; POSTED * RECV_BYTES],
             slab_registration: None,
+            recv_ctx: (0..POSTED as u64)
+                .map(|slot| OpCtx { space: fi_context2::default(), id: RECV_ID | slot })
+                .collect(),
             ops: HashMap::new(),
             next_id: 1,
             outbox: VecDeque::new(),
+            cq_entries: [fi_cq_msg_entry::default(); CQ_BATCH],
+            scratch: Vec::with_capacity(EAGER_MAX),
             sent: 0,
             received: 0,
             early: HashMap::new(),
@@ -174,6 +197,7 @@ impl Core {
             pending: HashMap::new(),
             next_token: 1,
             arrivals: VecDeque::new(),
+            to_pull: VecDeque::new(),
             assembly: None,
             held: 0,
             arrivals_held: 0,
@@ -190,8 +214,7 @@ impl Core {
             core.slab_registration = Some(r);
         }
         for slot in 0..POSTED {
-            let id = core.new_id();
-            core.post_recv(slot, Box::new(OpCtx { space: fi_context2::default(), id }))?;
+            core.post_recv(slot)?;
         }
         Ok(core)
     }
@@ -201,18 +224,16 @@ impl Core {
         self.next_id
     }
 
-    fn post_recv(&mut self, slot: usize, mut ctx: Box<OpCtx>) -> Result<()> {
+    fn post_recv(&mut self, slot: usize) -> Result<()> {
         let desc = self.slab_registration.as_ref().map_or(std::ptr::null_mut(), |r| r.desc);
         let buf = &mut self.slab[slot * RECV_BYTES..(slot + 1) * RECV_BYTES];
-        let ctx_ptr: *mut OpCtx = &mut *ctx;
+        let ctx_ptr: *mut OpCtx = &mut self.recv_ctx[slot];
         // SAFETY: the slab and the boxed context live until the endpoint closes (`Drop`).
         // A receive is only ever refused as busy while the queue is full, which 32 receives
         // never make it.
         if !unsafe { self.ep.recv(buf, desc, ctx_ptr.cast())? } {
             return Err(Error::Fabric { op: "posting a receive", status: "the provider is busy".into() });
         }
-        let id = ctx.id;
-        self.ops.insert(id, (ctx, Op::Recv { slot }));
         Ok(())
     }
 
@@ -244,9 +265,14 @@ impl Core {
         let total = head.len() + payload.iter().map(|s| s.len()).sum::<usize>();
         let parts = std::iter::once(head).chain(payload.iter().map(|s| &s[..]));
         if PREFIX_LEN + total <= RECV_BYTES {
-            let mut msg = Vec::with_capacity(PREFIX_LEN + total);
+            let mut msg = std::mem::take(&mut self.scratch);
+            msg.clear();
             msg.extend_from_slice(&wire::frame_prefix());
             parts.for_each(|p| msg.extend_from_slice(p));
+            if self.inject_now(&mut msg)? {
+                self.scratch = msg;
+                return Ok(());
+            }
             self.queue(msg);
         } else {
             // Pieces of at most a receive buffer each, cut across the parts.
@@ -270,6 +296,20 @@ impl Core {
         }
         self.flush();
         Ok(())
+    }
+
+    /// Sends a small message at once, where nothing waits before it and the provider takes it
+    /// without a completion; false if it must be queued.
+    fn inject_now(&mut self, msg: &mut [u8]) -> Result<bool> {
+        if !self.outbox.is_empty() || msg.len() > self.ep.abilities.inject_size {
+            return Ok(false);
+        }
+        wire::set_seq(msg, self.sent);
+        let sent = self.ep.inject(msg).inspect_err(|e| self.fail(e.clone()))?;
+        if sent {
+            self.sent = self.sent.wrapping_add(1);
+        }
+        Ok(sent)
     }
 
     fn queue(&mut self, mut msg: Vec<u8>) {
@@ -416,19 +456,20 @@ impl Core {
 
     /// Handles one completion.
     fn complete(&mut self, ctx: *mut c_void, len: usize) -> Result<()> {
-        // SAFETY: every context we post is a live OpCtx in `ops`.
+        // SAFETY: every context we post is a live OpCtx in `ops` or `recv_ctx`.
         let id = unsafe { (*ctx.cast::<OpCtx>()).id };
-        let Some((op_ctx, op)) = self.ops.remove(&id) else { return Ok(()) };
+        if id & RECV_ID != 0 {
+            // Handled where it landed: the slab's Vec moves out for the call, its bytes (where
+            // the provider writes the other posted receives) stay put.
+            let slot = (id & !RECV_ID) as usize;
+            let slab = std::mem::take(&mut self.slab);
+            let outcome = self.arrive_in_order(&slab[slot * RECV_BYTES..][..len.min(RECV_BYTES)]);
+            self.slab = slab;
+            self.post_recv(slot)?;
+            return outcome;
+        }
+        let Some((_, op)) = self.ops.remove(&id) else { return Ok(()) };
         match op {
-            Op::Recv { slot } => {
-                // Handled where it landed: the slab's Vec moves out for the call, its bytes
-                // (where the provider writes the other posted receives) stay put.
-                let slab = std::mem::take(&mut self.slab);
-                let outcome = self.arrive_in_order(&slab[slot * RECV_BYTES..][..len.min(RECV_BYTES)]);
-                self.slab = slab;
-                self.post_recv(slot, op_ctx)?;
-                outcome?;
-            }
             Op::Send { _msg } => self.inflight_bytes -= _msg.len(),
             Op::Read { arrival } => self.read_done(arrival),
             Op::User => {
@@ -439,7 +480,7 @@ impl Core {
     }
 
     fn complete_failed(&mut self, ctx: *mut c_void, why: String) {
-        // SAFETY: every context we post is a live OpCtx in `ops`.
+        // SAFETY: every context we post is a live OpCtx in `ops` or `recv_ctx`.
         let op = (!ctx.is_null()).then(|| unsafe { (*ctx.cast::<OpCtx>()).id }).and_then(|id| self.ops.remove(&id));
         match op {
             Some((c, Op::User)) => {
@@ -454,12 +495,12 @@ impl Driver for Core {
     fn progress(&mut self) -> u32 {
         self.flush();
         let mut events = 0;
-        let mut entries = [fi_cq_msg_entry::default(); CQ_BATCH];
         loop {
-            match self.ep.read_cq(&mut entries) {
+            match self.ep.read_cq(&mut self.cq_entries) {
                 Completions::Empty => break,
                 Completions::Some(n) => {
-                    for e in &entries[..n] {
+                    for i in 0..n {
+                        let e = self.cq_entries[i];
                         if let Err(err) = self.complete(e.op_context, e.len) {
                             self.fail(err);
                         }
@@ -492,10 +533,7 @@ impl Driver for Core {
     }
 
     fn outstanding(&self) -> bool {
-        self.waiting > 0
-            || !self.outbox.is_empty()
-            || !self.pending.is_empty()
-            || self.ops.values().any(|(_, op)| !matches!(op, Op::Recv { .. }))
+        self.waiting > 0 || !self.outbox.is_empty() || !self.pending.is_empty() || !self.ops.is_empty()
     }
 
     fn events(&self) -> u64 {

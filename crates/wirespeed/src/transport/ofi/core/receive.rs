@@ -18,7 +18,7 @@ impl Core {
         self.arrivals_held -= usize::from(a.held_bytes() > 0);
         let payload_len = a.header.payload_len() as usize;
         let (meta, payload) = match a.buf {
-            None => (a.meta, Buf::empty()),
+            None => (a.meta, a.copied),
             Some(buf) => {
                 let meta = if a.data_meta > 0 { buf.as_slice(a.pad, a.data_meta).into() } else { a.meta };
                 let payload = if payload_len > 0 { buf.lend(a.pad + a.data_meta, payload_len) } else { Buf::empty() };
@@ -59,25 +59,20 @@ impl Core {
                     return Err(FrameError::Malformed("libfabric frame length").into());
                 }
                 let (meta, payload) = rest.split_at(meta_len);
-                let pad = 0;
-                let buf = if payload.is_empty() {
-                    None
-                } else {
-                    let mut buf = self.pool.take(payload.len())?;
-                    // SAFETY: the buffer holds at least `payload.len()` bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf.as_mut_ptr(), payload.len()) };
-                    self.held += payload.len();
-                    self.arrivals_held += 1;
-                    Some(buf)
-                };
+                // A small body is copied to a heap buffer of its size: a page from the pool
+                // for each would fault in a page per message while the reader is behind.
+                let copied = if payload.is_empty() { Buf::empty() } else { Buf::from(payload.to_vec()) };
+                self.held += payload.len();
+                self.arrivals_held += usize::from(!payload.is_empty());
                 let id = self.new_id();
                 self.arrivals.push_back(Arrival {
                     id,
                     header,
                     meta: meta.into(),
                     data_meta: 0,
-                    pad,
-                    buf,
+                    pad: 0,
+                    buf: None,
+                    copied,
                     local: None,
                     reads_left: 0,
                     posted: 0,
@@ -109,12 +104,14 @@ impl Core {
                     data_meta,
                     pad,
                     buf: None,
+                    copied: Buf::empty(),
                     local: None,
                     reads_left: 0,
                     posted: 0,
                     token,
                     deferred: Some(segments),
                 });
+                self.to_pull.push_back(id);
                 self.pull_deferred();
             }
             Msg::Done(token) => match self.pending.get_mut(&token) {
@@ -164,6 +161,7 @@ impl Core {
                         // The header is skipped: meta and payload follow it.
                         pad: a.pad + HEADER_LEN,
                         buf: Some(a.buf),
+                        copied: Buf::empty(),
                         local: None,
                         reads_left: 0,
                         posted: 0,
@@ -193,11 +191,12 @@ impl Core {
     }
 
     fn try_pull_deferred(&mut self) -> Result<()> {
-        for i in 0..self.arrivals.len() {
-            let a = &self.arrivals[i];
-            if a.deferred.is_none() {
+        while let Some(&id) = self.to_pull.front() {
+            let Some(i) = self.arrival_index(id) else {
+                self.to_pull.pop_front();
                 continue;
-            }
+            };
+            let a = &self.arrivals[i];
             if a.buf.is_none() {
                 // Not started: it needs room in the window, and a buffer.
                 let length = a.data_meta + a.header.payload_len() as usize;
@@ -219,8 +218,14 @@ impl Core {
             if !self.post_reads(i)? {
                 break; // the provider is busy: the rest go on a later pass
             }
+            self.to_pull.pop_front();
         }
         Ok(())
+    }
+
+    /// Where arrival `id` is in `arrivals` (ids grow along it).
+    fn arrival_index(&self, id: u64) -> Option<usize> {
+        self.arrivals.binary_search_by_key(&id, |a| a.id).ok()
     }
 
     /// Posts the reads of arrival `i`'s segments not posted yet; false if the provider was busy
@@ -266,7 +271,8 @@ impl Core {
     }
 
     pub(super) fn read_done(&mut self, arrival: u64) {
-        let Some(a) = self.arrivals.iter_mut().find(|a| a.id == arrival) else { return };
+        let Some(i) = self.arrival_index(arrival) else { return };
+        let a = &mut self.arrivals[i];
         a.reads_left -= 1;
         if a.reads_left == 0 && a.deferred.is_none() {
             a.local = None;
