@@ -1,0 +1,10 @@
+//! wirespeed timeslice building: FLESnet's data model, and the pieces that gather every
+//! input's contribution to a time interval on one compute node.
+//!
+//! - [`model`]: microslice and component layouts, byte for byte as FLESnet's.
+
+pub mod error;
+pub mod model;
+
+pub use error::{FlesError, Result};
+pub mod sched;

@@ -1,0 +1,150 @@
+//! FLESnet's MicrosliceDescriptor: 32 packed little-endian bytes before each microslice's
+//! content, byte for byte as fles_ipc writes it.
+
+use crate::error::{Result, malformed};
+
+pub const DESCRIPTOR_LEN: usize = 32;
+pub const HDR_ID: u8 = 0xDD;
+pub const HDR_VER: u8 = 0x01;
+
+/// Bits of [`MicrosliceDescriptor::flags`].
+pub mod flags {
+    /// `crc` holds the content's CRC-32C.
+    pub const CRC_VALID: u16 = 1;
+    pub const OVERFLOW_FLIM: u16 = 2;
+    pub const OVERFLOW_USER: u16 = 4;
+    pub const DATA_ERROR: u16 = 8;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MicrosliceDescriptor {
+    pub hdr_id: u8,
+    pub hdr_ver: u8,
+    /// Equipment identifier: which link the data came from.
+    pub eq_id: u16,
+    pub flags: u16,
+    /// Subsystem identifier and format version.
+    pub sys_id: u8,
+    pub sys_ver: u8,
+    /// The microslice's index (or start time).
+    pub idx: u64,
+    /// CRC-32C of the content, where `flags` has CRC_VALID.
+    pub crc: u32,
+    /// Content bytes.
+    pub size: u32,
+    /// Byte offset of the content in the input's stream.
+    pub offset: u64,
+}
+
+impl MicrosliceDescriptor {
+    /// A descriptor for `content`, its CRC computed.
+    pub fn for_content(eq_id: u16, sys_id: u8, sys_ver: u8, idx: u64, offset: u64, content: &[u8]) -> Self {
+        MicrosliceDescriptor {
+            hdr_id: HDR_ID,
+            hdr_ver: HDR_VER,
+            eq_id,
+            flags: flags::CRC_VALID,
+            sys_id,
+            sys_ver,
+            idx,
+            crc: crc32c::crc32c(content),
+            size: content.len() as u32,
+            offset,
+        }
+    }
+
+    pub fn encode(&self) -> [u8; DESCRIPTOR_LEN] {
+        let mut b = [0u8; DESCRIPTOR_LEN];
+        b[0] = self.hdr_id;
+        b[1] = self.hdr_ver;
+        b[2..4].copy_from_slice(&self.eq_id.to_le_bytes());
+        b[4..6].copy_from_slice(&self.flags.to_le_bytes());
+        b[6] = self.sys_id;
+        b[7] = self.sys_ver;
+        b[8..16].copy_from_slice(&self.idx.to_le_bytes());
+        b[16..20].copy_from_slice(&self.crc.to_le_bytes());
+        b[20..24].copy_from_slice(&self.size.to_le_bytes());
+        b[24..32].copy_from_slice(&self.offset.to_le_bytes());
+        b
+    }
+
+    /// Decodes a descriptor, refusing any other header id or version.
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        let b: &[u8; DESCRIPTOR_LEN] = b
+            .get(..DESCRIPTOR_LEN)
+            .and_then(|s| s.try_into().ok())
+            .ok_or_else(|| malformed("microslice descriptor", format!("{} bytes, not 32", b.len())))?;
+        let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let d = MicrosliceDescriptor {
+            hdr_id: b[0],
+            hdr_ver: b[1],
+            eq_id: u16_at(2),
+            flags: u16_at(4),
+            sys_id: b[6],
+            sys_ver: b[7],
+            idx: u64_at(8),
+            crc: u32_at(16),
+            size: u32_at(20),
+            offset: u64_at(24),
+        };
+        if d.hdr_id != HDR_ID || d.hdr_ver != HDR_VER {
+            return Err(malformed(
+                "microslice descriptor",
+                format!("header {:#04x} version {:#04x}, not 0xdd version 0x01", d.hdr_id, d.hdr_ver),
+            ));
+        }
+        Ok(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The first microslice of ../shared/fles/two.tsa, as FLESnet wrote it.
+    #[test]
+    fn encodes_as_flesnet_does() {
+        let d = MicrosliceDescriptor {
+            hdr_id: HDR_ID,
+            hdr_ver: HDR_VER,
+            eq_id: 0x1234,
+            flags: 0,
+            sys_id: 0xF0,
+            sys_ver: 0x81,
+            idx: 1000,
+            crc: 0,
+            size: 4,
+            offset: 0,
+        };
+        let want = [
+            0xdd, 0x01, 0x34, 0x12, 0, 0, 0xf0, 0x81, 0xe8, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0,
+            0, 0, 0, 0,
+        ];
+        assert_eq!(d.encode(), want);
+        assert_eq!(MicrosliceDescriptor::decode(&want), Ok(d));
+    }
+
+    #[test]
+    fn refuses_other_headers_and_short_input() {
+        let mut b = MicrosliceDescriptor::for_content(1, 2, 3, 4, 5, b"x").encode();
+        b[0] = 0xDE;
+        assert!(MicrosliceDescriptor::decode(&b).is_err());
+        assert!(MicrosliceDescriptor::decode(&b[..31]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = MicrosliceDescriptor::decode(&bytes);
+        }
+
+        #[test]
+        fn round_trips(eq in any::<u16>(), f in any::<u16>(), idx in any::<u64>(), crc in any::<u32>(), size in any::<u32>(), off in any::<u64>()) {
+            let d = MicrosliceDescriptor { hdr_id: HDR_ID, hdr_ver: HDR_VER, eq_id: eq, flags: f, sys_id: 7, sys_ver: 9, idx, crc, size, offset: off };
+            prop_assert_eq!(MicrosliceDescriptor::decode(&d.encode()), Ok(d));
+        }
+    }
+}
