@@ -5,6 +5,8 @@
 
 pub mod error;
 pub mod model;
+pub mod node;
 
 pub use error::{FlesError, Result};
 pub mod sched;
+pub mod source;

@@ -8,7 +8,7 @@
 pub mod dfs;
 pub mod rr;
 
-pub use dfs::{Coordinator, DfsInput, DfsSettings, IntervalReport, Proposal};
+pub use dfs::{Completed, Coordinator, DfsInput, DfsSettings, IntervalReport, Proposal};
 pub use rr::RoundRobin;
 
 /// Nanoseconds since the common barrier.

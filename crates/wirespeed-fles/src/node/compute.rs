@@ -1,0 +1,250 @@
+//! A compute node, sans-IO: learns of components from the inputs' descriptors, completes a
+//! timeslice once every input's component is in, hands complete timeslices over in order,
+//! and gives ring space back as the consumer releases them (in any order).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::ring::{Pointers, RingSizes};
+use crate::error::{FlesError, Result};
+use crate::model::ComponentDescriptor;
+use crate::sched::{Completed, Coordinator, DfsSettings, IntervalReport, Nanos, Proposal, compute_of};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ComputeAction {
+    /// Timeslice `ts` is complete: `components[i]` is input i's, in its data ring.
+    Deliver { ts: u64, components: Vec<ComponentDescriptor> },
+    /// Tell input `input` its rings are free up to `acked`.
+    Ack { input: usize, acked: Pointers },
+    /// Tell every input the DFS's proposal.
+    Propose(Proposal),
+}
+
+/// When a timeslice's components arrived, for the run's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    pub ts: u64,
+    pub first: Nanos,
+    pub last: Nanos,
+}
+
+struct Pending {
+    components: Vec<Option<ComponentDescriptor>>,
+    count: usize,
+    first: Nanos,
+}
+
+pub struct ComputeNode {
+    index: usize,
+    computes: usize,
+    rings: RingSizes,
+    limit: Option<u64>,
+    /// Per input: what it claims written, descriptors taken, and what we gave back.
+    written: Vec<Pointers>,
+    seen: Vec<u64>,
+    acked: Vec<Pointers>,
+    /// Per input, its components in ring order: timeslice, end, and whether released.
+    held: Vec<VecDeque<(u64, Pointers, bool)>>,
+    last_ts: Vec<Option<u64>>,
+    pending: BTreeMap<u64, Pending>,
+    /// Complete, waiting for an earlier one.
+    complete: BTreeMap<u64, Vec<ComponentDescriptor>>,
+    next_deliver: u64,
+    coordinator: Option<Coordinator>,
+    actions: VecDeque<ComputeAction>,
+    pub completions: Vec<Completion>,
+    pub intervals: Vec<Completed>,
+}
+
+impl ComputeNode {
+    pub fn new(
+        index: usize,
+        inputs: usize,
+        computes: usize,
+        rings: RingSizes,
+        limit: Option<u64>,
+        dfs: Option<DfsSettings>,
+    ) -> Self {
+        ComputeNode {
+            index,
+            computes,
+            rings,
+            limit,
+            written: vec![Pointers::default(); inputs],
+            seen: vec![0; inputs],
+            acked: vec![Pointers::default(); inputs],
+            held: vec![VecDeque::new(); inputs],
+            last_ts: vec![None; inputs],
+            pending: BTreeMap::new(),
+            complete: BTreeMap::new(),
+            next_deliver: index as u64,
+            coordinator: dfs.map(|s| Coordinator::new(inputs, s)),
+            actions: VecDeque::new(),
+            completions: Vec::new(),
+            intervals: Vec::new(),
+        }
+    }
+
+    fn inputs(&self) -> usize {
+        self.written.len()
+    }
+
+    /// Input `input` says it has written up to `written`; returns the descriptor positions
+    /// to read and pass to [`on_component`](Self::on_component), in order.
+    pub fn on_status(&mut self, input: usize, written: Pointers) -> Result<std::ops::Range<u64>> {
+        let old = self.written[input];
+        let acked = self.acked[input];
+        if written.data < old.data || written.desc < old.desc || written.desc - acked.desc > self.rings.descs {
+            return Err(FlesError::Protocol(format!(
+                "input {input} claims {written:?} after {old:?}, with {acked:?} acknowledged"
+            )));
+        }
+        self.written[input] = written;
+        Ok(self.seen[input]..written.desc)
+    }
+
+    /// The descriptor at input `input`'s next position: checks it and files the component.
+    pub fn on_component(&mut self, input: usize, desc: ComponentDescriptor, now: Nanos) -> Result<()> {
+        let bad = |why: String| Err(FlesError::Protocol(format!("input {input}: {why}")));
+        let ts = desc.ts_num;
+        if compute_of(ts, self.computes) != self.index || self.limit.is_some_and(|l| ts >= l) {
+            return bad(format!("timeslice {ts} is not one for compute node {}", self.index));
+        }
+        if self.last_ts[input].is_some_and(|last| ts <= last) || ts < self.next_deliver {
+            return bad(format!("timeslice {ts} out of order"));
+        }
+        let end_before = self.held[input].back().map_or(self.acked[input].data, |&(_, end, _)| end.data);
+        self.rings.check(end_before, self.acked[input].data, desc.offset, desc.size)?;
+        if desc.offset + desc.size > self.written[input].data {
+            return bad(format!("timeslice {ts}'s component runs past the write pointer"));
+        }
+        self.seen[input] += 1;
+        self.last_ts[input] = Some(ts);
+        let end = Pointers { data: desc.offset + desc.size, desc: self.seen[input] };
+        self.held[input].push_back((ts, end, false));
+        let inputs = self.inputs();
+        let p =
+            self.pending.entry(ts).or_insert_with(|| Pending { components: vec![None; inputs], count: 0, first: now });
+        p.components[input] = Some(desc);
+        p.count += 1;
+        if p.count == inputs {
+            let p = self.pending.remove(&ts).expect("present");
+            self.completions.push(Completion { ts, first: p.first, last: now });
+            self.complete.insert(ts, p.components.into_iter().map(|c| c.expect("every input")).collect());
+            self.deliver_in_order();
+        }
+        Ok(())
+    }
+
+    fn deliver_in_order(&mut self) {
+        while let Some(components) = self.complete.remove(&self.next_deliver) {
+            self.actions.push_back(ComputeAction::Deliver { ts: self.next_deliver, components });
+            self.next_deliver += self.computes as u64;
+        }
+    }
+
+    /// The consumer is done with timeslice `ts`: its space goes back to the inputs once
+    /// everything before it in each ring is released too.
+    pub fn release(&mut self, ts: u64) {
+        for input in 0..self.inputs() {
+            let q = &mut self.held[input];
+            if let Some(entry) = q.iter_mut().find(|(t, _, _)| *t == ts) {
+                entry.2 = true;
+            }
+            let mut moved = None;
+            while let Some(&(_, end, true)) = q.front() {
+                q.pop_front();
+                moved = Some(end);
+            }
+            if let Some(end) = moved {
+                self.acked[input] = end;
+                self.actions.push_back(ComputeAction::Ack { input, acked: end });
+            }
+        }
+    }
+
+    /// An input's report of an interval (DFS).
+    pub fn on_report(&mut self, r: IntervalReport) -> Result<()> {
+        if r.input >= self.inputs() {
+            return Err(FlesError::Protocol(format!("a report from input {}, of {}", r.input, self.inputs())));
+        }
+        if let Some(c) = &mut self.coordinator
+            && let Some((done, proposals)) = c.report(r)
+        {
+            self.intervals.push(done);
+            self.actions.extend(proposals.into_iter().map(ComputeAction::Propose));
+        }
+        Ok(())
+    }
+
+    pub fn next_action(&mut self) -> Option<ComputeAction> {
+        self.actions.pop_front()
+    }
+
+    /// Whether every timeslice this node takes below the limit was delivered.
+    pub fn finished(&self) -> bool {
+        self.limit.is_some_and(|l| self.next_deliver >= l)
+    }
+
+    /// The fullest data ring's share in use.
+    pub fn fill(&self) -> f64 {
+        (0..self.inputs())
+            .map(|i| (self.written[i].data - self.acked[i].data) as f64 / self.rings.data as f64)
+            .fold(0.0, f64::max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(ts: u64, offset: u64, size: u64) -> ComponentDescriptor {
+        ComponentDescriptor { ts_num: ts, offset, size, num_microslices: 1 }
+    }
+
+    fn node() -> ComputeNode {
+        ComputeNode::new(1, 2, 2, RingSizes { data: 100, descs: 4 }, Some(6), None)
+    }
+
+    fn arrive(n: &mut ComputeNode, input: usize, d: ComponentDescriptor, now: Nanos) {
+        let written = Pointers { data: d.offset + d.size, desc: n.seen[input] + 1 };
+        assert_eq!(n.on_status(input, written).unwrap(), n.seen[input]..written.desc);
+        n.on_component(input, d, now).unwrap();
+    }
+
+    #[test]
+    fn completes_and_acks_what_is_released_in_any_order() {
+        let mut n = node();
+        arrive(&mut n, 0, desc(1, 0, 30), 10);
+        arrive(&mut n, 0, desc(3, 30, 30), 11);
+        arrive(&mut n, 1, desc(1, 0, 30), 12);
+        assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 1, .. })));
+        assert_eq!(n.next_action(), None, "3 waits for input 1");
+        arrive(&mut n, 1, desc(3, 30, 30), 20);
+        assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 3, .. })));
+        assert_eq!(
+            n.completions,
+            [Completion { ts: 1, first: 10, last: 12 }, Completion { ts: 3, first: 11, last: 20 }]
+        );
+        assert!((n.fill() - 0.6).abs() < 1e-9);
+        n.release(3);
+        assert_eq!(n.next_action(), None, "both rings still hold 1 before 3");
+        n.release(1);
+        assert_eq!(n.next_action(), Some(ComputeAction::Ack { input: 0, acked: Pointers { data: 60, desc: 2 } }));
+        assert_eq!(n.next_action(), Some(ComputeAction::Ack { input: 1, acked: Pointers { data: 60, desc: 2 } }));
+        assert!(!n.finished());
+        assert_eq!(n.fill(), 0.0);
+    }
+
+    #[test]
+    fn refuses_what_an_input_could_not_have_sent() {
+        let mut n = node();
+        n.on_status(0, Pointers { data: 100, desc: 2 }).unwrap();
+        assert!(n.on_component(0, desc(2, 0, 10), 0).is_err(), "another node's timeslice");
+        assert!(n.on_component(0, desc(7, 0, 10), 0).is_err(), "past the limit");
+        assert!(n.on_component(0, desc(1, 0, 101), 0).is_err(), "larger than the ring");
+        n.on_component(0, desc(3, 0, 10), 0).unwrap();
+        assert!(n.on_component(0, desc(1, 10, 10), 0).is_err(), "backwards");
+        assert!(n.on_status(0, Pointers { data: 50, desc: 2 }).is_err(), "pointer backwards");
+        assert!(n.on_status(0, Pointers { data: 100, desc: 9 }).is_err(), "more descriptors than the ring");
+    }
+}

@@ -1,0 +1,195 @@
+//! An input node, sans-IO: asks its scheduler what to send next, places each component in
+//! the compute node's rings when they have room, and frees that room as acknowledgements
+//! come back.
+
+use std::collections::VecDeque;
+
+use super::ring::{Pointers, RingSizes};
+use crate::error::{FlesError, Result};
+use crate::model::ComponentDescriptor;
+use crate::sched::{InputSchedule, IntervalReport, Nanos, Proposal};
+
+/// What the driver does next for an input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputAction {
+    /// Put the component of `desc.ts_num` at data position `desc.offset` of `compute`'s ring,
+    /// then `desc` at descriptor position `slot`, then tell the compute node `pointers`.
+    Write { compute: usize, slot: u64, desc: ComponentDescriptor, pointers: Pointers },
+    /// Tell every compute node how an interval went.
+    Report(IntervalReport),
+    /// Nothing to do until this time, or until something arrives (None).
+    Wait(Option<Nanos>),
+    /// Every timeslice is sent and acknowledged.
+    Done,
+}
+
+pub struct InputNode {
+    rings: RingSizes,
+    /// Timeslices 0..limit are sent (None: no end).
+    limit: Option<u64>,
+    schedule: Box<dyn InputSchedule>,
+    written: Vec<Pointers>,
+    acked: Vec<Pointers>,
+    /// Per compute node, components not yet acknowledged: timeslice and where it ends.
+    in_flight: Vec<VecDeque<(u64, Pointers)>>,
+    reports: VecDeque<IntervalReport>,
+    sent: u64,
+    /// Whether the scheduler has planned past the limit (nothing more to send).
+    exhausted: bool,
+}
+
+impl InputNode {
+    pub fn new(computes: usize, rings: RingSizes, limit: Option<u64>, schedule: Box<dyn InputSchedule>) -> Self {
+        InputNode {
+            rings,
+            limit,
+            schedule,
+            written: vec![Pointers::default(); computes],
+            acked: vec![Pointers::default(); computes],
+            in_flight: vec![VecDeque::new(); computes],
+            reports: VecDeque::new(),
+            sent: 0,
+            exhausted: false,
+        }
+    }
+
+    /// Components sent so far.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// The next action at `now`; `size_of(ts)` gives the bytes of timeslice ts's component.
+    pub fn poll(&mut self, now: Nanos, mut size_of: impl FnMut(u64) -> u64) -> Result<InputAction> {
+        if let Some(r) = self.reports.pop_front() {
+            return Ok(InputAction::Report(r));
+        }
+        loop {
+            if self.limit.is_some_and(|l| self.sent >= l) {
+                self.exhausted = true;
+            }
+            if self.exhausted {
+                let idle = self.in_flight.iter().all(|q| q.is_empty());
+                return Ok(if idle { InputAction::Done } else { InputAction::Wait(None) });
+            }
+            let Some(plan) = self.schedule.next(now) else { return Ok(InputAction::Wait(None)) };
+            if self.limit.is_some_and(|l| plan.ts >= l) {
+                // Past the end (a round the limit cuts): counted as sent and acknowledged, so
+                // the scheduler's bookkeeping closes.
+                self.schedule.sent(now);
+                if let Some(r) = self.schedule.acked(plan.ts, now) {
+                    self.reports.push_back(r);
+                }
+                continue;
+            }
+            if plan.due > now {
+                return Ok(InputAction::Wait(Some(plan.due)));
+            }
+            let c = plan.compute;
+            let size = size_of(plan.ts);
+            if size > self.rings.data {
+                return Err(FlesError::Config(format!(
+                    "timeslice {}'s component is {size} bytes, more than the {}-byte ring",
+                    plan.ts, self.rings.data
+                )));
+            }
+            let Some(offset) = self.rings.room(self.written[c], self.acked[c], size) else {
+                return Ok(InputAction::Wait(None));
+            };
+            let slot = self.written[c].desc;
+            let pointers = Pointers { data: offset + size, desc: slot + 1 };
+            self.written[c] = pointers;
+            self.in_flight[c].push_back((plan.ts, pointers));
+            self.schedule.sent(now);
+            self.sent += 1;
+            // FLESnet's num_microslices is filled in by the driver, which built the component.
+            let desc = ComponentDescriptor { ts_num: plan.ts, offset, size, num_microslices: 0 };
+            return Ok(InputAction::Write { compute: c, slot, desc, pointers });
+        }
+    }
+
+    /// Compute node `compute` has given back its rings up to `acked`.
+    pub fn on_ack(&mut self, compute: usize, acked: Pointers, now: Nanos) -> Result<()> {
+        let (old, written) = (self.acked[compute], self.written[compute]);
+        if acked.data < old.data || acked.desc < old.desc || acked.data > written.data || acked.desc > written.desc {
+            return Err(FlesError::Protocol(format!(
+                "compute node {compute} acknowledged {acked:?} after {old:?}, with {written:?} written"
+            )));
+        }
+        self.acked[compute] = acked;
+        while let Some(&(ts, end)) = self.in_flight[compute].front() {
+            if end.desc > acked.desc {
+                break;
+            }
+            self.in_flight[compute].pop_front();
+            if let Some(r) = self.schedule.acked(ts, now) {
+                self.reports.push_back(r);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn on_proposal(&mut self, p: Proposal) {
+        self.schedule.proposal(p);
+    }
+
+    /// Bytes written to `compute` and not yet acknowledged.
+    pub fn unacked(&self, compute: usize) -> u64 {
+        self.written[compute].data - self.acked[compute].data
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::RoundRobin;
+
+    fn node(limit: u64) -> InputNode {
+        InputNode::new(2, RingSizes { data: 100, descs: 8 }, Some(limit), Box::new(RoundRobin::new(2)))
+    }
+
+    #[test]
+    fn writes_until_the_ring_is_full_then_waits_for_acks() {
+        let mut n = node(10);
+        let mut writes = Vec::new();
+        while let InputAction::Write { compute, desc, .. } = n.poll(0, |_| 40).unwrap() {
+            writes.push((compute, desc.ts_num, desc.offset));
+        }
+        // Two 40-byte components per 100-byte ring; the third would need the skipped tail.
+        assert_eq!(writes, [(0, 0, 0), (1, 1, 0), (0, 2, 40), (1, 3, 40)]);
+        assert_eq!(n.poll(0, |_| 40).unwrap(), InputAction::Wait(None));
+        n.on_ack(0, Pointers { data: 40, desc: 1 }, 1).unwrap();
+        match n.poll(1, |_| 40).unwrap() {
+            InputAction::Write { compute: 0, desc, pointers, slot: 2 } => {
+                assert_eq!((desc.ts_num, desc.offset), (4, 100));
+                assert_eq!(pointers, Pointers { data: 140, desc: 3 });
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn finishes_once_everything_is_acknowledged() {
+        let mut n = node(2);
+        assert!(matches!(n.poll(0, |_| 10).unwrap(), InputAction::Write { .. }));
+        assert!(matches!(n.poll(0, |_| 10).unwrap(), InputAction::Write { .. }));
+        assert_eq!(n.poll(0, |_| 10).unwrap(), InputAction::Wait(None));
+        n.on_ack(0, Pointers { data: 10, desc: 1 }, 0).unwrap();
+        n.on_ack(1, Pointers { data: 10, desc: 1 }, 0).unwrap();
+        assert_eq!(n.poll(0, |_| 10).unwrap(), InputAction::Done);
+    }
+
+    #[test]
+    fn acknowledgements_must_move_forward_within_what_was_written() {
+        let mut n = node(4);
+        n.poll(0, |_| 10).unwrap();
+        assert!(n.on_ack(0, Pointers { data: 20, desc: 1 }, 0).is_err());
+        n.on_ack(0, Pointers { data: 10, desc: 1 }, 0).unwrap();
+        assert!(n.on_ack(0, Pointers { data: 0, desc: 0 }, 0).is_err());
+    }
+
+    #[test]
+    fn a_component_larger_than_the_ring_is_a_clear_error() {
+        let e = node(1).poll(0, |_| 101).unwrap_err();
+        assert!(e.to_string().contains("more than the 100-byte ring"), "{e}");
+    }
+}
