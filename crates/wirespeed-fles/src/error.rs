@@ -16,6 +16,9 @@ pub enum FlesError {
     /// A peer broke the protocol: a pointer backwards, a timeslice it was never sent.
     #[error("{0}")]
     Protocol(String),
+    /// The network: a peer gone, a connection refused, a wait that timed out.
+    #[error("{0}")]
+    Net(String),
     #[error("timeslice archive: {0}")]
     Archive(String),
 }

@@ -6,7 +6,9 @@
 pub mod error;
 pub mod model;
 pub mod node;
+pub mod run;
 
 pub use error::{FlesError, Result};
 pub mod sched;
 pub mod source;
+pub mod wire;

@@ -132,6 +132,11 @@ impl InputNode {
         self.schedule.proposal(p);
     }
 
+    /// Whether `compute` has components of ours it has not acknowledged.
+    pub fn owes(&self, compute: usize) -> bool {
+        !self.in_flight[compute].is_empty()
+    }
+
     /// Bytes written to `compute` and not yet acknowledged.
     pub fn unacked(&self, compute: usize) -> u64 {
         self.written[compute].data - self.acked[compute].data

@@ -1,0 +1,84 @@
+//! One connection between an input and a compute node: its control stream, and a thread
+//! that reads it and hands each message, tagged with the peer, to the node's one loop.
+
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use wirespeed::{Connection, Stream};
+
+use crate::error::{FlesError, Result};
+use crate::wire::Msg;
+
+/// What a link's reader passes on: a message from peer `peer`, or how its stream ended.
+pub(crate) enum Event {
+    Msg(usize, Msg),
+    /// The peer finished its stream (Ok) or the connection failed.
+    Closed(usize, Result<()>),
+}
+
+pub(crate) struct Link {
+    pub conn: Connection,
+    stream: Arc<Stream>,
+}
+
+impl Link {
+    pub fn new(conn: Connection, stream: Stream) -> Self {
+        Link { conn, stream: Arc::new(stream) }
+    }
+
+    pub fn send(&self, m: &Msg) -> Result<()> {
+        self.stream.send(&m.encode(), &[]).map_err(|e| net("sending", e))
+    }
+
+    /// Waits for the next message, for the handshake before the reader starts.
+    pub fn recv(&self) -> Result<Msg> {
+        match self.stream.recv().map_err(|e| net("receiving", e))? {
+            Some(m) => Msg::decode(&m.header),
+            None => Err(FlesError::Protocol("the peer closed the connection during setup".into())),
+        }
+    }
+
+    /// Starts the thread that reads the stream into `events`, as peer `peer`. A quiet stream
+    /// is not an error here: the node's loop has its own stall limit.
+    pub fn start_reader(&self, peer: usize, events: Sender<Event>) -> Result<()> {
+        let stream = self.stream.clone();
+        std::thread::Builder::new()
+            .name(format!("fles-link-{peer}"))
+            .spawn(move || {
+                let end = loop {
+                    match stream.recv() {
+                        Ok(Some(m)) => match Msg::decode(&m.header) {
+                            Ok(msg) => {
+                                if events.send(Event::Msg(peer, msg)).is_err() {
+                                    return; // the node is gone
+                                }
+                            }
+                            Err(e) => break Err(e),
+                        },
+                        Ok(None) => break Ok(()),
+                        Err(wirespeed::Error::Timeout(_)) => continue,
+                        Err(e) => break Err(net("receiving", e)),
+                    }
+                };
+                let _ = events.send(Event::Closed(peer, end));
+            })
+            .map_err(|e| FlesError::Protocol(format!("starting a reader thread: {e}")))?;
+        Ok(())
+    }
+
+    pub fn finish(&self) {
+        let _ = self.stream.finish();
+    }
+}
+
+pub(crate) fn net(what: &str, e: wirespeed::Error) -> FlesError {
+    FlesError::Net(format!("{what}: {e}"))
+}
+
+/// A connection's control stream with a long per-message timeout (the node's loop has its
+/// own limit on stalls).
+pub(crate) fn patient(mut s: Stream, timeout: Duration) -> Stream {
+    s.set_timeout(timeout);
+    s
+}

@@ -1,0 +1,59 @@
+//! Running real nodes: each input connects to every compute node, which lends it a data ring
+//! and a descriptor ring as one-sided regions; components are put there, and small messages
+//! carry the pointers, acknowledgements and the DFS's reports and proposals. One loop per
+//! node drives its sans-IO state machine; a reader thread per connection feeds it.
+
+mod compute;
+mod input;
+mod link;
+
+use std::time::{Duration, Instant};
+
+pub use compute::{ComputeListener, ComputeSummary, Timeslice};
+pub use input::{InputSummary, run_input};
+
+use crate::model::Slicing;
+use crate::node::RingSizes;
+use crate::sched::Kind;
+
+/// What every node of a run agrees on.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub inputs: usize,
+    pub computes: usize,
+    pub scheduler: Kind,
+    pub slicing: Slicing,
+    /// Mean content bytes per microslice, and the spread around it.
+    pub microslice_size: u32,
+    pub microslice_spread: u32,
+    /// Each compute node's data ring per input, in bytes, and its descriptor ring, in entries.
+    pub rings: RingSizes,
+    /// Stop after this many timeslices (None: until stopped).
+    pub timeslices: Option<u64>,
+    /// How long a node waits without any progress before it gives up.
+    pub timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            inputs: 1,
+            computes: 1,
+            scheduler: Kind::RoundRobin,
+            slicing: Slicing::default(),
+            microslice_size: 650,
+            microslice_spread: 0,
+            rings: RingSizes { data: 32 << 20, descs: 1 << 12 },
+            timeslices: None,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Nanoseconds since `t0`, the node's barrier.
+fn since(t0: Instant) -> u64 {
+    t0.elapsed().as_nanos() as u64
+}
+
+/// How often a node records its bandwidth and buffer fill.
+const SAMPLE_EVERY: Duration = Duration::from_millis(10);

@@ -1,0 +1,120 @@
+//! Inputs and compute nodes over real connections, each node on its own thread: every
+//! timeslice arrives complete, with every CRC right, once, in order at each compute node.
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use wirespeed::{Config, Key};
+use wirespeed_fles::model::Slicing;
+use wirespeed_fles::node::RingSizes;
+use wirespeed_fles::run::{ComputeListener, Settings, run_input};
+use wirespeed_fles::sched::{DfsSettings, Kind};
+
+fn url(fabric: &str, c: usize) -> String {
+    match fabric {
+        "shm" => format!("shm://{}/wirespeed-fles-{}-{c}.sock", std::env::temp_dir().display(), std::process::id()),
+        _ => format!("{fabric}://127.0.0.1:0"),
+    }
+}
+
+fn run(fabric: &str, inputs: usize, computes: usize, scheduler: Kind) {
+    let key = Key::new("fles test key").unwrap();
+    let config = Config::default();
+    let s = Settings {
+        inputs,
+        computes,
+        scheduler,
+        slicing: Slicing { core: 10, overlap: 1 },
+        microslice_size: 600,
+        microslice_spread: 200,
+        rings: RingSizes { data: 1 << 16, descs: 64 },
+        timeslices: Some(60),
+        timeout: Duration::from_secs(20),
+    };
+    let barrier = Arc::new(Barrier::new(inputs + computes));
+    let listeners: Vec<_> =
+        (0..computes).map(|c| ComputeListener::bind(&url(fabric, c), &key, &config).unwrap()).collect();
+    let urls: Vec<String> = listeners.iter().map(|l| l.url().to_string()).collect();
+    let mut computes_done = Vec::new();
+    for (c, l) in listeners.into_iter().enumerate() {
+        let (s, b) = (s.clone(), barrier.clone());
+        computes_done.push(std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let summary = l
+                .run(
+                    &s,
+                    c,
+                    || {
+                        b.wait();
+                        Ok(())
+                    },
+                    |ts| {
+                        assert_eq!(ts.components.len(), s.inputs);
+                        for (i, v) in ts.components.iter().enumerate() {
+                            v.verify(i as u16)?;
+                            assert_eq!(v.len() as u64, s.slicing.per_component());
+                            assert_eq!(v.descriptor(0).unwrap().idx, ts.index * s.slicing.core);
+                        }
+                        seen.push(ts.index);
+                        Ok(())
+                    },
+                )
+                .unwrap();
+            (seen, summary)
+        }));
+    }
+    let mut inputs_done = Vec::new();
+    for i in 0..inputs {
+        let (s, b, urls, key, config) = (s.clone(), barrier.clone(), urls.clone(), key.clone(), config.clone());
+        inputs_done.push(std::thread::spawn(move || {
+            run_input(&s, i, &urls, &key, &config, || {
+                b.wait();
+                Ok(())
+            })
+            .unwrap()
+        }));
+    }
+    for i in inputs_done {
+        assert_eq!(i.join().unwrap().components, 60);
+    }
+    for (c, h) in computes_done.into_iter().enumerate() {
+        let (seen, summary) = h.join().unwrap();
+        let want: Vec<u64> = (0..60).filter(|t| t % computes as u64 == c as u64).collect();
+        assert_eq!(seen, want, "compute node {c}: every timeslice once, in order");
+        assert_eq!(summary.completions.len(), want.len());
+    }
+}
+
+fn dfs() -> Kind {
+    Kind::Dfs(DfsSettings { interval_length: 6, ..DfsSettings::default() })
+}
+
+#[test]
+fn round_robin_over_tcp() {
+    run("tcp", 3, 2, Kind::RoundRobin);
+}
+
+#[test]
+fn dfs_over_tcp() {
+    run("tcp", 2, 3, dfs());
+}
+
+#[test]
+fn dfs_over_ucx() {
+    run("ucx", 2, 2, dfs());
+}
+
+#[test]
+fn round_robin_over_ofi_tcp() {
+    run("ofi+tcp", 2, 2, Kind::RoundRobin);
+}
+
+#[test]
+fn round_robin_over_shm() {
+    run("shm", 2, 2, Kind::RoundRobin);
+}
+
+#[test]
+fn dfs_over_shm() {
+    run("shm", 3, 3, dfs());
+}
