@@ -2,6 +2,7 @@
 
 mod bench;
 mod exit;
+mod fles;
 mod flight;
 mod interrupt;
 mod part;
@@ -38,6 +39,8 @@ enum Command {
     Get(flight::get::GetArgs),
     /// Measure transports on this machine.
     Bench(bench::BenchArgs),
+    /// Build timeslices from many inputs on many compute nodes (FLESnet's pattern).
+    Fles(fles::FlesArgs),
 }
 
 /// Transfers allocate and free buffers of 64 KiB to a few MiB per message. glibc hands those
@@ -64,6 +67,7 @@ fn main() {
         Command::Serve(args) => flight::serve::run(args),
         Command::Get(args) => flight::get::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Fles(args) => fles::run(args),
     };
     if let Err(e) = result {
         eprintln!("wirespeed: error: {}", exit::one_line(&e));

@@ -1,0 +1,118 @@
+//! The flags every node of a run shares, and the settings they make.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::{Args, ValueEnum};
+use wirespeed::Fabric;
+use wirespeed_fles::model::Slicing;
+use wirespeed_fles::node::RingSizes;
+use wirespeed_fles::run::Settings;
+use wirespeed_fles::sched::{DfsSettings, Kind, dfs::Speedup};
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scheduler {
+    /// FLESnet's round robin: timeslice t to compute node t mod C, as soon as there is room.
+    Rr,
+    /// The Data-Flow Scheduler: offset round robin, paced intervals, acknowledgement gate.
+    Dfs,
+}
+
+#[derive(Args, Clone)]
+pub struct RunFlags {
+    /// tcp, shm, ucx or ofi+<provider>.
+    #[arg(long, default_value = "shm")]
+    pub transport: Fabric,
+    #[arg(long, value_enum, default_value = "dfs")]
+    pub scheduler: Scheduler,
+    /// Core microslices per timeslice.
+    #[arg(long, default_value_t = 100)]
+    pub timeslice_size: u64,
+    /// Microslices each timeslice shares with the next.
+    #[arg(long, default_value_t = 1)]
+    pub overlap: u64,
+    /// Mean content bytes per microslice (650 makes a component of about 64 KiB).
+    #[arg(long, default_value_t = 650)]
+    pub microslice_size: u32,
+    /// Microslice sizes vary uniformly by up to this many bytes either way.
+    #[arg(long, default_value_t = 0)]
+    pub microslice_spread: u32,
+    /// Data ring per input at each compute node, in bytes.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub buffer_size: u64,
+    /// Descriptor ring per input at each compute node, in components.
+    #[arg(long, default_value_t = 4096)]
+    pub descriptors: u64,
+    /// Stop after this many timeslices.
+    #[arg(long, default_value_t = 1000)]
+    pub timeslices: u64,
+    /// DFS: the interval is floor(L / C) rounds of C timeslices.
+    #[arg(long, default_value_t = 10_000)]
+    pub interval_length: u64,
+    /// DFS: proposals follow the median of this many intervals.
+    #[arg(long, default_value_t = 10)]
+    pub history: usize,
+    /// DFS: share of an interval acknowledged before the next starts.
+    #[arg(long, default_value_t = 0.995)]
+    pub ack_gate: f64,
+    /// DFS: no staged speed-up.
+    #[arg(long)]
+    pub no_speedup: bool,
+    /// Seconds a node waits without progress before it gives up.
+    #[arg(long, default_value_t = 30)]
+    pub timeout: u64,
+}
+
+impl RunFlags {
+    pub fn settings(&self, inputs: usize, computes: usize) -> Result<Settings> {
+        if inputs == 0 || computes == 0 || self.timeslice_size == 0 || self.buffer_size == 0 || self.descriptors == 0 {
+            bail!("inputs, compute nodes, --timeslice-size, --buffer-size and --descriptors must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.ack_gate) {
+            bail!("--ack-gate is a share, from 0 to 1");
+        }
+        let scheduler = match self.scheduler {
+            Scheduler::Rr => Kind::RoundRobin,
+            Scheduler::Dfs => Kind::Dfs(DfsSettings {
+                interval_length: self.interval_length,
+                history: self.history,
+                ack_gate: self.ack_gate,
+                speedup: (!self.no_speedup).then(Speedup::default),
+            }),
+        };
+        Ok(Settings {
+            inputs,
+            computes,
+            scheduler,
+            slicing: Slicing { core: self.timeslice_size, overlap: self.overlap },
+            microslice_size: self.microslice_size,
+            microslice_spread: self.microslice_spread.min(self.microslice_size),
+            rings: RingSizes { data: self.buffer_size, descs: self.descriptors },
+            timeslices: Some(self.timeslices),
+            timeout: Duration::from_secs(self.timeout),
+        })
+    }
+
+    /// The flags again, for a node process.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = vec![
+            format!("--transport={}", self.transport),
+            format!("--scheduler={}", if self.scheduler == Scheduler::Rr { "rr" } else { "dfs" }),
+            format!("--timeslice-size={}", self.timeslice_size),
+            format!("--overlap={}", self.overlap),
+            format!("--microslice-size={}", self.microslice_size),
+            format!("--microslice-spread={}", self.microslice_spread),
+            format!("--buffer-size={}", self.buffer_size),
+            format!("--descriptors={}", self.descriptors),
+            format!("--timeslices={}", self.timeslices),
+            format!("--interval-length={}", self.interval_length),
+            format!("--history={}", self.history),
+            format!("--ack-gate={}", self.ack_gate),
+            format!("--timeout={}", self.timeout),
+        ];
+        if self.no_speedup {
+            v.push("--no-speedup".into());
+        }
+        v
+    }
+}

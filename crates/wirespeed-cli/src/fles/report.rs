@@ -1,0 +1,96 @@
+//! The run's report: the nodes' summaries merged into the figures users look at (completion
+//! times, aggregate bandwidth, buffer fill) and the time series behind them.
+
+use serde_json::{Value, json};
+
+/// The value at quantile `q` of sorted `v` (nearest rank); 0 if empty.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or(0.0)
+}
+
+/// Merges the inputs' and compute nodes' summaries (as `node` prints them).
+pub fn build(description: Value, summaries: &[Value]) -> Value {
+    let by_role = |r: &'static str| summaries.iter().filter(move |s| s["role"] == r);
+    let mut completion_ms: Vec<f64> = by_role("compute")
+        .flat_map(|s| s["completions"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| Some((c[2].as_f64()? - c[1].as_f64()?) / 1e6))
+        .collect();
+    completion_ms.sort_by(f64::total_cmp);
+    let bytes: f64 = by_role("input").map(|s| f(s, "bytes")).sum();
+    let seconds = by_role("input").map(|s| f(s, "seconds")).fold(0.0, f64::max);
+    let fill_max = by_role("compute")
+        .flat_map(|s| s["fill"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p[1].as_f64())
+        .fold(0.0, f64::max);
+    let timeslices: u64 = by_role("compute").map(|s| s["timeslices"].as_u64().unwrap_or(0)).sum();
+    json!({
+        "run": description,
+        "timeslices": timeslices,
+        "incomplete": 0,
+        "seconds": seconds,
+        "completion_ms": {
+            "p50": quantile(&completion_ms, 0.5),
+            "p99": quantile(&completion_ms, 0.99),
+            "max": completion_ms.last().copied().unwrap_or(0.0),
+        },
+        "aggregate_gbps": if seconds > 0.0 { bytes / seconds / 1e9 } else { 0.0 },
+        "buffer_fill_max": fill_max,
+        "inputs": by_role("input").map(|s| json!({"index": s["index"], "bytes": s["bytes"], "sent": s["sent"]})).collect::<Vec<_>>(),
+        "computes": by_role("compute").map(|s| json!({
+            "index": s["index"], "timeslices": s["timeslices"], "fill": s["fill"],
+            "completions": s["completions"], "intervals": s["intervals"],
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Two lines for people.
+pub fn describe(r: &Value) -> String {
+    let c = &r["completion_ms"];
+    format!(
+        "{} timeslices in {:.2} s, {:.2} GB/s aggregate\ncompletion p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; buffer fill max {:.0} %",
+        r["timeslices"],
+        f(r, "seconds"),
+        f(r, "aggregate_gbps"),
+        f(c, "p50"),
+        f(c, "p99"),
+        f(c, "max"),
+        100.0 * f(r, "buffer_fill_max"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_summaries() {
+        let s = [
+            json!({"role": "input", "index": 0, "bytes": 2e9, "seconds": 2.0, "sent": []}),
+            json!({"role": "input", "index": 1, "bytes": 2e9, "seconds": 1.0, "sent": []}),
+            json!({"role": "compute", "index": 0, "timeslices": 2, "completions": [[0, 0, 1_000_000], [2, 0, 3_000_000]],
+                   "fill": [[0.0, 0.25], [0.1, 0.5]], "intervals": []}),
+        ];
+        let r = build(json!({}), &s);
+        assert_eq!(r["timeslices"], 2);
+        assert_eq!(r["aggregate_gbps"], 2.0);
+        assert_eq!(r["completion_ms"]["p50"], 1.0);
+        assert_eq!(r["completion_ms"]["max"], 3.0);
+        assert_eq!(r["buffer_fill_max"], 0.5);
+    }
+
+    #[test]
+    fn quantiles_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 50.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&[], 0.5), 0.0);
+    }
+}
