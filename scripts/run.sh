@@ -12,3 +12,11 @@ for transport in tcp shm ucx ofi+shm ofi+tcp; do
   done
 done
 printf '%s\n' "${rows[@]}" | python3 "scripts/table.py"
+
+# A short timeslice-building run: 2 input and 2 compute node processes over shm, each
+# scheduler in turn (every CRC checked).
+for scheduler in rr dfs; do
+  echo
+  echo "fles run --local 2:2 --transport shm --scheduler $scheduler --timeslices 2000:"
+  "$BIN" fles run --local 2:2 --transport shm --scheduler "$scheduler" --timeslices 2000 --interval-length 40
+done

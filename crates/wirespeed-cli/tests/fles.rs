@@ -1,0 +1,64 @@
+//! `wirespeed fles run --local`: real input and compute node processes on this host.
+
+use std::process::Command;
+
+fn fles_run(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_wirespeed")).args(["fles", "run"]).args(args).output().unwrap()
+}
+
+fn run_and_report(transport: &str, scheduler: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("run.json");
+    let out = fles_run(&[
+        "--local=3:2",
+        &format!("--transport={transport}"),
+        &format!("--scheduler={scheduler}"),
+        "--timeslices=300",
+        "--timeslice-size=20",
+        "--microslice-size=500",
+        "--microslice-spread=100",
+        "--buffer-size=1048576",
+        "--interval-length=10",
+        "--timeout=20",
+        &format!("--report={}", report.display()),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("300 timeslices in"), "{text}");
+    serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap()
+}
+
+#[test]
+fn every_timeslice_arrives_complete_with_both_schedulers() {
+    for (transport, scheduler) in [("shm", "dfs"), ("tcp", "rr"), ("tcp", "dfs")] {
+        let r = run_and_report(transport, scheduler);
+        assert_eq!(r["timeslices"], 300, "{transport} {scheduler}");
+        assert_eq!(r["incomplete"], 0);
+        for key in ["p50", "p99", "max"] {
+            assert!(r["completion_ms"][key].as_f64().unwrap() >= 0.0);
+        }
+        assert!(r["aggregate_gbps"].as_f64().unwrap() > 0.0);
+        let fill = r["buffer_fill_max"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&fill), "{fill}");
+        let per_node: u64 = r["computes"].as_array().unwrap().iter().map(|c| c["timeslices"].as_u64().unwrap()).sum();
+        assert_eq!(per_node, 300);
+        if scheduler == "dfs" {
+            // 300 timeslices in intervals of 10: every compute node measured the intervals.
+            assert!(r["computes"][0]["intervals"].as_array().unwrap().len() >= 25);
+        }
+    }
+}
+
+#[test]
+fn bad_settings_get_one_clear_line() {
+    for (args, says) in [
+        (&["--local=0:2"][..], "not a count of nodes"),
+        (&["--local=2:2", "--output=tsa:/nowhere"][..], "only `null`"),
+        (&["--local=1:1", "--buffer-size=1000", "--timeout=5"][..], "more than the 1000-byte ring"),
+    ] {
+        let out = fles_run(args);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
