@@ -6,6 +6,7 @@
 pub mod error;
 pub mod model;
 pub mod node;
+pub mod output;
 pub mod run;
 
 pub use error::{FlesError, Result};

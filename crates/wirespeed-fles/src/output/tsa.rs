@@ -1,0 +1,156 @@
+//! FLESnet's timeslice archives (.tsa): Boost.Serialization binary archives, written byte for
+//! byte as Boost 1.74 writes them (library version 18), so FLESnet's own readers load them.
+//!
+//! Layout: the archive header; an ArchiveDescriptor (class version 2); then one
+//! StorableTimeslice after another: its TimesliceDescriptor (class version 2), its data as a
+//! vector of byte vectors (one per component), its component descriptors (class version 1).
+//! The first time a class appears it is preceded by a tracking byte (0) and its class version.
+
+use std::io::{self, Write};
+
+/// One timeslice as the archive holds it.
+pub struct StoredTimeslice<'a> {
+    pub index: u64,
+    pub start_time: u64,
+    pub duration: u64,
+    pub flags: u32,
+    /// The first core microslice's index within each component.
+    pub ts_pos: u64,
+    pub num_core_microslices: u32,
+    /// Each component's bytes (descriptors, then contents) and its microslice count.
+    pub components: Vec<(&'a [u8], u64)>,
+}
+
+/// Writes an archive to `out`; `finish` flushes it.
+pub struct TsaWriter<W: Write> {
+    out: W,
+    /// Whether each class's version has been written: the timeslice, its descriptor, the
+    /// data vector, the descriptor vector, a component descriptor.
+    seen: [bool; 5],
+}
+
+const TIMESLICE: usize = 0;
+const DESCRIPTOR: usize = 1;
+const DATA: usize = 2;
+const DESCRIPTORS: usize = 3;
+const COMPONENT: usize = 4;
+const VERSIONS: [u32; 5] = [0, 2, 0, 0, 1];
+
+impl<W: Write> TsaWriter<W> {
+    /// Starts an archive made at `creation_time` (seconds since the epoch) on `host` by `user`.
+    pub fn new(mut out: W, creation_time: i64, host: &str, user: &str) -> io::Result<Self> {
+        out.write_all(&22u64.to_le_bytes())?;
+        out.write_all(b"serialization::archive")?;
+        out.write_all(&18u16.to_le_bytes())?;
+        out.write_all(&[4, 8, 4, 8])?;
+        out.write_all(&1i32.to_le_bytes())?;
+        // The ArchiveDescriptor, class version 2: a timeslice archive, uncompressed.
+        out.write_all(&[0])?;
+        out.write_all(&2u32.to_le_bytes())?;
+        out.write_all(&0i32.to_le_bytes())?;
+        out.write_all(&0i32.to_le_bytes())?;
+        out.write_all(&creation_time.to_le_bytes())?;
+        for s in [host, user] {
+            out.write_all(&(s.len() as u64).to_le_bytes())?;
+            out.write_all(s.as_bytes())?;
+        }
+        Ok(TsaWriter { out, seen: [false; 5] })
+    }
+
+    /// A class's tracking byte and version, the first time it appears.
+    fn class(&mut self, which: usize) -> io::Result<()> {
+        if !self.seen[which] {
+            self.seen[which] = true;
+            self.out.write_all(&[0])?;
+            self.out.write_all(&VERSIONS[which].to_le_bytes())?;
+        }
+        Ok(())
+    }
+
+    pub fn write(&mut self, ts: &StoredTimeslice<'_>) -> io::Result<()> {
+        self.class(TIMESLICE)?;
+        self.class(DESCRIPTOR)?;
+        for v in [ts.index, ts.start_time, ts.duration] {
+            self.out.write_all(&v.to_le_bytes())?;
+        }
+        self.out.write_all(&ts.flags.to_le_bytes())?;
+        self.out.write_all(&ts.ts_pos.to_le_bytes())?;
+        self.out.write_all(&ts.num_core_microslices.to_le_bytes())?;
+        self.out.write_all(&(ts.components.len() as u32).to_le_bytes())?;
+        self.class(DATA)?;
+        self.out.write_all(&(ts.components.len() as u64).to_le_bytes())?;
+        self.out.write_all(&0u32.to_le_bytes())?; // the byte vectors' item version
+        for (bytes, _) in &ts.components {
+            self.out.write_all(&(bytes.len() as u64).to_le_bytes())?;
+            self.out.write_all(bytes)?;
+        }
+        self.class(DESCRIPTORS)?;
+        self.out.write_all(&(ts.components.len() as u64).to_le_bytes())?;
+        self.out.write_all(&VERSIONS[COMPONENT].to_le_bytes())?; // item version
+        for (bytes, microslices) in &ts.components {
+            self.class(COMPONENT)?;
+            // ts_num, offset in this timeslice's byte vector (each has its own), size, count
+            for v in [ts.index, 0, bytes.len() as u64, *microslices] {
+                self.out.write_all(&v.to_le_bytes())?;
+            }
+            self.out.write_all(&0u32.to_le_bytes())?; // flags
+        }
+        Ok(())
+    }
+
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{MicrosliceDescriptor, component_len, write_component};
+
+    /// ../shared/fles/two.tsa, written by FLESnet's own code with Boost 1.74.
+    const TWO: &[u8] = include_bytes!("../../tests/data/two.tsa");
+
+    #[test]
+    fn writes_what_flesnet_writes() {
+        let mut w = TsaWriter::new(Vec::new(), 0, "vm", "root").unwrap();
+        for index in [7, 8] {
+            let ms: Vec<(MicrosliceDescriptor, [u8; 4])> = (0..2u8)
+                .map(|m| {
+                    let d = MicrosliceDescriptor {
+                        hdr_id: 0xDD,
+                        hdr_ver: 0x01,
+                        eq_id: 0x1234,
+                        flags: 0,
+                        sys_id: 0xF0,
+                        sys_ver: 0x81,
+                        idx: 1000 + m as u64,
+                        crc: 0,
+                        size: 4,
+                        offset: 4 * m as u64,
+                    };
+                    (d, [0xA0 + m, 0xB0, 0xC0, 0xD0])
+                })
+                .collect();
+            let descs: Vec<_> = ms.iter().map(|(d, _)| *d).collect();
+            let mut bytes = vec![0; component_len(&descs)];
+            write_component(&ms.iter().map(|(d, c)| (*d, &c[..])).collect::<Vec<_>>(), &mut bytes);
+            let ts = StoredTimeslice {
+                index,
+                start_time: 0,
+                duration: 0,
+                flags: 0,
+                ts_pos: 0,
+                num_core_microslices: 2,
+                components: vec![(&bytes, 2)],
+            };
+            w.write(&ts).unwrap();
+        }
+        let mut ours = w.finish().unwrap();
+        assert_eq!(ours.len(), TWO.len());
+        // All but the creation time (bytes 0x35 to 0x3C).
+        ours[0x35..0x3D].copy_from_slice(&TWO[0x35..0x3D]);
+        assert_eq!(ours, TWO);
+    }
+}
