@@ -53,12 +53,36 @@ fn every_timeslice_arrives_complete_with_both_schedulers() {
 fn bad_settings_get_one_clear_line() {
     for (args, says) in [
         (&["--local=0:2"][..], "not a count of nodes"),
-        (&["--local=2:2", "--output=tsa:/nowhere"][..], "only `null`"),
+        (&["--local=2:2", "--output=arrow:/nowhere"][..], "expected null or tsa:PATH"),
+        (&["--local=1:1", "--timeslices=4", "--output=tsa:/nonexistent-dir/run.tsa"][..], "nonexistent-dir"),
         (&["--local=1:1", "--buffer-size=1000", "--timeout=5"][..], "more than the 1000-byte ring"),
     ] {
         let out = fles_run(args);
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn archives_are_written_per_compute_node_and_only_appear_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.tsa");
+    let out = fles_run(&[
+        "--local=2:2",
+        "--timeslices=20",
+        "--timeslice-size=10",
+        &format!("--output=tsa:{}", path.display()),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["run.0.tsa", "run.1.tsa"], "no part files left");
+    for name in names {
+        let bytes = std::fs::read(dir.path().join(name)).unwrap();
+        assert_eq!(&bytes[..30], b"\x16\0\0\0\0\0\0\0serialization::archive");
+        // 10 timeslices of 2 components of 11 microslices of 650 bytes (+ 32-byte descriptors)
+        assert!(bytes.len() > 10 * 2 * 11 * (650 + 32), "{}", bytes.len());
     }
 }

@@ -2,7 +2,7 @@
 //! them at a barrier until every connection is up, and merges what they report.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
@@ -21,7 +21,9 @@ pub struct RunArgs {
     /// Inputs and compute nodes as processes on this host: I:C.
     #[arg(long, value_parser = parse_layout)]
     local: (usize, usize),
-    /// Where complete timeslices go: `null` checks every CRC and keeps nothing.
+    /// Where complete timeslices go: `null` checks every CRC and keeps nothing; `tsa:PATH`
+    /// writes FLESnet timeslice archives (one per compute node: PATH, or run.0.tsa, run.1.tsa,
+    /// ... for run.tsa), renamed into place when the run ends well.
     #[arg(long, default_value = "null")]
     output: String,
     /// Write the run's figures and time series here, as JSON.
@@ -105,15 +107,17 @@ impl Nodes {
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
-    if a.output != "null" {
-        bail!("--output {}: only `null` is built so far", a.output);
-    }
+    let tsa = match a.output.split_once(':') {
+        None if a.output == "null" => None,
+        Some(("tsa", path)) if !path.is_empty() => Some(PathBuf::from(path)),
+        _ => bail!("--output {}: expected null or tsa:PATH (Arrow output is not built yet)", a.output),
+    };
     let (inputs, computes) = a.local;
     let s = a.flags.settings(inputs, computes)?;
     let (_, key) = Key::generate()?;
     let (tx, lines) = mpsc::channel();
     let mut nodes = Nodes { nodes: Vec::new(), lines, tx };
-    let outcome = drive(&a, &mut nodes, &key, s.timeout);
+    let outcome = drive(&a, &mut nodes, &key, s.timeout, tsa.as_deref());
     if outcome.is_err() {
         nodes.kill_all();
     }
@@ -138,8 +142,21 @@ pub fn run(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// Each compute node writes its own archive: PATH itself with one, else PATH with the node's
+/// number before the extension (run.tsa: run.0.tsa, run.1.tsa, ...).
+fn archive_path(path: &Path, c: usize, computes: usize) -> PathBuf {
+    if computes == 1 {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    match path.extension() {
+        Some(ext) => path.with_file_name(format!("{stem}.{c}.{}", ext.to_string_lossy())),
+        None => path.with_file_name(format!("{stem}.{c}")),
+    }
+}
+
 /// Starts the nodes, passes the barrier, and collects their summaries.
-fn drive(a: &RunArgs, nodes: &mut Nodes, key: &str, timeout: Duration) -> Result<Vec<Value>> {
+fn drive(a: &RunArgs, nodes: &mut Nodes, key: &str, timeout: Duration, tsa: Option<&Path>) -> Result<Vec<Value>> {
     let (inputs, computes) = a.local;
     let common = |role: &str, index: usize| {
         let mut v = vec![
@@ -152,7 +169,11 @@ fn drive(a: &RunArgs, nodes: &mut Nodes, key: &str, timeout: Duration) -> Result
         v
     };
     for c in 0..computes {
-        nodes.spawn(format!("compute node {c}"), common("compute", c), key)?;
+        let mut args = common("compute", c);
+        if let Some(path) = tsa {
+            args.push(format!("--tsa={}", archive_path(path, c, computes).display()));
+        }
+        nodes.spawn(format!("compute node {c}"), args, key)?;
     }
     let mut urls = vec![String::new(); computes];
     let setup_end = Instant::now() + timeout;

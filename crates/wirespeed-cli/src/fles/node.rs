@@ -2,7 +2,9 @@
 //! on standard output, waits for "go" on standard input (the run's barrier), runs, and ends
 //! with a summary line.
 
-use std::io::{BufRead, Write};
+use std::fs::File;
+use std::io::{BufRead, BufWriter, Write};
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
@@ -10,7 +12,8 @@ use serde_json::json;
 use wirespeed::fabric::AddressKind;
 use wirespeed::{Config, Key};
 use wirespeed_fles::FlesError;
-use wirespeed_fles::run::{ComputeListener, run_input};
+use wirespeed_fles::output::{StoredTimeslice, TsaWriter};
+use wirespeed_fles::run::{ComputeListener, Timeslice, run_input};
 
 use super::args::RunFlags;
 
@@ -33,6 +36,9 @@ pub struct NodeArgs {
     /// The compute nodes' addresses, in order (inputs).
     #[arg(long, value_delimiter = ',')]
     connect: Vec<String>,
+    /// Write complete timeslices to this FLESnet archive (compute nodes).
+    #[arg(long)]
+    tsa: Option<PathBuf>,
     #[command(flatten)]
     flags: RunFlags,
 }
@@ -63,13 +69,20 @@ pub fn run(a: NodeArgs) -> Result<()> {
             let listener = ComputeListener::bind(&url, &key, &config)?;
             println!("listening {}", listener.url());
             let mut crc_checked = 0u64;
+            let mut archive = a.tsa.as_deref().map(Archive::create).transpose()?;
             let summary = listener.run(&s, a.index, barrier, |ts| {
                 for (i, c) in ts.components.iter().enumerate() {
                     c.verify(i as u16)?;
                     crc_checked += c.len() as u64;
                 }
-                Ok(())
+                match &mut archive {
+                    Some(w) => w.write(ts, s.slicing.core),
+                    None => Ok(()),
+                }
             })?;
+            if let Some(w) = archive {
+                w.finish()?;
+            }
             json!({
                 "role": "compute", "index": summary.index, "timeslices": summary.timeslices,
                 "bytes": summary.bytes, "seconds": summary.seconds, "microslices_checked": crc_checked,
@@ -91,4 +104,47 @@ pub fn run(a: NodeArgs) -> Result<()> {
     };
     println!("summary {summary}");
     Ok(())
+}
+
+/// A timeslice archive being written under a hidden name, renamed into place only once the
+/// run ends well: a half-written archive never looks complete.
+struct Archive {
+    writer: TsaWriter<BufWriter<File>>,
+    part: PathBuf,
+    path: PathBuf,
+}
+
+impl Archive {
+    fn create(path: &Path) -> Result<Self, FlesError> {
+        let name = path.file_name().ok_or_else(|| FlesError::Archive(format!("{} names no file", path.display())))?;
+        let part = path.with_file_name(format!(".{}.part", name.to_string_lossy()));
+        let io = |e: std::io::Error| FlesError::Archive(format!("{}: {e}", part.display()));
+        let file = File::create(&part).map_err(io)?;
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let user = std::env::var("USER").unwrap_or_default();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let writer = TsaWriter::new(BufWriter::new(file), now, host.trim(), &user).map_err(io)?;
+        Ok(Archive { writer, part, path: path.to_path_buf() })
+    }
+
+    fn write(&mut self, ts: &Timeslice<'_>, core: u64) -> Result<(), FlesError> {
+        let start_time = ts.components.first().and_then(|c| c.descriptor(0).ok()).map_or(0, |d| d.idx);
+        let stored = StoredTimeslice {
+            index: ts.index,
+            start_time,
+            duration: 0,
+            flags: 0,
+            ts_pos: 0,
+            num_core_microslices: core as u32,
+            components: ts.components.iter().map(|c| (c.bytes(), c.len() as u64)).collect(),
+        };
+        self.writer.write(&stored).map_err(|e| FlesError::Archive(format!("{}: {e}", self.part.display())))
+    }
+
+    fn finish(self) -> Result<(), FlesError> {
+        let io = |e: std::io::Error| FlesError::Archive(format!("{}: {e}", self.part.display()));
+        let file = self.writer.finish().map_err(io)?.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&self.part, &self.path).map_err(io)
+    }
 }
