@@ -53,11 +53,6 @@ impl InputNode {
         }
     }
 
-    /// Components sent so far.
-    pub fn sent(&self) -> u64 {
-        self.sent
-    }
-
     /// The next action at `now`; `size_of(ts)` gives the bytes of timeslice ts's component.
     pub fn poll(&mut self, now: Nanos, mut size_of: impl FnMut(u64) -> u64) -> Result<InputAction> {
         if let Some(r) = self.reports.pop_front() {
@@ -135,11 +130,6 @@ impl InputNode {
     /// Whether `compute` has components of ours it has not acknowledged.
     pub fn owes(&self, compute: usize) -> bool {
         !self.in_flight[compute].is_empty()
-    }
-
-    /// Bytes written to `compute` and not yet acknowledged.
-    pub fn unacked(&self, compute: usize) -> u64 {
-        self.written[compute].data - self.acked[compute].data
     }
 }
 
