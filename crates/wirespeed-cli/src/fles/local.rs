@@ -135,7 +135,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         "microslice_size": a.flags.microslice_size, "buffer_size": a.flags.buffer_size,
     });
     let r = report::build(description, &summaries);
-    println!("{}", report::describe(&r));
+    // A reader that stops early (`| head -1`) is no failure of the run.
+    let _ = writeln!(std::io::stdout(), "{}", report::describe(&r));
     if let Some(path) = &a.report {
         std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
     }

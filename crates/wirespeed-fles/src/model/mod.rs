@@ -15,12 +15,6 @@ pub struct Slicing {
     pub overlap: u64,
 }
 
-impl Default for Slicing {
-    fn default() -> Self {
-        Slicing { core: 100, overlap: 1 }
-    }
-}
-
 impl Slicing {
     /// The microslice indices timeslice `ts` holds.
     pub fn microslices(&self, ts: u64) -> std::ops::Range<u64> {

@@ -34,22 +34,6 @@ pub struct Settings {
     pub timeout: Duration,
 }
 
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            inputs: 1,
-            computes: 1,
-            scheduler: Kind::RoundRobin,
-            slicing: Slicing::default(),
-            microslice_size: 650,
-            microslice_spread: 0,
-            rings: RingSizes { data: 32 << 20, descs: 1 << 12 },
-            timeslices: None,
-            timeout: Duration::from_secs(30),
-        }
-    }
-}
-
 /// Nanoseconds since `t0`, the node's barrier.
 fn since(t0: Instant) -> u64 {
     t0.elapsed().as_nanos() as u64

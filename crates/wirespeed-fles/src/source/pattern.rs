@@ -2,7 +2,8 @@
 //! content that is a function of (input, index), so the overlap two timeslices share is the
 //! same in both, and a CRC the receiver checks.
 
-use crate::model::{MicrosliceDescriptor, Slicing, component_len, write_component};
+use crate::model::microslice::DESCRIPTOR_LEN;
+use crate::model::{MicrosliceDescriptor, Slicing};
 
 /// Subsystem id pgen uses for generated data.
 pub const PGEN_SYS_ID: u8 = 0xFF;
@@ -27,13 +28,6 @@ impl Pattern {
         (self.size as u64 + r).saturating_sub(self.spread as u64) as u32
     }
 
-    /// Byte offset of microslice `idx` in the input's stream: the sum of the sizes before it,
-    /// computed per timeslice start so it needs no history. Offsets only have to grow by each
-    /// microslice's size within a component, which this keeps.
-    fn offset_of(&self, idx: u64, first: u64, first_offset: u64) -> u64 {
-        first_offset + (first..idx).map(|i| self.size_of(i) as u64).sum::<u64>()
-    }
-
     /// Fills `out` with microslice `idx`'s content.
     pub fn fill(&self, idx: u64, out: &mut [u8]) {
         let seed = mix(idx.wrapping_mul(0x9E37_79B9) ^ ((self.input as u64) << 40));
@@ -46,24 +40,25 @@ impl Pattern {
         rest.copy_from_slice(&last[..rest.len()]);
     }
 
-    /// The component of timeslice `ts`: its microslices' descriptors, then their contents.
+    /// The component of timeslice `ts`: its microslices' descriptors, then their contents,
+    /// generated in place (one allocation per component).
     pub fn component(&self, ts: u64, slicing: Slicing) -> Vec<u8> {
         let range = slicing.microslices(ts);
-        // The stream offset of a timeslice's first microslice, from the mean size: exact
+        let sizes: Vec<usize> = range.clone().map(|idx| self.size_of(idx) as usize).collect();
+        let head = sizes.len() * DESCRIPTOR_LEN;
+        let mut out = vec![0u8; head + sizes.iter().sum::<usize>()];
+        let (descs, mut contents) = out.split_at_mut(head);
+        // The stream offset of a timeslice's first microslice comes from the mean size: exact
         // sums would need every earlier size, and FLESnet's readers only use differences.
-        let base = range.start * self.size as u64;
-        let mut contents = Vec::with_capacity(range.clone().count());
-        for idx in range.clone() {
-            let mut c = vec![0u8; self.size_of(idx) as usize];
-            self.fill(idx, &mut c);
-            let offset = self.offset_of(idx, range.start, base);
-            let d = MicrosliceDescriptor::for_content(self.input, PGEN_SYS_ID, 1, idx, offset, &c);
-            contents.push((d, c));
+        let mut offset = range.start * self.size as u64;
+        for ((idx, size), desc) in range.zip(sizes).zip(descs.chunks_exact_mut(DESCRIPTOR_LEN)) {
+            let (content, rest) = contents.split_at_mut(size);
+            self.fill(idx, content);
+            let d = MicrosliceDescriptor::for_content(self.input, PGEN_SYS_ID, 1, idx, offset, content);
+            desc.copy_from_slice(&d.encode());
+            offset += size as u64;
+            contents = rest;
         }
-        let descs: Vec<_> = contents.iter().map(|(d, _)| *d).collect();
-        let mut out = vec![0u8; component_len(&descs)];
-        let parts: Vec<_> = contents.iter().map(|(d, c)| (*d, &c[..])).collect();
-        write_component(&parts, &mut out);
         out
     }
 }
