@@ -6,9 +6,10 @@ set -euo pipefail
 # libclang-dev: bindgen generates the UCX bindings (crates/ucx-sys) from the system headers.
 # openssh-server: the tests start a throwaway sshd on 127.0.0.1 for remote copies; rsync and
 # netcat are peers in bench/tools_compare.sh. iproute2: `ip netns` makes two hosts for the
-# remote to remote tests.
+# remote to remote tests. Open MPI: `fles run` under mpirun (the `mpi` crate builds against
+# mpicc). g++ and Boost.Serialization: the test that reads our .tsa files as FLESnet does.
 APT_PACKAGES=(pkg-config iperf3 ucx-utils libucx-dev libfabric-dev libfabric-bin libclang-dev openssh-server openssh-client rsync netcat-openbsd
-  iproute2)
+  iproute2 libopenmpi-dev openmpi-bin g++ libboost-serialization-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -2,6 +2,9 @@
 
 use std::path::Path;
 
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
 use crate::error::{Error, Result};
 
 /// The environment variable that holds the key.
@@ -54,6 +57,15 @@ impl Key {
         Key::from_env_or_file(file)?.ok_or_else(|| Error::Key(format!("no key: set {KEY_ENV} or give a key file")))
     }
 
+    /// A key for one purpose, such as one run, derived from this one: HMAC-SHA256 over
+    /// `context`, as hex. Peers that hold this key and learn the context (which may travel in
+    /// clear) get the same key, and the key itself never travels.
+    pub fn derive(&self, context: &[u8]) -> Key {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        mac.update(context);
+        Key(mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>().into_bytes())
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
@@ -62,5 +74,22 @@ impl Key {
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Key(<redacted>)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_keys_depend_on_key_and_context() {
+        let a = Key::new("base").unwrap();
+        // HMAC-SHA256("base", "run 1"), as `openssl dgst -sha256 -hmac base` prints it.
+        assert_eq!(
+            std::str::from_utf8(a.derive(b"run 1").as_bytes()).unwrap(),
+            "5bcb89d523b3f89dfbcf3f008f5b0474b808188e8681b930c4e21e0e1b23bdc4"
+        );
+        assert_ne!(a.derive(b"run 1").as_bytes(), a.derive(b"run 2").as_bytes());
+        assert_ne!(a.derive(b"run 1").as_bytes(), Key::new("other").unwrap().derive(b"run 1").as_bytes());
     }
 }

@@ -93,11 +93,18 @@ impl RunFlags {
         })
     }
 
+    pub fn scheduler_name(&self) -> &'static str {
+        match self.scheduler {
+            Scheduler::Rr => "rr",
+            Scheduler::Dfs => "dfs",
+        }
+    }
+
     /// The flags again, for a node process.
     pub fn to_args(&self) -> Vec<String> {
         let mut v = vec![
             format!("--transport={}", self.transport),
-            format!("--scheduler={}", if self.scheduler == Scheduler::Rr { "rr" } else { "dfs" }),
+            format!("--scheduler={}", self.scheduler_name()),
             format!("--timeslice-size={}", self.timeslice_size),
             format!("--overlap={}", self.overlap),
             format!("--microslice-size={}", self.microslice_size),

@@ -2,38 +2,18 @@
 //! them at a barrier until every connection is up, and merges what they report.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use clap::Args;
-use serde_json::{Value, json};
+use serde_json::Value;
 use wirespeed::Key;
 use wirespeed::key::KEY_ENV;
 
-use super::args::RunFlags;
-use super::report;
+use super::{RunArgs, report};
 
-#[derive(Args)]
-pub struct RunArgs {
-    /// Inputs and compute nodes as processes on this host: I:C.
-    #[arg(long, value_parser = parse_layout)]
-    local: (usize, usize),
-    /// Where complete timeslices go: `null` checks every CRC and keeps nothing; `tsa:PATH`
-    /// writes FLESnet timeslice archives (one per compute node: PATH, or run.0.tsa, run.1.tsa,
-    /// ... for run.tsa), renamed into place when the run ends well.
-    #[arg(long, default_value = "null")]
-    output: String,
-    /// Write the run's figures and time series here, as JSON.
-    #[arg(long)]
-    report: Option<PathBuf>,
-    #[command(flatten)]
-    flags: RunFlags,
-}
-
-fn parse_layout(s: &str) -> Result<(usize, usize), String> {
+pub fn parse_layout(s: &str) -> Result<(usize, usize), String> {
     let (i, c) = s.split_once(':').ok_or("expected INPUTS:COMPUTES, such as 4:4")?;
     let n = |v: &str| v.parse::<usize>().ok().filter(|&n| n > 0).ok_or(format!("{v} is not a count of nodes"));
     Ok((n(i)?, n(c)?))
@@ -106,18 +86,13 @@ impl Nodes {
     }
 }
 
-pub fn run(a: RunArgs) -> Result<()> {
-    let tsa = match a.output.split_once(':') {
-        None if a.output == "null" => None,
-        Some(("tsa", path)) if !path.is_empty() => Some(PathBuf::from(path)),
-        _ => bail!("--output {}: expected null or tsa:PATH (Arrow output is not built yet)", a.output),
-    };
-    let (inputs, computes) = a.local;
+pub fn run(layout: (usize, usize), a: &RunArgs) -> Result<()> {
+    let (inputs, computes) = layout;
     let s = a.flags.settings(inputs, computes)?;
     let (_, key) = Key::generate()?;
     let (tx, lines) = mpsc::channel();
     let mut nodes = Nodes { nodes: Vec::new(), lines, tx };
-    let outcome = drive(&a, &mut nodes, &key, s.timeout, tsa.as_deref());
+    let outcome = drive(layout, a, &mut nodes, &key, s.timeout);
     if outcome.is_err() {
         nodes.kill_all();
     }
@@ -128,37 +103,12 @@ pub fn run(a: RunArgs) -> Result<()> {
             bail!("{} ended with {status}", n.name);
         }
     }
-    let description = json!({
-        "inputs": inputs, "computes": computes, "transport": a.flags.transport.to_string(),
-        "scheduler": if s.scheduler == wirespeed_fles::sched::Kind::RoundRobin { "rr" } else { "dfs" },
-        "timeslice_size": a.flags.timeslice_size, "overlap": a.flags.overlap,
-        "microslice_size": a.flags.microslice_size, "buffer_size": a.flags.buffer_size,
-    });
-    let r = report::build(description, &summaries);
-    // A reader that stops early (`| head -1`) is no failure of the run.
-    let _ = writeln!(std::io::stdout(), "{}", report::describe(&r));
-    if let Some(path) = &a.report {
-        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
-}
-
-/// Each compute node writes its own archive: PATH itself with one, else PATH with the node's
-/// number before the extension (run.tsa: run.0.tsa, run.1.tsa, ...).
-fn archive_path(path: &Path, c: usize, computes: usize) -> PathBuf {
-    if computes == 1 {
-        return path.to_path_buf();
-    }
-    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    match path.extension() {
-        Some(ext) => path.with_file_name(format!("{stem}.{c}.{}", ext.to_string_lossy())),
-        None => path.with_file_name(format!("{stem}.{c}")),
-    }
+    report::publish(&a.flags, inputs, computes, &summaries, a.report.as_deref())
 }
 
 /// Starts the nodes, passes the barrier, and collects their summaries.
-fn drive(a: &RunArgs, nodes: &mut Nodes, key: &str, timeout: Duration, tsa: Option<&Path>) -> Result<Vec<Value>> {
-    let (inputs, computes) = a.local;
+fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, timeout: Duration) -> Result<Vec<Value>> {
+    let (inputs, computes) = layout;
     let common = |role: &str, index: usize| {
         let mut v = vec![
             format!("--role={role}"),
@@ -171,9 +121,7 @@ fn drive(a: &RunArgs, nodes: &mut Nodes, key: &str, timeout: Duration, tsa: Opti
     };
     for c in 0..computes {
         let mut args = common("compute", c);
-        if let Some(path) = tsa {
-            args.push(format!("--tsa={}", archive_path(path, c, computes).display()));
-        }
+        args.push(format!("--output={}", a.output.for_compute(c, computes)));
         nodes.spawn(format!("compute node {c}"), args, key)?;
     }
     let mut urls = vec![String::new(); computes];

@@ -1,13 +1,22 @@
 //! `wirespeed fles`: timeslice building. `run --local I:C` starts I input and C compute
-//! node processes on this host and reports on the run; `node` is one of those processes.
+//! node processes on this host; under `mpirun`, `run --inputs I` makes the first I ranks
+//! inputs and the rest compute nodes. `node` is one process of a local run.
 
 mod args;
 mod local;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod node;
 mod report;
+mod sink;
 
-use anyhow::Result;
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
+
+use args::RunFlags;
+use sink::Output;
 
 #[derive(Args)]
 pub struct FlesArgs {
@@ -19,15 +28,54 @@ pub struct FlesArgs {
 enum FlesCommand {
     /// Build timeslices: inputs generate microslices, compute nodes gather every input's
     /// contribution to each timeslice and check every CRC.
-    Run(local::RunArgs),
+    Run(RunArgs),
     /// One node of a run, started by `run --local`.
     #[command(hide = true)]
     Node(node::NodeArgs),
 }
 
+#[derive(Args)]
+pub struct RunArgs {
+    /// Inputs and compute nodes as processes on this host: I:C.
+    #[arg(long, value_parser = local::parse_layout, conflicts_with = "inputs")]
+    local: Option<(usize, usize)>,
+    /// Under mpirun: the first I ranks are inputs, the others compute nodes.
+    #[arg(long)]
+    inputs: Option<usize>,
+    /// Under mpirun: the file holding the key every rank shares (else WIRESPEED_KEY); each run
+    /// derives its own key from it.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Where complete timeslices go: `null` checks every CRC and keeps nothing; `tsa:PATH`
+    /// writes FLESnet timeslice archives and `arrow:PATH` Arrow IPC files, one row per
+    /// microslice (one file per compute node: PATH, or run.0.tsa, run.1.tsa, ... for
+    /// run.tsa), renamed into place when the run ends well.
+    #[arg(long, default_value = "null")]
+    output: Output,
+    /// Write the run's figures and time series here, as JSON.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    #[command(flatten)]
+    flags: RunFlags,
+}
+
 pub fn run(a: FlesArgs) -> Result<()> {
     match a.command {
-        FlesCommand::Run(a) => local::run(a),
+        FlesCommand::Run(a) => match (a.local, a.inputs) {
+            (Some(layout), _) => local::run(layout, &a),
+            (None, Some(inputs)) => run_mpi(inputs, &a),
+            (None, None) => bail!("say where the nodes run: --local I:C on this host, or --inputs I under mpirun"),
+        },
         FlesCommand::Node(a) => node::run(a),
     }
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(inputs: usize, a: &RunArgs) -> Result<()> {
+    mpi::run(inputs, a)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_: usize, _: &RunArgs) -> Result<()> {
+    bail!("this wirespeed was built without MPI (cargo feature `mpi`); use --local I:C")
 }

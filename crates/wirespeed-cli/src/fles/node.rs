@@ -1,21 +1,21 @@
-//! One node of a local run: it says where it listens (a compute node) and that it is ready
-//! on standard output, waits for "go" on standard input (the run's barrier), runs, and ends
-//! with a summary line.
+//! One node of a run, however it was launched: a compute node listens, gathers timeslices
+//! and puts them out; an input connects and sends. Each ends with a summary for the report.
+//! `fles node` is such a node started by `run --local`: it says where it listens and that it
+//! is ready on standard output, waits for "go" on standard input (the run's barrier), and
+//! prints its summary last.
 
-use std::fs::File;
-use std::io::{BufRead, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use serde_json::json;
+use serde_json::{Value, json};
 use wirespeed::fabric::AddressKind;
-use wirespeed::{Config, Key};
+use wirespeed::{Config, Fabric, Key};
 use wirespeed_fles::FlesError;
-use wirespeed_fles::output::{StoredTimeslice, TsaWriter};
-use wirespeed_fles::run::{ComputeListener, Timeslice, run_input};
+use wirespeed_fles::run::{ComputeListener, Settings, run_input};
 
 use super::args::RunFlags;
+use super::sink::{Output, Sink};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Role {
@@ -36,11 +36,81 @@ pub struct NodeArgs {
     /// The compute nodes' addresses, in order (inputs).
     #[arg(long, value_delimiter = ',')]
     connect: Vec<String>,
-    /// Write complete timeslices to this FLESnet archive (compute nodes).
-    #[arg(long)]
-    tsa: Option<PathBuf>,
+    /// This compute node's own output.
+    #[arg(long, default_value = "null")]
+    output: Output,
     #[command(flatten)]
     flags: RunFlags,
+}
+
+/// Listens for inputs on `fabric`, at `host` where the fabric takes a host.
+pub fn listen(
+    fabric: Fabric,
+    index: usize,
+    host: &str,
+    key: &Key,
+    config: &Config,
+) -> Result<ComputeListener, FlesError> {
+    let url = match fabric.address_kind() {
+        AddressKind::SocketPath => format!("{fabric}://@wirespeed-fles-{}-{index}", std::process::id()),
+        AddressKind::HostPort => format!("{fabric}://{host}:0"),
+    };
+    ComputeListener::bind(&url, key, config)
+}
+
+/// The host inputs reach this one at: `WIRESPEED_FLES_HOST` if set, else this host's name
+/// when it resolves to an address other hosts can reach, else loopback.
+pub fn listen_host() -> String {
+    if let Ok(h) = std::env::var("WIRESPEED_FLES_HOST") {
+        return h;
+    }
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name = name.trim();
+    let reachable = std::net::ToSocketAddrs::to_socket_addrs(&(name, 0))
+        .map(|mut a| a.any(|a| !a.ip().is_loopback()))
+        .unwrap_or(false);
+    if reachable { name.to_string() } else { "127.0.0.1".into() }
+}
+
+/// Runs a compute node until its last timeslice, putting each out through `output`.
+pub fn compute(
+    s: &Settings,
+    index: usize,
+    listener: ComputeListener,
+    output: &Output,
+    barrier: impl FnOnce() -> Result<(), FlesError>,
+) -> Result<Value> {
+    let mut sink = Sink::open(output, s.slicing.core)?;
+    let mut checked = 0u64;
+    let summary = listener
+        .run(s, index, barrier, |ts| {
+            checked += sink.write(ts)?;
+            Ok(())
+        })
+        .with_context(|| format!("compute node {index}"))?;
+    sink.finish()?;
+    Ok(json!({
+        "role": "compute", "index": summary.index, "timeslices": summary.timeslices,
+        "bytes": summary.bytes, "seconds": summary.seconds, "microslices_checked": checked,
+        "completions": summary.completions, "fill": summary.fill,
+        "intervals": summary.intervals.iter().map(|c| (c.interval, c.start, c.duration)).collect::<Vec<_>>(),
+    }))
+}
+
+/// Runs an input until its last timeslice is acknowledged.
+pub fn input(
+    s: &Settings,
+    index: usize,
+    urls: &[String],
+    key: &Key,
+    config: &Config,
+    barrier: impl FnOnce() -> Result<(), FlesError>,
+) -> Result<Value> {
+    let summary = run_input(s, index, urls, key, config, barrier).with_context(|| format!("input {index}"))?;
+    Ok(json!({
+        "role": "input", "index": summary.index, "components": summary.components,
+        "bytes": summary.bytes, "seconds": summary.seconds, "sent": summary.sent,
+    }))
 }
 
 /// The barrier: ready on stdout, then "go" on stdin.
@@ -61,90 +131,17 @@ pub fn run(a: NodeArgs) -> Result<()> {
     let config = Config::default();
     let summary = match a.role {
         Role::Compute => {
-            let fabric = a.flags.transport;
-            let url = match fabric.address_kind() {
-                AddressKind::SocketPath => format!("{fabric}://@wirespeed-fles-{}-{}", std::process::id(), a.index),
-                AddressKind::HostPort => format!("{fabric}://127.0.0.1:0"),
-            };
-            let listener = ComputeListener::bind(&url, &key, &config)?;
+            let listener = listen(a.flags.transport, a.index, "127.0.0.1", &key, &config)?;
             println!("listening {}", listener.url());
-            let mut crc_checked = 0u64;
-            let mut archive = a.tsa.as_deref().map(Archive::create).transpose()?;
-            let summary = listener.run(&s, a.index, barrier, |ts| {
-                for (i, c) in ts.components.iter().enumerate() {
-                    c.verify(i as u16)?;
-                    crc_checked += c.len() as u64;
-                }
-                match &mut archive {
-                    Some(w) => w.write(ts, s.slicing.core),
-                    None => Ok(()),
-                }
-            })?;
-            if let Some(w) = archive {
-                w.finish()?;
-            }
-            json!({
-                "role": "compute", "index": summary.index, "timeslices": summary.timeslices,
-                "bytes": summary.bytes, "seconds": summary.seconds, "microslices_checked": crc_checked,
-                "completions": summary.completions, "fill": summary.fill,
-                "intervals": summary.intervals.iter().map(|c| (c.interval, c.start, c.duration)).collect::<Vec<_>>(),
-            })
+            compute(&s, a.index, listener, &a.output, barrier)?
         }
         Role::Input => {
             if a.connect.len() != a.computes {
                 bail!("--connect names {} compute nodes, not {}", a.connect.len(), a.computes);
             }
-            let summary = run_input(&s, a.index, &a.connect, &key, &config, barrier)
-                .with_context(|| format!("input {}", a.index))?;
-            json!({
-                "role": "input", "index": summary.index, "components": summary.components,
-                "bytes": summary.bytes, "seconds": summary.seconds, "sent": summary.sent,
-            })
+            input(&s, a.index, &a.connect, &key, &config, barrier)?
         }
     };
     println!("summary {summary}");
     Ok(())
-}
-
-/// A timeslice archive being written under a hidden name, renamed into place only once the
-/// run ends well: a half-written archive never looks complete.
-struct Archive {
-    writer: TsaWriter<BufWriter<File>>,
-    part: PathBuf,
-    path: PathBuf,
-}
-
-impl Archive {
-    fn create(path: &Path) -> Result<Self, FlesError> {
-        let name = path.file_name().ok_or_else(|| FlesError::Archive(format!("{} names no file", path.display())))?;
-        let part = path.with_file_name(format!(".{}.part", name.to_string_lossy()));
-        let io = |e: std::io::Error| FlesError::Archive(format!("{}: {e}", part.display()));
-        let file = File::create(&part).map_err(io)?;
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        let user = std::env::var("USER").unwrap_or_default();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        let writer = TsaWriter::new(BufWriter::new(file), now, host.trim(), &user).map_err(io)?;
-        Ok(Archive { writer, part, path: path.to_path_buf() })
-    }
-
-    fn write(&mut self, ts: &Timeslice<'_>, core: u64) -> Result<(), FlesError> {
-        let start_time = ts.components.first().and_then(|c| c.descriptor(0).ok()).map_or(0, |d| d.idx);
-        let stored = StoredTimeslice {
-            index: ts.index,
-            start_time,
-            duration: 0,
-            flags: 0,
-            ts_pos: 0,
-            num_core_microslices: core as u32,
-            components: ts.components.iter().map(|c| (c.bytes(), c.len() as u64)).collect(),
-        };
-        self.writer.write(&stored).map_err(|e| FlesError::Archive(format!("{}: {e}", self.part.display())))
-    }
-
-    fn finish(self) -> Result<(), FlesError> {
-        let io = |e: std::io::Error| FlesError::Archive(format!("{}: {e}", self.part.display()));
-        let file = self.writer.finish().map_err(io)?.into_inner().map_err(|e| io(e.into_error()))?;
-        file.sync_all().map_err(io)?;
-        std::fs::rename(&self.part, &self.path).map_err(io)
-    }
 }

@@ -1,5 +1,7 @@
-//! Where complete timeslices go: FLESnet's timeslice archives.
+//! Where complete timeslices go: FLESnet's timeslice archives, or Arrow IPC files.
 
+pub mod arrow;
 pub mod tsa;
 
+pub use arrow::ArrowWriter;
 pub use tsa::{StoredTimeslice, TsaWriter};

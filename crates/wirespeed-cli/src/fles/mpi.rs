@@ -1,0 +1,130 @@
+//! `fles run --inputs I` under mpirun (or srun, through Open MPI): MPI only starts the run.
+//! Rank 0 picks a nonce from which every rank derives the run's key (the shared key itself
+//! never travels); the compute ranks' addresses are all-gathered; a barrier starts the run;
+//! rank 0 collects the summaries. The data never goes through MPI.
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use mpi::Threading;
+use mpi::point_to_point::MatchedReceiveVec;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::{CommunicatorCollectives, Destination, Root, Source};
+use serde_json::Value;
+use wirespeed::{Config, Key};
+
+use super::{RunArgs, node, report};
+
+/// Room for one compute node's address in the all-gather.
+const URL_MAX: usize = 256;
+
+pub fn run(inputs: usize, a: &RunArgs) -> Result<()> {
+    let timeout = Duration::from_secs(a.flags.timeout);
+    let starting = Watchdog::arm("starting MPI", timeout);
+    let (universe, _) = mpi::initialize_with_threading(Threading::Funneled).context("MPI started twice")?;
+    drop(starting);
+    let world = universe.world();
+    if let Err(e) = run_rank(inputs, a, &world, timeout) {
+        // MPI_Finalize would wait for the other ranks; abort takes the whole job down.
+        eprintln!("wirespeed: error: rank {}: {}", world.rank(), crate::exit::one_line(&e));
+        world.abort(1);
+    }
+    Ok(())
+}
+
+fn run_rank(inputs: usize, a: &RunArgs, world: &SimpleCommunicator, timeout: Duration) -> Result<()> {
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    if inputs == 0 || inputs >= size {
+        bail!("--inputs {inputs} with {size} ranks: there must be at least one input and one compute node");
+    }
+    let computes = size - inputs;
+    let s = a.flags.settings(inputs, computes)?;
+    let base = Key::require(a.key_file.as_deref()).context("every rank needs the same key")?;
+    let mut nonce = [0u8; 64];
+    if rank == 0 {
+        nonce.copy_from_slice(Key::generate()?.1.as_bytes());
+    }
+    within(timeout, "sharing the run's nonce", || world.process_at_rank(0).broadcast_into(&mut nonce[..]));
+    let key = base.derive(&[&b"wirespeed fles run "[..], &nonce].concat());
+    let config = Config::default();
+
+    let listener = match rank.checked_sub(inputs) {
+        Some(c) => Some(node::listen(a.flags.transport, c, &node::listen_host(), &key, &config)?),
+        None => None,
+    };
+    let mut mine = [0u8; URL_MAX];
+    if let Some(l) = &listener {
+        let url = l.url().as_bytes();
+        if url.len() > URL_MAX {
+            bail!("the address {} is longer than {URL_MAX} bytes", l.url());
+        }
+        mine[..url.len()].copy_from_slice(url);
+    }
+    let mut all = vec![0u8; URL_MAX * size];
+    within(timeout, "sharing addresses", || world.all_gather_into(&mine[..], &mut all[..]));
+    let urls: Vec<String> = all
+        .chunks(URL_MAX)
+        .skip(inputs)
+        .map(|c| String::from_utf8_lossy(&c[..c.iter().position(|&b| b == 0).unwrap_or(URL_MAX)]).into_owned())
+        .collect();
+
+    let barrier = || {
+        within(timeout, "the barrier before the run", || world.barrier());
+        Ok(())
+    };
+    let summary = match listener {
+        Some(l) => {
+            let c = rank - inputs;
+            node::compute(&s, c, l, &a.output.for_compute(c, computes), barrier)?
+        }
+        None => node::input(&s, rank, &urls, &key, &config, barrier)?,
+    };
+
+    if rank != 0 {
+        world.process_at_rank(0).send(summary.to_string().as_bytes());
+        return Ok(());
+    }
+    // Every rank ends on its own stall limits or takes the job down, so rank 0 waits for
+    // their summaries without one; it polls rather than spinning in MPI on a shared host.
+    let mut summaries = vec![summary];
+    while summaries.len() < size {
+        match world.any_process().immediate_matched_probe() {
+            Some(probed) => {
+                let (bytes, status) = probed.matched_receive_vec::<u8>();
+                let v: Value = serde_json::from_slice(&bytes)
+                    .with_context(|| format!("rank {}'s summary", status.source_rank()))?;
+                summaries.push(v);
+            }
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    report::publish(&a.flags, inputs, computes, &summaries, a.report.as_deref())
+}
+
+/// Runs a collective step, ending the process with a clear line if it does not finish in
+/// time: MPI has no timeouts, and a rank that never started or died would leave the others
+/// blocked for good.
+fn within<T>(timeout: Duration, what: &str, step: impl FnOnce() -> T) -> T {
+    let _armed = Watchdog::arm(what, timeout);
+    step()
+}
+
+/// Exits the process unless dropped within the timeout.
+struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
+
+impl Watchdog {
+    fn arm(what: &str, timeout: Duration) -> Watchdog {
+        let (tx, rx) = mpsc::channel::<()>();
+        let what = what.to_string();
+        std::thread::spawn(move || {
+            if let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(timeout) {
+                eprintln!(
+                    "wirespeed: error: {what}: not every rank got there within {timeout:?} (one did not start, or failed)"
+                );
+                std::process::exit(1);
+            }
+        });
+        Watchdog(tx)
+    }
+}
