@@ -4,8 +4,8 @@
 //! any thread.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{SigSet, Signal, raise};
 use wirespeed::sync::Unpoison;
@@ -16,12 +16,34 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 /// Takes SIGINT and SIGTERM on a thread of their own. Must run before any other thread
 /// starts, so that every later thread leaves the signals to that one.
 pub fn install() -> anyhow::Result<()> {
+    handle(None)
+}
+
+/// Like [`install`] for a command that can wind down: SIGUSR1 (which mpirun passes on to
+/// every rank) and the first SIGINT or SIGTERM set `stop`; a second SIGINT or SIGTERM ends
+/// the command as [`install`] would.
+pub fn install_winding_down(stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    handle(Some(stop))
+}
+
+fn handle(stop: Option<Arc<AtomicBool>>) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGINT);
     signals.add(Signal::SIGTERM);
+    if stop.is_some() {
+        signals.add(Signal::SIGUSR1);
+    }
     signals.thread_block()?;
     std::thread::Builder::new().name("wirespeed-signals".into()).spawn(move || {
-        let Ok(signal) = signals.wait() else { return };
+        let signal = loop {
+            let Ok(signal) = signals.wait() else { return };
+            match &stop {
+                Some(flag) if signal == Signal::SIGUSR1 || !flag.swap(true, Ordering::SeqCst) => {
+                    flag.store(true, Ordering::SeqCst);
+                }
+                _ => break signal,
+            }
+        };
         for (_, path) in lock().drain(..) {
             let _ = std::fs::remove_file(path);
         }

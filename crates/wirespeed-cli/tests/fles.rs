@@ -126,3 +126,34 @@ fn arrow_output_has_one_row_per_microslice() {
         }
     }
 }
+
+#[test]
+fn ctrl_c_finishes_the_timeslices_begun() {
+    use std::os::unix::process::CommandExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("run.json");
+    let path = dir.path().join("run.tsa");
+    // No --timeslices: the run goes on until interrupted. Ctrl-C reaches the whole group.
+    let child = Command::new(env!("CARGO_BIN_EXE_wirespeed"))
+        .args(["fles", "run", "--local=2:2", "--timeslice-size=10"])
+        .arg(format!("--report={}", report.display()))
+        .arg(format!("--output=tsa:{}", path.display()))
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let n = r["timeslices"].as_u64().unwrap();
+    assert!(n > 0);
+    // Both archives hold every timeslice below the agreed end: 0, 2, 4, ... and 1, 3, 5, ...
+    let per_node: Vec<u64> =
+        r["computes"].as_array().unwrap().iter().map(|c| c["timeslices"].as_u64().unwrap()).collect();
+    assert_eq!(per_node, [n.div_ceil(2), n / 2]);
+    assert!(dir.path().join("run.0.tsa").exists() && dir.path().join("run.1.tsa").exists());
+}

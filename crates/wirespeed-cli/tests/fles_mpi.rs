@@ -69,3 +69,22 @@ fn a_rank_that_never_starts_is_reported_within_the_timeout() {
     assert!(text(&out).contains("not every rank got there within 5s"), "{}", text(&out));
     assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
 }
+
+#[test]
+fn sigusr1_to_mpirun_winds_the_run_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("run.json");
+    let child = mpirun()
+        .args(["-np", "4", BIN, "fles", "run", "--inputs=2", "--timeslice-size=10"])
+        .arg(format!("--report={}", report.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGUSR1).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert!(r["timeslices"].as_u64().unwrap() > 0);
+}

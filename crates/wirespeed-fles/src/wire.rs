@@ -20,6 +20,12 @@ pub enum Msg {
     Report(IntervalReport),
     /// Compute node → input (DFS).
     Propose(Proposal),
+    /// Compute node → input: the run is winding down, stop.
+    Halt,
+    /// Input → compute node: stopped; nothing at or past this timeslice is sent yet.
+    Stop { horizon: u64 },
+    /// Compute node → input: the agreed end; send everything below it, then finish.
+    End { at: u64 },
 }
 
 const JOIN: u8 = 1;
@@ -28,6 +34,9 @@ const STATUS: u8 = 3;
 const ACK: u8 = 4;
 const REPORT: u8 = 5;
 const PROPOSE: u8 = 6;
+const HALT: u8 = 7;
+const STOP: u8 = 8;
+const END: u8 = 9;
 
 /// Region descriptors are small; anything larger is garbage.
 const MAX_DESCRIPTOR: usize = 4096;
@@ -59,6 +68,15 @@ impl Msg {
             Msg::Propose(p) => {
                 b.push(PROPOSE);
                 u64s(&mut b, &[p.interval, p.start, p.duration]);
+            }
+            Msg::Halt => b.push(HALT),
+            Msg::Stop { horizon } => {
+                b.push(STOP);
+                u64s(&mut b, &[*horizon]);
+            }
+            Msg::End { at } => {
+                b.push(END);
+                u64s(&mut b, &[*at]);
             }
         }
         b
@@ -111,6 +129,12 @@ impl Msg {
                 let v = u64s(3)?;
                 Msg::Propose(Proposal { interval: v[0], start: v[1], duration: v[2] })
             }
+            HALT => {
+                u64s(0)?;
+                Msg::Halt
+            }
+            STOP => Msg::Stop { horizon: u64s(1)?[0] },
+            END => Msg::End { at: u64s(1)?[0] },
             other => return Err(malformed("message", format!("unknown kind {other}"))),
         })
     }
@@ -130,6 +154,9 @@ mod tests {
             Msg::Ack(Pointers { data: 5, desc: 1 }),
             Msg::Report(IntervalReport { input: 3, interval: 4, start: 5, duration: 6 }),
             Msg::Propose(Proposal { interval: 1, start: 2, duration: 3 }),
+            Msg::Halt,
+            Msg::Stop { horizon: 12 },
+            Msg::End { at: 13 },
         ];
         for m in all {
             assert_eq!(Msg::decode(&m.encode()), Ok(m));

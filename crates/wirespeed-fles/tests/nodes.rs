@@ -1,6 +1,7 @@
 //! Inputs and compute nodes over real connections, each node on its own thread: every
 //! timeslice arrives complete, with every CRC right, once, in order at each compute node.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -11,13 +12,31 @@ use wirespeed_fles::run::{ComputeListener, Settings, run_input};
 use wirespeed_fles::sched::{DfsSettings, Kind};
 
 fn url(fabric: &str, c: usize) -> String {
+    static RUN: AtomicUsize = AtomicUsize::new(0);
+    let run = RUN.fetch_add(1, Ordering::Relaxed);
     match fabric {
-        "shm" => format!("shm://{}/wirespeed-fles-{}-{c}.sock", std::env::temp_dir().display(), std::process::id()),
+        "shm" => {
+            format!("shm://{}/wirespeed-fles-{}-{run}-{c}.sock", std::env::temp_dir().display(), std::process::id())
+        }
         _ => format!("{fabric}://127.0.0.1:0"),
     }
 }
 
+/// How a run ends.
+#[derive(Clone, Copy, PartialEq)]
+enum End {
+    After(u64),
+    /// Every node is told to stop (as by a Ctrl-C that reaches them all).
+    StopAll,
+    /// Only compute node 0 is told to stop (a signal to one process).
+    StopOneCompute,
+}
+
 fn run(fabric: &str, inputs: usize, computes: usize, scheduler: Kind) {
+    run_until(fabric, inputs, computes, scheduler, End::After(60));
+}
+
+fn run_until(fabric: &str, inputs: usize, computes: usize, scheduler: Kind, end: End) {
     let key = Key::new("fles test key").unwrap();
     let config = Config::default();
     let s = Settings {
@@ -28,16 +47,24 @@ fn run(fabric: &str, inputs: usize, computes: usize, scheduler: Kind) {
         microslice_size: 600,
         microslice_spread: 200,
         rings: RingSizes { data: 1 << 16, descs: 64 },
-        timeslices: Some(60),
+        timeslices: match end {
+            End::After(n) => Some(n),
+            _ => None,
+        },
         timeout: Duration::from_secs(20),
+        stop: Arc::new(AtomicBool::new(false)),
     };
+    let stop_one = Arc::new(AtomicBool::new(false));
     let barrier = Arc::new(Barrier::new(inputs + computes));
     let listeners: Vec<_> =
         (0..computes).map(|c| ComputeListener::bind(&url(fabric, c), &key, &config).unwrap()).collect();
     let urls: Vec<String> = listeners.iter().map(|l| l.url().to_string()).collect();
     let mut computes_done = Vec::new();
     for (c, l) in listeners.into_iter().enumerate() {
-        let (s, b) = (s.clone(), barrier.clone());
+        let (mut s, b) = (s.clone(), barrier.clone());
+        if end == End::StopOneCompute {
+            s.stop = if c == 0 { stop_one.clone() } else { Arc::new(AtomicBool::new(false)) };
+        }
         computes_done.push(std::thread::spawn(move || {
             let mut seen = Vec::new();
             let summary = l
@@ -65,7 +92,10 @@ fn run(fabric: &str, inputs: usize, computes: usize, scheduler: Kind) {
     }
     let mut inputs_done = Vec::new();
     for i in 0..inputs {
-        let (s, b, urls, key, config) = (s.clone(), barrier.clone(), urls.clone(), key.clone(), config.clone());
+        let (mut s, b, urls, key, config) = (s.clone(), barrier.clone(), urls.clone(), key.clone(), config.clone());
+        if end == End::StopOneCompute {
+            s.stop = Arc::new(AtomicBool::new(false));
+        }
         inputs_done.push(std::thread::spawn(move || {
             run_input(&s, i, &urls, &key, &config, || {
                 b.wait();
@@ -74,12 +104,20 @@ fn run(fabric: &str, inputs: usize, computes: usize, scheduler: Kind) {
             .unwrap()
         }));
     }
-    for i in inputs_done {
-        assert_eq!(i.join().unwrap().components, 60);
+    if end != End::After(60) {
+        std::thread::sleep(Duration::from_millis(300));
+        s.stop.store(true, Ordering::SeqCst);
+        stop_one.store(true, Ordering::SeqCst);
+    }
+    let sent: Vec<u64> = inputs_done.into_iter().map(|i| i.join().unwrap().components).collect();
+    let last = sent[0];
+    assert!(sent.iter().all(|&n| n == last), "every input sent every timeslice below the end: {sent:?}");
+    if let End::After(n) = end {
+        assert_eq!(last, n);
     }
     for (c, h) in computes_done.into_iter().enumerate() {
         let (seen, summary) = h.join().unwrap();
-        let want: Vec<u64> = (0..60).filter(|t| t % computes as u64 == c as u64).collect();
+        let want: Vec<u64> = (0..last).filter(|t| t % computes as u64 == c as u64).collect();
         assert_eq!(seen, want, "compute node {c}: every timeslice once, in order");
         assert_eq!(summary.completions.len(), want.len());
     }
@@ -117,4 +155,15 @@ fn round_robin_over_shm() {
 #[test]
 fn dfs_over_shm() {
     run("shm", 3, 3, dfs());
+}
+
+#[test]
+fn a_run_without_a_limit_winds_down_when_stopped() {
+    run_until("shm", 3, 2, Kind::RoundRobin, End::StopAll);
+    run_until("tcp", 2, 3, dfs(), End::StopAll);
+}
+
+#[test]
+fn a_stop_at_one_compute_node_winds_down_the_whole_run() {
+    run_until("shm", 2, 2, dfs(), End::StopOneCompute);
 }

@@ -1,5 +1,7 @@
 //! The flags every node of a run shares, and the settings they make.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
@@ -43,9 +45,10 @@ pub struct RunFlags {
     /// Descriptor ring per input at each compute node, in components.
     #[arg(long, default_value_t = 4096)]
     pub descriptors: u64,
-    /// Stop after this many timeslices.
-    #[arg(long, default_value_t = 1000)]
-    pub timeslices: u64,
+    /// Stop after this many timeslices (default: run until interrupted, then finish the
+    /// timeslices begun).
+    #[arg(long)]
+    pub timeslices: Option<u64>,
     /// DFS: the interval is floor(L / C) rounds of C timeslices.
     #[arg(long, default_value_t = 10_000)]
     pub interval_length: u64,
@@ -64,7 +67,8 @@ pub struct RunFlags {
 }
 
 impl RunFlags {
-    pub fn settings(&self, inputs: usize, computes: usize) -> Result<Settings> {
+    /// The run's settings; setting `stop` winds the run down.
+    pub fn settings(&self, inputs: usize, computes: usize, stop: Arc<AtomicBool>) -> Result<Settings> {
         if inputs == 0 || computes == 0 || self.timeslice_size == 0 || self.buffer_size == 0 || self.descriptors == 0 {
             bail!("inputs, compute nodes, --timeslice-size, --buffer-size and --descriptors must be at least 1");
         }
@@ -88,8 +92,9 @@ impl RunFlags {
             microslice_size: self.microslice_size,
             microslice_spread: self.microslice_spread.min(self.microslice_size),
             rings: RingSizes { data: self.buffer_size, descs: self.descriptors },
-            timeslices: Some(self.timeslices),
+            timeslices: self.timeslices,
             timeout: Duration::from_secs(self.timeout),
+            stop,
         })
     }
 
@@ -111,7 +116,6 @@ impl RunFlags {
             format!("--microslice-spread={}", self.microslice_spread),
             format!("--buffer-size={}", self.buffer_size),
             format!("--descriptors={}", self.descriptors),
-            format!("--timeslices={}", self.timeslices),
             format!("--interval-length={}", self.interval_length),
             format!("--history={}", self.history),
             format!("--ack-gate={}", self.ack_gate),
@@ -119,6 +123,9 @@ impl RunFlags {
         ];
         if self.no_speedup {
             v.push("--no-speedup".into());
+        }
+        if let Some(n) = self.timeslices {
+            v.push(format!("--timeslices={n}"));
         }
         v
     }

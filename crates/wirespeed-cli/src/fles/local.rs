@@ -3,13 +3,18 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde_json::Value;
 use wirespeed::Key;
 use wirespeed::key::KEY_ENV;
+use wirespeed_fles::run::Settings;
 
 use super::{RunArgs, report};
 
@@ -60,21 +65,34 @@ impl Nodes {
         Ok(index)
     }
 
-    /// The next line from any node before `deadline`, passing over the end of output of
-    /// nodes that have `finished`; any other node that closes its output has failed (its
-    /// error is on stderr).
-    fn next(&mut self, deadline: Instant, finished: &[bool]) -> Result<(usize, String)> {
+    /// The next line from any node within `wait` (None if there is none yet), passing over
+    /// the end of output of nodes that have `finished`; any other node that closes its
+    /// output has failed (its error is on stderr).
+    fn next(&mut self, wait: Duration, finished: &[bool]) -> Result<Option<(usize, String)>> {
+        let deadline = Instant::now() + wait;
         loop {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(wait) {
-                Ok((i, Some(line))) => return Ok((i, line)),
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok((i, Some(line))) => return Ok(Some((i, line))),
                 Ok((i, None)) if finished.get(i) == Some(&true) => continue,
                 Ok((i, None)) => {
                     let status = self.nodes[i].child.wait()?;
                     return Err(anyhow!("{} stopped ({status})", self.nodes[i].name));
                 }
-                Err(_) => return Err(anyhow!("the nodes did not finish in time")),
+                Err(_) => return Ok(None),
             }
+        }
+    }
+
+    /// The next line before `deadline`, or an error.
+    fn next_before(&mut self, deadline: Instant, finished: &[bool]) -> Result<(usize, String)> {
+        self.next(deadline.saturating_duration_since(Instant::now()), finished)?
+            .ok_or_else(|| anyhow!("the nodes did not get ready in time"))
+    }
+
+    /// Asks every node to wind the run down.
+    fn stop_all(&self) {
+        for n in &self.nodes {
+            let _ = kill(Pid::from_raw(n.child.id() as i32), Signal::SIGUSR1);
         }
     }
 
@@ -88,11 +106,13 @@ impl Nodes {
 
 pub fn run(layout: (usize, usize), a: &RunArgs) -> Result<()> {
     let (inputs, computes) = layout;
-    let s = a.flags.settings(inputs, computes)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::interrupt::install_winding_down(stop.clone())?;
+    let s = a.flags.settings(inputs, computes, stop)?;
     let (_, key) = Key::generate()?;
     let (tx, lines) = mpsc::channel();
     let mut nodes = Nodes { nodes: Vec::new(), lines, tx };
-    let outcome = drive(layout, a, &mut nodes, &key, s.timeout);
+    let outcome = drive(layout, a, &mut nodes, &key, &s);
     if outcome.is_err() {
         nodes.kill_all();
     }
@@ -107,7 +127,8 @@ pub fn run(layout: (usize, usize), a: &RunArgs) -> Result<()> {
 }
 
 /// Starts the nodes, passes the barrier, and collects their summaries.
-fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, timeout: Duration) -> Result<Vec<Value>> {
+fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, s: &Settings) -> Result<Vec<Value>> {
+    let timeout = s.timeout;
     let (inputs, computes) = layout;
     let common = |role: &str, index: usize| {
         let mut v = vec![
@@ -127,7 +148,7 @@ fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, time
     let mut urls = vec![String::new(); computes];
     let setup_end = Instant::now() + timeout;
     while urls.iter().any(|u| u.is_empty()) {
-        let (i, line) = nodes.next(setup_end, &[])?;
+        let (i, line) = nodes.next_before(setup_end, &[])?;
         match line.strip_prefix("listening ") {
             Some(url) => urls[i] = url.to_string(),
             None => bail!("compute node {i} said {line:?}"),
@@ -140,7 +161,7 @@ fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, time
     }
     let mut ready = 0;
     while ready < inputs + computes {
-        match nodes.next(setup_end, &[])? {
+        match nodes.next_before(setup_end, &[])? {
             (_, l) if l == "ready" => ready += 1,
             (i, l) => bail!("{} said {l:?}", nodes.nodes[i].name),
         }
@@ -150,17 +171,64 @@ fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, time
         writeln!(stdin, "go").with_context(|| format!("starting {}", n.name))?;
     }
     // Every node reports once it is done; the run as a whole may take long, but no node
-    // stays silent past its own timeout without failing.
+    // stays silent past its own timeout without failing. Compute nodes tell their progress.
     let mut summaries = Vec::new();
     let mut finished = vec![false; inputs + computes];
+    let mut progress = Progress::new(computes);
+    let mut stopping = false;
+    let mut quiet_since = Instant::now();
     while summaries.len() < inputs + computes {
-        let (i, line) = nodes.next(Instant::now() + timeout * 4, &finished)?;
-        let name = &nodes.nodes[i].name;
-        match line.strip_prefix("summary ") {
-            Some(json) => summaries.push(serde_json::from_str(json).with_context(|| format!("{name}'s summary"))?),
-            None => bail!("{name} said {line:?}"),
+        if !stopping && s.stop.load(Ordering::Relaxed) {
+            nodes.stop_all();
+            stopping = true;
         }
-        finished[i] = true;
+        let Some((i, line)) = nodes.next(Duration::from_millis(100), &finished)? else {
+            if quiet_since.elapsed() > timeout * 4 {
+                bail!("no node said anything for {:?}", timeout * 4);
+            }
+            continue;
+        };
+        quiet_since = Instant::now();
+        let name = &nodes.nodes[i].name;
+        if let Some(p) = line.strip_prefix("progress ") {
+            progress.update(i, p);
+        } else if let Some(json) = line.strip_prefix("summary ") {
+            summaries.push(serde_json::from_str(json).with_context(|| format!("{name}'s summary"))?);
+            finished[i] = true;
+        } else {
+            bail!("{name} said {line:?}");
+        }
     }
+    progress.bar.finish_and_clear();
     Ok(summaries)
+}
+
+/// The live line on a terminal: every compute node's timeslices and bytes so far.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    nodes: Vec<(u64, u64)>,
+    start: Instant,
+}
+
+impl Progress {
+    fn new(computes: usize) -> Self {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(indicatif::ProgressStyle::with_template("{spinner} {msg}").expect("a valid template"));
+        Progress { bar, nodes: vec![(0, 0); computes], start: Instant::now() }
+    }
+
+    /// `line` from compute node `c` (nodes are numbered computes first): "TIMESLICES BYTES".
+    fn update(&mut self, c: usize, line: &str) {
+        let mut v = line.split(' ').filter_map(|x| x.parse::<u64>().ok());
+        if let (Some(t), Some(b), Some(slot)) = (v.next(), v.next(), self.nodes.get_mut(c)) {
+            *slot = (t, b);
+        }
+        let (t, b) = self.nodes.iter().fold((0, 0), |acc, n| (acc.0 + n.0, acc.1 + n.1));
+        let secs = self.start.elapsed().as_secs_f64();
+        self.bar.set_message(format!(
+            "{t} timeslices, {:.2} GB/s over {secs:.0} s (Ctrl-C finishes the timeslices begun)",
+            b as f64 / secs.max(1e-9) / 1e9
+        ));
+        self.bar.tick();
+    }
 }

@@ -3,8 +3,10 @@
 //! never travels); the compute ranks' addresses are all-gathered; a barrier starts the run;
 //! rank 0 collects the summaries. The data never goes through MPI.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use mpi::Threading;
@@ -16,16 +18,22 @@ use wirespeed::{Config, Key};
 
 use super::{RunArgs, node, report};
 
+/// How often the first compute node logs its progress.
+const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// Room for one compute node's address in the all-gather.
 const URL_MAX: usize = 256;
 
 pub fn run(inputs: usize, a: &RunArgs) -> Result<()> {
+    // Before MPI starts its threads. mpirun passes SIGUSR1 on to every rank.
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::interrupt::install_winding_down(stop.clone())?;
     let timeout = Duration::from_secs(a.flags.timeout);
     let starting = Watchdog::arm("starting MPI", timeout);
     let (universe, _) = mpi::initialize_with_threading(Threading::Funneled).context("MPI started twice")?;
     drop(starting);
     let world = universe.world();
-    if let Err(e) = run_rank(inputs, a, &world, timeout) {
+    if let Err(e) = run_rank(inputs, a, &world, timeout, stop) {
         // MPI_Finalize would wait for the other ranks; abort takes the whole job down.
         eprintln!("wirespeed: error: rank {}: {}", world.rank(), crate::exit::one_line(&e));
         world.abort(1);
@@ -33,13 +41,19 @@ pub fn run(inputs: usize, a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_rank(inputs: usize, a: &RunArgs, world: &SimpleCommunicator, timeout: Duration) -> Result<()> {
+fn run_rank(
+    inputs: usize,
+    a: &RunArgs,
+    world: &SimpleCommunicator,
+    timeout: Duration,
+    stop: Arc<AtomicBool>,
+) -> Result<()> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     if inputs == 0 || inputs >= size {
         bail!("--inputs {inputs} with {size} ranks: there must be at least one input and one compute node");
     }
     let computes = size - inputs;
-    let s = a.flags.settings(inputs, computes)?;
+    let s = a.flags.settings(inputs, computes, stop)?;
     let base = Key::require(a.key_file.as_deref()).context("every rank needs the same key")?;
     let mut nonce = [0u8; 64];
     if rank == 0 {
@@ -76,7 +90,17 @@ fn run_rank(inputs: usize, a: &RunArgs, world: &SimpleCommunicator, timeout: Dur
     let summary = match listener {
         Some(l) => {
             let c = rank - inputs;
-            node::compute(&s, c, l, &a.output.for_compute(c, computes), barrier)?
+            // The first compute node's progress now and then, as a sign of life in the job's log.
+            let started = Instant::now();
+            let mut next = PROGRESS_LOG_EVERY;
+            let progress = |t: u64, b: u64| {
+                if c == 0 && started.elapsed() >= next {
+                    let secs = started.elapsed().as_secs_f64();
+                    eprintln!("fles: compute node 0 of {computes}: {t} timeslices, {:.2} GB/s", b as f64 / secs / 1e9);
+                    next += PROGRESS_LOG_EVERY;
+                }
+            };
+            node::compute(&s, c, l, &a.output.for_compute(c, computes), barrier, progress)?
         }
         None => node::input(&s, rank, &urls, &key, &config, barrier)?,
     };

@@ -5,6 +5,9 @@
 //! prints its summary last.
 
 use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
@@ -72,19 +75,31 @@ pub fn listen_host() -> String {
     if reachable { name.to_string() } else { "127.0.0.1".into() }
 }
 
-/// Runs a compute node until its last timeslice, putting each out through `output`.
+/// How often a compute node tells its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// Runs a compute node until its last timeslice, putting each out through `output`, and
+/// calling `progress(timeslices, bytes)` every second or so.
 pub fn compute(
     s: &Settings,
     index: usize,
     listener: ComputeListener,
     output: &Output,
     barrier: impl FnOnce() -> Result<(), FlesError>,
+    mut progress: impl FnMut(u64, u64),
 ) -> Result<Value> {
     let mut sink = Sink::open(output, s.slicing.core)?;
-    let mut checked = 0u64;
+    let (mut checked, mut timeslices, mut bytes) = (0u64, 0u64, 0u64);
+    let mut next_progress = Instant::now() + PROGRESS_EVERY;
     let summary = listener
         .run(s, index, barrier, |ts| {
             checked += sink.write(ts)?;
+            timeslices += 1;
+            bytes += ts.components.iter().map(|c| c.bytes().len() as u64).sum::<u64>();
+            if Instant::now() >= next_progress {
+                progress(timeslices, bytes);
+                next_progress = Instant::now() + PROGRESS_EVERY;
+            }
             Ok(())
         })
         .with_context(|| format!("compute node {index}"))?;
@@ -126,14 +141,16 @@ fn barrier() -> Result<(), FlesError> {
 }
 
 pub fn run(a: NodeArgs) -> Result<()> {
-    let s = a.flags.settings(a.inputs, a.computes)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::interrupt::install_winding_down(stop.clone())?;
+    let s = a.flags.settings(a.inputs, a.computes, stop)?;
     let key = Key::require(None)?;
     let config = Config::default();
     let summary = match a.role {
         Role::Compute => {
             let listener = listen(a.flags.transport, a.index, "127.0.0.1", &key, &config)?;
             println!("listening {}", listener.url());
-            compute(&s, a.index, listener, &a.output, barrier)?
+            compute(&s, a.index, listener, &a.output, barrier, |t, b| println!("progress {t} {b}"))?
         }
         Role::Input => {
             if a.connect.len() != a.computes {

@@ -17,6 +17,10 @@ pub enum ComputeAction {
     Ack { input: usize, acked: Pointers },
     /// Tell every input the DFS's proposal.
     Propose(Proposal),
+    /// Ask every input to stop (the run was interrupted here, or at one input).
+    Halt,
+    /// Tell every input the agreed end: timeslices below it are built, none after.
+    End(u64),
 }
 
 /// When a timeslice's components arrived, for the run's report.
@@ -50,6 +54,11 @@ pub struct ComputeNode {
     complete: BTreeMap<u64, Vec<ComponentDescriptor>>,
     next_deliver: u64,
     coordinator: Option<Coordinator>,
+    /// Winding down: each input's horizon (it sends nothing at or past it until the end
+    /// is agreed), once it has said.
+    horizons: Vec<Option<u64>>,
+    halting: bool,
+    ended: bool,
     actions: VecDeque<ComputeAction>,
     pub completions: Vec<Completion>,
     pub intervals: Vec<Completed>,
@@ -78,6 +87,9 @@ impl ComputeNode {
             complete: BTreeMap::new(),
             next_deliver: index as u64,
             coordinator: dfs.map(|s| Coordinator::new(inputs, s)),
+            horizons: vec![None; inputs],
+            halting: false,
+            ended: false,
             actions: VecDeque::new(),
             completions: Vec::new(),
             intervals: Vec::new(),
@@ -176,6 +188,37 @@ impl ComputeNode {
         Ok(())
     }
 
+    /// Winds the run down: asks every input to stop (once).
+    pub fn halt(&mut self) {
+        if !self.halting {
+            self.halting = true;
+            self.actions.push_back(ComputeAction::Halt);
+        }
+    }
+
+    /// Input `input` has stopped below `horizon`. Once every input has, the end is the
+    /// largest horizon (or the limit, if lower): each input sends everything below it, so
+    /// every timeslice below it completes. Every compute node gets the same horizons, so all
+    /// agree on the end.
+    pub fn on_stop(&mut self, input: usize, horizon: u64) -> Result<()> {
+        if self.last_ts[input].is_some_and(|t| t >= horizon) {
+            return Err(FlesError::Protocol(format!("input {input} stopped at {horizon} after sending past it")));
+        }
+        self.halt();
+        if self.ended {
+            return Ok(());
+        }
+        self.horizons[input] = Some(horizon);
+        if let Some(end) = self.horizons.iter().copied().collect::<Option<Vec<u64>>>().and_then(|h| h.into_iter().max())
+        {
+            let end = self.limit.map_or(end, |l| l.min(end));
+            self.limit = Some(end);
+            self.ended = true;
+            self.actions.push_back(ComputeAction::End(end));
+        }
+        Ok(())
+    }
+
     pub fn next_action(&mut self) -> Option<ComputeAction> {
         self.actions.pop_front()
     }
@@ -233,6 +276,21 @@ mod tests {
         assert_eq!(n.next_action(), Some(ComputeAction::Ack { input: 1, acked: Pointers { data: 60, desc: 2 } }));
         assert!(!n.finished());
         assert_eq!(n.fill(), 0.0);
+    }
+
+    #[test]
+    fn agrees_on_the_largest_horizon_to_end() {
+        let mut n = ComputeNode::new(1, 2, 2, RingSizes { data: 100, descs: 4 }, None, None);
+        arrive(&mut n, 0, desc(1, 0, 10), 0);
+        assert!(n.on_stop(0, 1).is_err(), "input 0 sent timeslice 1 already");
+        n.on_stop(0, 4).unwrap();
+        assert_eq!(n.next_action(), Some(ComputeAction::Halt), "the other input is asked to stop");
+        assert_eq!(n.next_action(), None);
+        n.on_stop(1, 6).unwrap();
+        assert_eq!(n.next_action(), Some(ComputeAction::End(6)));
+        arrive(&mut n, 1, desc(1, 0, 10), 1);
+        assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 1, .. })));
+        assert!(!n.finished(), "5 is still to come");
     }
 
     #[test]

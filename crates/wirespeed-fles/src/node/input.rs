@@ -36,6 +36,11 @@ pub struct InputNode {
     sent: u64,
     /// Whether the scheduler has planned past the limit (nothing more to send).
     exhausted: bool,
+    /// One past the largest timeslice sent.
+    horizon: u64,
+    /// Stopped at the horizon until the run's end is agreed.
+    paused: bool,
+    stopping: bool,
 }
 
 impl InputNode {
@@ -50,6 +55,9 @@ impl InputNode {
             reports: VecDeque::new(),
             sent: 0,
             exhausted: false,
+            horizon: 0,
+            paused: false,
+            stopping: false,
         }
     }
 
@@ -65,6 +73,9 @@ impl InputNode {
             if self.exhausted {
                 let idle = self.in_flight.iter().all(|q| q.is_empty());
                 return Ok(if idle { InputAction::Done } else { InputAction::Wait(None) });
+            }
+            if self.paused {
+                return Ok(InputAction::Wait(None));
             }
             let Some(plan) = self.schedule.next(now) else { return Ok(InputAction::Wait(None)) };
             if self.limit.is_some_and(|l| plan.ts >= l) {
@@ -96,6 +107,7 @@ impl InputNode {
             self.in_flight[c].push_back((plan.ts, pointers));
             self.schedule.sent(now);
             self.sent += 1;
+            self.horizon = self.horizon.max(plan.ts + 1);
             // FLESnet's num_microslices is filled in by the driver, which built the component.
             let desc = ComponentDescriptor { ts_num: plan.ts, offset, size, num_microslices: 0 };
             return Ok(InputAction::Write { compute: c, slot, desc, pointers });
@@ -120,6 +132,35 @@ impl InputNode {
                 self.reports.push_back(r);
             }
         }
+        Ok(())
+    }
+
+    /// Stops sending new timeslices until [`on_end`](Self::on_end), for a run that winds
+    /// down; returns the horizon to tell every compute node, or None if already stopping.
+    pub fn stop(&mut self) -> Option<u64> {
+        if self.stopping {
+            return None;
+        }
+        self.stopping = true;
+        match self.limit {
+            Some(limit) if self.horizon >= limit => Some(limit), // everything is sent
+            _ => {
+                self.paused = true;
+                Some(self.horizon)
+            }
+        }
+    }
+
+    /// The compute nodes agreed that the run ends before timeslice `end`.
+    pub fn on_end(&mut self, end: u64) -> Result<()> {
+        if end < self.horizon {
+            return Err(FlesError::Protocol(format!(
+                "the run ends at {end}, but timeslice {} is sent",
+                self.horizon - 1
+            )));
+        }
+        self.limit = Some(self.limit.map_or(end, |l| l.min(end)));
+        self.paused = false;
         Ok(())
     }
 
@@ -160,6 +201,22 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn stops_at_its_horizon_until_the_end_is_agreed() {
+        let mut n = InputNode::new(2, RingSizes { data: 100, descs: 8 }, None, Box::new(RoundRobin::new(2)));
+        assert!(matches!(n.poll(0, |_| 10).unwrap(), InputAction::Write { .. }));
+        assert_eq!(n.stop(), Some(1));
+        assert_eq!(n.stop(), None, "once");
+        assert_eq!(n.poll(0, |_| 10).unwrap(), InputAction::Wait(None), "paused");
+        assert!(n.on_end(0).is_err(), "timeslice 0 is sent");
+        n.on_end(2).unwrap();
+        assert!(matches!(n.poll(0, |_| 10).unwrap(), InputAction::Write { desc, .. } if desc.ts_num == 1));
+        assert_eq!(n.poll(0, |_| 10).unwrap(), InputAction::Wait(None), "acks to come");
+        n.on_ack(0, Pointers { data: 10, desc: 1 }, 0).unwrap();
+        n.on_ack(1, Pointers { data: 10, desc: 1 }, 0).unwrap();
+        assert_eq!(n.poll(0, |_| 10).unwrap(), InputAction::Done);
     }
 
     #[test]

@@ -17,18 +17,32 @@ mod tests {
     use crate::sched::{DfsSettings, Kind};
 
     fn run(inputs: usize, computes: usize, limit: u64, kind: Kind) -> Vec<ComputeNode> {
+        run_until(inputs, computes, Some(limit), kind, None)
+    }
+
+    /// A run to `limit`, or wound down from compute node 0 at tick `halt_at`.
+    fn run_until(
+        inputs: usize,
+        computes: usize,
+        mut limit: Option<u64>,
+        kind: Kind,
+        halt_at: Option<u64>,
+    ) -> Vec<ComputeNode> {
         let rings = RingSizes { data: 1000, descs: 16 };
         let dfs = match &kind {
             Kind::Dfs(s) => Some(s.clone()),
             Kind::RoundRobin => None,
         };
         let mut ins: Vec<_> =
-            (0..inputs).map(|i| InputNode::new(computes, rings, Some(limit), kind.input(i, computes))).collect();
+            (0..inputs).map(|i| InputNode::new(computes, rings, limit, kind.input(i, computes))).collect();
         let mut cns: Vec<_> =
-            (0..computes).map(|c| ComputeNode::new(c, inputs, computes, rings, Some(limit), dfs.clone())).collect();
+            (0..computes).map(|c| ComputeNode::new(c, inputs, computes, rings, limit, dfs.clone())).collect();
         let mut delivered = vec![Vec::new(); computes];
         let size = |ts: u64| 100 + ts % 7 * 20;
         for now in 0..100_000u64 {
+            if halt_at == Some(now) {
+                cns[0].halt();
+            }
             let mut done = 0;
             for (i, input) in ins.iter_mut().enumerate() {
                 loop {
@@ -49,6 +63,7 @@ mod tests {
             }
             if done == inputs {
                 assert!(cns.iter().all(|c| c.finished()));
+                let limit = limit.expect("an end was agreed");
                 for (c, d) in delivered.iter().enumerate() {
                     let want: Vec<u64> = (0..limit).filter(|ts| ts % computes as u64 == c as u64).collect();
                     assert_eq!(d, &want, "compute node {c} got every timeslice once, in order");
@@ -56,9 +71,9 @@ mod tests {
                 return cns;
             }
             // Compute nodes release what they got one tick later, newest first.
-            for (c, cn) in cns.iter_mut().enumerate() {
+            for c in 0..computes {
                 let mut got = Vec::new();
-                while let Some(a) = cn.next_action() {
+                while let Some(a) = cns[c].next_action() {
                     match a {
                         ComputeAction::Deliver { ts, components } => {
                             assert_eq!(components.len(), inputs);
@@ -68,8 +83,21 @@ mod tests {
                         }
                         ComputeAction::Ack { input, acked } => ins[input].on_ack(c, acked, now).unwrap(),
                         ComputeAction::Propose(p) => ins.iter_mut().for_each(|i| i.on_proposal(p)),
+                        ComputeAction::Halt => {
+                            for (i, input) in ins.iter_mut().enumerate() {
+                                if let Some(h) = input.stop() {
+                                    cns.iter_mut().for_each(|c| c.on_stop(i, h).unwrap());
+                                }
+                            }
+                        }
+                        ComputeAction::End(end) => {
+                            assert!(limit.is_none_or(|l| l == end), "every compute node agrees");
+                            limit = Some(end);
+                            ins.iter_mut().for_each(|i| i.on_end(end).unwrap());
+                        }
                     }
                 }
+                let cn = &mut cns[c];
                 got.into_iter().rev().for_each(|ts| cn.release(ts));
                 while let Some(a) = cn.next_action() {
                     if let ComputeAction::Ack { input, acked } = a {
@@ -96,5 +124,16 @@ mod tests {
         assert_eq!(cns[0].intervals, cns[2].intervals, "every compute node learns the same");
         // A limit inside an interval still ends the run.
         run(3, 4, 30, Kind::Dfs(DfsSettings { interval_length: 8, ..DfsSettings::default() }));
+    }
+
+    #[test]
+    fn a_halt_winds_down_to_an_end_every_node_agrees_on() {
+        for kind in [Kind::RoundRobin, Kind::Dfs(DfsSettings { interval_length: 6, ..DfsSettings::default() })] {
+            for halt_at in [0, 3, 40] {
+                run_until(3, 2, None, kind.clone(), Some(halt_at));
+            }
+            // A limit already near: the end is the lower of the two.
+            run_until(2, 3, Some(5), kind.clone(), Some(2));
+        }
     }
 }

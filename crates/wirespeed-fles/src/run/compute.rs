@@ -2,13 +2,14 @@
 //! inputs' pointers move, and hands each complete timeslice to a consumer as views into the
 //! rings, giving the space back when the consumer returns.
 
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use wirespeed::{Config, Key, Listener, Region};
 
 use super::link::{Event, Link, net, patient};
-use super::{SAMPLE_EVERY, Settings, since};
+use super::{SAMPLE_EVERY, STOP_POLL, Settings, since};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::model::{ComponentDescriptor, ComponentView};
@@ -102,26 +103,36 @@ impl ComputeListener {
         let mut node = ComputeNode::new(index, s.inputs, s.computes, s.rings, s.timeslices, dfs);
         let mut summary = ComputeSummary { index, ..ComputeSummary::default() };
         let mut next_sample = Duration::ZERO;
+        let mut quiet_since = Instant::now();
         while !node.finished() {
-            let ev = match rx.recv_timeout(s.timeout) {
-                Ok(ev) => ev,
+            if s.stop.load(Ordering::Relaxed) {
+                node.halt();
+            }
+            let ev = match rx.recv_timeout(STOP_POLL) {
+                Ok(ev) => Some(ev),
+                Err(RecvTimeoutError::Timeout) if quiet_since.elapsed() < s.timeout => None,
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(FlesError::Net(format!("nothing from any input for {:?}", s.timeout)));
                 }
                 Err(RecvTimeoutError::Disconnected) => return Err(FlesError::Net("every input is gone".into())),
             };
+            if ev.is_some() {
+                quiet_since = Instant::now();
+            }
             let now = since(t0);
             match ev {
-                Event::Msg(i, Msg::Status(p)) => {
+                None => {}
+                Some(Event::Msg(i, Msg::Status(p))) => {
                     for slot in node.on_status(i, p)? {
                         let desc = read_descriptor(&peers[i].descs, slot % s.rings.descs)?;
                         node.on_component(i, desc, now)?;
                     }
                 }
-                Event::Msg(_, Msg::Report(r)) => node.on_report(r)?,
-                Event::Msg(i, other) => return Err(FlesError::Protocol(format!("input {i} sent {other:?}"))),
-                Event::Closed(i, Ok(())) => return Err(FlesError::Net(format!("input {i} left before the end"))),
-                Event::Closed(i, Err(e)) => return Err(FlesError::Net(format!("input {i}: {e}"))),
+                Some(Event::Msg(_, Msg::Report(r))) => node.on_report(r)?,
+                Some(Event::Msg(i, Msg::Stop { horizon })) => node.on_stop(i, horizon)?,
+                Some(Event::Msg(i, other)) => return Err(FlesError::Protocol(format!("input {i} sent {other:?}"))),
+                Some(Event::Closed(i, Ok(()))) => return Err(FlesError::Net(format!("input {i} left before the end"))),
+                Some(Event::Closed(i, Err(e))) => return Err(FlesError::Net(format!("input {i}: {e}"))),
             }
             while let Some(action) = node.next_action() {
                 match action {
@@ -134,6 +145,8 @@ impl ComputeListener {
                     }
                     ComputeAction::Ack { input, acked } => peers[input].link.send(&Msg::Ack(acked))?,
                     ComputeAction::Propose(p) => peers.iter().try_for_each(|q| q.link.send(&Msg::Propose(p)))?,
+                    ComputeAction::Halt => peers.iter().try_for_each(|q| q.link.send(&Msg::Halt))?,
+                    ComputeAction::End(at) => peers.iter().try_for_each(|q| q.link.send(&Msg::End { at }))?,
                 }
             }
             let elapsed = t0.elapsed();

@@ -7,6 +7,8 @@ mod compute;
 mod input;
 mod link;
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 pub use compute::{ComputeListener, ComputeSummary, Timeslice};
@@ -32,12 +34,18 @@ pub struct Settings {
     pub timeslices: Option<u64>,
     /// How long a node waits without any progress before it gives up.
     pub timeout: Duration,
+    /// Set on any node to wind the run down: the inputs stop, agree with the compute nodes
+    /// on the last timeslice, build everything before it, and finish.
+    pub stop: Arc<AtomicBool>,
 }
 
 /// Nanoseconds since `t0`, the node's barrier.
 fn since(t0: Instant) -> u64 {
     t0.elapsed().as_nanos() as u64
 }
+
+/// How long a node's loop may sleep before it looks at `Settings::stop` again.
+const STOP_POLL: Duration = Duration::from_millis(50);
 
 /// How often a node records its bandwidth and buffer fill.
 const SAMPLE_EVERY: Duration = Duration::from_millis(10);
