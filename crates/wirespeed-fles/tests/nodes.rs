@@ -46,6 +46,7 @@ fn run_until(fabric: &str, inputs: usize, computes: usize, scheduler: Kind, end:
         slicing: Slicing { core: 10, overlap: 1 },
         microslice_size: 600,
         microslice_spread: 200,
+        input_rate: 0.0,
         rings: RingSizes { data: 1 << 16, descs: 64 },
         timeslices: match end {
             End::After(n) => Some(n),

@@ -39,6 +39,10 @@ pub struct RunFlags {
     /// Microslice sizes vary uniformly by up to this many bytes either way.
     #[arg(long, default_value_t = 0)]
     pub microslice_spread: u32,
+    /// Each input's data rate in GB/s (10^9 bytes a second), as a detector delivers it; 0:
+    /// as fast as the run takes it.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
     /// Data ring per input at each compute node, in bytes.
     #[arg(long, default_value_t = 32 << 20)]
     pub buffer_size: u64,
@@ -72,6 +76,9 @@ impl RunFlags {
         if inputs == 0 || computes == 0 || self.timeslice_size == 0 || self.buffer_size == 0 || self.descriptors == 0 {
             bail!("inputs, compute nodes, --timeslice-size, --buffer-size and --descriptors must be at least 1");
         }
+        if !(self.rate >= 0.0 && self.rate.is_finite()) {
+            bail!("--rate is in GB/s, 0 or more");
+        }
         if !(0.0..=1.0).contains(&self.ack_gate) {
             bail!("--ack-gate is a share, from 0 to 1");
         }
@@ -91,6 +98,7 @@ impl RunFlags {
             slicing: Slicing { core: self.timeslice_size, overlap: self.overlap },
             microslice_size: self.microslice_size,
             microslice_spread: self.microslice_spread.min(self.microslice_size),
+            input_rate: self.rate,
             rings: RingSizes { data: self.buffer_size, descs: self.descriptors },
             timeslices: self.timeslices,
             timeout: Duration::from_secs(self.timeout),
@@ -114,6 +122,7 @@ impl RunFlags {
             format!("--overlap={}", self.overlap),
             format!("--microslice-size={}", self.microslice_size),
             format!("--microslice-spread={}", self.microslice_spread),
+            format!("--rate={}", self.rate),
             format!("--buffer-size={}", self.buffer_size),
             format!("--descriptors={}", self.descriptors),
             format!("--interval-length={}", self.interval_length),

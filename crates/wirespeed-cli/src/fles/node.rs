@@ -107,7 +107,7 @@ pub fn compute(
     Ok(json!({
         "role": "compute", "index": summary.index, "timeslices": summary.timeslices,
         "bytes": summary.bytes, "seconds": summary.seconds, "microslices_checked": checked,
-        "completions": summary.completions, "fill": summary.fill,
+        "completions": summary.completions, "slowest_ns": summary.slowest, "fill": summary.fill,
         "intervals": summary.intervals.iter().map(|c| (c.interval, c.start, c.duration)).collect::<Vec<_>>(),
     }))
 }

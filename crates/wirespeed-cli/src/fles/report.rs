@@ -67,7 +67,7 @@ pub fn build(description: Value, summaries: &[Value]) -> Value {
         "completion_ms": {
             "p50": quantile(&completion_ms, 0.5),
             "p99": quantile(&completion_ms, 0.99),
-            "max": completion_ms.last().copied().unwrap_or(0.0),
+            "max": by_role("compute").map(|s| f(s, "slowest_ns") / 1e6).fold(completion_ms.last().copied().unwrap_or(0.0), f64::max),
         },
         "aggregate_gbps": if seconds > 0.0 { bytes / seconds / 1e9 } else { 0.0 },
         "buffer_fill_max": fill_max,

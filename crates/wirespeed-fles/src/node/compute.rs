@@ -5,9 +5,13 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::ring::{Pointers, RingSizes};
+use super::thinned::Thinned;
 use crate::error::{FlesError, Result};
 use crate::model::ComponentDescriptor;
 use crate::sched::{Completed, Coordinator, DfsSettings, IntervalReport, Nanos, Proposal, compute_of};
+
+/// At most this many completion times are kept per compute node (a few MB).
+const COMPLETIONS_KEPT: usize = 200_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ComputeAction {
@@ -60,7 +64,10 @@ pub struct ComputeNode {
     halting: bool,
     ended: bool,
     actions: VecDeque<ComputeAction>,
-    pub completions: Vec<Completion>,
+    /// Completion times: all of a short run's, an even sample of a long one's.
+    pub completions: Thinned<Completion>,
+    /// The longest time from a timeslice's first component to its last.
+    pub slowest: Nanos,
     pub intervals: Vec<Completed>,
 }
 
@@ -91,7 +98,8 @@ impl ComputeNode {
             halting: false,
             ended: false,
             actions: VecDeque::new(),
-            completions: Vec::new(),
+            completions: Thinned::new(COMPLETIONS_KEPT),
+            slowest: 0,
             intervals: Vec::new(),
         }
     }
@@ -141,6 +149,7 @@ impl ComputeNode {
         if p.count == inputs {
             let p = self.pending.remove(&ts).expect("present");
             self.completions.push(Completion { ts, first: p.first, last: now });
+            self.slowest = self.slowest.max(now - p.first);
             self.complete.insert(ts, p.components.into_iter().map(|c| c.expect("every input")).collect());
             self.deliver_in_order();
         }
@@ -265,7 +274,7 @@ mod tests {
         arrive(&mut n, 1, desc(3, 30, 30), 20);
         assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 3, .. })));
         assert_eq!(
-            n.completions,
+            n.completions.kept(),
             [Completion { ts: 1, first: 10, last: 12 }, Completion { ts: 3, first: 11, last: 20 }]
         );
         assert!((n.fill() - 0.6).abs() < 1e-9);

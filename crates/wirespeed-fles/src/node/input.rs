@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use super::ring::{Pointers, RingSizes};
 use crate::error::{FlesError, Result};
-use crate::model::ComponentDescriptor;
+use crate::model::{ComponentDescriptor, Slicing};
 use crate::sched::{InputSchedule, IntervalReport, Nanos, Proposal};
 
 /// What the driver does next for an input.
@@ -41,6 +41,9 @@ pub struct InputNode {
     /// Stopped at the horizon until the run's end is agreed.
     paused: bool,
     stopping: bool,
+    /// With a source that produces at a rate: nanoseconds per microslice, and the slicing
+    /// that says which microslices a timeslice needs.
+    source: Option<(Nanos, Slicing)>,
 }
 
 impl InputNode {
@@ -58,7 +61,15 @@ impl InputNode {
             horizon: 0,
             paused: false,
             stopping: false,
+            source: None,
         }
+    }
+
+    /// A source that produces one microslice every `microslice_ns`, as a detector does: a
+    /// timeslice goes out only once its last microslice (overlap included) exists.
+    pub fn with_source_rate(mut self, microslice_ns: Nanos, slicing: Slicing) -> Self {
+        self.source = (microslice_ns > 0).then_some((microslice_ns, slicing));
+        self
     }
 
     /// The next action at `now`; `size_of(ts)` gives the bytes of timeslice ts's component.
@@ -87,8 +98,9 @@ impl InputNode {
                 }
                 continue;
             }
-            if plan.due > now {
-                return Ok(InputAction::Wait(Some(plan.due)));
+            let ready = self.source.map_or(0, |(ns, slicing)| slicing.microslices(plan.ts).end.saturating_mul(ns));
+            if plan.due.max(ready) > now {
+                return Ok(InputAction::Wait(Some(plan.due.max(ready))));
             }
             let c = plan.compute;
             let size = size_of(plan.ts);
@@ -217,6 +229,16 @@ mod tests {
         n.on_ack(0, Pointers { data: 10, desc: 1 }, 0).unwrap();
         n.on_ack(1, Pointers { data: 10, desc: 1 }, 0).unwrap();
         assert_eq!(n.poll(0, |_| 10).unwrap(), InputAction::Done);
+    }
+
+    #[test]
+    fn a_rated_source_sends_each_timeslice_once_its_microslices_exist() {
+        let slicing = Slicing { core: 4, overlap: 1 };
+        let mut n = node(10).with_source_rate(100, slicing);
+        // Timeslice 0 needs microslices 0 to 4: the fifth exists at 500 ns.
+        assert_eq!(n.poll(0, |_| 10).unwrap(), InputAction::Wait(Some(500)));
+        assert!(matches!(n.poll(500, |_| 10).unwrap(), InputAction::Write { desc, .. } if desc.ts_num == 0));
+        assert_eq!(n.poll(500, |_| 10).unwrap(), InputAction::Wait(Some(900)));
     }
 
     #[test]

@@ -3,10 +3,12 @@
 pub mod compute;
 pub mod input;
 pub mod ring;
+pub mod thinned;
 
 pub use compute::{Completion, ComputeAction, ComputeNode};
 pub use input::{InputAction, InputNode};
 pub use ring::{Pointers, RingSizes};
+pub use thinned::Thinned;
 
 #[cfg(test)]
 mod tests {

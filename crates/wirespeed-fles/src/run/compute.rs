@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use wirespeed::{Config, Key, Listener, Region};
 
 use super::link::{Event, Link, net, patient};
-use super::{SAMPLE_EVERY, STOP_POLL, Settings, since};
+use super::{SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::model::{ComponentDescriptor, ComponentView};
-use crate::node::{ComputeAction, ComputeNode};
+use crate::node::{ComputeAction, ComputeNode, Thinned};
 use crate::sched::{Completed, Kind};
 use crate::wire::Msg;
 
@@ -31,8 +31,11 @@ pub struct ComputeSummary {
     pub timeslices: u64,
     pub bytes: u64,
     pub seconds: f64,
-    /// Per timeslice: (index, first and last contribution's arrival, ns since the barrier).
+    /// Per timeslice (all of a short run's, an even sample of a long one's): index, first
+    /// and last contribution's arrival, ns since the barrier.
     pub completions: Vec<(u64, u64, u64)>,
+    /// The longest time from a timeslice's first contribution to its last, ns.
+    pub slowest: u64,
     /// (seconds since the barrier, fullest ring's share in use).
     pub fill: Vec<(f64, f64)>,
     /// The DFS's intervals as this node measured them.
@@ -103,6 +106,7 @@ impl ComputeListener {
         let mut node = ComputeNode::new(index, s.inputs, s.computes, s.rings, s.timeslices, dfs);
         let mut summary = ComputeSummary { index, ..ComputeSummary::default() };
         let mut next_sample = Duration::ZERO;
+        let mut fill = Thinned::new(SAMPLES_KEPT);
         let mut quiet_since = Instant::now();
         while !node.finished() {
             if s.stop.load(Ordering::Relaxed) {
@@ -151,12 +155,14 @@ impl ComputeListener {
             }
             let elapsed = t0.elapsed();
             if elapsed >= next_sample {
-                summary.fill.push((elapsed.as_secs_f64(), node.fill()));
+                fill.push((elapsed.as_secs_f64(), node.fill()));
                 next_sample = elapsed + SAMPLE_EVERY;
             }
         }
         summary.seconds = t0.elapsed().as_secs_f64();
-        summary.completions = node.completions.iter().map(|c| (c.ts, c.first, c.last)).collect();
+        summary.completions = node.completions.kept().iter().map(|c| (c.ts, c.first, c.last)).collect();
+        summary.slowest = node.slowest;
+        summary.fill = fill.kept().to_vec();
         summary.intervals = node.intervals.clone();
         // The inputs finish their streams once they have every acknowledgement.
         for p in &peers {

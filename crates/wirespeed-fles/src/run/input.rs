@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use wirespeed::{Config, Key, RemoteRegion};
 
 use super::link::{Event, Link, net, patient};
-use super::{SAMPLE_EVERY, STOP_POLL, Settings, since};
+use super::{SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
-use crate::node::{InputAction, InputNode};
+use crate::node::{InputAction, InputNode, Thinned};
 use crate::source::Pattern;
 use crate::wire::Msg;
 
@@ -74,10 +74,14 @@ pub fn run_input(
     }
     drop(tx);
     let mut node = InputNode::new(s.computes, s.rings, s.timeslices, s.scheduler.input(index, s.computes));
+    if s.input_rate > 0.0 {
+        node = node.with_source_rate((f64::from(s.microslice_size) / s.input_rate).ceil() as u64, s.slicing);
+    }
     let pattern = Pattern { input: index as u16, size: s.microslice_size, spread: s.microslice_spread };
     let mut built: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut summary = InputSummary { index, ..InputSummary::default() };
     let mut next_sample = Duration::ZERO;
+    let mut sent = Thinned::new(SAMPLES_KEPT);
     let stop = |node: &mut InputNode, peers: &[Peer]| -> Result<()> {
         match node.stop() {
             Some(horizon) => peers.iter().try_for_each(|p| p.link.send(&Msg::Stop { horizon })),
@@ -154,11 +158,12 @@ pub fn run_input(
         }
         let elapsed = t0.elapsed();
         if elapsed >= next_sample {
-            summary.sent.push((elapsed.as_secs_f64(), summary.bytes));
+            sent.push((elapsed.as_secs_f64(), summary.bytes));
             next_sample = elapsed + SAMPLE_EVERY;
         }
     }
     summary.seconds = t0.elapsed().as_secs_f64();
+    summary.sent = sent.kept().to_vec();
     summary.sent.push((summary.seconds, summary.bytes));
     for p in &peers {
         p.link.finish();

@@ -28,6 +28,9 @@ pub struct Settings {
     /// Mean content bytes per microslice, and the spread around it.
     pub microslice_size: u32,
     pub microslice_spread: u32,
+    /// Each input's source rate in 10^9 bytes a second (1 byte a nanosecond); 0: as fast
+    /// as the run takes it.
+    pub input_rate: f64,
     /// Each compute node's data ring per input, in bytes, and its descriptor ring, in entries.
     pub rings: RingSizes,
     /// Stop after this many timeslices (None: until stopped).
@@ -47,5 +50,7 @@ fn since(t0: Instant) -> u64 {
 /// How long a node's loop may sleep before it looks at `Settings::stop` again.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
-/// How often a node records its bandwidth and buffer fill.
+/// How often a node records its bandwidth and buffer fill, and how many samples it keeps (a
+/// long run's are thinned evenly).
 const SAMPLE_EVERY: Duration = Duration::from_millis(10);
+const SAMPLES_KEPT: usize = 20_000;
