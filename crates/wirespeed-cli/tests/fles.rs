@@ -6,7 +6,7 @@ fn fles_run(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_wirespeed")).args(["fles", "run"]).args(args).output().unwrap()
 }
 
-fn run_and_report(transport: &str, scheduler: &str) -> serde_json::Value {
+fn run_and_report(transport: &str, scheduler: &str) -> (serde_json::Value, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("run.json");
     let out = fles_run(&[
@@ -25,13 +25,42 @@ fn run_and_report(transport: &str, scheduler: &str) -> serde_json::Value {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("300 timeslices in"), "{text}");
-    serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap()
+    (serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap(), dir)
+}
+
+#[test]
+fn plots_draw_a_report() {
+    let (_, dir) = run_and_report("shm", "rr");
+    let svg = dir.path().join("run.svg");
+    let out = Command::new(env!("CARGO_BIN_EXE_wirespeed"))
+        .args(["fles", "plot"])
+        .arg(dir.path().join("run.json"))
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    for caption in ["Bandwidth over time", "Timeslice completion time", "Buffer fill", "3 inputs, 2 compute nodes, rr"]
+    {
+        assert!(text.contains(caption), "{caption}");
+    }
+    std::fs::write(dir.path().join("not.json"), "{\"a\": 1}").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wirespeed"))
+        .args(["fles", "plot"])
+        .arg(dir.path().join("not.json"))
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a report"));
 }
 
 #[test]
 fn every_timeslice_arrives_complete_with_both_schedulers() {
     for (transport, scheduler) in [("shm", "dfs"), ("tcp", "rr"), ("tcp", "dfs")] {
-        let r = run_and_report(transport, scheduler);
+        let (r, _) = run_and_report(transport, scheduler);
         assert_eq!(r["timeslices"], 300, "{transport} {scheduler}");
         assert_eq!(r["incomplete"], 0);
         for key in ["p50", "p99", "max"] {

@@ -7,6 +7,7 @@ mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod node;
+mod plot;
 mod report;
 mod sink;
 
@@ -29,6 +30,8 @@ enum FlesCommand {
     /// Build timeslices: inputs generate microslices, compute nodes gather every input's
     /// contribution to each timeslice and check every CRC.
     Run(RunArgs),
+    /// Draw a run's report: bandwidth over time, completion times, buffer fill (SVG).
+    Plot(plot::PlotArgs),
     /// One node of a run, started by `run --local`.
     #[command(hide = true)]
     Node(node::NodeArgs),
@@ -66,6 +69,7 @@ pub fn run(a: FlesArgs) -> Result<()> {
             (None, Some(inputs)) => run_mpi(inputs, &a),
             (None, None) => bail!("say where the nodes run: --local I:C on this host, or --inputs I under mpirun"),
         },
+        FlesCommand::Plot(a) => plot::run(a),
         FlesCommand::Node(a) => node::run(a),
     }
 }
