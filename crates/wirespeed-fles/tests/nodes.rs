@@ -47,6 +47,7 @@ fn run_until(fabric: &str, inputs: usize, computes: usize, scheduler: Kind, end:
         microslice_size: 600,
         microslice_spread: 200,
         input_rate: 0.0,
+        replay: None,
         rings: RingSizes { data: 1 << 16, descs: 64 },
         timeslices: match end {
             End::After(n) => Some(n),

@@ -1,5 +1,6 @@
 //! The flags every node of a run shares, and the settings they make.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -39,6 +40,11 @@ pub struct RunFlags {
     /// Microslice sizes vary uniformly by up to this many bytes either way.
     #[arg(long, default_value_t = 0)]
     pub microslice_spread: u32,
+    /// Replay this timeslice archive (.tsa, FLESnet's or ours) instead of generating
+    /// microslices: input i sends component i (mod the archive's count) of each archived
+    /// timeslice in turn, round and round.
+    #[arg(long)]
+    pub replay: Option<PathBuf>,
     /// Each input's data rate in GB/s (10^9 bytes a second), as a detector delivers it; 0:
     /// as fast as the run takes it.
     #[arg(long, default_value_t = 0.0)]
@@ -99,6 +105,7 @@ impl RunFlags {
             microslice_size: self.microslice_size,
             microslice_spread: self.microslice_spread.min(self.microslice_size),
             input_rate: self.rate,
+            replay: self.replay.clone(),
             rings: RingSizes { data: self.buffer_size, descs: self.descriptors },
             timeslices: self.timeslices,
             timeout: Duration::from_secs(self.timeout),
@@ -132,6 +139,9 @@ impl RunFlags {
         ];
         if self.no_speedup {
             v.push("--no-speedup".into());
+        }
+        if let Some(path) = &self.replay {
+            v.push(format!("--replay={}", path.display()));
         }
         if let Some(n) = self.timeslices {
             v.push(format!("--timeslices={n}"));

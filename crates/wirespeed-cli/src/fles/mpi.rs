@@ -104,6 +104,8 @@ fn run_rank(
         }
         None => node::input(&s, rank, &urls, &key, &config, barrier)?,
     };
+    // Connections close in the background; let them finish before MPI and the process end.
+    wirespeed::transport::wait_for_closing();
 
     if rank != 0 {
         world.process_at_rank(0).send(summary.to_string().as_bytes());

@@ -159,6 +159,8 @@ pub fn run(a: NodeArgs) -> Result<()> {
             input(&s, a.index, &a.connect, &key, &config, barrier)?
         }
     };
+    // Connections close in the background; let them finish before the process exits.
+    wirespeed::transport::wait_for_closing();
     println!("summary {summary}");
     Ok(())
 }

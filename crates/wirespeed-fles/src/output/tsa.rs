@@ -29,18 +29,20 @@ pub struct TsaWriter<W: Write> {
     seen: [bool; 5],
 }
 
-const TIMESLICE: usize = 0;
-const DESCRIPTOR: usize = 1;
-const DATA: usize = 2;
-const DESCRIPTORS: usize = 3;
-const COMPONENT: usize = 4;
-const VERSIONS: [u32; 5] = [0, 2, 0, 0, 1];
+pub(crate) const TIMESLICE: usize = 0;
+pub(crate) const DESCRIPTOR: usize = 1;
+pub(crate) const DATA: usize = 2;
+pub(crate) const DESCRIPTORS: usize = 3;
+pub(crate) const COMPONENT: usize = 4;
+pub(crate) const VERSIONS: [u32; 5] = [0, 2, 0, 0, 1];
+/// The archive's magic, after its length.
+pub(crate) const MAGIC: &[u8; 22] = b"serialization::archive";
 
 impl<W: Write> TsaWriter<W> {
     /// Starts an archive made at `creation_time` (seconds since the epoch) on `host` by `user`.
     pub fn new(mut out: W, creation_time: i64, host: &str, user: &str) -> io::Result<Self> {
-        out.write_all(&22u64.to_le_bytes())?;
-        out.write_all(b"serialization::archive")?;
+        out.write_all(&(MAGIC.len() as u64).to_le_bytes())?;
+        out.write_all(MAGIC)?;
         out.write_all(&18u16.to_le_bytes())?;
         out.write_all(&[4, 8, 4, 8])?;
         out.write_all(&1i32.to_le_bytes())?;

@@ -4,9 +4,11 @@
 //! node drives its sans-IO state machine; a reader thread per connection feeds it.
 
 mod compute;
+mod feed;
 mod input;
 mod link;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -28,6 +30,8 @@ pub struct Settings {
     /// Mean content bytes per microslice, and the spread around it.
     pub microslice_size: u32,
     pub microslice_spread: u32,
+    /// Replay this timeslice archive instead of generating microslices.
+    pub replay: Option<PathBuf>,
     /// Each input's source rate in 10^9 bytes a second (1 byte a nanosecond); 0: as fast
     /// as the run takes it.
     pub input_rate: f64,

@@ -6,6 +6,8 @@
 
 mod lingering;
 
+pub use lingering::wait_for_closing;
+
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd, RawFd};

@@ -126,3 +126,11 @@ mod tests {
         }
     }
 }
+
+/// Held while workers are created or destroyed and memory is mapped or unmapped: UCX 1.13
+/// crashed in ucs_async_context_cleanup when one connection's worker was destroyed while
+/// another's registered memory was unmapped, as a compute node's connections closed at once.
+pub(super) fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
+    static LIFECYCLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    crate::sync::Unpoison::unpoison(LIFECYCLE.lock())
+}

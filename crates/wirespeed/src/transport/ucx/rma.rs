@@ -11,7 +11,7 @@ use bytes::Bytes;
 use ucx_sys::*;
 
 use super::complete;
-use super::context::{check, context};
+use super::context::{check, context, lifecycle};
 use super::worker::Core;
 use super::worker::RmaOp;
 use crate::error::{Error, Result, Violation};
@@ -33,6 +33,7 @@ unsafe impl Sync for Registration {}
 impl Drop for Registration {
     fn drop(&mut self) {
         if let Ok(ctx) = context() {
+            let _one_at_a_time = lifecycle();
             // SAFETY: mapped in `register`, unmapped once.
             unsafe { lib().ucp_mem_unmap(ctx, self.0) };
         }
@@ -54,8 +55,11 @@ impl Registration {
             ..Default::default()
         };
         let mut memh = std::ptr::null_mut();
+        let ctx = context()?;
+        let one_at_a_time = lifecycle();
         // SAFETY: valid params; out-pointer to a local.
-        check("allocating memory", unsafe { lib().ucp_mem_map(context()?, &params, &mut memh) })?;
+        check("allocating memory", unsafe { lib().ucp_mem_map(ctx, &params, &mut memh) })?;
+        drop(one_at_a_time);
         let registration = Registration(memh);
         let mut attr = ucp_mem_attr_t { field_mask: UCP_MEM_ATTR_FIELD_ADDRESS as u64, ..Default::default() };
         // SAFETY: live handle; out-pointer to a local.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ucx_sys::*;
 
-use super::context::{check, complete, context, posted, status_string};
+use super::context::{check, complete, context, lifecycle, posted, status_string};
 use super::inbox::{Inbox, on_am};
 use crate::error::{Error, Result};
 use crate::mem::Buf;
@@ -69,6 +69,7 @@ impl Core {
             ..Default::default()
         };
         let mut worker = std::ptr::null_mut();
+        let _one_at_a_time = lifecycle();
         // SAFETY: valid context and params; out-pointer to a local.
         check("creating a worker", unsafe { lib().ucp_worker_create(ctx, &params, &mut worker) })?;
         let inbox = Inbox::new(worker, limits);
@@ -386,6 +387,7 @@ impl Drop for Core {
             self.progress();
             self.reap();
         }
+        let _one_at_a_time = lifecycle();
         // SAFETY: created in `Core::new`, destroyed once. The inbox and the buffers of
         // receives still in flight drop after this, once UCX can no longer write to them.
         unsafe { lib().ucp_worker_destroy(self.worker) };

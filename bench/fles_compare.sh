@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Timeslice building against MPI one-sided puts, in one run on this machine, in turns:
+#   MPI_Put   bench/mpi/put_many_to_many.c under Open MPI: INPUTS ranks put 64 KiB contributions
+#             into windows on COMPUTES ranks (offset round robin, lock_all, flush every 8 puts)
+#   fles      wirespeed fles run --local INPUTS:COMPUTES over shm and ucx, replaying an archive of
+#             64 KiB components (so no generator cost), every CRC checked at the compute nodes
+#   raw       wirespeed bench raw over shm, one stream of 64 KiB messages
+# and rr against dfs at the same size: completion time and buffer fill. Every figure is the
+# median of RUNS runs (default 3); GB = 10^9 bytes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-target/release/wirespeed}
+RUNS=${RUNS:-3}
+INPUTS=${INPUTS:-2}
+COMPUTES=${COMPUTES:-2}
+TIMESLICES=${TIMESLICES:-20000}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+[ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
+mpicc -O2 -o "$WORK/put" bench/mpi/put_many_to_many.c
+
+# 127 core microslices + 1 overlap of 480 bytes, with 32-byte descriptors: 65,536 bytes.
+SLICING=(--timeslice-size 127 --overlap 1 --microslice-size 480)
+"$BIN" fles run --local "$INPUTS:1" --timeslices 64 "${SLICING[@]}" --output "tsa:$WORK/replay.tsa" >/dev/null
+
+median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))$2)" "$1"; }
+
+mpi_put() {
+  "${MPIRUN[@]}" -np $((INPUTS + COMPUTES)) "$WORK/put" "$INPUTS" 65536 "$TIMESLICES" | sed -E 's/.*: ([0-9.]+) GB\/s/\1/'
+}
+fles() { # transport scheduler -> report path
+  local out="$WORK/$1-$2.json"
+  "$BIN" fles run --local "$INPUTS:$COMPUTES" --transport "$1" --scheduler "$2" --interval-length 40 \
+    --timeslices "$TIMESLICES" "${SLICING[@]}" --replay "$WORK/replay.tsa" --report "$out" >/dev/null
+  echo "$out"
+}
+raw() {
+  "$BIN" bench raw --transport shm --size 65536 --count 200000 --warmup 10000 --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["mb_per_s"] / 1e3)'
+}
+
+declare -A gbps p50 fill
+for _ in $(seq "$RUNS"); do
+  gbps[mpi]+=" $(mpi_put)"
+  for t in shm ucx; do
+    for s in dfs rr; do
+      r=$(fles "$t" "$s")
+      gbps[$t-$s]+=" $(field "$r" '["aggregate_gbps"]')"
+      p50[$t-$s]+=" $(field "$r" '["completion_ms"]["p50"]')"
+      fill[$t-$s]+=" $(field "$r" '["buffer_fill_max"]')"
+    done
+  done
+  gbps[raw]+=" $(raw)"
+done
+
+mpi=$(median ${gbps[mpi]})
+raw_shm=$(median ${gbps[raw]})
+echo "$INPUTS inputs, $COMPUTES compute nodes, 64 KiB contributions, $TIMESLICES timeslices, median of $RUNS"
+printf '%-22s %10s %10s %10s %12s %10s\n' case GB/s "÷ MPI" "÷ raw shm" "p50 ms" "fill max"
+printf '%-22s %10.2f\n' "MPI_Put (Open MPI)" "$mpi"
+printf '%-22s %10.2f\n' "bench raw shm 1 stream" "$raw_shm"
+for k in shm-dfs shm-rr ucx-dfs ucx-rr; do
+  g=$(median ${gbps[$k]})
+  printf '%-22s %10.2f %10.2f %10.2f %12.2f %9.0f%%\n' "fles ${k/-/ }" "$g" \
+    "$(python3 -c "print($g / $mpi)")" "$(python3 -c "print($g / $raw_shm)")" \
+    "$(median ${p50[$k]})" "$(python3 -c "print(100 * $(median ${fill[$k]}))")"
+done

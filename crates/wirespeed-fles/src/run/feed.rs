@@ -1,0 +1,75 @@
+//! What an input sends: components from the pattern generator, built as they are planned, or
+//! from a timeslice archive, loaded once and replayed round and round.
+
+use std::collections::HashMap;
+use std::io::BufReader;
+use std::path::Path;
+
+use super::Settings;
+use crate::error::{FlesError, Result};
+use crate::source::{Pattern, TsaReader};
+
+/// At most this many of an archive's timeslices are held for replay.
+const REPLAY_MAX: usize = 1024;
+
+pub(crate) enum Feed {
+    Pattern { pattern: Pattern, built: HashMap<u64, Vec<u8>> },
+    /// Each timeslice's component for this input, and its microslice count.
+    Replay(Vec<(Vec<u8>, u64)>),
+}
+
+impl Feed {
+    pub fn new(s: &Settings, input: usize) -> Result<Feed> {
+        match &s.replay {
+            None => {
+                let pattern = Pattern { input: input as u16, size: s.microslice_size, spread: s.microslice_spread };
+                Ok(Feed::Pattern { pattern, built: HashMap::new() })
+            }
+            Some(path) => load(path, input).map(Feed::Replay),
+        }
+    }
+
+    /// Timeslice `ts`'s component size, built if need be.
+    pub fn size(&mut self, ts: u64, s: &Settings) -> u64 {
+        match self {
+            Feed::Pattern { pattern, built } => {
+                built.entry(ts).or_insert_with(|| pattern.component(ts, s.slicing)).len() as u64
+            }
+            Feed::Replay(c) => c[(ts % c.len() as u64) as usize].0.len() as u64,
+        }
+    }
+
+    /// Timeslice `ts`'s component (sized before) and its microslice count, for `send`.
+    pub fn with<T>(&mut self, ts: u64, s: &Settings, send: impl FnOnce(&[u8], u64) -> T) -> T {
+        match self {
+            Feed::Pattern { built, .. } => {
+                let bytes = built.remove(&ts).expect("sized before it was placed");
+                send(&bytes, s.slicing.per_component())
+            }
+            Feed::Replay(c) => {
+                let (bytes, n) = &c[(ts % c.len() as u64) as usize];
+                send(bytes, *n)
+            }
+        }
+    }
+}
+
+/// Input `input`'s components of the archive at `path` (component `input` mod the number
+/// there are, so fewer archived inputs serve more).
+fn load(path: &Path, input: usize) -> Result<Vec<(Vec<u8>, u64)>> {
+    let file = std::fs::File::open(path).map_err(|e| FlesError::Archive(format!("{}: {e}", path.display())))?;
+    let mut reader = TsaReader::new(BufReader::new(file))?;
+    let mut out = Vec::new();
+    while out.len() < REPLAY_MAX {
+        let Some(mut ts) = reader.next_timeslice()? else { break };
+        if ts.components.is_empty() {
+            continue;
+        }
+        let k = input % ts.components.len();
+        out.push(ts.components.swap_remove(k));
+    }
+    if out.is_empty() {
+        return Err(FlesError::Archive(format!("{} holds no timeslices to replay", path.display())));
+    }
+    Ok(out)
+}

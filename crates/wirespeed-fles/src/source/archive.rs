@@ -1,0 +1,219 @@
+//! Reading FLESnet timeslice archives (.tsa) back, to replay them: the layout
+//! [`TsaWriter`](crate::output::TsaWriter) writes, and older class versions FLESnet wrote
+//! (a descriptor without index, start time or flags; components without flags).
+
+use std::io::{self, BufRead, Read};
+
+use crate::error::{FlesError, Result, malformed};
+use crate::model::ComponentView;
+use crate::output::tsa::{COMPONENT, DATA, DESCRIPTOR, DESCRIPTORS, MAGIC, TIMESLICE};
+
+/// Components larger than this are refused as garbage rather than allocated.
+const MAX_COMPONENT: u64 = 1 << 32;
+/// So are timeslices with more components.
+const MAX_COMPONENTS: u64 = 1 << 16;
+
+/// One timeslice from an archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchivedTimeslice {
+    pub index: u64,
+    pub num_core_microslices: u32,
+    /// Each component's bytes (descriptors, then contents) and its microslice count.
+    pub components: Vec<(Vec<u8>, u64)>,
+}
+
+/// Reads an archive's timeslices one after another.
+pub struct TsaReader<R: BufRead> {
+    input: R,
+    /// Each class's version, once it has appeared.
+    versions: [Option<u32>; 5],
+    pub host: String,
+    pub user: String,
+}
+
+fn io_error(e: io::Error) -> FlesError {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        malformed("timeslice archive", "it ends in the middle of a timeslice")
+    } else {
+        FlesError::Archive(e.to_string())
+    }
+}
+
+impl<R: BufRead> TsaReader<R> {
+    pub fn new(mut input: R) -> Result<Self> {
+        let mut head = [0u8; 8 + 22 + 2 + 4 + 4];
+        input.read_exact(&mut head).map_err(|_| malformed("timeslice archive", "too short for its header"))?;
+        if head[..8] != (MAGIC.len() as u64).to_le_bytes() || &head[8..30] != MAGIC {
+            return Err(malformed("timeslice archive", "not a Boost.Serialization binary archive"));
+        }
+        if head[32..36] != [4, 8, 4, 8] {
+            return Err(malformed("timeslice archive", "written on a platform with other type sizes"));
+        }
+        let mut r = TsaReader { input, versions: [None; 5], host: String::new(), user: String::new() };
+        // The ArchiveDescriptor.
+        r.u8()?;
+        let version = r.u32()?;
+        if version > 0 && r.u32()? != 0 {
+            return Err(malformed("timeslice archive", "not a timeslice archive"));
+        }
+        if version > 1 && r.u32()? != 0 {
+            return Err(FlesError::Archive("compressed archives cannot be replayed yet".into()));
+        }
+        r.u64()?; // creation time
+        r.host = r.string()?;
+        r.user = r.string()?;
+        Ok(r)
+    }
+
+    fn bytes<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let mut b = [0u8; N];
+        self.input.read_exact(&mut b).map_err(io_error)?;
+        Ok(b)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.bytes::<1>()?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.bytes()?))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.bytes()?))
+    }
+    fn string(&mut self) -> Result<String> {
+        let len = self.u64()?;
+        if len > 4096 {
+            return Err(malformed("timeslice archive", format!("a {len}-byte name")));
+        }
+        let mut b = vec![0u8; len as usize];
+        self.input.read_exact(&mut b).map_err(io_error)?;
+        Ok(String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// A class's version: read with its tracking byte the first time it appears.
+    fn class(&mut self, which: usize) -> Result<u32> {
+        if let Some(v) = self.versions[which] {
+            return Ok(v);
+        }
+        self.u8()?;
+        let v = self.u32()?;
+        self.versions[which] = Some(v);
+        Ok(v)
+    }
+
+    /// The next timeslice, or None at the end of the archive. Every component is checked to
+    /// hold as many microslices as its descriptor says, within its bytes.
+    pub fn next_timeslice(&mut self) -> Result<Option<ArchivedTimeslice>> {
+        if self.input.fill_buf().map_err(io_error)?.is_empty() {
+            return Ok(None);
+        }
+        self.class(TIMESLICE)?;
+        let version = self.class(DESCRIPTOR)?;
+        let fixed = if version > 1 { 8 + 8 + 8 + 4 } else if version > 0 { 8 } else { 0 } + 8 + 4 + 4;
+        let mut b = vec![0u8; fixed];
+        self.input.read_exact(&mut b).map_err(io_error)?;
+        let index = if version > 0 { u64::from_le_bytes(b[..8].try_into().expect("8")) } else { 0 };
+        let tail = &b[fixed - 16..];
+        let num_core_microslices = u32::from_le_bytes(tail[8..12].try_into().expect("4"));
+        let num_components = u32::from_le_bytes(tail[12..16].try_into().expect("4")) as u64;
+        if num_components > MAX_COMPONENTS {
+            return Err(malformed("timeslice archive", format!("{num_components} components")));
+        }
+        self.class(DATA)?;
+        let count = self.u64()?;
+        self.u32()?; // item version
+        if count != num_components {
+            return Err(malformed("timeslice archive", "component counts disagree"));
+        }
+        let mut data = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let len = self.u64()?;
+            if len > MAX_COMPONENT {
+                return Err(malformed("timeslice archive", format!("a {len}-byte component")));
+            }
+            let mut bytes = Vec::new();
+            (&mut self.input).take(len).read_to_end(&mut bytes).map_err(io_error)?;
+            if bytes.len() as u64 != len {
+                return Err(malformed("timeslice archive", "it ends in the middle of a timeslice"));
+            }
+            data.push(bytes);
+        }
+        self.class(DESCRIPTORS)?;
+        if self.u64()? != count {
+            return Err(malformed("timeslice archive", "component counts disagree"));
+        }
+        self.u32()?; // item version
+        let mut components = Vec::with_capacity(data.len());
+        for bytes in data {
+            let version = self.class(COMPONENT)?;
+            let (_ts_num, _offset, size, microslices) = (self.u64()?, self.u64()?, self.u64()?, self.u64()?);
+            if version >= 1 {
+                self.u32()?; // flags
+            }
+            if size != bytes.len() as u64 {
+                return Err(malformed("timeslice archive", "a component's size disagrees with its bytes"));
+            }
+            ComponentView::new(&bytes, microslices)?;
+            components.push((bytes, microslices));
+        }
+        Ok(Some(ArchivedTimeslice { index, num_core_microslices, components }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Slicing;
+    use crate::output::{StoredTimeslice, TsaWriter};
+    use crate::source::Pattern;
+
+    const TWO: &[u8] = include_bytes!("../../tests/data/two.tsa");
+
+    #[test]
+    fn reads_what_flesnet_wrote() {
+        let mut r = TsaReader::new(TWO).unwrap();
+        assert_eq!((r.host.as_str(), r.user.as_str()), ("vm", "root"));
+        let a = r.next_timeslice().unwrap().unwrap();
+        assert_eq!((a.index, a.num_core_microslices, a.components.len()), (7, 2, 1));
+        let v = ComponentView::new(&a.components[0].0, 2).unwrap();
+        assert_eq!(v.microslice(1).unwrap().1, [0xA1, 0xB0, 0xC0, 0xD0]);
+        assert_eq!(r.next_timeslice().unwrap().unwrap().index, 8);
+        assert_eq!(r.next_timeslice().unwrap(), None);
+    }
+
+    #[test]
+    fn reads_back_what_we_write() {
+        let slicing = Slicing { core: 5, overlap: 1 };
+        let parts: Vec<Vec<u8>> = (0..3).map(|i| Pattern { input: i, size: 90, spread: 30 }.component(4, slicing)).collect();
+        let mut w = TsaWriter::new(Vec::new(), 0, "h", "u").unwrap();
+        for index in [4, 5] {
+            let components = parts.iter().map(|p| (&p[..], 6)).collect();
+            w.write(&StoredTimeslice { index, start_time: 0, duration: 0, flags: 0, ts_pos: 0, num_core_microslices: 5, components }).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let mut r = TsaReader::new(&bytes[..]).unwrap();
+        for index in [4, 5] {
+            let a = r.next_timeslice().unwrap().unwrap();
+            assert_eq!(a.index, index);
+            assert_eq!(a.components.iter().map(|c| &c.0).collect::<Vec<_>>(), parts.iter().collect::<Vec<_>>());
+        }
+        assert_eq!(r.next_timeslice().unwrap(), None);
+        // Cut anywhere inside the last timeslice: an error, never a short timeslice.
+        for cut in [bytes.len() - 1, bytes.len() - 40, bytes.len() / 2 + 30] {
+            let mut r = TsaReader::new(&bytes[..cut]).unwrap();
+            let mut results = Vec::new();
+            while let Ok(Some(t)) = r.next_timeslice() {
+                results.push(t.index);
+            }
+            assert!(r.next_timeslice().is_err() || results.len() < 2, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn garbage_is_refused_without_panicking() {
+        assert!(TsaReader::new(&b"not an archive at all, not at all, no"[..]).is_err());
+        let mut bytes = TWO.to_vec();
+        bytes[0x5C] = 0xFF; // the first timeslice's descriptor version
+        let r = TsaReader::new(&bytes[..]).and_then(|mut r| r.next_timeslice());
+        let _ = r; // any result but a panic
+    }
+}
