@@ -47,7 +47,10 @@ for _ in $(seq "$RUNS"); do
   gbps[mpi]+=" $(mpi_put)"
   for t in shm ucx; do
     for s in dfs rr; do
-      r=$(fles "$t" "$s")
+      if ! r=$(fles "$t" "$s"); then
+        echo "fles $t $s: this run failed; left out" >&2
+        continue
+      fi
       gbps[$t-$s]+=" $(field "$r" '["aggregate_gbps"]')"
       p50[$t-$s]+=" $(field "$r" '["completion_ms"]["p50"]')"
       fill[$t-$s]+=" $(field "$r" '["buffer_fill_max"]')"
@@ -63,6 +66,7 @@ printf '%-22s %10s %10s %10s %12s %10s\n' case GB/s "÷ MPI" "÷ raw shm" "p50 m
 printf '%-22s %10.2f\n' "MPI_Put (Open MPI)" "$mpi"
 printf '%-22s %10.2f\n' "bench raw shm 1 stream" "$raw_shm"
 for k in shm-dfs shm-rr ucx-dfs ucx-rr; do
+  [ -n "${gbps[$k]:-}" ] || continue
   g=$(median ${gbps[$k]})
   printf '%-22s %10.2f %10.2f %10.2f %12.2f %9.0f%%\n' "fles ${k/-/ }" "$g" \
     "$(python3 -c "print($g / $mpi)")" "$(python3 -c "print($g / $raw_shm)")" \

@@ -169,3 +169,67 @@ fn a_run_without_a_limit_winds_down_when_stopped() {
 fn a_stop_at_one_compute_node_winds_down_the_whole_run() {
     run_until("shm", 2, 2, dfs(), End::StopOneCompute);
 }
+
+#[test]
+fn the_iterator_hands_out_timeslices_that_are_released_when_dropped_in_any_order() {
+    let key = Key::new("fles test key").unwrap();
+    let config = Config::default();
+    let s = Settings {
+        inputs: 2,
+        computes: 1,
+        scheduler: Kind::RoundRobin,
+        slicing: Slicing { core: 10, overlap: 1 },
+        microslice_size: 600,
+        microslice_spread: 200,
+        input_rate: 0.0,
+        replay: None,
+        // Room for a few components only: holding timeslices must not stall the run for good.
+        rings: RingSizes { data: 1 << 16, descs: 8 },
+        timeslices: Some(50),
+        timeout: Duration::from_secs(20),
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let barrier = Arc::new(Barrier::new(3));
+    let listener = ComputeListener::bind(&url("shm", 0), &key, &config).unwrap();
+    let urls = vec![listener.url().to_string()];
+    let b = barrier.clone();
+    let mut timeslices = listener
+        .timeslices(s.clone(), 0, move || {
+            b.wait();
+            Ok(())
+        })
+        .unwrap();
+    let inputs: Vec<_> = (0..2)
+        .map(|i| {
+            let (s, b, urls, key, config) = (s.clone(), barrier.clone(), urls.clone(), key.clone(), config.clone());
+            std::thread::spawn(move || {
+                run_input(&s, i, &urls, &key, &config, || {
+                    b.wait();
+                    Ok(())
+                })
+                .unwrap()
+            })
+        })
+        .collect();
+    let mut held = Vec::new();
+    let mut seen = Vec::new();
+    for ts in timeslices.by_ref() {
+        for (i, c) in ts.components().iter().enumerate() {
+            c.verify(i as u16).unwrap();
+        }
+        seen.push(ts.index);
+        held.push(ts);
+        if held.len() == 3 {
+            // Newest first.
+            while let Some(t) = held.pop() {
+                drop(t);
+            }
+        }
+    }
+    drop(held);
+    assert_eq!(seen, (0..50).collect::<Vec<u64>>());
+    for i in inputs {
+        assert_eq!(i.join().unwrap().components, 50);
+    }
+    assert_eq!(timeslices.finish().unwrap().timeslices, 50);
+}

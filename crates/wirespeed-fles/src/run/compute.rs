@@ -2,8 +2,9 @@
 //! inputs' pointers move, and hands each complete timeslice to a consumer as views into the
 //! rings, giving the space back when the consumer returns.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use wirespeed::{Config, Key, Listener, Region};
@@ -22,6 +23,8 @@ use crate::wire::Msg;
 pub struct Timeslice<'a> {
     pub index: u64,
     pub components: Vec<ComponentView<'a>>,
+    /// The rings the views lie in, for a consumer that keeps the timeslice.
+    pub(crate) rings: Vec<Arc<Region>>,
 }
 
 /// What a compute node saw, for the run's report.
@@ -49,7 +52,7 @@ pub struct ComputeListener {
 
 struct Peer {
     link: Link,
-    data: Region,
+    data: Arc<Region>,
     descs: Region,
 }
 
@@ -65,7 +68,8 @@ impl ComputeListener {
     }
 
     /// Runs compute node `index`: takes every input's connection, calls `barrier`, then
-    /// hands each of its complete timeslices to `consume`, in order.
+    /// hands each of its complete timeslices to `consume`, in order; its ring space goes back
+    /// when `consume` returns.
     pub fn run(
         self,
         s: &Settings,
@@ -73,6 +77,21 @@ impl ComputeListener {
         barrier: impl FnOnce() -> Result<()>,
         mut consume: impl FnMut(&Timeslice<'_>) -> Result<()>,
     ) -> Result<ComputeSummary> {
+        self.drive(s, index, barrier, |ts, _| consume(ts).map(|()| true), || {})
+    }
+
+    /// Like [`run`](Self::run), but `consume` may keep a timeslice (returning false) and
+    /// release it later with an [`Event::Released`] on the loop's channel, in any order;
+    /// `delivered_all` is called once the last timeslice has been handed over.
+    pub(crate) fn drive(
+        self,
+        s: &Settings,
+        index: usize,
+        barrier: impl FnOnce() -> Result<()>,
+        mut consume: impl FnMut(&Timeslice<'_>, &Sender<Event>) -> Result<bool>,
+        delivered_all: impl FnOnce(),
+    ) -> Result<ComputeSummary> {
+        let mut delivered_all = Some(delivered_all);
         let mut slots: Vec<Option<Peer>> = (0..s.inputs).map(|_| None).collect();
         for _ in 0..s.inputs {
             let conn = self.listener.accept_timeout(s.timeout).map_err(|e| net("waiting for the inputs", e))?;
@@ -89,7 +108,7 @@ impl ComputeListener {
             let data = register(s.rings.data)?;
             let descs = register(s.rings.descs * COMPONENT_DESCRIPTOR_LEN as u64)?;
             link.send(&Msg::Rings { data: data.descriptor().to_vec(), descs: descs.descriptor().to_vec() })?;
-            slots[input] = Some(Peer { link, data, descs });
+            slots[input] = Some(Peer { link, data: Arc::new(data), descs });
         }
         let peers: Vec<Peer> = slots.into_iter().map(|p| p.expect("every input joined")).collect();
         barrier()?;
@@ -98,7 +117,6 @@ impl ComputeListener {
         for (i, p) in peers.iter().enumerate() {
             p.link.start_reader(i, tx.clone())?;
         }
-        drop(tx);
         let dfs = match &s.scheduler {
             Kind::Dfs(d) => Some(d.clone()),
             Kind::RoundRobin => None,
@@ -108,13 +126,20 @@ impl ComputeListener {
         let mut next_sample = Duration::ZERO;
         let mut fill = Thinned::new(SAMPLES_KEPT);
         let mut quiet_since = Instant::now();
-        while !node.finished() {
+        let mut kept = 0usize;
+        while !node.finished() || kept > 0 {
+            if node.finished()
+                && let Some(f) = delivered_all.take()
+            {
+                f();
+            }
             if s.stop.load(Ordering::Relaxed) {
                 node.halt();
             }
             let ev = match rx.recv_timeout(STOP_POLL) {
                 Ok(ev) => Some(ev),
-                Err(RecvTimeoutError::Timeout) if quiet_since.elapsed() < s.timeout => None,
+                // A consumer holding timeslices is no stall of the inputs.
+                Err(RecvTimeoutError::Timeout) if kept > 0 || quiet_since.elapsed() < s.timeout => None,
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(FlesError::Net(format!("nothing from any input for {:?}", s.timeout)));
                 }
@@ -132,6 +157,10 @@ impl ComputeListener {
                         node.on_component(i, desc, now)?;
                     }
                 }
+                Some(Event::Released(ts)) => {
+                    node.release(ts);
+                    kept -= 1;
+                }
                 Some(Event::Msg(_, Msg::Report(r))) => node.on_report(r)?,
                 Some(Event::Msg(i, Msg::Stop { horizon })) => node.on_stop(i, horizon)?,
                 Some(Event::Msg(i, other)) => return Err(FlesError::Protocol(format!("input {i} sent {other:?}"))),
@@ -142,10 +171,14 @@ impl ComputeListener {
                 match action {
                     ComputeAction::Deliver { ts, components } => {
                         let ts_view = view(&peers, s, ts, &components)?;
-                        consume(&ts_view)?;
+                        let released = consume(&ts_view, &tx)?;
                         summary.timeslices += 1;
                         summary.bytes += components.iter().map(|c| c.size).sum::<u64>();
-                        node.release(ts);
+                        if released {
+                            node.release(ts);
+                        } else {
+                            kept += 1;
+                        }
                     }
                     ComputeAction::Ack { input, acked } => peers[input].link.send(&Msg::Ack(acked))?,
                     ComputeAction::Propose(p) => peers.iter().try_for_each(|q| q.link.send(&Msg::Propose(p)))?,
@@ -189,5 +222,5 @@ fn view<'a>(peers: &'a [Peer], s: &Settings, ts: u64, components: &[ComponentDes
         let bytes = unsafe { std::slice::from_raw_parts(p.data.as_ptr().add(at), c.size as usize) };
         views.push(ComponentView::new(bytes, c.num_microslices)?);
     }
-    Ok(Timeslice { index: ts, components: views })
+    Ok(Timeslice { index: ts, components: views, rings: peers.iter().map(|p| p.data.clone()).collect() })
 }

@@ -13,7 +13,10 @@ use crate::source::{Pattern, TsaReader};
 const REPLAY_MAX: usize = 1024;
 
 pub(crate) enum Feed {
-    Pattern { pattern: Pattern, built: HashMap<u64, Vec<u8>> },
+    Pattern {
+        pattern: Pattern,
+        built: HashMap<u64, Vec<u8>>,
+    },
     /// Each timeslice's component for this input, and its microslice count.
     Replay(Vec<(Vec<u8>, u64)>),
 }

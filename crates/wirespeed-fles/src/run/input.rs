@@ -102,6 +102,7 @@ pub fn run_input(
             }
             Event::Closed(_, Ok(())) => Ok(()),
             Event::Closed(c, Err(e)) => Err(FlesError::Net(format!("compute node {c}: {e}"))),
+            Event::Released(_) => Ok(()), // compute nodes' only
         }
     };
     let mut quiet_since = Instant::now();

@@ -15,6 +15,8 @@ pub(crate) enum Event {
     Msg(usize, Msg),
     /// The peer finished its stream (Ok) or the connection failed.
     Closed(usize, Result<()>),
+    /// The consumer let go of a timeslice it kept (compute nodes).
+    Released(u64),
 }
 
 pub(crate) struct Link {

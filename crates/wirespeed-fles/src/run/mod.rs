@@ -4,6 +4,7 @@
 //! node drives its sans-IO state machine; a reader thread per connection feeds it.
 
 mod compute;
+mod consumer;
 mod feed;
 mod input;
 mod link;
@@ -14,6 +15,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 pub use compute::{ComputeListener, ComputeSummary, Timeslice};
+pub use consumer::{KeptTimeslice, Timeslices};
 pub use input::{InputSummary, run_input};
 
 use crate::model::Slicing;

@@ -108,7 +108,15 @@ impl<R: BufRead> TsaReader<R> {
         }
         self.class(TIMESLICE)?;
         let version = self.class(DESCRIPTOR)?;
-        let fixed = if version > 1 { 8 + 8 + 8 + 4 } else if version > 0 { 8 } else { 0 } + 8 + 4 + 4;
+        let fixed = if version > 1 {
+            8 + 8 + 8 + 4
+        } else if version > 0 {
+            8
+        } else {
+            0
+        } + 8
+            + 4
+            + 4;
         let mut b = vec![0u8; fixed];
         self.input.read_exact(&mut b).map_err(io_error)?;
         let index = if version > 0 { u64::from_le_bytes(b[..8].try_into().expect("8")) } else { 0 };
@@ -183,11 +191,21 @@ mod tests {
     #[test]
     fn reads_back_what_we_write() {
         let slicing = Slicing { core: 5, overlap: 1 };
-        let parts: Vec<Vec<u8>> = (0..3).map(|i| Pattern { input: i, size: 90, spread: 30 }.component(4, slicing)).collect();
+        let parts: Vec<Vec<u8>> =
+            (0..3).map(|i| Pattern { input: i, size: 90, spread: 30 }.component(4, slicing)).collect();
         let mut w = TsaWriter::new(Vec::new(), 0, "h", "u").unwrap();
         for index in [4, 5] {
             let components = parts.iter().map(|p| (&p[..], 6)).collect();
-            w.write(&StoredTimeslice { index, start_time: 0, duration: 0, flags: 0, ts_pos: 0, num_core_microslices: 5, components }).unwrap();
+            w.write(&StoredTimeslice {
+                index,
+                start_time: 0,
+                duration: 0,
+                flags: 0,
+                ts_pos: 0,
+                num_core_microslices: 5,
+                components,
+            })
+            .unwrap();
         }
         let bytes = w.finish().unwrap();
         let mut r = TsaReader::new(&bytes[..]).unwrap();

@@ -28,8 +28,8 @@ use bytes::Bytes;
 
 pub use crate::proto::session::Ready;
 pub use conn::Connection;
-pub use progress::wait_for_closing;
 pub use listener::Listener;
+pub use progress::wait_for_closing;
 pub use rma::{Region, RemoteRegion};
 pub use stream::{Incoming, Message, Stream};
 

@@ -110,6 +110,14 @@ pub(super) unsafe fn complete(request: *mut c_void, status: ucs_status_t, slot: 
     }
 }
 
+/// Held while workers are created or destroyed and memory is mapped or unmapped: UCX 1.13
+/// crashed in ucs_async_context_cleanup when one connection's worker was destroyed while
+/// another's registered memory was unmapped, as a compute node's connections closed at once.
+pub(super) fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
+    static LIFECYCLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    crate::sync::Unpoison::unpoison(LIFECYCLE.lock())
+}
+
 #[cfg(test)]
 mod tests {
     use super::bulk_over_sockets;
@@ -125,12 +133,4 @@ mod tests {
             assert_eq!(bulk_over_sockets(Some(tls)), !rdma_here, "{tls}");
         }
     }
-}
-
-/// Held while workers are created or destroyed and memory is mapped or unmapped: UCX 1.13
-/// crashed in ucs_async_context_cleanup when one connection's worker was destroyed while
-/// another's registered memory was unmapped, as a compute node's connections closed at once.
-pub(super) fn lifecycle() -> std::sync::MutexGuard<'static, ()> {
-    static LIFECYCLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    crate::sync::Unpoison::unpoison(LIFECYCLE.lock())
 }
