@@ -186,3 +186,55 @@ fn ctrl_c_finishes_the_timeslices_begun() {
     assert_eq!(per_node, [n.div_ceil(2), n / 2]);
     assert!(dir.path().join("run.0.tsa").exists() && dir.path().join("run.1.tsa").exists());
 }
+
+/// Starts `fles run` with `args`, sends `signal` to its input `input` after `after`, and
+/// returns the run's report.
+fn run_and_signal_an_input(args: &[&str], input: usize, signal: &str, after: std::time::Duration) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("run.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_wirespeed"))
+        .args(["fles", "run"])
+        .args(args)
+        .arg(format!("--report={}", report.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(after);
+    let pattern = format!("role=input --index={input} ");
+    let sent = Command::new("pkill")
+        .arg(format!("-{signal}"))
+        .arg("-P")
+        .arg(child.id().to_string())
+        .arg("-f")
+        .arg(&pattern)
+        .status();
+    assert!(sent.unwrap().success(), "no input {input} to signal");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("input {input}")), "{stderr}");
+    serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap()
+}
+
+#[test]
+fn an_input_killed_mid_run_leaves_its_timeslices_incomplete_and_the_rest_whole() {
+    let args = ["--local=3:2", "--timeslices=2000", "--timeslice-size=20", "--rate=0.02"];
+    let r = run_and_signal_an_input(&args, 1, "KILL", std::time::Duration::from_millis(1200));
+    assert_eq!(r["timeslices"], 2000, "every timeslice delivered, none twice");
+    let incomplete = r["incomplete"].as_u64().unwrap();
+    assert!(incomplete > 0 && incomplete < 2000, "{incomplete}");
+    assert_eq!(r["lost_inputs"], serde_json::json!([1]));
+    let per_node: Vec<u64> =
+        r["computes"].as_array().unwrap().iter().map(|c| c["timeslices"].as_u64().unwrap()).collect();
+    assert_eq!(per_node, [1000, 1000]);
+}
+
+#[test]
+fn an_input_gone_silent_is_given_up_after_the_timeout() {
+    let args = ["--local=3:2", "--timeslices=1500", "--timeslice-size=20", "--rate=0.02", "--timeout=4"];
+    let r = run_and_signal_an_input(&args, 2, "STOP", std::time::Duration::from_millis(800));
+    assert_eq!(r["timeslices"], 1500);
+    assert!(r["incomplete"].as_u64().unwrap() > 0);
+    assert_eq!(r["lost_inputs"], serde_json::json!([2]));
+}

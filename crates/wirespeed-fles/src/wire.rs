@@ -26,6 +26,8 @@ pub enum Msg {
     Stop { horizon: u64 },
     /// Compute node → input: the agreed end; send everything below it, then finish.
     End { at: u64 },
+    /// Input → compute node, every second: still here, if quiet.
+    Heartbeat,
 }
 
 const JOIN: u8 = 1;
@@ -37,6 +39,7 @@ const PROPOSE: u8 = 6;
 const HALT: u8 = 7;
 const STOP: u8 = 8;
 const END: u8 = 9;
+const HEARTBEAT: u8 = 10;
 
 /// Region descriptors are small; anything larger is garbage.
 const MAX_DESCRIPTOR: usize = 4096;
@@ -70,6 +73,7 @@ impl Msg {
                 u64s(&mut b, &[p.interval, p.start, p.duration]);
             }
             Msg::Halt => b.push(HALT),
+            Msg::Heartbeat => b.push(HEARTBEAT),
             Msg::Stop { horizon } => {
                 b.push(STOP);
                 u64s(&mut b, &[*horizon]);
@@ -133,6 +137,10 @@ impl Msg {
                 u64s(0)?;
                 Msg::Halt
             }
+            HEARTBEAT => {
+                u64s(0)?;
+                Msg::Heartbeat
+            }
             STOP => Msg::Stop { horizon: u64s(1)?[0] },
             END => Msg::End { at: u64s(1)?[0] },
             other => return Err(malformed("message", format!("unknown kind {other}"))),
@@ -157,6 +165,7 @@ mod tests {
             Msg::Halt,
             Msg::Stop { horizon: 12 },
             Msg::End { at: 13 },
+            Msg::Heartbeat,
         ];
         for m in all {
             assert_eq!(Msg::decode(&m.encode()), Ok(m));

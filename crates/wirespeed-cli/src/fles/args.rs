@@ -71,7 +71,8 @@ pub struct RunFlags {
     /// DFS: no staged speed-up.
     #[arg(long)]
     pub no_speedup: bool,
-    /// Seconds a node waits without progress before it gives up.
+    /// Seconds a node waits without progress before it gives up; a compute node goes on
+    /// without an input it has not heard from (not even its heartbeat) for half of it.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
 }

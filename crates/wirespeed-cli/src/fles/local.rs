@@ -66,14 +66,16 @@ impl Nodes {
     }
 
     /// The next line from any node within `wait` (None if there is none yet), passing over
-    /// the end of output of nodes that have `finished`; any other node that closes its
-    /// output has failed (its error is on stderr).
-    fn next(&mut self, wait: Duration, finished: &[bool]) -> Result<Option<(usize, String)>> {
+    /// the end of output of nodes that have `finished`. Any other node that closes its output
+    /// has failed (its error is on stderr): an error, unless it is one the run can `lose`,
+    /// which comes back as a line of None.
+    fn next(&mut self, wait: Duration, finished: &[bool], lose: &[bool]) -> Result<Option<(usize, Option<String>)>> {
         let deadline = Instant::now() + wait;
         loop {
             match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok((i, Some(line))) => return Ok(Some((i, line))),
+                Ok((i, Some(line))) => return Ok(Some((i, Some(line)))),
                 Ok((i, None)) if finished.get(i) == Some(&true) => continue,
+                Ok((i, None)) if lose.get(i) == Some(&true) => return Ok(Some((i, None))),
                 Ok((i, None)) => {
                     let status = self.nodes[i].child.wait()?;
                     return Err(anyhow!("{} stopped ({status})", self.nodes[i].name));
@@ -84,9 +86,11 @@ impl Nodes {
     }
 
     /// The next line before `deadline`, or an error.
-    fn next_before(&mut self, deadline: Instant, finished: &[bool]) -> Result<(usize, String)> {
-        self.next(deadline.saturating_duration_since(Instant::now()), finished)?
-            .ok_or_else(|| anyhow!("the nodes did not get ready in time"))
+    fn next_before(&mut self, deadline: Instant) -> Result<(usize, String)> {
+        match self.next(deadline.saturating_duration_since(Instant::now()), &[], &[])? {
+            Some((i, Some(line))) => Ok((i, line)),
+            _ => Err(anyhow!("the nodes did not get ready in time")),
+        }
     }
 
     /// Asks every node to wind the run down.
@@ -116,10 +120,10 @@ pub fn run(layout: (usize, usize), a: &RunArgs) -> Result<()> {
     if outcome.is_err() {
         nodes.kill_all();
     }
-    let summaries = outcome?;
-    for n in &mut nodes.nodes {
+    let (summaries, lost) = outcome?;
+    for (i, n) in nodes.nodes.iter_mut().enumerate() {
         let status = n.child.wait()?;
-        if !status.success() {
+        if !status.success() && !lost.contains(&i) {
             bail!("{} ended with {status}", n.name);
         }
     }
@@ -127,7 +131,14 @@ pub fn run(layout: (usize, usize), a: &RunArgs) -> Result<()> {
 }
 
 /// Starts the nodes, passes the barrier, and collects their summaries.
-fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, s: &Settings) -> Result<Vec<Value>> {
+/// The summaries, and the nodes lost on the way (inputs the run went on without).
+fn drive(
+    layout: (usize, usize),
+    a: &RunArgs,
+    nodes: &mut Nodes,
+    key: &str,
+    s: &Settings,
+) -> Result<(Vec<Value>, Vec<usize>)> {
     let timeout = s.timeout;
     let (inputs, computes) = layout;
     let common = |role: &str, index: usize| {
@@ -148,7 +159,7 @@ fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, s: &
     let mut urls = vec![String::new(); computes];
     let setup_end = Instant::now() + timeout;
     while urls.iter().any(|u| u.is_empty()) {
-        let (i, line) = nodes.next_before(setup_end, &[])?;
+        let (i, line) = nodes.next_before(setup_end)?;
         match line.strip_prefix("listening ") {
             Some(url) => urls[i] = url.to_string(),
             None => bail!("compute node {i} said {line:?}"),
@@ -161,7 +172,7 @@ fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, s: &
     }
     let mut ready = 0;
     while ready < inputs + computes {
-        match nodes.next_before(setup_end, &[])? {
+        match nodes.next_before(setup_end)? {
             (_, l) if l == "ready" => ready += 1,
             (i, l) => bail!("{} said {l:?}", nodes.nodes[i].name),
         }
@@ -174,15 +185,38 @@ fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, s: &
     // stays silent past its own timeout without failing. Compute nodes tell their progress.
     let mut summaries = Vec::new();
     let mut finished = vec![false; inputs + computes];
+    // Compute nodes were started first; the run goes on without an input that dies.
+    let losable: Vec<bool> = (0..inputs + computes).map(|i| i >= computes).collect();
+    let mut lost = Vec::new();
+    let mut computes_done: Option<Instant> = None;
     let mut progress = Progress::new(computes);
     let mut stopping = false;
     let mut quiet_since = Instant::now();
-    while summaries.len() < inputs + computes {
+    while summaries.len() + lost.len() < inputs + computes {
         if !stopping && s.stop.load(Ordering::Relaxed) {
             nodes.stop_all();
             stopping = true;
         }
-        let Some((i, line)) = nodes.next(Duration::from_millis(100), &finished)? else {
+        // Once every compute node is done, an input still running past the timeout is hung
+        // (the compute nodes gave up on it): it is stopped and counted lost.
+        if computes_done.is_none() && finished[..computes].iter().all(|&f| f) {
+            computes_done = Some(Instant::now());
+        }
+        if computes_done.is_some_and(|at| at.elapsed() > timeout) {
+            for i in computes..inputs + computes {
+                if !finished[i] {
+                    eprintln!(
+                        "wirespeed: {} did not end after the compute nodes did; stopping it",
+                        nodes.nodes[i].name
+                    );
+                    let _ = nodes.nodes[i].child.kill();
+                    finished[i] = true;
+                    lost.push(i);
+                }
+            }
+            continue;
+        }
+        let Some((i, line)) = nodes.next(Duration::from_millis(100), &finished, &losable)? else {
             if quiet_since.elapsed() > timeout * 4 {
                 bail!("no node said anything for {:?}", timeout * 4);
             }
@@ -190,6 +224,12 @@ fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, s: &
         };
         quiet_since = Instant::now();
         let name = &nodes.nodes[i].name;
+        let Some(line) = line else {
+            eprintln!("wirespeed: {name} was lost; the run goes on without it");
+            finished[i] = true;
+            lost.push(i);
+            continue;
+        };
         if let Some(p) = line.strip_prefix("progress ") {
             progress.update(i, p);
         } else if let Some(json) = line.strip_prefix("summary ") {
@@ -200,7 +240,7 @@ fn drive(layout: (usize, usize), a: &RunArgs, nodes: &mut Nodes, key: &str, s: &
         }
     }
     progress.bar.finish_and_clear();
-    Ok(summaries)
+    Ok((summaries, lost))
 }
 
 /// The live line on a terminal: every compute node's timeslices and bytes so far.

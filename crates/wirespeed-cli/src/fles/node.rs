@@ -108,6 +108,7 @@ pub fn compute(
         "role": "compute", "index": summary.index, "timeslices": summary.timeslices,
         "bytes": summary.bytes, "seconds": summary.seconds, "microslices_checked": checked,
         "completions": summary.completions, "slowest_ns": summary.slowest, "fill": summary.fill,
+        "incomplete": summary.incomplete, "lost_inputs": summary.lost_inputs,
         "intervals": summary.intervals.iter().map(|c| (c.interval, c.start, c.duration)).collect::<Vec<_>>(),
     }))
 }

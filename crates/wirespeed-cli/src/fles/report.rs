@@ -62,7 +62,11 @@ pub fn build(description: Value, summaries: &[Value]) -> Value {
     json!({
         "run": description,
         "timeslices": timeslices,
-        "incomplete": 0,
+        "incomplete": by_role("compute").map(|s| s["incomplete"].as_u64().unwrap_or(0)).sum::<u64>(),
+        "lost_inputs": by_role("compute")
+            .flat_map(|s| s["lost_inputs"].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| v.as_u64())
+            .collect::<std::collections::BTreeSet<u64>>(),
         "seconds": seconds,
         "completion_ms": {
             "p50": quantile(&completion_ms, 0.5),
@@ -82,8 +86,16 @@ pub fn build(description: Value, summaries: &[Value]) -> Value {
 /// Two lines for people.
 pub fn describe(r: &Value) -> String {
     let c = &r["completion_ms"];
+    let lost = match r["lost_inputs"].as_array() {
+        Some(l) if !l.is_empty() => format!(
+            "\ninputs lost: {}; {} timeslices incomplete",
+            l.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", "),
+            r["incomplete"]
+        ),
+        _ => String::new(),
+    };
     format!(
-        "{} timeslices in {:.2} s, {:.2} GB/s aggregate\ncompletion p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; buffer fill max {:.0} %",
+        "{} timeslices in {:.2} s, {:.2} GB/s aggregate\ncompletion p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; buffer fill max {:.0} %{lost}",
         r["timeslices"],
         f(r, "seconds"),
         f(r, "aggregate_gbps"),

@@ -11,6 +11,9 @@ use wirespeed_fles::FlesError;
 use wirespeed_fles::output::{ArrowWriter, StoredTimeslice, TsaWriter};
 use wirespeed_fles::run::Timeslice;
 
+/// FLESnet's timeslice flag for a timeslice that lacks components (TsFlag::MissingComponents).
+const MISSING_COMPONENTS: u32 = 1 << 2;
+
 /// The `--output` flag.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
@@ -110,7 +113,7 @@ impl Sink {
     /// Checks every microslice's CRC, then writes the timeslice.
     pub fn write(&mut self, ts: &Timeslice<'_>) -> Result<u64, FlesError> {
         let mut checked = 0;
-        for (i, c) in ts.components.iter().enumerate() {
+        for (&i, c) in ts.inputs.iter().zip(&ts.components) {
             c.verify(i as u16)?;
             checked += c.len() as u64;
         }
@@ -122,14 +125,14 @@ impl Sink {
                     index: ts.index,
                     start_time,
                     duration: 0,
-                    flags: 0,
+                    flags: if ts.incomplete() { MISSING_COMPONENTS } else { 0 },
                     ts_pos: 0,
                     num_core_microslices: self.core as u32,
                     components: ts.components.iter().map(|c| (c.bytes(), c.len() as u64)).collect(),
                 };
                 w.write(&stored).map_err(|e| FlesError::Archive(format!("{}: {e}", file.part.display())))?;
             }
-            Writer::Arrow(w) => w.write(ts.index, &ts.components, false)?,
+            Writer::Arrow(w) => w.write(ts.index, &ts.components, &ts.inputs, ts.incomplete())?,
         }
         Ok(checked)
     }

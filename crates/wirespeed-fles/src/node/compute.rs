@@ -15,8 +15,9 @@ const COMPLETIONS_KEPT: usize = 200_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ComputeAction {
-    /// Timeslice `ts` is complete: `components[i]` is input i's, in its data ring.
-    Deliver { ts: u64, components: Vec<ComponentDescriptor> },
+    /// Timeslice `ts` is complete: `components[i]` is input i's, in its data ring, or None
+    /// if input i was lost before sending it (the timeslice is then incomplete).
+    Deliver { ts: u64, components: Vec<Option<ComponentDescriptor>> },
     /// Tell input `input` its rings are free up to `acked`.
     Ack { input: usize, acked: Pointers },
     /// Tell every input the DFS's proposal.
@@ -55,7 +56,11 @@ pub struct ComputeNode {
     last_ts: Vec<Option<u64>>,
     pending: BTreeMap<u64, Pending>,
     /// Complete, waiting for an earlier one.
-    complete: BTreeMap<u64, Vec<ComponentDescriptor>>,
+    complete: BTreeMap<u64, Vec<Option<ComponentDescriptor>>>,
+    /// Inputs lost: timeslices complete without them.
+    lost: Vec<bool>,
+    /// Timeslices delivered with a component missing.
+    pub incomplete: u64,
     next_deliver: u64,
     coordinator: Option<Coordinator>,
     /// Winding down: each input's horizon (it sends nothing at or past it until the end
@@ -92,6 +97,8 @@ impl ComputeNode {
             last_ts: vec![None; inputs],
             pending: BTreeMap::new(),
             complete: BTreeMap::new(),
+            lost: vec![false; inputs],
+            incomplete: 0,
             next_deliver: index as u64,
             coordinator: dfs.map(|s| Coordinator::new(inputs, s)),
             horizons: vec![None; inputs],
@@ -146,14 +153,56 @@ impl ComputeNode {
             self.pending.entry(ts).or_insert_with(|| Pending { components: vec![None; inputs], count: 0, first: now });
         p.components[input] = Some(desc);
         p.count += 1;
-        if p.count == inputs {
-            let p = self.pending.remove(&ts).expect("present");
-            self.completions.push(Completion { ts, first: p.first, last: now });
-            self.slowest = self.slowest.max(now - p.first);
-            self.complete.insert(ts, p.components.into_iter().map(|c| c.expect("every input")).collect());
-            self.deliver_in_order();
+        self.complete_if_ready(ts, now);
+        Ok(())
+    }
+
+    /// Completes `ts` if every input's component is in or that input is lost.
+    fn complete_if_ready(&mut self, ts: u64, now: Nanos) {
+        let Some(p) = self.pending.get(&ts) else { return };
+        if p.components.iter().zip(&self.lost).any(|(c, &lost)| c.is_none() && !lost) {
+            return;
+        }
+        let p = self.pending.remove(&ts).expect("present");
+        if p.count < self.inputs() {
+            self.incomplete += 1;
+        }
+        self.completions.push(Completion { ts, first: p.first, last: now });
+        self.slowest = self.slowest.max(now - p.first);
+        self.complete.insert(ts, p.components);
+        self.deliver_in_order();
+    }
+
+    /// Input `input` is gone (its connection failed, or it fell silent): the run goes on
+    /// without it, and timeslices that lack its component are delivered incomplete. Its ring
+    /// needs no more acknowledgements, and the DFS no more of its reports.
+    pub fn on_input_lost(&mut self, input: usize, now: Nanos) -> Result<()> {
+        if std::mem::replace(&mut self.lost[input], true) {
+            return Ok(());
+        }
+        if self.lost.iter().all(|&l| l) {
+            return Err(FlesError::Net("every input is gone".into()));
+        }
+        self.held[input].clear();
+        let waiting: Vec<u64> = self.pending.keys().copied().collect();
+        for ts in waiting {
+            self.complete_if_ready(ts, now);
+        }
+        if let Some(c) = &mut self.coordinator {
+            for (done, proposals) in c.lose(input) {
+                self.intervals.push(done);
+                self.actions.extend(proposals.into_iter().map(ComputeAction::Propose));
+            }
+        }
+        if self.halting && !self.ended {
+            self.try_end();
         }
         Ok(())
+    }
+
+    /// Whether input `input` was lost.
+    pub fn is_lost(&self, input: usize) -> bool {
+        self.lost[input]
     }
 
     fn deliver_in_order(&mut self) {
@@ -218,14 +267,19 @@ impl ComputeNode {
             return Ok(());
         }
         self.horizons[input] = Some(horizon);
-        if let Some(end) = self.horizons.iter().copied().collect::<Option<Vec<u64>>>().and_then(|h| h.into_iter().max())
-        {
+        self.try_end();
+        Ok(())
+    }
+
+    /// Once every input still here has said its horizon, the end is the largest.
+    fn try_end(&mut self) {
+        let live = self.horizons.iter().zip(&self.lost).filter(|(_, lost)| !**lost).map(|(h, _)| *h);
+        if let Some(end) = live.collect::<Option<Vec<u64>>>().and_then(|h| h.into_iter().max()) {
             let end = self.limit.map_or(end, |l| l.min(end));
             self.limit = Some(end);
             self.ended = true;
             self.actions.push_back(ComputeAction::End(end));
         }
-        Ok(())
     }
 
     pub fn next_action(&mut self) -> Option<ComputeAction> {
@@ -240,6 +294,7 @@ impl ComputeNode {
     /// The fullest data ring's share in use.
     pub fn fill(&self) -> f64 {
         (0..self.inputs())
+            .filter(|&i| !self.lost[i])
             .map(|i| (self.written[i].data - self.acked[i].data) as f64 / self.rings.data as f64)
             .fold(0.0, f64::max)
     }
@@ -300,6 +355,36 @@ mod tests {
         arrive(&mut n, 1, desc(1, 0, 10), 1);
         assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 1, .. })));
         assert!(!n.finished(), "5 is still to come");
+    }
+
+    #[test]
+    fn a_lost_input_leaves_timeslices_incomplete_and_the_run_going() {
+        let mut n = node();
+        arrive(&mut n, 0, desc(1, 0, 30), 10);
+        arrive(&mut n, 1, desc(1, 0, 30), 11);
+        arrive(&mut n, 0, desc(3, 30, 30), 12);
+        assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 1, .. })));
+        assert_eq!(n.next_action(), None, "3 waits for input 1");
+        n.on_input_lost(1, 20).unwrap();
+        match n.next_action() {
+            Some(ComputeAction::Deliver { ts: 3, components }) => {
+                assert!(components[0].is_some() && components[1].is_none())
+            }
+            other => panic!("{other:?}"),
+        }
+        arrive(&mut n, 0, desc(5, 60, 30), 30);
+        assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 5, .. })), "input 0 alone completes");
+        assert_eq!(n.incomplete, 2);
+        n.release(1);
+        n.release(3);
+        n.release(5);
+        let acks: Vec<_> = std::iter::from_fn(|| n.next_action()).collect();
+        assert!(
+            acks.iter().all(|a| matches!(a, ComputeAction::Ack { input: 0, .. })),
+            "none to the lost input: {acks:?}"
+        );
+        assert!(n.finished());
+        assert!(n.on_input_lost(0, 40).is_err(), "every input gone");
     }
 
     #[test]

@@ -79,7 +79,7 @@ mod tests {
                     match a {
                         ComputeAction::Deliver { ts, components } => {
                             assert_eq!(components.len(), inputs);
-                            assert!(components.iter().all(|d| d.ts_num == ts && d.size == size(ts)));
+                            assert!(components.iter().all(|d| d.is_some_and(|d| d.ts_num == ts && d.size == size(ts))));
                             delivered[c].push(ts);
                             got.push(ts);
                         }

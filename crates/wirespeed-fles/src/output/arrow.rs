@@ -51,9 +51,15 @@ impl<W: Write> ArrowWriter<W> {
         Ok(ArrowWriter { writer, schema })
     }
 
-    /// Writes timeslice `index`: its components in input order; `incomplete` when some
-    /// input's component is missing.
-    pub fn write(&mut self, index: u64, components: &[ComponentView<'_>], incomplete: bool) -> Result<()> {
+    /// Writes timeslice `index`: `components` in input order, `inputs[k]` the input of the
+    /// k-th; incomplete when some input's component is missing.
+    pub fn write(
+        &mut self,
+        index: u64,
+        components: &[ComponentView<'_>],
+        inputs: &[usize],
+        incomplete: bool,
+    ) -> Result<()> {
         let rows: usize = components.iter().map(|c| c.len()).sum();
         let mut component = UInt16Builder::with_capacity(rows);
         let (mut hdr_id, mut hdr_ver, mut sys_id, mut sys_ver) =
@@ -63,7 +69,7 @@ impl<W: Write> ArrowWriter<W> {
         let (mut crc, mut size) = (UInt32Builder::new(), UInt32Builder::new());
         let content_bytes = components.iter().map(|c| c.bytes().len()).sum();
         let mut content = LargeBinaryBuilder::with_capacity(rows, content_bytes);
-        for (i, c) in components.iter().enumerate() {
+        for (&i, c) in inputs.iter().zip(components) {
             for m in 0..c.len() {
                 let (d, bytes) = c.microslice(m)?;
                 component.append_value(i as u16);
@@ -125,7 +131,7 @@ mod tests {
         let views: Vec<ComponentView> =
             parts.iter().map(|p| ComponentView::new(p, slicing.per_component()).unwrap()).collect();
         let mut w = ArrowWriter::new(Vec::new()).unwrap();
-        w.write(7, &views, false).unwrap();
+        w.write(7, &views, &[0, 1], false).unwrap();
         let file = w.finish().unwrap();
         let batches: Vec<RecordBatch> =
             FileReader::try_new(std::io::Cursor::new(file), None).unwrap().map(|b| b.unwrap()).collect();

@@ -22,9 +22,14 @@ use crate::wire::Msg;
 /// space goes back to the inputs once the consumer returns.
 pub struct Timeslice<'a> {
     pub index: u64,
+    /// The components that arrived, in input order...
     pub components: Vec<ComponentView<'a>>,
+    /// ... and the input each came from: every input, unless one was lost mid-run.
+    pub inputs: Vec<usize>,
     /// The rings the views lie in, for a consumer that keeps the timeslice.
     pub(crate) rings: Vec<Arc<Region>>,
+    /// How many inputs the run has.
+    inputs_in_run: usize,
 }
 
 /// What a compute node saw, for the run's report.
@@ -43,6 +48,9 @@ pub struct ComputeSummary {
     pub fill: Vec<(f64, f64)>,
     /// The DFS's intervals as this node measured them.
     pub intervals: Vec<Completed>,
+    /// Timeslices delivered with a lost input's component missing, and the inputs lost.
+    pub incomplete: u64,
+    pub lost_inputs: Vec<usize>,
 }
 
 /// A compute node listening for its inputs.
@@ -54,6 +62,13 @@ struct Peer {
     link: Link,
     data: Arc<Region>,
     descs: Region,
+}
+
+impl Timeslice<'_> {
+    /// Whether some input's component is missing (that input was lost).
+    pub fn incomplete(&self) -> bool {
+        self.components.len() < self.inputs_in_run
+    }
 }
 
 impl ComputeListener {
@@ -126,6 +141,7 @@ impl ComputeListener {
         let mut next_sample = Duration::ZERO;
         let mut fill = Thinned::new(SAMPLES_KEPT);
         let mut quiet_since = Instant::now();
+        let mut heard = vec![Instant::now(); s.inputs];
         let mut kept = 0usize;
         while !node.finished() || kept > 0 {
             if node.finished()
@@ -149,6 +165,17 @@ impl ComputeListener {
                 quiet_since = Instant::now();
             }
             let now = since(t0);
+            if let Some(Event::Msg(i, _) | Event::Closed(i, _)) = &ev {
+                heard[*i] = Instant::now();
+            }
+            // An input silent for half the timeout (no heartbeat either) is lost: the other
+            // inputs, waiting for acknowledgements meanwhile, give up only after the whole.
+            for (i, h) in heard.iter().enumerate() {
+                if h.elapsed() > s.timeout / 2 && !node.is_lost(i) {
+                    node.on_input_lost(i, now)?;
+                    peers[i].link.finish();
+                }
+            }
             match ev {
                 None => {}
                 Some(Event::Msg(i, Msg::Status(p))) => {
@@ -162,10 +189,12 @@ impl ComputeListener {
                     kept -= 1;
                 }
                 Some(Event::Msg(_, Msg::Report(r))) => node.on_report(r)?,
+                Some(Event::Msg(i, _)) if node.is_lost(i) => {} // it was given up on
                 Some(Event::Msg(i, Msg::Stop { horizon })) => node.on_stop(i, horizon)?,
+                Some(Event::Msg(_, Msg::Heartbeat)) => {}
                 Some(Event::Msg(i, other)) => return Err(FlesError::Protocol(format!("input {i} sent {other:?}"))),
-                Some(Event::Closed(i, Ok(()))) => return Err(FlesError::Net(format!("input {i} left before the end"))),
-                Some(Event::Closed(i, Err(e))) => return Err(FlesError::Net(format!("input {i}: {e}"))),
+                // An input that leaves before the end is lost; the run goes on without it.
+                Some(Event::Closed(i, _)) => node.on_input_lost(i, now)?,
             }
             while let Some(action) = node.next_action() {
                 match action {
@@ -173,17 +202,20 @@ impl ComputeListener {
                         let ts_view = view(&peers, s, ts, &components)?;
                         let released = consume(&ts_view, &tx)?;
                         summary.timeslices += 1;
-                        summary.bytes += components.iter().map(|c| c.size).sum::<u64>();
+                        summary.bytes += components.iter().flatten().map(|c| c.size).sum::<u64>();
                         if released {
                             node.release(ts);
                         } else {
                             kept += 1;
                         }
                     }
-                    ComputeAction::Ack { input, acked } => peers[input].link.send(&Msg::Ack(acked))?,
-                    ComputeAction::Propose(p) => peers.iter().try_for_each(|q| q.link.send(&Msg::Propose(p)))?,
-                    ComputeAction::Halt => peers.iter().try_for_each(|q| q.link.send(&Msg::Halt))?,
-                    ComputeAction::End(at) => peers.iter().try_for_each(|q| q.link.send(&Msg::End { at }))?,
+                    ComputeAction::Ack { input, acked } if !node.is_lost(input) => {
+                        peers[input].link.send(&Msg::Ack(acked))?
+                    }
+                    ComputeAction::Ack { .. } => {}
+                    ComputeAction::Propose(p) => broadcast(&peers, &node, &Msg::Propose(p))?,
+                    ComputeAction::Halt => broadcast(&peers, &node, &Msg::Halt)?,
+                    ComputeAction::End(at) => broadcast(&peers, &node, &Msg::End { at })?,
                 }
             }
             let elapsed = t0.elapsed();
@@ -197,12 +229,19 @@ impl ComputeListener {
         summary.slowest = node.slowest;
         summary.fill = fill.kept().to_vec();
         summary.intervals = node.intervals.clone();
+        summary.incomplete = node.incomplete;
+        summary.lost_inputs = (0..s.inputs).filter(|&i| node.is_lost(i)).collect();
         // The inputs finish their streams once they have every acknowledgement.
         for p in &peers {
             p.link.finish();
         }
         Ok(summary)
     }
+}
+
+/// Sends `m` to every input still there.
+fn broadcast(peers: &[Peer], node: &ComputeNode, m: &Msg) -> Result<()> {
+    peers.iter().enumerate().filter(|(i, _)| !node.is_lost(*i)).try_for_each(|(_, p)| p.link.send(m))
 }
 
 fn read_descriptor(descs: &Region, slot: u64) -> Result<ComponentDescriptor> {
@@ -212,15 +251,25 @@ fn read_descriptor(descs: &Region, slot: u64) -> Result<ComponentDescriptor> {
 }
 
 /// Views of a timeslice's components in the data rings.
-fn view<'a>(peers: &'a [Peer], s: &Settings, ts: u64, components: &[ComponentDescriptor]) -> Result<Timeslice<'a>> {
+fn view<'a>(
+    peers: &'a [Peer],
+    s: &Settings,
+    ts: u64,
+    components: &[Option<ComponentDescriptor>],
+) -> Result<Timeslice<'a>> {
     let mut views = Vec::with_capacity(components.len());
-    for (p, c) in peers.iter().zip(components) {
+    let mut inputs = Vec::with_capacity(components.len());
+    let mut rings = Vec::with_capacity(components.len());
+    for (i, (p, c)) in peers.iter().zip(components).enumerate() {
+        let Some(c) = c else { continue };
         let at = (c.offset % s.rings.data) as usize;
         // SAFETY: the node checked that the component lies inside the ring (it never wraps)
         // and below the input's write pointer; the input writes there again only after we
         // acknowledge it, which happens after the consumer returns.
         let bytes = unsafe { std::slice::from_raw_parts(p.data.as_ptr().add(at), c.size as usize) };
         views.push(ComponentView::new(bytes, c.num_microslices)?);
+        inputs.push(i);
+        rings.push(p.data.clone());
     }
-    Ok(Timeslice { index: ts, components: views, rings: peers.iter().map(|p| p.data.clone()).collect() })
+    Ok(Timeslice { index: ts, components: views, inputs, rings, inputs_in_run: peers.len() })
 }

@@ -24,6 +24,9 @@ pub struct Timeslices {
 /// A complete timeslice held by the consumer: its ring space stays taken until it drops.
 pub struct KeptTimeslice {
     pub index: u64,
+    /// The input of each component: every input, unless one was lost mid-run.
+    pub inputs: Vec<usize>,
+    pub incomplete: bool,
     /// Each input's component: its bytes in the ring and its microslice count.
     parts: Vec<(*const u8, usize, u64)>,
     /// Keep the rings mapped while the views exist.
@@ -73,6 +76,8 @@ impl ComputeListener {
                     let parts = ts.components.iter().map(|c| (c.bytes().as_ptr(), c.bytes().len(), c.len() as u64));
                     let kept = KeptTimeslice {
                         index: ts.index,
+                        inputs: ts.inputs.clone(),
+                        incomplete: ts.incomplete(),
                         parts: parts.collect(),
                         _rings: ts.rings.clone(),
                         release: release.clone(),

@@ -9,7 +9,7 @@ use wirespeed::{Config, Key, RemoteRegion};
 
 use super::feed::Feed;
 use super::link::{Event, Link, net, patient};
-use super::{SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
+use super::{HEARTBEAT_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::node::{InputAction, InputNode, Thinned};
@@ -106,8 +106,16 @@ pub fn run_input(
         }
     };
     let mut quiet_since = Instant::now();
+    let mut next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
     loop {
         let now = since(t0);
+        if Instant::now() >= next_heartbeat {
+            // To every compute node still there: one that finished has closed its stream.
+            for p in &peers {
+                let _ = p.link.send(&Msg::Heartbeat);
+            }
+            next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
+        }
         while let Ok(ev) = rx.try_recv() {
             handle(&mut node, ev, now)?;
             quiet_since = Instant::now();

@@ -53,6 +53,10 @@ fn since(t0: Instant) -> u64 {
     t0.elapsed().as_nanos() as u64
 }
 
+/// How often an input tells each compute node it is alive; a compute node that hears nothing
+/// from an input for half of `Settings::timeout` goes on without it.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+
 /// How long a node's loop may sleep before it looks at `Settings::stop` again.
 const STOP_POLL: Duration = Duration::from_millis(50);
 

@@ -8,7 +8,8 @@ use super::{DfsSettings, IntervalReport, Proposal, median};
 use crate::sched::Nanos;
 
 pub struct Coordinator {
-    inputs: usize,
+    /// Per input, whether it was lost (its reports are no longer waited for).
+    lost: Vec<bool>,
     settings: DfsSettings,
     /// Reports of intervals not yet heard from every input.
     reports: BTreeMap<u64, Vec<IntervalReport>>,
@@ -35,7 +36,7 @@ pub struct Completed {
 impl Coordinator {
     pub fn new(inputs: usize, settings: DfsSettings) -> Self {
         Coordinator {
-            inputs,
+            lost: vec![false; inputs],
             settings,
             reports: BTreeMap::new(),
             history: VecDeque::new(),
@@ -57,15 +58,31 @@ impl Coordinator {
             return None;
         }
         got.push(r);
-        if got.len() < self.inputs {
+        self.complete(r.interval)
+    }
+
+    /// Input `input` is gone: intervals that waited only for its report complete now.
+    pub fn lose(&mut self, input: usize) -> Vec<(Completed, Vec<Proposal>)> {
+        if let Some(l) = self.lost.get_mut(input) {
+            *l = true;
+        }
+        let waiting: Vec<u64> = self.reports.keys().copied().collect();
+        waiting.into_iter().filter_map(|j| self.complete(j)).collect()
+    }
+
+    /// Interval j, if every input still here has reported it.
+    fn complete(&mut self, j: u64) -> Option<(Completed, Vec<Proposal>)> {
+        let got = self.reports.get(&j)?;
+        let live = self.lost.iter().filter(|l| !**l).count();
+        if got.iter().filter(|r| !self.lost.get(r.input).copied().unwrap_or(true)).count() < live {
             return None;
         }
-        let got = self.reports.remove(&r.interval).expect("just filled");
-        self.reports = self.reports.split_off(&(r.interval + 1));
+        let got = self.reports.remove(&j).expect("present");
+        self.reports = self.reports.split_off(&(j + 1));
         let (lo, hi) = got.iter().fold((Nanos::MAX, 0), |(lo, hi), r| (lo.min(r.start), hi.max(r.start)));
         let start = lo / 2 + hi / 2 + (lo % 2 + hi % 2) / 2;
         let duration = median(&mut got.iter().map(|r| r.duration).collect::<Vec<_>>());
-        let done = Completed { interval: r.interval, start, duration };
+        let done = Completed { interval: j, start, duration };
         self.learn(done);
         Some((done, self.propose(done)))
     }
@@ -127,6 +144,19 @@ mod tests {
 
     fn settings(history: usize, speedup: Option<Speedup>) -> DfsSettings {
         DfsSettings { interval_length: 4, history, ack_gate: 0.995, speedup }
+    }
+
+    #[test]
+    fn a_lost_input_is_no_longer_waited_for() {
+        let mut c = Coordinator::new(3, DfsSettings::default());
+        let r = |input, interval| IntervalReport { input, interval, start: 100, duration: 50 };
+        assert!(c.report(r(0, 0)).is_none());
+        assert!(c.report(r(1, 0)).is_none());
+        let done = c.lose(2);
+        assert_eq!(done.len(), 1, "interval 0 had every report but the lost input's");
+        assert_eq!(done[0].0.interval, 0);
+        assert!(c.report(r(0, 1)).is_none());
+        assert!(c.report(r(1, 1)).is_some(), "two reports now complete an interval");
     }
 
     #[test]
