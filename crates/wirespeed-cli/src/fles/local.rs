@@ -203,14 +203,12 @@ fn drive(
             computes_done = Some(Instant::now());
         }
         if computes_done.is_some_and(|at| at.elapsed() > timeout) {
-            for i in computes..inputs + computes {
-                if !finished[i] {
-                    eprintln!(
-                        "wirespeed: {} did not end after the compute nodes did; stopping it",
-                        nodes.nodes[i].name
-                    );
-                    let _ = nodes.nodes[i].child.kill();
-                    finished[i] = true;
+            for (i, done) in finished.iter_mut().enumerate().skip(computes) {
+                if !*done {
+                    let n = &mut nodes.nodes[i];
+                    eprintln!("wirespeed: {} did not end after the compute nodes did; stopping it", n.name);
+                    let _ = n.child.kill();
+                    *done = true;
                     lost.push(i);
                 }
             }
