@@ -196,26 +196,39 @@ impl ComputeListener {
                 // An input that leaves before the end is lost; the run goes on without it.
                 Some(Event::Closed(i, _)) => node.on_input_lost(i, now)?,
             }
-            while let Some(action) = node.next_action() {
-                match action {
-                    ComputeAction::Deliver { ts, components } => {
-                        let ts_view = view(&peers, s, ts, &components)?;
-                        let released = consume(&ts_view, &tx)?;
-                        summary.timeslices += 1;
-                        summary.bytes += components.iter().flatten().map(|c| c.size).sum::<u64>();
-                        if released {
-                            node.release(ts);
-                        } else {
-                            kept += 1;
+            // A send that fails means that input just died (its Closed event may still be on
+            // the way): the run goes on without it.
+            let mut failed = Vec::new();
+            loop {
+                while let Some(action) = node.next_action() {
+                    match action {
+                        ComputeAction::Deliver { ts, components } => {
+                            let ts_view = view(&peers, s, ts, &components)?;
+                            let released = consume(&ts_view, &tx)?;
+                            summary.timeslices += 1;
+                            summary.bytes += components.iter().flatten().map(|c| c.size).sum::<u64>();
+                            if released {
+                                node.release(ts);
+                            } else {
+                                kept += 1;
+                            }
                         }
+                        ComputeAction::Ack { input, acked } if !node.is_lost(input) => {
+                            if peers[input].link.send(&Msg::Ack(acked)).is_err() {
+                                failed.push(input);
+                            }
+                        }
+                        ComputeAction::Ack { .. } => {}
+                        ComputeAction::Propose(p) => failed.extend(broadcast(&peers, &node, &Msg::Propose(p))),
+                        ComputeAction::Halt => failed.extend(broadcast(&peers, &node, &Msg::Halt)),
+                        ComputeAction::End(at) => failed.extend(broadcast(&peers, &node, &Msg::End { at })),
                     }
-                    ComputeAction::Ack { input, acked } if !node.is_lost(input) => {
-                        peers[input].link.send(&Msg::Ack(acked))?
-                    }
-                    ComputeAction::Ack { .. } => {}
-                    ComputeAction::Propose(p) => broadcast(&peers, &node, &Msg::Propose(p))?,
-                    ComputeAction::Halt => broadcast(&peers, &node, &Msg::Halt)?,
-                    ComputeAction::End(at) => broadcast(&peers, &node, &Msg::End { at })?,
+                }
+                if failed.is_empty() {
+                    break;
+                }
+                for i in failed.drain(..) {
+                    node.on_input_lost(i, now)?;
                 }
             }
             let elapsed = t0.elapsed();
@@ -239,9 +252,10 @@ impl ComputeListener {
     }
 }
 
-/// Sends `m` to every input still there.
-fn broadcast(peers: &[Peer], node: &ComputeNode, m: &Msg) -> Result<()> {
-    peers.iter().enumerate().filter(|(i, _)| !node.is_lost(*i)).try_for_each(|(_, p)| p.link.send(m))
+/// Sends `m` to every input still there; returns those it could not reach.
+fn broadcast(peers: &[Peer], node: &ComputeNode, m: &Msg) -> Vec<usize> {
+    let live = peers.iter().enumerate().filter(|(i, _)| !node.is_lost(*i));
+    live.filter(|(_, p)| p.link.send(m).is_err()).map(|(i, _)| i).collect()
 }
 
 fn read_descriptor(descs: &Region, slot: u64) -> Result<ComponentDescriptor> {
