@@ -136,8 +136,10 @@ fn within<T>(timeout: Duration, what: &str, step: impl FnOnce() -> T) -> T {
     step()
 }
 
-/// Exits the process unless dropped within the timeout.
-struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
+/// Exits the process unless dropped within the timeout (dropping the sender wakes its thread).
+struct Watchdog {
+    _disarm: mpsc::Sender<()>,
+}
 
 impl Watchdog {
     fn arm(what: &str, timeout: Duration) -> Watchdog {
@@ -151,6 +153,6 @@ impl Watchdog {
                 std::process::exit(1);
             }
         });
-        Watchdog(tx)
+        Watchdog { _disarm: tx }
     }
 }
