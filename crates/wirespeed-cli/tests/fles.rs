@@ -111,18 +111,30 @@ fn archives_are_written_per_compute_node_and_only_appear_whole() {
     assert_eq!(names, ["run.0.tsa", "run.1.tsa"], "no part files left");
     // A reader built from Boost.Serialization with FLESnet's class layouts loads each archive
     // and finds every CRC right: 10 timeslices of 2 components of 11 microslices each.
-    let reader = dir.path().join("tsa_reader");
+    let reader = boost_tsa_reader(dir.path());
+    for name in names {
+        let text = read_with_boost(&reader, &dir.path().join(name));
+        assert!(text.starts_with("archive type 0 compression 0 host "), "{text}");
+        assert_eq!(text.lines().last(), Some("ok 10 20 220"), "{text}");
+    }
+}
+
+/// Builds tests/boost/tsa_reader.cpp (Boost.Serialization with FLESnet's class layouts) in `dir`.
+fn boost_tsa_reader(dir: &std::path::Path) -> std::path::PathBuf {
+    let reader = dir.join("tsa_reader");
     let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/boost/tsa_reader.cpp");
     let built = Command::new("g++").args(["-O1", "-o"]).arg(&reader).arg(source).arg("-lboost_serialization").output();
     let built = built.expect("g++ (the bootstrap installs it with libboost-serialization-dev)");
     assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
-    for name in names {
-        let read = Command::new(&reader).arg(dir.path().join(name)).output().unwrap();
-        let text = String::from_utf8_lossy(&read.stdout);
-        assert!(read.status.success(), "{text}{}", String::from_utf8_lossy(&read.stderr));
-        assert!(text.starts_with("archive type 0 compression 0 host "), "{text}");
-        assert_eq!(text.lines().last(), Some("ok 10 20 220"), "{text}");
-    }
+    reader
+}
+
+/// What the Boost reader prints for `archive`, which it must load with every CRC right.
+fn read_with_boost(reader: &std::path::Path, archive: &std::path::Path) -> String {
+    let read = Command::new(reader).arg(archive).output().unwrap();
+    let text = String::from_utf8_lossy(&read.stdout).into_owned();
+    assert!(read.status.success(), "{text}{}", String::from_utf8_lossy(&read.stderr));
+    text
 }
 
 #[test]
@@ -189,9 +201,14 @@ fn ctrl_c_finishes_the_timeslices_begun() {
 
 /// Starts `fles run` with `args`, sends `signal` to its input `input` after `after`, and
 /// returns the run's report.
-fn run_and_signal_an_input(args: &[&str], input: usize, signal: &str, after: std::time::Duration) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("run.json");
+fn run_and_signal_an_input(
+    dir: &std::path::Path,
+    args: &[&str],
+    input: usize,
+    signal: &str,
+    after: std::time::Duration,
+) -> serde_json::Value {
+    let report = dir.join("run.json");
     let child = Command::new(env!("CARGO_BIN_EXE_wirespeed"))
         .args(["fles", "run"])
         .args(args)
@@ -219,8 +236,10 @@ fn run_and_signal_an_input(args: &[&str], input: usize, signal: &str, after: std
 
 #[test]
 fn an_input_killed_mid_run_leaves_its_timeslices_incomplete_and_the_rest_whole() {
-    let args = ["--local=3:2", "--timeslices=2000", "--timeslice-size=20", "--rate=0.02"];
-    let r = run_and_signal_an_input(&args, 1, "KILL", std::time::Duration::from_millis(1200));
+    let dir = tempfile::tempdir().unwrap();
+    let output = format!("--output=tsa:{}", dir.path().join("run.tsa").display());
+    let args = ["--local=3:2", "--timeslices=2000", "--timeslice-size=20", "--rate=0.02", &output];
+    let r = run_and_signal_an_input(dir.path(), &args, 1, "KILL", std::time::Duration::from_millis(1200));
     assert_eq!(r["timeslices"], 2000, "every timeslice delivered, none twice");
     let incomplete = r["incomplete"].as_u64().unwrap();
     assert!(incomplete > 0 && incomplete < 2000, "{incomplete}");
@@ -228,12 +247,20 @@ fn an_input_killed_mid_run_leaves_its_timeslices_incomplete_and_the_rest_whole()
     let per_node: Vec<u64> =
         r["computes"].as_array().unwrap().iter().map(|c| c["timeslices"].as_u64().unwrap()).collect();
     assert_eq!(per_node, [1000, 1000]);
+    // FLESnet's classes load the archives, incomplete timeslices (two components) included.
+    let reader = boost_tsa_reader(dir.path());
+    for c in 0..2 {
+        let text = read_with_boost(&reader, &dir.path().join(format!("run.{c}.tsa")));
+        assert!(text.lines().last().unwrap().starts_with("ok 1000 "), "{text}");
+        assert!(text.contains("components 2 ") && text.contains("components 3 "), "{text}");
+    }
 }
 
 #[test]
 fn an_input_gone_silent_is_given_up_after_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
     let args = ["--local=3:2", "--timeslices=1500", "--timeslice-size=20", "--rate=0.02", "--timeout=4"];
-    let r = run_and_signal_an_input(&args, 2, "STOP", std::time::Duration::from_millis(800));
+    let r = run_and_signal_an_input(dir.path(), &args, 2, "STOP", std::time::Duration::from_millis(800));
     assert_eq!(r["timeslices"], 1500);
     assert!(r["incomplete"].as_u64().unwrap() > 0);
     assert_eq!(r["lost_inputs"], serde_json::json!([2]));
