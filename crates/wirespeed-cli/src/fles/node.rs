@@ -61,18 +61,19 @@ pub fn listen(
     ComputeListener::bind(&url, key, config)
 }
 
-/// The host inputs reach this one at: `WIRESPEED_FLES_HOST` if set, else this host's name
-/// when it resolves to an address other hosts can reach, else loopback.
+/// The host inputs reach this one at: `WIRESPEED_FLES_HOST` if set, else the address this
+/// host's name resolves to when other hosts can reach it, else loopback.
 pub fn listen_host() -> String {
     if let Ok(h) = std::env::var("WIRESPEED_FLES_HOST") {
         return h;
     }
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let name = name.trim();
-    let reachable = std::net::ToSocketAddrs::to_socket_addrs(&(name, 0))
-        .map(|mut a| a.any(|a| !a.ip().is_loopback()))
-        .unwrap_or(false);
-    if reachable { name.to_string() } else { "127.0.0.1".into() }
+    let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(name.trim(), 0)).map(|a| a.collect::<Vec<_>>());
+    // The first IPv4 address of this host's name that is not loopback and that we can bind.
+    let usable = addrs.unwrap_or_default().into_iter().find(|a| {
+        a.is_ipv4() && !a.ip().is_loopback() && std::net::TcpListener::bind((a.ip(), 0)).is_ok()
+    });
+    usable.map_or_else(|| "127.0.0.1".into(), |a| a.ip().to_string())
 }
 
 /// How often a compute node tells its progress.
