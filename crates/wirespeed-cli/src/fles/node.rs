@@ -70,9 +70,10 @@ pub fn listen_host() -> String {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(name.trim(), 0)).map(|a| a.collect::<Vec<_>>());
     // The first IPv4 address of this host's name that is not loopback and that we can bind.
-    let usable = addrs.unwrap_or_default().into_iter().find(|a| {
-        a.is_ipv4() && !a.ip().is_loopback() && std::net::TcpListener::bind((a.ip(), 0)).is_ok()
-    });
+    let usable = addrs
+        .unwrap_or_default()
+        .into_iter()
+        .find(|a| a.is_ipv4() && !a.ip().is_loopback() && std::net::TcpListener::bind((a.ip(), 0)).is_ok());
     usable.map_or_else(|| "127.0.0.1".into(), |a| a.ip().to_string())
 }
 

@@ -108,21 +108,16 @@ impl<R: BufRead> TsaReader<R> {
         }
         self.class(TIMESLICE)?;
         let version = self.class(DESCRIPTOR)?;
-        let fixed = if version > 1 {
-            8 + 8 + 8 + 4
-        } else if version > 0 {
-            8
-        } else {
-            0
-        } + 8
-            + 4
-            + 4;
-        let mut b = vec![0u8; fixed];
-        self.input.read_exact(&mut b).map_err(io_error)?;
-        let index = if version > 0 { u64::from_le_bytes(b[..8].try_into().expect("8")) } else { 0 };
-        let tail = &b[fixed - 16..];
-        let num_core_microslices = u32::from_le_bytes(tail[8..12].try_into().expect("4"));
-        let num_components = u32::from_le_bytes(tail[12..16].try_into().expect("4")) as u64;
+        let index = if version > 0 { self.u64()? } else { 0 };
+        if version > 1 {
+            // Start time, duration, flags.
+            self.u64()?;
+            self.u64()?;
+            self.u32()?;
+        }
+        self.u64()?; // ts_pos
+        let num_core_microslices = self.u32()?;
+        let num_components = u64::from(self.u32()?);
         if num_components > MAX_COMPONENTS {
             return Err(malformed("timeslice archive", format!("{num_components} components")));
         }
