@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use wirespeed::{Config, Key, Listener, Region};
 
-use super::link::{Event, Link, net, patient};
+use super::link::{Event, Link, await_closes, net, patient};
 use super::{SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
@@ -248,6 +248,7 @@ impl ComputeListener {
         for p in &peers {
             p.link.finish();
         }
+        await_closes(&rx, (0..s.inputs).map(|i| !node.is_lost(i)).collect());
         Ok(summary)
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wirespeed::{Config, Key, RemoteRegion};
 
 use super::feed::Feed;
-use super::link::{Event, Link, net, patient};
+use super::link::{Event, Link, await_closes, net, patient};
 use super::{HEARTBEAT_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
@@ -106,6 +106,8 @@ pub fn run_input(
         }
     };
     let mut quiet_since = Instant::now();
+    // Compute nodes whose streams have not ended yet.
+    let mut open = vec![true; s.computes];
     let mut next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
     loop {
         let now = since(t0);
@@ -117,6 +119,9 @@ pub fn run_input(
             next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
         }
         while let Ok(ev) = rx.try_recv() {
+            if let Event::Closed(c, _) = ev {
+                open[c] = false;
+            }
             handle(&mut node, ev, now)?;
             quiet_since = Instant::now();
         }
@@ -146,6 +151,9 @@ pub fn run_input(
                 let wait = until.map_or(STOP_POLL, |t| Duration::from_nanos(t.saturating_sub(now)).min(STOP_POLL));
                 match rx.recv_timeout(wait) {
                     Ok(ev) => {
+                        if let Event::Closed(c, _) = ev {
+                            open[c] = false;
+                        }
                         handle(&mut node, ev, since(t0))?;
                         quiet_since = Instant::now();
                     }
@@ -175,5 +183,6 @@ pub fn run_input(
     for p in &peers {
         p.link.finish();
     }
+    await_closes(&rx, open);
     Ok(summary)
 }

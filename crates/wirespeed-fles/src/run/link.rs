@@ -2,8 +2,8 @@
 //! that reads it and hands each message, tagged with the peer, to the node's one loop.
 
 use std::sync::Arc;
-use std::sync::mpsc::Sender;
-use std::time::Duration;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
 
 use wirespeed::{Connection, Stream};
 
@@ -71,6 +71,23 @@ impl Link {
 
     pub fn finish(&self) {
         let _ = self.stream.finish();
+    }
+}
+
+/// How long a node that has finished its streams waits for its peers to finish theirs.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// After a node finished its own streams, waits (a bounded while) for the peers still `open`
+/// to finish theirs, so that connections close while the process runs, not during its exit
+/// (UCX has crashed tearing workers down then).
+pub(crate) fn await_closes(events: &Receiver<Event>, mut open: Vec<bool>) {
+    let deadline = Instant::now() + CLOSE_WAIT;
+    while open.iter().any(|&o| o) {
+        match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Event::Closed(peer, _)) => open[peer] = false,
+            Ok(_) => {}
+            Err(_) => return,
+        }
     }
 }
 
