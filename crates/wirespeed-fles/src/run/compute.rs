@@ -26,10 +26,8 @@ pub struct Timeslice<'a> {
     pub components: Vec<ComponentView<'a>>,
     /// ... and the input each came from: every input, unless one was lost mid-run.
     pub inputs: Vec<usize>,
-    /// The rings the views lie in, for a consumer that keeps the timeslice.
-    pub(crate) rings: Vec<Arc<Region>>,
-    /// How many inputs the run has.
-    inputs_in_run: usize,
+    /// Every input's data ring, for a consumer that keeps the timeslice.
+    pub(crate) rings: &'a [Arc<Region>],
 }
 
 /// What a compute node saw, for the run's report.
@@ -60,14 +58,13 @@ pub struct ComputeListener {
 
 struct Peer {
     link: Link,
-    data: Arc<Region>,
     descs: Region,
 }
 
 impl Timeslice<'_> {
     /// Whether some input's component is missing (that input was lost).
     pub fn incomplete(&self) -> bool {
-        self.components.len() < self.inputs_in_run
+        self.components.len() < self.rings.len()
     }
 }
 
@@ -107,7 +104,7 @@ impl ComputeListener {
         delivered_all: impl FnOnce(),
     ) -> Result<ComputeSummary> {
         let mut delivered_all = Some(delivered_all);
-        let mut slots: Vec<Option<Peer>> = (0..s.inputs).map(|_| None).collect();
+        let mut slots: Vec<Option<(Peer, Arc<Region>)>> = (0..s.inputs).map(|_| None).collect();
         for _ in 0..s.inputs {
             let conn = self.listener.accept_timeout(s.timeout).map_err(|e| net("waiting for the inputs", e))?;
             let stream = conn.accept_stream_timeout(s.timeout).map_err(|e| net("waiting for an input's stream", e))?;
@@ -123,9 +120,11 @@ impl ComputeListener {
             let data = register(s.rings.data)?;
             let descs = register(s.rings.descs * COMPONENT_DESCRIPTOR_LEN as u64)?;
             link.send(&Msg::Rings { data: data.descriptor().to_vec(), descs: descs.descriptor().to_vec() })?;
-            slots[input] = Some(Peer { link, data: Arc::new(data), descs });
+            slots[input] = Some((Peer { link, descs }, Arc::new(data)));
         }
-        let peers: Vec<Peer> = slots.into_iter().map(|p| p.expect("every input joined")).collect();
+        // Each input's link and descriptor ring, and its data ring, which kept timeslices share.
+        let (peers, rings): (Vec<Peer>, Vec<Arc<Region>>) =
+            slots.into_iter().map(|p| p.expect("every input joined")).unzip();
         barrier()?;
         let t0 = Instant::now();
         let (tx, rx) = mpsc::channel();
@@ -203,7 +202,7 @@ impl ComputeListener {
                 while let Some(action) = node.next_action() {
                     match action {
                         ComputeAction::Deliver { ts, components } => {
-                            let ts_view = view(&peers, s, ts, &components)?;
+                            let ts_view = view(&rings, s, ts, &components)?;
                             let released = consume(&ts_view, &tx)?;
                             summary.timeslices += 1;
                             summary.bytes += components.iter().flatten().map(|c| c.size).sum::<u64>();
@@ -267,24 +266,22 @@ fn read_descriptor(descs: &Region, slot: u64) -> Result<ComponentDescriptor> {
 
 /// Views of a timeslice's components in the data rings.
 fn view<'a>(
-    peers: &'a [Peer],
+    rings: &'a [Arc<Region>],
     s: &Settings,
     ts: u64,
     components: &[Option<ComponentDescriptor>],
 ) -> Result<Timeslice<'a>> {
     let mut views = Vec::with_capacity(components.len());
     let mut inputs = Vec::with_capacity(components.len());
-    let mut rings = Vec::with_capacity(components.len());
-    for (i, (p, c)) in peers.iter().zip(components).enumerate() {
+    for (i, (ring, c)) in rings.iter().zip(components).enumerate() {
         let Some(c) = c else { continue };
         let at = (c.offset % s.rings.data) as usize;
         // SAFETY: the node checked that the component lies inside the ring (it never wraps)
         // and below the input's write pointer; the input writes there again only after we
         // acknowledge it, which happens after the consumer returns.
-        let bytes = unsafe { std::slice::from_raw_parts(p.data.as_ptr().add(at), c.size as usize) };
+        let bytes = unsafe { std::slice::from_raw_parts(ring.as_ptr().add(at), c.size as usize) };
         views.push(ComponentView::new(bytes, c.num_microslices)?);
         inputs.push(i);
-        rings.push(p.data.clone());
     }
-    Ok(Timeslice { index: ts, components: views, inputs, rings, inputs_in_run: peers.len() })
+    Ok(Timeslice { index: ts, components: views, inputs, rings })
 }

@@ -79,7 +79,7 @@ impl ComputeListener {
                         inputs: ts.inputs.clone(),
                         incomplete: ts.incomplete(),
                         parts: parts.collect(),
-                        _rings: ts.rings.clone(),
+                        _rings: ts.inputs.iter().map(|&i| ts.rings[i].clone()).collect(),
                         release: release.clone(),
                     };
                     // Kept until dropped; if the consumer stopped listening, the failed send
