@@ -26,8 +26,13 @@ pub enum Msg {
     Stop { horizon: u64 },
     /// Compute node → input: the agreed end; send everything below it, then finish.
     End { at: u64 },
-    /// Input → compute node, every second: still here, if quiet.
+    /// Both ways, every second: still here.
     Heartbeat,
+    /// Input → compute node: this input gave compute node `compute` up; per residue
+    /// (t mod C), below which timeslice that node had acknowledged everything to it.
+    Lost { compute: u32, finished: Vec<(u64, u64)> },
+    /// Compute node → input: compute node `compute` is lost, leave it out.
+    Leave { compute: u32 },
 }
 
 const JOIN: u8 = 1;
@@ -40,6 +45,11 @@ const HALT: u8 = 7;
 const STOP: u8 = 8;
 const END: u8 = 9;
 const HEARTBEAT: u8 = 10;
+const LOST: u8 = 11;
+const LEAVE: u8 = 12;
+
+/// A lost compute node's report has at most one bound per compute node.
+const MAX_RESIDUES: u64 = 1 << 16;
 
 /// Region descriptors are small; anything larger is garbage.
 const MAX_DESCRIPTOR: usize = 4096;
@@ -81,6 +91,15 @@ impl Msg {
             Msg::End { at } => {
                 b.push(END);
                 u64s(&mut b, &[*at]);
+            }
+            Msg::Lost { compute, finished } => {
+                b.push(LOST);
+                u64s(&mut b, &[u64::from(*compute), finished.len() as u64]);
+                finished.iter().for_each(|(r, below)| u64s(&mut b, &[*r, *below]));
+            }
+            Msg::Leave { compute } => {
+                b.push(LEAVE);
+                u64s(&mut b, &[u64::from(*compute)]);
             }
         }
         b
@@ -143,6 +162,21 @@ impl Msg {
             }
             STOP => Msg::Stop { horizon: u64s(1)?[0] },
             END => Msg::End { at: u64s(1)?[0] },
+            LOST => {
+                // The count follows the kind byte and the compute node.
+                let count = b.get(9..17).ok_or_else(|| malformed("lost", "truncated"))?;
+                let count = u64::from_le_bytes(count.try_into().expect("8 bytes"));
+                if count > MAX_RESIDUES {
+                    return Err(malformed("lost", format!("{count} residues")));
+                }
+                let v = u64s(2 + 2 * count as usize)?;
+                let compute = u32::try_from(v[0]).map_err(|_| malformed("lost", "compute node"))?;
+                Msg::Lost { compute, finished: v[2..].chunks_exact(2).map(|p| (p[0], p[1])).collect() }
+            }
+            LEAVE => {
+                let compute = u32::try_from(u64s(1)?[0]).map_err(|_| malformed("leave", "compute node"))?;
+                Msg::Leave { compute }
+            }
             other => return Err(malformed("message", format!("unknown kind {other}"))),
         })
     }
@@ -166,6 +200,9 @@ mod tests {
             Msg::Stop { horizon: 12 },
             Msg::End { at: 13 },
             Msg::Heartbeat,
+            Msg::Lost { compute: 2, finished: vec![(2, 40), (1, 7)] },
+            Msg::Lost { compute: 0, finished: vec![] },
+            Msg::Leave { compute: 3 },
         ];
         for m in all {
             assert_eq!(Msg::decode(&m.encode()), Ok(m));
@@ -177,6 +214,18 @@ mod tests {
     fn status_bytes() {
         let b = Msg::Status(Pointers { data: 0x0102, desc: 3 }).encode();
         assert_eq!(b, [3, 2, 1, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    /// A test vector for docs/PROTOCOL.md.
+    #[test]
+    fn lost_bytes() {
+        let b = Msg::Lost { compute: 1, finished: vec![(1, 9)] }.encode();
+        let mut want = vec![11];
+        for v in [1u64, 1, 1, 9] {
+            want.extend_from_slice(&v.to_le_bytes());
+        }
+        assert_eq!(b, want);
+        assert!(Msg::decode(&b[..b.len() - 8]).is_err(), "truncated");
     }
 
     proptest! {

@@ -4,11 +4,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::rescue::{Fate, Rescue};
 use super::ring::{Pointers, RingSizes};
 use super::thinned::Thinned;
 use crate::error::{FlesError, Result};
 use crate::model::ComponentDescriptor;
-use crate::sched::{Completed, Coordinator, DfsSettings, IntervalReport, Nanos, Proposal, compute_of};
+use crate::sched::{Completed, Coordinator, DfsSettings, IntervalReport, Nanos, Proposal};
 
 /// At most this many completion times are kept per compute node (a few MB).
 const COMPLETIONS_KEPT: usize = 200_000;
@@ -26,6 +27,8 @@ pub enum ComputeAction {
     Halt,
     /// Tell every input the agreed end: timeslices below it are built, none after.
     End(u64),
+    /// Tell every input that this compute node is lost: leave it out.
+    Leave(usize),
 }
 
 /// When a timeslice's components arrived, for the run's report.
@@ -53,7 +56,12 @@ pub struct ComputeNode {
     acked: Vec<Pointers>,
     /// Per input, its components in ring order: timeslice, end, and whether released.
     held: Vec<VecDeque<(u64, Pointers, bool)>>,
+    /// Per input, the last of this node's own timeslices it sent (they come in order), and
+    /// the largest timeslice of any.
+    last_home: Vec<Option<u64>>,
     last_ts: Vec<Option<u64>>,
+    /// Compute nodes lost, and what this node took over from them.
+    rescue: Rescue,
     pending: BTreeMap<u64, Pending>,
     /// Complete, waiting for an earlier one.
     complete: BTreeMap<u64, Vec<Option<ComponentDescriptor>>>,
@@ -94,7 +102,9 @@ impl ComputeNode {
             seen: vec![0; inputs],
             acked: vec![Pointers::default(); inputs],
             held: vec![VecDeque::new(); inputs],
+            last_home: vec![None; inputs],
             last_ts: vec![None; inputs],
+            rescue: Rescue::new(index, computes),
             pending: BTreeMap::new(),
             complete: BTreeMap::new(),
             lost: vec![false; inputs],
@@ -133,11 +143,17 @@ impl ComputeNode {
     pub fn on_component(&mut self, input: usize, desc: ComponentDescriptor, now: Nanos) -> Result<()> {
         let bad = |why: String| Err(FlesError::Protocol(format!("input {input}: {why}")));
         let ts = desc.ts_num;
-        if compute_of(ts, self.computes) != self.index || self.limit.is_some_and(|l| ts >= l) {
+        let fate = self.rescue.fate(ts);
+        if fate == Fate::NotMine || self.limit.is_some_and(|l| ts >= l) {
             return bad(format!("timeslice {ts} is not one for compute node {}", self.index));
         }
-        if self.last_ts[input].is_some_and(|last| ts <= last) || ts < self.next_deliver {
-            return bad(format!("timeslice {ts} out of order"));
+        let delivered = match fate {
+            Fate::Home => self.last_home[input].is_some_and(|last| ts <= last) || ts < self.next_deliver,
+            Fate::Adopted(k) => ts < self.rescue.next_of(k, ts),
+            _ => false,
+        };
+        if delivered || self.pending.get(&ts).is_some_and(|p| p.components[input].is_some()) {
+            return bad(format!("timeslice {ts} out of order or twice"));
         }
         let end_before = self.held[input].back().map_or(self.acked[input].data, |&(_, end, _)| end.data);
         self.rings.check(end_before, self.acked[input].data, desc.offset, desc.size)?;
@@ -145,9 +161,17 @@ impl ComputeNode {
             return bad(format!("timeslice {ts}'s component runs past the write pointer"));
         }
         self.seen[input] += 1;
-        self.last_ts[input] = Some(ts);
+        self.last_ts[input] = Some(self.last_ts[input].map_or(ts, |l| l.max(ts)));
+        if fate == Fate::Home {
+            self.last_home[input] = Some(ts);
+        }
         let end = Pointers { data: desc.offset + desc.size, desc: self.seen[input] };
         self.held[input].push_back((ts, end, false));
+        if fate == Fate::Done {
+            // A lost node finished it: this input sent it again before it knew.
+            self.release(ts);
+            return Ok(());
+        }
         let inputs = self.inputs();
         let p =
             self.pending.entry(ts).or_insert_with(|| Pending { components: vec![None; inputs], count: 0, first: now });
@@ -188,6 +212,7 @@ impl ComputeNode {
         for ts in waiting {
             self.complete_if_ready(ts, now);
         }
+        self.agree_on_loss();
         if let Some(c) = &mut self.coordinator {
             for (done, proposals) in c.lose(input) {
                 self.intervals.push(done);
@@ -205,11 +230,54 @@ impl ComputeNode {
         self.lost[input]
     }
 
+    /// Delivers complete timeslices: this node's own in order, and those taken over from each
+    /// lost node in order per chain.
     fn deliver_in_order(&mut self) {
         while let Some(components) = self.complete.remove(&self.next_deliver) {
             self.actions.push_back(ComputeAction::Deliver { ts: self.next_deliver, components });
             self.next_deliver += self.computes as u64;
         }
+        let mut i = 0;
+        while let Some(next) = self.rescue.chain_next(i) {
+            match self.complete.remove(&next) {
+                Some(components) => {
+                    self.actions.push_back(ComputeAction::Deliver { ts: next, components });
+                    self.rescue.advance(i);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// Input `input` gave compute node `compute` up; `finished` says, per residue, below
+    /// which timeslice that node had acknowledged everything to it. Once every input still
+    /// here has said, what the lost node finished is dropped and the rest is taken over.
+    pub fn on_compute_lost(&mut self, input: usize, compute: usize, finished: Vec<(u64, u64)>) -> Result<()> {
+        if self.rescue.on_report(input, self.inputs(), compute, finished)? {
+            self.actions.push_back(ComputeAction::Leave(compute));
+        }
+        self.agree_on_loss();
+        Ok(())
+    }
+
+    fn agree_on_loss(&mut self) {
+        if !self.rescue.try_agree(&self.lost) {
+            return;
+        }
+        let waiting: Vec<u64> = self.pending.keys().chain(self.complete.keys()).copied().collect();
+        for ts in waiting {
+            if self.rescue.fate(ts) == Fate::Done {
+                self.pending.remove(&ts);
+                self.complete.remove(&ts);
+                self.release(ts);
+            }
+        }
+        self.deliver_in_order();
+    }
+
+    /// Whether compute node `compute` was given up.
+    pub fn is_compute_lost(&self, compute: usize) -> bool {
+        self.rescue.is_lost(compute)
     }
 
     /// The consumer is done with timeslice `ts`: its space goes back to the inputs once
@@ -288,7 +356,7 @@ impl ComputeNode {
 
     /// Whether every timeslice this node takes below the limit was delivered.
     pub fn finished(&self) -> bool {
-        self.limit.is_some_and(|l| self.next_deliver >= l)
+        self.limit.is_some_and(|l| self.next_deliver >= l && !self.rescue.open() && self.rescue.nexts().all(|n| n >= l))
     }
 
     /// The fullest data ring's share in use.

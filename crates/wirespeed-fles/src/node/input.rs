@@ -2,12 +2,12 @@
 //! the compute node's rings when they have room, and frees that room as acknowledgements
 //! come back.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::ring::{Pointers, RingSizes};
 use crate::error::{FlesError, Result};
 use crate::model::{ComponentDescriptor, Slicing};
-use crate::sched::{InputSchedule, IntervalReport, Nanos, Proposal};
+use crate::sched::{InputSchedule, IntervalReport, Nanos, Owners, Proposal};
 
 /// What the driver does next for an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,15 @@ pub enum InputAction {
     Done,
 }
 
+/// What an input tells the compute nodes still there when it gives one up: for each residue
+/// r (timeslices t with t mod C = r) the lost node took from it, the timeslice below which
+/// that node had finished all it took, as far as this input knows from its acknowledgements.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostReport {
+    pub compute: usize,
+    pub finished: Vec<(u64, u64)>,
+}
+
 pub struct InputNode {
     rings: RingSizes,
     /// Timeslices 0..limit are sent (None: no end).
@@ -32,6 +41,11 @@ pub struct InputNode {
     acked: Vec<Pointers>,
     /// Per compute node, components not yet acknowledged: timeslice and where it ends.
     in_flight: Vec<VecDeque<(u64, Pointers)>>,
+    /// Per compute node and residue, one past the largest timeslice it acknowledged.
+    acked_below: Vec<BTreeMap<u64, u64>>,
+    owners: Owners,
+    /// Timeslices a lost compute node had not acknowledged, to send again to their new owners.
+    resend: VecDeque<u64>,
     reports: VecDeque<IntervalReport>,
     sent: u64,
     /// Whether the scheduler has planned past the limit (nothing more to send).
@@ -55,6 +69,9 @@ impl InputNode {
             written: vec![Pointers::default(); computes],
             acked: vec![Pointers::default(); computes],
             in_flight: vec![VecDeque::new(); computes],
+            acked_below: vec![BTreeMap::new(); computes],
+            owners: Owners::new(computes),
+            resend: VecDeque::new(),
             reports: VecDeque::new(),
             sent: 0,
             exhausted: false,
@@ -77,12 +94,20 @@ impl InputNode {
         if let Some(r) = self.reports.pop_front() {
             return Ok(InputAction::Report(r));
         }
+        if let Some(&ts) = self.resend.front() {
+            let compute = self.owner(ts)?;
+            let placed = self.place(compute, ts, size_of(ts))?;
+            if placed.is_some() {
+                self.resend.pop_front();
+            }
+            return Ok(placed.unwrap_or(InputAction::Wait(None)));
+        }
         loop {
             if self.limit.is_some_and(|l| self.sent >= l) {
                 self.exhausted = true;
             }
             if self.exhausted {
-                let idle = self.in_flight.iter().all(|q| q.is_empty());
+                let idle = self.in_flight.iter().all(|q| q.is_empty()) && self.resend.is_empty();
                 return Ok(if idle { InputAction::Done } else { InputAction::Wait(None) });
             }
             if self.paused {
@@ -102,32 +127,79 @@ impl InputNode {
             if plan.due.max(ready) > now {
                 return Ok(InputAction::Wait(Some(plan.due.max(ready))));
             }
-            let c = plan.compute;
-            let size = size_of(plan.ts);
-            if size > self.rings.data {
-                return Err(FlesError::Config(format!(
-                    "timeslice {}'s component is {size} bytes, more than the {}-byte ring",
-                    plan.ts, self.rings.data
-                )));
-            }
-            let Some(offset) = self.rings.room(self.written[c], self.acked[c], size) else {
+            // The scheduler plans for C compute nodes; a lost one's timeslices go to others.
+            let compute = self.owner(plan.ts)?;
+            let Some(write) = self.place(compute, plan.ts, size_of(plan.ts))? else {
                 return Ok(InputAction::Wait(None));
             };
-            let slot = self.written[c].desc;
-            let pointers = Pointers { data: offset + size, desc: slot + 1 };
-            self.written[c] = pointers;
-            self.in_flight[c].push_back((plan.ts, pointers));
             self.schedule.sent(now);
             self.sent += 1;
             self.horizon = self.horizon.max(plan.ts + 1);
-            // FLESnet's num_microslices is filled in by the driver, which built the component.
-            let desc = ComponentDescriptor { ts_num: plan.ts, offset, size, num_microslices: 0 };
-            return Ok(InputAction::Write { compute: c, slot, desc, pointers });
+            return Ok(write);
         }
+    }
+
+    fn owner(&self, ts: u64) -> Result<usize> {
+        self.owners.owner(ts).ok_or_else(|| FlesError::Net("every compute node is lost".into()))
+    }
+
+    /// Places timeslice `ts`'s component of `size` bytes in `compute`'s rings, if they have room.
+    fn place(&mut self, compute: usize, ts: u64, size: u64) -> Result<Option<InputAction>> {
+        if size > self.rings.data {
+            return Err(FlesError::Config(format!(
+                "timeslice {ts}'s component is {size} bytes, more than the {}-byte ring",
+                self.rings.data
+            )));
+        }
+        let c = compute;
+        let Some(offset) = self.rings.room(self.written[c], self.acked[c], size) else { return Ok(None) };
+        let slot = self.written[c].desc;
+        let pointers = Pointers { data: offset + size, desc: slot + 1 };
+        self.written[c] = pointers;
+        self.in_flight[c].push_back((ts, pointers));
+        // FLESnet's num_microslices is filled in by the driver, which built the component.
+        let desc = ComponentDescriptor { ts_num: ts, offset, size, num_microslices: 0 };
+        Ok(Some(InputAction::Write { compute: c, slot, desc, pointers }))
+    }
+
+    /// Compute node `compute` is gone (its connection failed, it fell silent, or a compute
+    /// node said so): the timeslices it had not acknowledged go again to their new owners,
+    /// and so do all it would have taken. Returns what to tell every compute node still
+    /// there, or None if it was already given up.
+    pub fn on_compute_lost(&mut self, compute: usize) -> Result<Option<LostReport>> {
+        let before = self.owners.clone();
+        if !self.owners.lose(compute) {
+            return Ok(None);
+        }
+        self.owner(0)?;
+        let computes = self.in_flight.len() as u64;
+        let unacked: Vec<u64> = self.in_flight[compute].drain(..).map(|(ts, _)| ts).collect();
+        let queued = self.resend.iter().copied().filter(|&ts| before.owner(ts) == Some(compute));
+        let mut first_unacked = BTreeMap::new();
+        for ts in unacked.iter().copied().chain(queued) {
+            let e = first_unacked.entry(ts % computes).or_insert(ts);
+            *e = (*e).min(ts);
+        }
+        let acked = std::mem::take(&mut self.acked_below[compute]);
+        let finished = acked
+            .into_iter()
+            .map(|(r, below)| (r, first_unacked.get(&r).map_or(below, |&u: &u64| u.min(below))))
+            .collect();
+        self.resend.extend(unacked);
+        self.resend.make_contiguous().sort_unstable();
+        Ok(Some(LostReport { compute, finished }))
+    }
+
+    /// Whether compute node `compute` was given up.
+    pub fn is_compute_lost(&self, compute: usize) -> bool {
+        self.owners.is_lost(compute)
     }
 
     /// Compute node `compute` has given back its rings up to `acked`.
     pub fn on_ack(&mut self, compute: usize, acked: Pointers, now: Nanos) -> Result<()> {
+        if self.owners.is_lost(compute) {
+            return Ok(()); // given up on: what it acknowledged goes again anyway
+        }
         let (old, written) = (self.acked[compute], self.written[compute]);
         if acked.data < old.data || acked.desc < old.desc || acked.data > written.data || acked.desc > written.desc {
             return Err(FlesError::Protocol(format!(
@@ -140,6 +212,8 @@ impl InputNode {
                 break;
             }
             self.in_flight[compute].pop_front();
+            let below = self.acked_below[compute].entry(ts % self.in_flight.len() as u64).or_default();
+            *below = (*below).max(ts + 1);
             if let Some(r) = self.schedule.acked(ts, now) {
                 self.reports.push_back(r);
             }

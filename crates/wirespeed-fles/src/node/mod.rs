@@ -2,11 +2,12 @@
 
 pub mod compute;
 pub mod input;
+mod rescue;
 pub mod ring;
 pub mod thinned;
 
 pub use compute::{Completion, ComputeAction, ComputeNode};
-pub use input::{InputAction, InputNode};
+pub use input::{InputAction, InputNode, LostReport};
 pub use ring::{Pointers, RingSizes};
 pub use thinned::Thinned;
 
@@ -19,16 +20,29 @@ mod tests {
     use crate::sched::{DfsSettings, Kind};
 
     fn run(inputs: usize, computes: usize, limit: u64, kind: Kind) -> Vec<ComputeNode> {
-        run_until(inputs, computes, Some(limit), kind, None)
+        run_until(inputs, computes, Some(limit), kind, None, None)
     }
 
-    /// A run to `limit`, or wound down from compute node 0 at tick `halt_at`.
+    /// Input `i` gives compute node `c` up and tells the compute nodes still there.
+    fn give_up(ins: &mut [InputNode], cns: &mut [ComputeNode], dead: &[bool], i: usize, c: usize) {
+        if let Some(r) = ins[i].on_compute_lost(c).unwrap() {
+            for (d, cn) in cns.iter_mut().enumerate().filter(|(d, _)| !dead[*d]) {
+                cn.on_compute_lost(i, c, r.finished.clone()).unwrap_or_else(|e| panic!("at {d}: {e}"));
+            }
+        }
+    }
+
+    /// A run to `limit`, or wound down from compute node 0 at tick `halt_at`. Compute node
+    /// `kill.1` dies at tick `kill.0`: with `kill.2`, once input 0 has written to it that
+    /// tick, before the others have; else after releasing what it had but before all of its
+    /// acknowledgements went out. Only input 0 notices; the others hear from the rest.
     fn run_until(
         inputs: usize,
         computes: usize,
         mut limit: Option<u64>,
         kind: Kind,
         halt_at: Option<u64>,
+        kill: Option<(u64, usize, bool)>,
     ) -> Vec<ComputeNode> {
         let rings = RingSizes { data: 1000, descs: 16 };
         let dfs = match &kind {
@@ -39,6 +53,7 @@ mod tests {
             (0..inputs).map(|i| InputNode::new(computes, rings, limit, kind.input(i, computes))).collect();
         let mut cns: Vec<_> =
             (0..computes).map(|c| ComputeNode::new(c, inputs, computes, rings, limit, dfs.clone())).collect();
+        let mut dead = vec![false; computes];
         let mut delivered = vec![Vec::new(); computes];
         let size = |ts: u64| 100 + ts % 7 * 20;
         for now in 0..100_000u64 {
@@ -46,15 +61,20 @@ mod tests {
                 cns[0].halt();
             }
             let mut done = 0;
-            for (i, input) in ins.iter_mut().enumerate() {
+            for i in 0..inputs {
                 loop {
-                    match input.poll(now, size).unwrap() {
+                    match ins[i].poll(now, size).unwrap() {
+                        InputAction::Write { compute, .. } if dead[compute] => {
+                            give_up(&mut ins, &mut cns, &dead, i, compute)
+                        }
                         InputAction::Write { compute, slot, desc, pointers } => {
                             let cn = &mut cns[compute];
                             assert_eq!(cn.on_status(i, pointers).unwrap(), slot..slot + 1);
                             cn.on_component(i, desc, now).unwrap();
                         }
-                        InputAction::Report(r) => cns.iter_mut().for_each(|c| c.on_report(r).unwrap()),
+                        InputAction::Report(r) => {
+                            cns.iter_mut().zip(&dead).filter(|(_, d)| !**d).for_each(|(c, _)| c.on_report(r).unwrap())
+                        }
                         InputAction::Wait(_) => break,
                         InputAction::Done => {
                             done += 1;
@@ -62,18 +82,39 @@ mod tests {
                         }
                     }
                 }
+                if let Some((at, k, true)) = kill
+                    && i == 0
+                    && now == at
+                {
+                    dead[k] = true;
+                    give_up(&mut ins, &mut cns, &dead, 0, k);
+                }
             }
             if done == inputs {
-                assert!(cns.iter().all(|c| c.finished()));
                 let limit = limit.expect("an end was agreed");
-                for (c, d) in delivered.iter().enumerate() {
+                let live = (0..computes).filter(|&c| !dead[c]);
+                assert!(live.clone().all(|c| cns[c].finished()));
+                for c in live {
+                    let home: Vec<u64> =
+                        delivered[c].iter().copied().filter(|ts| ts % computes as u64 == c as u64).collect();
                     let want: Vec<u64> = (0..limit).filter(|ts| ts % computes as u64 == c as u64).collect();
-                    assert_eq!(d, &want, "compute node {c} got every timeslice once, in order");
+                    if kill.is_none() {
+                        assert_eq!(delivered[c], want, "compute node {c} got every timeslice once, in order");
+                    } else {
+                        assert_eq!(home, want, "compute node {c} got its own in order");
+                    }
                 }
+                let mut all: Vec<u64> = delivered.concat();
+                all.sort_unstable();
+                assert_eq!(all, (0..limit).collect::<Vec<_>>(), "every timeslice once, none lost");
                 return cns;
             }
             // Compute nodes release what they got one tick later, newest first.
             for c in 0..computes {
+                if dead[c] {
+                    continue;
+                }
+                let dies = kill.is_some_and(|(at, k, mid)| !mid && at <= now && k == c);
                 let mut got = Vec::new();
                 while let Some(a) = cns[c].next_action() {
                     match a {
@@ -88,7 +129,10 @@ mod tests {
                         ComputeAction::Halt => {
                             for (i, input) in ins.iter_mut().enumerate() {
                                 if let Some(h) = input.stop() {
-                                    cns.iter_mut().for_each(|c| c.on_stop(i, h).unwrap());
+                                    cns.iter_mut()
+                                        .zip(&dead)
+                                        .filter(|(_, d)| !**d)
+                                        .for_each(|(c, _)| c.on_stop(i, h).unwrap());
                                 }
                             }
                         }
@@ -97,14 +141,23 @@ mod tests {
                             limit = Some(end);
                             ins.iter_mut().for_each(|i| i.on_end(end).unwrap());
                         }
+                        ComputeAction::Leave(lost) => {
+                            (0..inputs).for_each(|i| give_up(&mut ins, &mut cns, &dead, i, lost))
+                        }
                     }
                 }
                 let cn = &mut cns[c];
                 got.into_iter().rev().for_each(|ts| cn.release(ts));
                 while let Some(a) = cn.next_action() {
-                    if let ComputeAction::Ack { input, acked } = a {
+                    if let ComputeAction::Ack { input, acked } = a
+                        && (!dies || input == 0)
+                    {
                         ins[input].on_ack(c, acked, now).unwrap();
                     }
+                }
+                if dies && !delivered[c].is_empty() {
+                    dead[c] = true;
+                    give_up(&mut ins, &mut cns, &dead, 0, c);
                 }
             }
         }
@@ -132,10 +185,24 @@ mod tests {
     fn a_halt_winds_down_to_an_end_every_node_agrees_on() {
         for kind in [Kind::RoundRobin, Kind::Dfs(DfsSettings { interval_length: 6, ..DfsSettings::default() })] {
             for halt_at in [0, 3, 40] {
-                run_until(3, 2, None, kind.clone(), Some(halt_at));
+                run_until(3, 2, None, kind.clone(), Some(halt_at), None);
             }
             // A limit already near: the end is the lower of the two.
-            run_until(2, 3, Some(5), kind.clone(), Some(2));
+            run_until(2, 3, Some(5), kind.clone(), Some(2), None);
+        }
+    }
+
+    #[test]
+    fn a_lost_compute_nodes_timeslices_go_to_the_others_none_lost_none_twice() {
+        for kind in [Kind::RoundRobin, Kind::Dfs(DfsSettings { interval_length: 6, ..DfsSettings::default() })] {
+            for mid in [false, true] {
+                for (inputs, computes, at, k) in [(3, 3, 2, 1), (2, 4, 5, 0), (4, 2, 3, 1), (3, 5, 1, 4)] {
+                    let cns = run_until(inputs, computes, Some(120), kind.clone(), None, Some((at, k, mid)));
+                    assert!(cns.iter().enumerate().all(|(c, n)| c == k || n.is_compute_lost(k)));
+                }
+                // Winding down while one is lost.
+                run_until(3, 3, None, kind.clone(), Some(30), Some((4, 2, mid)));
+            }
         }
     }
 }

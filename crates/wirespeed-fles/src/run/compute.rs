@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use wirespeed::{Config, Key, Listener, Region};
 
 use super::link::{Event, Link, await_closes, net, patient};
-use super::{SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
+use super::{HEARTBEAT_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::model::{ComponentDescriptor, ComponentView};
@@ -49,6 +49,8 @@ pub struct ComputeSummary {
     /// Timeslices delivered with a lost input's component missing, and the inputs lost.
     pub incomplete: u64,
     pub lost_inputs: Vec<usize>,
+    /// Compute nodes lost, whose timeslices this node and the others took over.
+    pub lost_computes: Vec<usize>,
 }
 
 /// A compute node listening for its inputs.
@@ -142,7 +144,13 @@ impl ComputeListener {
         let mut quiet_since = Instant::now();
         let mut heard = vec![Instant::now(); s.inputs];
         let mut kept = 0usize;
+        let mut next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
         while !node.finished() || kept > 0 {
+            if Instant::now() >= next_heartbeat {
+                // So that the inputs can tell a compute node that is busy from one that hangs.
+                let _ = broadcast(&peers, &node, &Msg::Heartbeat);
+                next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
+            }
             if node.finished()
                 && let Some(f) = delivered_all.take()
             {
@@ -190,6 +198,9 @@ impl ComputeListener {
                 Some(Event::Msg(_, Msg::Report(r))) => node.on_report(r)?,
                 Some(Event::Msg(i, _)) if node.is_lost(i) => {} // it was given up on
                 Some(Event::Msg(i, Msg::Stop { horizon })) => node.on_stop(i, horizon)?,
+                Some(Event::Msg(i, Msg::Lost { compute, finished })) => {
+                    node.on_compute_lost(i, compute as usize, finished)?
+                }
                 Some(Event::Msg(_, Msg::Heartbeat)) => {}
                 Some(Event::Msg(i, other)) => return Err(FlesError::Protocol(format!("input {i} sent {other:?}"))),
                 // An input that leaves before the end is lost; the run goes on without it.
@@ -221,6 +232,9 @@ impl ComputeListener {
                         ComputeAction::Propose(p) => failed.extend(broadcast(&peers, &node, &Msg::Propose(p))),
                         ComputeAction::Halt => failed.extend(broadcast(&peers, &node, &Msg::Halt)),
                         ComputeAction::End(at) => failed.extend(broadcast(&peers, &node, &Msg::End { at })),
+                        ComputeAction::Leave(c) => {
+                            failed.extend(broadcast(&peers, &node, &Msg::Leave { compute: c as u32 }))
+                        }
                     }
                 }
                 if failed.is_empty() {
@@ -243,6 +257,7 @@ impl ComputeListener {
         summary.intervals = node.intervals.clone();
         summary.incomplete = node.incomplete;
         summary.lost_inputs = (0..s.inputs).filter(|&i| node.is_lost(i)).collect();
+        summary.lost_computes = (0..s.computes).filter(|&c| node.is_compute_lost(c)).collect();
         // The inputs finish their streams once they have every acknowledgement.
         for p in &peers {
             p.link.finish();

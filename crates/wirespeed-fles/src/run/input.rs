@@ -24,6 +24,8 @@ pub struct InputSummary {
     pub seconds: f64,
     /// (seconds since the barrier, bytes sent so far), every few milliseconds.
     pub sent: Vec<(f64, u64)>,
+    /// Compute nodes this input gave up.
+    pub lost_computes: Vec<usize>,
 }
 
 struct Peer {
@@ -82,12 +84,14 @@ pub fn run_input(
     let mut sent = Thinned::new(SAMPLES_KEPT);
     let stop = |node: &mut InputNode, peers: &[Peer]| -> Result<()> {
         match node.stop() {
-            Some(horizon) => peers.iter().try_for_each(|p| p.link.send(&Msg::Stop { horizon })),
+            Some(horizon) => send_all(node, peers, &Msg::Stop { horizon }),
             None => Ok(()),
         }
     };
     let handle = |node: &mut InputNode, ev: Event, now: u64| -> Result<()> {
         match ev {
+            // A compute node given up on may still be talking (it was only slow).
+            Event::Msg(c, _) if node.is_compute_lost(c) => Ok(()),
             Event::Msg(c, Msg::Ack(p)) => node.on_ack(c, p, now),
             Event::Msg(_, Msg::Propose(p)) => {
                 node.on_proposal(p);
@@ -95,19 +99,22 @@ pub fn run_input(
             }
             Event::Msg(_, Msg::Halt) => stop(node, &peers),
             Event::Msg(_, Msg::End { at }) => node.on_end(at),
-            Event::Msg(c, other) => Err(FlesError::Protocol(format!("compute node {c} sent {other:?}"))),
-            // A compute node leaves once it has every timeslice it takes.
-            Event::Closed(c, Ok(())) if node.owes(c) => {
-                Err(FlesError::Net(format!("compute node {c} left before the end")))
+            Event::Msg(_, Msg::Heartbeat) => Ok(()),
+            Event::Msg(_, Msg::Leave { compute }) if (compute as usize) < peers.len() => {
+                give_up(node, &peers, compute as usize)
             }
-            Event::Closed(_, Ok(())) => Ok(()),
-            Event::Closed(c, Err(e)) => Err(FlesError::Net(format!("compute node {c}: {e}"))),
+            Event::Msg(c, other) => Err(FlesError::Protocol(format!("compute node {c} sent {other:?}"))),
+            // A compute node leaves once it has every timeslice it takes; one that leaves
+            // before, or whose connection fails, is lost: the others take its timeslices.
+            Event::Closed(c, Ok(())) if !node.owes(c) => Ok(()),
+            Event::Closed(c, _) => give_up(node, &peers, c),
             Event::Released(_) => Ok(()), // compute nodes' only
         }
     };
     let mut quiet_since = Instant::now();
-    // Compute nodes whose streams have not ended yet.
+    // Compute nodes whose streams have not ended yet, and when each was last heard.
     let mut open = vec![true; s.computes];
+    let mut heard = vec![Instant::now(); s.computes];
     let mut next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
     loop {
         let now = since(t0);
@@ -118,7 +125,16 @@ pub fn run_input(
             }
             next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
         }
+        // A compute node silent for half the timeout (no heartbeat either) is lost.
+        for c in 0..s.computes {
+            if open[c] && heard[c].elapsed() > s.timeout / 2 && !node.is_compute_lost(c) {
+                give_up(&mut node, &peers, c)?;
+            }
+        }
         while let Ok(ev) = rx.try_recv() {
+            if let Event::Msg(c, _) | Event::Closed(c, _) = ev {
+                heard[c] = Instant::now();
+            }
             if let Event::Closed(c, _) = ev {
                 open[c] = false;
             }
@@ -132,25 +148,30 @@ pub fn run_input(
         match action {
             InputAction::Write { compute, slot, mut desc, pointers } => {
                 let p = &peers[compute];
-                feed.with(desc.ts_num, s, |bytes, microslices| -> Result<()> {
+                let written = feed.with(desc.ts_num, s, |bytes, microslices| -> wirespeed::Result<()> {
                     desc.num_microslices = microslices;
-                    let at = desc.offset % s.rings.data;
-                    p.link
-                        .conn
-                        .put(&p.data, at, bytes)
-                        .map_err(|e| net(&format!("writing to compute node {compute}"), e))?;
+                    p.link.conn.put(&p.data, desc.offset % s.rings.data, bytes)?;
                     let slot_at = (slot % s.rings.descs) * COMPONENT_DESCRIPTOR_LEN as u64;
-                    p.link.conn.put(&p.descs, slot_at, &desc.encode()).map_err(|e| net("writing a descriptor", e))?;
-                    p.link.send(&Msg::Status(pointers))
-                })?;
-                summary.components += 1;
-                summary.bytes += desc.size;
+                    p.link.conn.put(&p.descs, slot_at, &desc.encode())?;
+                    p.link.send_raw(&Msg::Status(pointers))
+                });
+                match written {
+                    Ok(()) => {
+                        summary.components += 1;
+                        summary.bytes += desc.size;
+                    }
+                    // It died: the component goes to the node that takes its timeslices.
+                    Err(_) => give_up(&mut node, &peers, compute)?,
+                }
             }
-            InputAction::Report(r) => peers.iter().try_for_each(|p| p.link.send(&Msg::Report(r)))?,
+            InputAction::Report(r) => send_all(&mut node, &peers, &Msg::Report(r))?,
             InputAction::Wait(until) => {
                 let wait = until.map_or(STOP_POLL, |t| Duration::from_nanos(t.saturating_sub(now)).min(STOP_POLL));
                 match rx.recv_timeout(wait) {
                     Ok(ev) => {
+                        if let Event::Msg(c, _) | Event::Closed(c, _) = ev {
+                            heard[c] = Instant::now();
+                        }
                         if let Event::Closed(c, _) = ev {
                             open[c] = false;
                         }
@@ -180,9 +201,37 @@ pub fn run_input(
     summary.seconds = t0.elapsed().as_secs_f64();
     summary.sent = sent.kept().to_vec();
     summary.sent.push((summary.seconds, summary.bytes));
+    summary.lost_computes = (0..s.computes).filter(|&c| node.is_compute_lost(c)).collect();
     for p in &peers {
         p.link.finish();
     }
-    await_closes(&rx, open);
+    await_closes(&rx, (0..s.computes).map(|c| open[c] && !node.is_compute_lost(c)).collect());
     Ok(summary)
+}
+
+/// Sends `m` to every compute node still there, giving up those it cannot reach.
+fn send_all(node: &mut InputNode, peers: &[Peer], m: &Msg) -> Result<()> {
+    for (c, p) in peers.iter().enumerate() {
+        if !node.is_compute_lost(c) && p.link.send(m).is_err() {
+            give_up(node, peers, c)?;
+        }
+    }
+    Ok(())
+}
+
+/// Gives compute node `c` up: its timeslices go to the others, and each compute node still
+/// there hears what this input knows `c` finished. One that cannot be told is given up too.
+fn give_up(node: &mut InputNode, peers: &[Peer], c: usize) -> Result<()> {
+    let mut todo = vec![c];
+    while let Some(c) = todo.pop() {
+        let Some(report) = node.on_compute_lost(c)? else { continue };
+        peers[c].link.finish(); // so that a node that was only slow learns it was left out
+        let msg = Msg::Lost { compute: c as u32, finished: report.finished };
+        for (d, p) in peers.iter().enumerate() {
+            if !node.is_compute_lost(d) && p.link.send(&msg).is_err() {
+                todo.push(d);
+            }
+        }
+    }
+    Ok(())
 }

@@ -30,7 +30,11 @@ impl Link {
     }
 
     pub fn send(&self, m: &Msg) -> Result<()> {
-        self.stream.send(&m.encode(), &[]).map_err(|e| net("sending", e))
+        self.send_raw(m).map_err(|e| net("sending", e))
+    }
+
+    pub fn send_raw(&self, m: &Msg) -> wirespeed::Result<()> {
+        self.stream.send(&m.encode(), &[])
     }
 
     /// Waits for the next message, for the handshake before the reader starts.

@@ -6,9 +6,11 @@
 //! that takes out the clocks' offsets (the DFS's own correction).
 
 pub mod dfs;
+pub mod owners;
 pub mod rr;
 
 pub use dfs::{Completed, Coordinator, DfsInput, DfsSettings, IntervalReport, Proposal};
+pub use owners::Owners;
 pub use rr::RoundRobin;
 
 /// Nanoseconds since the common barrier.
