@@ -67,15 +67,15 @@ impl Nodes {
 
     /// The next line from any node within `wait` (None if there is none yet), passing over
     /// the end of output of nodes that have `finished`. Any other node that closes its output
-    /// has failed (its error is on stderr): an error, unless it is one the run can `lose`,
-    /// which comes back as a line of None.
-    fn next(&mut self, wait: Duration, finished: &[bool], lose: &[bool]) -> Result<Option<(usize, Option<String>)>> {
+    /// has failed (its error is on stderr): an error, unless the run can `lose` nodes (it is
+    /// under way), when that comes back as a line of None.
+    fn next(&mut self, wait: Duration, finished: &[bool], lose: bool) -> Result<Option<(usize, Option<String>)>> {
         let deadline = Instant::now() + wait;
         loop {
             match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok((i, Some(line))) => return Ok(Some((i, Some(line)))),
                 Ok((i, None)) if finished.get(i) == Some(&true) => continue,
-                Ok((i, None)) if lose.get(i) == Some(&true) => return Ok(Some((i, None))),
+                Ok((i, None)) if lose => return Ok(Some((i, None))),
                 Ok((i, None)) => {
                     let status = self.nodes[i].child.wait()?;
                     return Err(anyhow!("{} stopped ({status})", self.nodes[i].name));
@@ -87,7 +87,7 @@ impl Nodes {
 
     /// The next line before `deadline`, or an error.
     fn next_before(&mut self, deadline: Instant) -> Result<(usize, String)> {
-        match self.next(deadline.saturating_duration_since(Instant::now()), &[], &[])? {
+        match self.next(deadline.saturating_duration_since(Instant::now()), &[], false)? {
             Some((i, Some(line))) => Ok((i, line)),
             _ => Err(anyhow!("the nodes did not get ready in time")),
         }
@@ -185,8 +185,8 @@ fn drive(
     // stays silent past its own timeout without failing. Compute nodes tell their progress.
     let mut summaries = Vec::new();
     let mut finished = vec![false; inputs + computes];
-    // Compute nodes were started first; the run goes on without an input that dies.
-    let losable: Vec<bool> = (0..inputs + computes).map(|i| i >= computes).collect();
+    // The run goes on without a node that dies: an input's timeslices are delivered
+    // incomplete, a compute node's go to the others.
     let mut lost = Vec::new();
     let mut computes_done: Option<Instant> = None;
     let mut progress = Progress::new(computes);
@@ -214,7 +214,7 @@ fn drive(
             }
             continue;
         }
-        let Some((i, line)) = nodes.next(Duration::from_millis(100), &finished, &losable)? else {
+        let Some((i, line)) = nodes.next(Duration::from_millis(100), &finished, true)? else {
             if quiet_since.elapsed() > timeout * 4 {
                 bail!("no node said anything for {:?}", timeout * 4);
             }
@@ -238,6 +238,10 @@ fn drive(
         }
     }
     progress.bar.finish_and_clear();
+    // Compute nodes were started first.
+    if lost.iter().filter(|&&i| i < computes).count() == computes {
+        bail!("every compute node was lost");
+    }
     Ok((summaries, lost))
 }
 

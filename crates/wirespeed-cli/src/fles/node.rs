@@ -111,6 +111,7 @@ pub fn compute(
         "bytes": summary.bytes, "seconds": summary.seconds, "microslices_checked": checked,
         "completions": summary.completions, "slowest_ns": summary.slowest, "fill": summary.fill,
         "incomplete": summary.incomplete, "lost_inputs": summary.lost_inputs,
+        "lost_computes": summary.lost_computes,
         "intervals": summary.intervals.iter().map(|c| (c.interval, c.start, c.duration)).collect::<Vec<_>>(),
     }))
 }
@@ -128,6 +129,7 @@ pub fn input(
     Ok(json!({
         "role": "input", "index": summary.index, "components": summary.components,
         "bytes": summary.bytes, "seconds": summary.seconds, "sent": summary.sent,
+        "lost_computes": summary.lost_computes,
     }))
 }
 

@@ -63,10 +63,8 @@ pub fn build(description: Value, summaries: &[Value]) -> Value {
         "run": description,
         "timeslices": timeslices,
         "incomplete": by_role("compute").map(|s| s["incomplete"].as_u64().unwrap_or(0)).sum::<u64>(),
-        "lost_inputs": by_role("compute")
-            .flat_map(|s| s["lost_inputs"].as_array().cloned().unwrap_or_default())
-            .filter_map(|v| v.as_u64())
-            .collect::<std::collections::BTreeSet<u64>>(),
+        "lost_inputs": lost(by_role("compute"), "lost_inputs"),
+        "lost_computes": lost(summaries.iter(), "lost_computes"),
         "seconds": seconds,
         "completion_ms": {
             "p50": quantile(&completion_ms, 0.5),
@@ -83,17 +81,25 @@ pub fn build(description: Value, summaries: &[Value]) -> Value {
     })
 }
 
-/// Two lines for people.
+/// The nodes any summary names under `key`, once each.
+fn lost<'a>(summaries: impl Iterator<Item = &'a Value>, key: &str) -> std::collections::BTreeSet<u64> {
+    summaries.flat_map(|s| s[key].as_array().cloned().unwrap_or_default()).filter_map(|v| v.as_u64()).collect()
+}
+
+/// Two lines for people, and one per kind of node lost.
 pub fn describe(r: &Value) -> String {
     let c = &r["completion_ms"];
-    let lost = match r["lost_inputs"].as_array() {
-        Some(l) if !l.is_empty() => format!(
-            "\ninputs lost: {}; {} timeslices incomplete",
-            l.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", "),
-            r["incomplete"]
-        ),
-        _ => String::new(),
+    let list = |key: &str| match r[key].as_array() {
+        Some(l) if !l.is_empty() => Some(l.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => None,
     };
+    let mut lost = String::new();
+    if let Some(l) = list("lost_inputs") {
+        lost += &format!("\ninputs lost: {l}; {} timeslices incomplete", r["incomplete"]);
+    }
+    if let Some(l) = list("lost_computes") {
+        lost += &format!("\ncompute nodes lost: {l}; the others took over the timeslices they had not finished");
+    }
     format!(
         "{} timeslices in {:.2} s, {:.2} GB/s aggregate\ncompletion p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; buffer fill max {:.0} %{lost}",
         r["timeslices"],

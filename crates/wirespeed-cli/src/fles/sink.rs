@@ -1,6 +1,8 @@
 //! Where a compute node puts complete timeslices: nowhere (after checking every CRC), a
 //! FLESnet archive or an Arrow IPC file. Files are written under a hidden name and renamed
 //! into place only once the run ends well, so a half-written file never looks complete.
+//! Each timeslice reaches the OS before the node gives its space back, so a node that dies
+//! leaves in its part file every timeslice it finished (the others rebuild the rest).
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -130,7 +132,9 @@ impl Sink {
                     num_core_microslices: self.core as u32,
                     components: ts.components.iter().map(|c| (c.bytes(), c.len() as u64)).collect(),
                 };
-                w.write(&stored).map_err(|e| FlesError::Archive(format!("{}: {e}", file.part.display())))?;
+                let io = |e: std::io::Error| FlesError::Archive(format!("{}: {e}", file.part.display()));
+                w.write(&stored).map_err(io)?;
+                w.flush().map_err(io)?;
             }
             Writer::Arrow(w) => w.write(ts.index, &ts.components, &ts.inputs, ts.incomplete())?,
         }

@@ -103,7 +103,8 @@ impl<W: Write> ArrowWriter<W> {
             Arc::new(content.finish()),
         ];
         let batch = RecordBatch::try_new(self.schema.clone(), columns).map_err(arrow_error)?;
-        self.writer.write(&batch).map_err(arrow_error)
+        self.writer.write(&batch).map_err(arrow_error)?;
+        self.writer.flush().map_err(arrow_error)
     }
 
     /// Writes the footer and hands back the output.

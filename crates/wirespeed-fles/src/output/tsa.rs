@@ -100,6 +100,11 @@ impl<W: Write> TsaWriter<W> {
         Ok(())
     }
 
+    /// Hands what is written so far to the output's own writer (the OS, for a file).
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
     pub fn finish(mut self) -> io::Result<W> {
         self.out.flush()?;
         Ok(self.out)

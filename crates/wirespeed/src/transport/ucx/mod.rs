@@ -96,24 +96,36 @@ fn swap_addresses(s: &mut TcpStream, ours: &[u8], timeout: Duration) -> Result<V
     Ok(theirs)
 }
 
+/// How long a request may take to complete once its endpoint is closed by force.
+const SETTLE_LIMIT: Duration = Duration::from_secs(2);
+
 /// Waits for the request whose completion lands in `slot` (counted in `sends_in_flight` by
 /// the caller). Until it completes UCX may use the caller's buffers, so on a timeout or a
 /// failure the endpoint is closed by force, which completes every request, before this
-/// returns.
-fn complete(shared: &Shared<Core>, slot: *mut Option<ucs_status_t>, timeout: Duration, what: &str) -> Result<()> {
+/// returns. UCX 1.13 has left a flush to a dead peer on this host pending even then: after
+/// SETTLE_LIMIT the request is given up, and the second value says so; the caller must
+/// then never free `slot` (UCX may still write it).
+fn complete(
+    shared: &Shared<Core>,
+    slot: *mut Option<ucs_status_t>,
+    timeout: Duration,
+    what: &str,
+) -> (Result<()>, bool) {
     // SAFETY (reads of `slot`): UCX writes it only from callbacks run under the lock that
     // `wait` holds while it calls us.
+    let mut abandoned = false;
     let outcome = match shared.wait(Some(Instant::now() + timeout), true, |_| unsafe { *slot }) {
         Ok(Some(UCS_OK)) => Ok(()),
         Ok(Some(status)) => Err(Error::ConnectionLost(format!("{what}: {}", context::status_string(status)))),
         other => {
             shared.lock().close_ep(true, Duration::ZERO);
-            let _ = shared.wait(None, false, |_| unsafe { *slot });
+            let settled = shared.wait(Some(Instant::now() + SETTLE_LIMIT), false, |_| unsafe { *slot });
+            abandoned = !matches!(settled, Ok(Some(_)));
             Err(other.err().unwrap_or(Error::Timeout(timeout)))
         }
     };
     shared.lock().sends_in_flight -= 1;
-    outcome
+    (outcome, abandoned)
 }
 
 struct UcxTx {
@@ -141,7 +153,11 @@ impl FrameTx for UcxTx {
             }
             core.sends_in_flight += 1;
         }
-        complete(shared, slot, timeout, "sending")
+        let (outcome, abandoned) = complete(shared, slot, timeout, "sending");
+        if abandoned {
+            Box::leak(std::mem::replace(&mut self.done, Box::new(None)));
+        }
+        outcome
     }
 
     fn write_frame_owned(&mut self, head: &[u8], payload: &[Bytes], timeout: Duration) -> Result<()> {

@@ -149,7 +149,11 @@ impl UcxRemote {
             }
             core.sends_in_flight += 1;
         }
-        complete(shared, slot, timeout, "one-sided transfer")
+        let (outcome, abandoned) = complete(shared, slot, timeout, "one-sided transfer");
+        if abandoned {
+            Box::leak(done);
+        }
+        outcome
     }
 }
 
