@@ -188,7 +188,7 @@ fn drive(
     // The run goes on without a node that dies: an input's timeslices are delivered
     // incomplete, a compute node's go to the others.
     let mut lost = Vec::new();
-    let mut computes_done: Option<Instant> = None;
+    let (mut computes_done, mut inputs_done): (Option<Instant>, Option<Instant>) = (None, None);
     let mut progress = Progress::new(computes);
     let mut stopping = false;
     let mut quiet_since = Instant::now();
@@ -197,22 +197,26 @@ fn drive(
             nodes.stop_all();
             stopping = true;
         }
-        // Once every compute node is done, an input still running past the timeout is hung
-        // (the compute nodes gave up on it): it is stopped and counted lost.
-        if computes_done.is_none() && finished[..computes].iter().all(|&f| f) {
-            computes_done = Some(Instant::now());
-        }
-        if computes_done.is_some_and(|at| at.elapsed() > timeout) {
-            for (i, done) in finished.iter_mut().enumerate().skip(computes) {
-                if !*done {
-                    let n = &mut nodes.nodes[i];
-                    eprintln!("wirespeed: {} did not end after the compute nodes did; stopping it", n.name);
-                    let _ = n.child.kill();
-                    *done = true;
-                    lost.push(i);
+        // Once every node on one side is done, a node on the other still running past the
+        // timeout is hung (its peers gave up on it): it is stopped and counted lost.
+        let n = inputs + computes;
+        for (side, others, since) in
+            [(computes..n, 0..computes, &mut computes_done), (0..computes, computes..n, &mut inputs_done)]
+        {
+            if since.is_none() && finished[others].iter().all(|&f| f) {
+                *since = Some(Instant::now());
+            }
+            if since.is_some_and(|at| at.elapsed() > timeout) {
+                for i in side {
+                    if !finished[i] {
+                        let node = &mut nodes.nodes[i];
+                        eprintln!("wirespeed: {} did not end after the others did; stopping it", node.name);
+                        let _ = node.child.kill();
+                        finished[i] = true;
+                        lost.push(i);
+                    }
                 }
             }
-            continue;
         }
         let Some((i, line)) = nodes.next(Duration::from_millis(100), &finished, true)? else {
             if quiet_since.elapsed() > timeout * 4 {

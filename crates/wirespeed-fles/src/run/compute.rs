@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use wirespeed::{Config, Key, Listener, Region};
 
-use super::link::{Event, Link, await_closes, net, patient};
+use super::link::{Event, Heard, Heartbeats, Link, await_closes, net, patient};
 use super::{HEARTBEAT_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
@@ -130,8 +130,9 @@ impl ComputeListener {
         barrier()?;
         let t0 = Instant::now();
         let (tx, rx) = mpsc::channel();
+        let heard = Heard::new(s.inputs);
         for (i, p) in peers.iter().enumerate() {
-            p.link.start_reader(i, tx.clone())?;
+            p.link.start_reader(i, tx.clone(), heard.clone())?;
         }
         let dfs = match &s.scheduler {
             Kind::Dfs(d) => Some(d.clone()),
@@ -142,15 +143,9 @@ impl ComputeListener {
         let mut next_sample = Duration::ZERO;
         let mut fill = Thinned::new(SAMPLES_KEPT);
         let mut quiet_since = Instant::now();
-        let mut heard = vec![Instant::now(); s.inputs];
         let mut kept = 0usize;
-        let mut next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
+        let heartbeats = Heartbeats::start(&peers.iter().map(|p| &p.link).collect::<Vec<_>>(), HEARTBEAT_EVERY)?;
         while !node.finished() || kept > 0 {
-            if Instant::now() >= next_heartbeat {
-                // So that the inputs can tell a compute node that is busy from one that hangs.
-                let _ = broadcast(&peers, &node, &Msg::Heartbeat);
-                next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
-            }
             if node.finished()
                 && let Some(f) = delivered_all.take()
             {
@@ -172,19 +167,17 @@ impl ComputeListener {
                 quiet_since = Instant::now();
             }
             let now = since(t0);
-            if let Some(Event::Msg(i, _) | Event::Closed(i, _)) = &ev {
-                heard[*i] = Instant::now();
-            }
             // An input silent for half the timeout (no heartbeat either) is lost: the other
             // inputs, waiting for acknowledgements meanwhile, give up only after the whole.
-            for (i, h) in heard.iter().enumerate() {
-                if h.elapsed() > s.timeout / 2 && !node.is_lost(i) {
+            for (i, p) in peers.iter().enumerate() {
+                if heard.silent_for(i) > s.timeout / 2 && !node.is_lost(i) {
                     node.on_input_lost(i, now)?;
-                    peers[i].link.finish();
+                    p.link.finish();
                 }
             }
             match ev {
                 None => {}
+                Some(Event::Msg(i, _)) if node.is_lost(i) => {} // it was given up on
                 Some(Event::Msg(i, Msg::Status(p))) => {
                     for slot in node.on_status(i, p)? {
                         let desc = read_descriptor(&peers[i].descs, slot % s.rings.descs)?;
@@ -196,7 +189,6 @@ impl ComputeListener {
                     kept -= 1;
                 }
                 Some(Event::Msg(_, Msg::Report(r))) => node.on_report(r)?,
-                Some(Event::Msg(i, _)) if node.is_lost(i) => {} // it was given up on
                 Some(Event::Msg(i, Msg::Stop { horizon })) => node.on_stop(i, horizon)?,
                 Some(Event::Msg(i, Msg::Lost { compute, finished })) => {
                     node.on_compute_lost(i, compute as usize, finished)?
@@ -258,6 +250,7 @@ impl ComputeListener {
         summary.incomplete = node.incomplete;
         summary.lost_inputs = (0..s.inputs).filter(|&i| node.is_lost(i)).collect();
         summary.lost_computes = (0..s.computes).filter(|&c| node.is_compute_lost(c)).collect();
+        drop(heartbeats);
         // The inputs finish their streams once they have every acknowledgement.
         for p in &peers {
             p.link.finish();

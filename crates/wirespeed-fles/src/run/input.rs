@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wirespeed::{Config, Key, RemoteRegion};
 
 use super::feed::Feed;
-use super::link::{Event, Link, await_closes, net, patient};
+use super::link::{Event, Heard, Heartbeats, Link, await_closes, net, patient};
 use super::{HEARTBEAT_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
@@ -70,8 +70,9 @@ pub fn run_input(
     barrier()?;
     let t0 = Instant::now();
     let (tx, rx) = mpsc::channel();
+    let heard = Heard::new(s.computes);
     for (c, p) in peers.iter().enumerate() {
-        p.link.start_reader(c, tx.clone())?;
+        p.link.start_reader(c, tx.clone(), heard.clone())?;
     }
     drop(tx);
     let mut node = InputNode::new(s.computes, s.rings, s.timeslices, s.scheduler.input(index, s.computes));
@@ -112,34 +113,23 @@ pub fn run_input(
         }
     };
     let mut quiet_since = Instant::now();
-    // Compute nodes whose streams have not ended yet, and when each was last heard.
+    // Compute nodes whose streams have not ended yet.
     let mut open = vec![true; s.computes];
-    let mut heard = vec![Instant::now(); s.computes];
-    let mut next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
+    let heartbeats = Heartbeats::start(&peers.iter().map(|p| &p.link).collect::<Vec<_>>(), HEARTBEAT_EVERY)?;
     loop {
         let now = since(t0);
-        if Instant::now() >= next_heartbeat {
-            // To every compute node still there: one that finished has closed its stream.
-            for p in &peers {
-                let _ = p.link.send(&Msg::Heartbeat);
-            }
-            next_heartbeat = Instant::now() + HEARTBEAT_EVERY;
-        }
-        // A compute node silent for half the timeout (no heartbeat either) is lost.
-        for c in 0..s.computes {
-            if open[c] && heard[c].elapsed() > s.timeout / 2 && !node.is_compute_lost(c) {
-                give_up(&mut node, &peers, c)?;
-            }
-        }
         while let Ok(ev) = rx.try_recv() {
-            if let Event::Msg(c, _) | Event::Closed(c, _) = ev {
-                heard[c] = Instant::now();
-            }
             if let Event::Closed(c, _) = ev {
                 open[c] = false;
             }
             handle(&mut node, ev, now)?;
             quiet_since = Instant::now();
+        }
+        // A compute node silent for half the timeout (no heartbeat either) is lost.
+        for (c, &open) in open.iter().enumerate() {
+            if open && heard.silent_for(c) > s.timeout / 2 && !node.is_compute_lost(c) {
+                give_up(&mut node, &peers, c)?;
+            }
         }
         if s.stop.load(Ordering::Relaxed) {
             stop(&mut node, &peers)?;
@@ -169,9 +159,6 @@ pub fn run_input(
                 let wait = until.map_or(STOP_POLL, |t| Duration::from_nanos(t.saturating_sub(now)).min(STOP_POLL));
                 match rx.recv_timeout(wait) {
                     Ok(ev) => {
-                        if let Event::Msg(c, _) | Event::Closed(c, _) = ev {
-                            heard[c] = Instant::now();
-                        }
                         if let Event::Closed(c, _) = ev {
                             open[c] = false;
                         }
@@ -202,6 +189,7 @@ pub fn run_input(
     summary.sent = sent.kept().to_vec();
     summary.sent.push((summary.seconds, summary.bytes));
     summary.lost_computes = (0..s.computes).filter(|&c| node.is_compute_lost(c)).collect();
+    drop(heartbeats);
     for p in &peers {
         p.link.finish();
     }
