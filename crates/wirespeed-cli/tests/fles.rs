@@ -320,10 +320,10 @@ fn a_compute_node_killed_mid_run_leaves_its_timeslices_to_the_others_none_lost_n
 #[test]
 fn a_compute_node_gone_silent_is_left_out_and_stopped() {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--local=2:3", "--timeslices=1500", "--timeslice-size=20", "--rate=0.02", "--timeout=4"];
+    let args = ["--local=2:3", "--timeslices=1500", "--timeslice-size=20", "--rate=0.01", "--timeout=4"];
     let r = run_and_signal(dir.path(), &args, ("compute", 2), "STOP", std::time::Duration::from_millis(800));
     assert_eq!(r["lost_computes"], serde_json::json!([2]));
     assert_eq!(r["incomplete"], 0);
     let t = r["timeslices"].as_u64().unwrap();
-    assert!(t > 1000 && t < 1500, "{t}: the silent node kept what it had finished");
+    assert!((1000..1500).contains(&t), "{t}: the silent node kept what it had finished");
 }

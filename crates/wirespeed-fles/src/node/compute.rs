@@ -67,6 +67,8 @@ pub struct ComputeNode {
     complete: BTreeMap<u64, Vec<Option<ComponentDescriptor>>>,
     /// Inputs lost: timeslices complete without them.
     lost: Vec<bool>,
+    /// Inputs that finished: all they sent is acknowledged, and they send nothing more.
+    done_inputs: Vec<bool>,
     /// Timeslices delivered with a component missing.
     pub incomplete: u64,
     next_deliver: u64,
@@ -108,6 +110,7 @@ impl ComputeNode {
             pending: BTreeMap::new(),
             complete: BTreeMap::new(),
             lost: vec![false; inputs],
+            done_inputs: vec![false; inputs],
             incomplete: 0,
             next_deliver: index as u64,
             coordinator: dfs.map(|s| Coordinator::new(inputs, s)),
@@ -260,8 +263,25 @@ impl ComputeNode {
         Ok(())
     }
 
+    /// Input `input` finished (everything it sent was acknowledged): it owes no report of a
+    /// compute node lost after that, and had nothing of it left to send again.
+    pub fn on_input_ended(&mut self, input: usize) {
+        self.done_inputs[input] = true;
+        self.agree_on_loss();
+    }
+
+    pub fn input_done(&self, input: usize) -> bool {
+        self.done_inputs[input]
+    }
+
+    /// Whether every input has finished or is lost.
+    pub fn inputs_gone(&self) -> bool {
+        self.lost.iter().zip(&self.done_inputs).all(|(l, e)| *l || *e)
+    }
+
     fn agree_on_loss(&mut self) {
-        if !self.rescue.try_agree(&self.lost) {
+        let excused: Vec<bool> = self.lost.iter().zip(&self.done_inputs).map(|(l, e)| *l || *e).collect();
+        if !self.rescue.try_agree(&excused) {
             return;
         }
         let waiting: Vec<u64> = self.pending.keys().chain(self.complete.keys()).copied().collect();

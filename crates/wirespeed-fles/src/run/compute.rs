@@ -96,7 +96,10 @@ impl ComputeListener {
 
     /// Like [`run`](Self::run), but `consume` may keep a timeslice (returning false) and
     /// release it later with an [`Event::Released`] on the loop's channel, in any order;
-    /// `delivered_all` is called once the last timeslice has been handed over.
+    /// `delivered_all` is called once every input has finished. The node stays until then, in
+    /// case a compute node is lost and it must take over; but a consumer that still keeps
+    /// timeslices once this node has handed over all of its own hears the end then, so that
+    /// it can let them go (and takes no more).
     pub(crate) fn drive(
         self,
         s: &Settings,
@@ -145,8 +148,9 @@ impl ComputeListener {
         let mut quiet_since = Instant::now();
         let mut kept = 0usize;
         let heartbeats = Heartbeats::start(&peers.iter().map(|p| &p.link).collect::<Vec<_>>(), HEARTBEAT_EVERY)?;
-        while !node.finished() || kept > 0 {
+        while !node.finished() || kept > 0 || !node.inputs_gone() {
             if node.finished()
+                && kept > 0
                 && let Some(f) = delivered_all.take()
             {
                 f();
@@ -170,7 +174,7 @@ impl ComputeListener {
             // An input silent for half the timeout (no heartbeat either) is lost: the other
             // inputs, waiting for acknowledgements meanwhile, give up only after the whole.
             for (i, p) in peers.iter().enumerate() {
-                if heard.silent_for(i) > s.timeout / 2 && !node.is_lost(i) {
+                if heard.silent_for(i) > s.timeout / 2 && !node.is_lost(i) && !node.input_done(i) {
                     node.on_input_lost(i, now)?;
                     p.link.finish();
                 }
@@ -196,7 +200,9 @@ impl ComputeListener {
                 Some(Event::Msg(_, Msg::Heartbeat)) => {}
                 Some(Event::Msg(i, other)) => return Err(FlesError::Protocol(format!("input {i} sent {other:?}"))),
                 // An input that leaves before the end is lost; the run goes on without it.
-                Some(Event::Closed(i, _)) => node.on_input_lost(i, now)?,
+                // An input finishes its stream once all it sent is acknowledged.
+                Some(Event::Closed(i, Ok(()))) => node.on_input_ended(i),
+                Some(Event::Closed(i, Err(_))) => node.on_input_lost(i, now)?,
             }
             // A send that fails means that input just died (its Closed event may still be on
             // the way): the run goes on without it.
@@ -242,6 +248,9 @@ impl ComputeListener {
                 next_sample = elapsed + SAMPLE_EVERY;
             }
         }
+        if let Some(f) = delivered_all.take() {
+            f();
+        }
         summary.seconds = t0.elapsed().as_secs_f64();
         summary.completions = node.completions.kept().iter().map(|c| (c.ts, c.first, c.last)).collect();
         summary.slowest = node.slowest;
@@ -255,7 +264,7 @@ impl ComputeListener {
         for p in &peers {
             p.link.finish();
         }
-        await_closes(&rx, (0..s.inputs).map(|i| !node.is_lost(i)).collect());
+        await_closes(&rx, vec![false; s.inputs], s.timeout);
         Ok(summary)
     }
 }

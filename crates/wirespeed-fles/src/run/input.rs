@@ -193,7 +193,8 @@ pub fn run_input(
     for p in &peers {
         p.link.finish();
     }
-    await_closes(&rx, (0..s.computes).map(|c| open[c] && !node.is_compute_lost(c)).collect());
+    // Compute nodes finish once every input has (one may be lost and leave them work).
+    await_closes(&rx, (0..s.computes).map(|c| open[c] && !node.is_compute_lost(c)).collect(), s.timeout);
     Ok(summary)
 }
 

@@ -144,14 +144,11 @@ impl Heard {
     }
 }
 
-/// How long a node that has finished its streams waits for its peers to finish theirs.
-const CLOSE_WAIT: Duration = Duration::from_secs(5);
-
-/// After a node finished its own streams, waits (a bounded while) for the peers still `open`
+/// After a node finished its own streams, waits (up to `limit`) for the peers still `open`
 /// to finish theirs, so that connections close while the process runs, not during its exit
 /// (UCX has crashed tearing workers down then).
-pub(crate) fn await_closes(events: &Receiver<Event>, mut open: Vec<bool>) {
-    let deadline = Instant::now() + CLOSE_WAIT;
+pub(crate) fn await_closes(events: &Receiver<Event>, mut open: Vec<bool>, limit: Duration) {
+    let deadline = Instant::now() + limit;
     while open.iter().any(|&o| o) {
         match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(Event::Closed(peer, _)) => open[peer] = false,
