@@ -88,3 +88,35 @@ fn sigusr1_to_mpirun_winds_the_run_down() {
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     assert!(r["timeslices"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn under_enable_recovery_a_killed_compute_rank_leaves_its_work_to_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("run.json");
+    let output = format!("--output=tsa:{}", dir.path().join("run.tsa").display());
+    // A count no other test uses, to find this job's ranks.
+    let args = ["fles", "run", "--inputs=3", "--timeslices=3001", "--timeslice-size=20", "--rate=0.01", "--timeout=6"];
+    let child = mpirun()
+        .args(["--enable-recovery", "-np", "6", BIN])
+        .args(args)
+        .arg(&output)
+        .arg(format!("--report={}", report.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    // The newest rank is the last compute node.
+    let killed =
+        Command::new("pkill").args(["-KILL", "-n", "-f", &format!("^{BIN} fles run .*--timeslices=3001")]).status();
+    assert!(killed.unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["lost_computes"], serde_json::json!([2]), "{}", text(&out));
+    assert_eq!(r["incomplete"], 0);
+    assert!(r["timeslices"].as_u64().unwrap() >= 2000);
+    for survivor in ["run.0.tsa", "run.1.tsa"] {
+        assert!(dir.path().join(survivor).exists(), "{survivor} written whole");
+    }
+}

@@ -33,10 +33,19 @@ pub fn run(inputs: usize, a: &RunArgs) -> Result<()> {
     let (universe, _) = mpi::initialize_with_threading(Threading::Funneled).context("MPI started twice")?;
     drop(starting);
     let world = universe.world();
-    if let Err(e) = run_rank(inputs, a, &world, timeout, stop) {
+    match run_rank(inputs, a, &world, timeout, stop) {
         // MPI_Finalize would wait for the other ranks; abort takes the whole job down.
-        eprintln!("wirespeed: error: rank {}: {}", world.rank(), crate::exit::one_line(&e));
-        world.abort(1);
+        Err(e) => {
+            eprintln!("wirespeed: error: rank {}: {}", world.rank(), crate::exit::one_line(&e));
+            world.abort(1);
+        }
+        // A rank was lost (the job runs under `mpirun --enable-recovery`): MPI_Finalize would
+        // wait for it for good, so the process ends without.
+        Ok(true) => {
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            std::process::exit(0);
+        }
+        Ok(false) => {}
     }
     Ok(())
 }
@@ -47,7 +56,7 @@ fn run_rank(
     world: &SimpleCommunicator,
     timeout: Duration,
     stop: Arc<AtomicBool>,
-) -> Result<()> {
+) -> Result<bool> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     if inputs == 0 || inputs >= size {
         bail!("--inputs {inputs} with {size} ranks: there must be at least one input and one compute node");
@@ -107,14 +116,16 @@ fn run_rank(
     // Connections close in the background; let them finish before MPI and the process end.
     wirespeed::transport::wait_for_closing();
 
+    let lost_any = lost_ranks(std::slice::from_ref(&summary), inputs) > 0;
     if rank != 0 {
         world.process_at_rank(0).send(summary.to_string().as_bytes());
-        return Ok(());
+        return Ok(lost_any);
     }
     // Every rank ends on its own stall limits or takes the job down, so rank 0 waits for
     // their summaries without one; it polls rather than spinning in MPI on a shared host.
+    // A rank the others lost (under `mpirun --enable-recovery`) sends none.
     let mut summaries = vec![summary];
-    while summaries.len() < size {
+    while summaries.len() + lost_ranks(&summaries, inputs) < size {
         match world.any_process().immediate_matched_probe() {
             Some(probed) => {
                 let (bytes, status) = probed.matched_receive_vec::<u8>();
@@ -125,7 +136,20 @@ fn run_rank(
             None => std::thread::sleep(Duration::from_millis(5)),
         }
     }
-    report::publish(&a.flags, inputs, computes, &summaries, a.report.as_deref())
+    report::publish(&a.flags, inputs, computes, &summaries, a.report.as_deref())?;
+    Ok(lost_ranks(&summaries, inputs) > 0)
+}
+
+/// How many ranks the summaries so far name lost: inputs are ranks 0..I, compute nodes follow.
+fn lost_ranks(summaries: &[Value], inputs: usize) -> usize {
+    let mut lost = std::collections::BTreeSet::new();
+    for s in summaries {
+        for (key, first_rank) in [("lost_inputs", 0), ("lost_computes", inputs)] {
+            let named = s[key].as_array().into_iter().flatten().filter_map(|v| v.as_u64());
+            lost.extend(named.map(|n| n as usize + first_rank));
+        }
+    }
+    lost.len()
 }
 
 /// Runs a collective step, ending the process with a clear line if it does not finish in
