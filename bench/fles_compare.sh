@@ -5,6 +5,9 @@
 #   fles      wirespeed fles run --local INPUTS:COMPUTES over shm and ucx, replaying an archive of
 #             64 KiB components (so no generator cost), every CRC checked at the compute nodes
 #   raw       wirespeed bench raw over shm, one stream of 64 KiB messages
+#   ceiling   bench/mpi/copy_and_crc.c: one core's copy and CRC-32C rates; a builder that
+#             checks every CRC copies each byte at least once and reads it again, so on
+#             CORES cores it makes at most CORES / (1/copy + 1/crc)
 # and rr against dfs at the same size: completion time and buffer fill. Every figure is the
 # median of RUNS runs (default 3); GB = 10^9 bytes.
 set -euo pipefail
@@ -20,6 +23,7 @@ trap 'rm -rf "$WORK"' EXIT
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
 mpicc -O2 -o "$WORK/put" bench/mpi/put_many_to_many.c
+cc -O2 -msse4.2 -o "$WORK/ceiling" bench/mpi/copy_and_crc.c
 
 # 127 core microslices + 1 overlap of 480 bytes, with 32-byte descriptors: 65,536 bytes.
 SLICING=(--timeslice-size 127 --overlap 1 --microslice-size 480)
@@ -61,10 +65,13 @@ done
 
 mpi=$(median ${gbps[mpi]})
 raw_shm=$(median ${gbps[raw]})
+rates=$("$WORK/ceiling")
+ceiling=$(python3 -c "import re,sys; c,r=map(float,re.findall(r'([0-9.]+) GB/s',sys.argv[1])); print(round($(nproc) / (1/c + 1/r), 2))" "$rates")
 echo "$INPUTS inputs, $COMPUTES compute nodes, 64 KiB contributions, $TIMESLICES timeslices, median of $RUNS"
 printf '%-22s %10s %10s %10s %12s %10s\n' case GB/s "÷ MPI" "÷ raw shm" "p50 ms" "fill max"
 printf '%-22s %10.2f\n' "MPI_Put (Open MPI)" "$mpi"
 printf '%-22s %10.2f\n' "bench raw shm 1 stream" "$raw_shm"
+printf '%-22s %10.2f %10.2f   (%s, %s cores)\n' "ceiling: copy + CRC" "$ceiling" "$(python3 -c "print($ceiling / $mpi)")" "$rates" "$(nproc)"
 for k in shm-dfs shm-rr ucx-dfs ucx-rr; do
   [ -n "${gbps[$k]:-}" ] || continue
   g=$(median ${gbps[$k]})

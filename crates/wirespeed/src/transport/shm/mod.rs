@@ -2,7 +2,8 @@
 //! server then sends a memfd holding one ring per direction, plus eventfds for wake-ups, with
 //! SCM_RIGHTS. Frames are copied into the ring once by the sender; the receiver gets views of
 //! the ring (zero copy) that go back to the sender when dropped. Payloads that lie in a sealed
-//! region are not copied at all: the peer maps the region and gets views of it.
+//! region are not copied at all: the peer maps the region and gets views of it. One-sided
+//! regions are shared memory the peer maps too (`windows`).
 
 mod lend;
 mod mapping;
@@ -15,12 +16,13 @@ pub use ring::fuzz_locate;
 mod rx;
 mod tx;
 mod waker;
+mod windows;
 
 use std::io::{self};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -136,6 +138,8 @@ fn build(
     let lender = Arc::new(RingLender::new(rx_ring, map.clone(), rx_space));
     let peer_pid =
         nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::PeerCredentials).ok().map(|c| c.pid());
+    let incoming = Arc::new(Mutex::new(regions::Incoming::default()));
+    let rma = windows::ShmRma::new(sock.try_clone()?, incoming.clone(), config.timeout);
     let rx = ShmRx {
         ring: rx_ring,
         peer_pid,
@@ -146,7 +150,7 @@ fn build(
         wake: Waker { efd: rx_data, sock: sock.try_clone()? },
         memfd,
         rx_offset,
-        regions: Default::default(),
+        regions: incoming,
         returns_seen: 0,
         returned_at: Instant::now(),
     };
@@ -160,7 +164,7 @@ fn build(
         wake: Waker { efd: tx_space, sock },
         _map: map,
     };
-    Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), None, config, name))
+    Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), Some(Box::new(rma)), config, name))
 }
 
 fn send_fds(sock: &UnixStream, cap: usize, fds: &[OwnedFd; 5]) -> Result<()> {

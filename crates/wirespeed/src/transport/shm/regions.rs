@@ -6,6 +6,9 @@
 //! frames whose ring payload is `(id: u64, offset: u64)`. The receiver maps each region once,
 //! after checking its seals, and lends out views of it. The descriptor is always sent before
 //! the first frame that needs it, so the receiver finds it waiting on the socket.
+//!
+//! The same socket carries one-sided windows (see `windows`), their ids with the top bit set:
+//! whichever reader comes across one files it for `take_window`.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -42,6 +45,10 @@ fn unpack(p: &Pair) -> (u64, u64) {
 pub const MIN_SHARED: usize = 4 << 10;
 /// Regions one connection maps at most, in each direction; past it the sender copies.
 pub const MAX_REGIONS: usize = 256;
+/// The top bit of a one-sided window's id.
+pub const WINDOW: u64 = 1 << 63;
+/// Windows a peer may hand over and leave untaken at once.
+pub const MAX_WINDOWS: usize = 1024;
 
 /// Sender side: which regions the peer already has.
 #[derive(Default)]
@@ -65,17 +72,23 @@ impl Outgoing {
 }
 
 fn hand_over(sock: &UnixStream, region: &SealedRegion) -> nix::Result<()> {
-    let msg = pack(region.id(), region.len() as u64);
-    // Never blocks: at most MAX_REGIONS small messages ever wait in the socket.
+    send_fd(sock, region.id(), region.len() as u64, region.fd())
+}
+
+/// Hands memory `fd` of `len` bytes to the peer as `id`. Never blocks: only small messages,
+/// a bounded number, ever wait in the socket.
+pub fn send_fd(sock: &UnixStream, id: u64, len: u64, fd: impl AsFd) -> nix::Result<()> {
+    let msg = pack(id, len);
     let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
-    let sent = send_with_fds(sock, &msg, &[region.fd().as_raw_fd()], flags)?;
+    let sent = send_with_fds(sock, &msg, &[fd.as_fd().as_raw_fd()], flags)?;
     if sent == msg.len() { Ok(()) } else { Err(nix::errno::Errno::EAGAIN) }
 }
 
-/// Receiver side: the peer's regions, mapped.
+/// Receiver side: the peer's regions, mapped, and its windows, until taken.
 #[derive(Default)]
 pub struct Incoming {
     mapped: HashMap<u64, Arc<PeerRegion>>,
+    windows: HashMap<u64, (OwnedFd, u64)>,
 }
 
 impl Incoming {
@@ -97,16 +110,38 @@ impl Incoming {
     /// Reads the peer's handed-over regions until region `id` arrives.
     fn receive(&mut self, id: u64, sock: &UnixStream, deadline: Instant) -> Result<Arc<PeerRegion>> {
         loop {
-            if self.mapped.len() >= MAX_REGIONS {
-                return Err(Violation::TooManyRegions(MAX_REGIONS).into());
-            }
-            let (got, len, fd) = receive_one(sock, deadline)?;
-            let region = Arc::new(PeerRegion::map(&fd, len)?);
-            self.mapped.insert(got, region.clone());
-            if got == id {
-                return Ok(region);
+            self.file_next(sock, deadline)?;
+            if let Some(region) = self.mapped.get(&id) {
+                return Ok(region.clone());
             }
         }
+    }
+
+    /// Window `id`'s memory and length, once (reading the socket until it arrives).
+    pub fn take_window(&mut self, id: u64, sock: &UnixStream, deadline: Instant) -> Result<(OwnedFd, u64)> {
+        loop {
+            if let Some(w) = self.windows.remove(&id) {
+                return Ok(w);
+            }
+            self.file_next(sock, deadline)?;
+        }
+    }
+
+    /// Files the next handed-over region or window.
+    fn file_next(&mut self, sock: &UnixStream, deadline: Instant) -> Result<()> {
+        let (got, len, fd) = receive_one(sock, deadline)?;
+        if got & WINDOW != 0 {
+            if self.windows.len() >= MAX_WINDOWS {
+                return Err(Violation::TooManyRegions(MAX_WINDOWS).into());
+            }
+            self.windows.insert(got, (fd, len));
+            return Ok(());
+        }
+        if self.mapped.len() >= MAX_REGIONS {
+            return Err(Violation::TooManyRegions(MAX_REGIONS).into());
+        }
+        self.mapped.insert(got, Arc::new(PeerRegion::map(&fd, len)?));
+        Ok(())
     }
 }
 

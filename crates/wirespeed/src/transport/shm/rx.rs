@@ -4,8 +4,8 @@
 use std::io::{self};
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::lend::RingLender;
@@ -16,6 +16,7 @@ use super::{pull, regions, ring};
 use crate::error::{Error, Result};
 use crate::mem::{Buf, Mapping};
 use crate::proto::frame::{Kind, Limits};
+use crate::sync::Unpoison;
 use crate::transport::{FrameRx, FrameSink};
 /// A ring pinned by lent views waits for them while some came back within this long: the
 /// receiver is slower than the sender but draining, and the views free their space without a
@@ -36,8 +37,8 @@ pub(super) struct ShmRx {
     /// To map the receive ring afresh after an evacuation.
     pub(super) memfd: OwnedFd,
     pub(super) rx_offset: usize,
-    /// The peer's sealed regions.
-    pub(super) regions: regions::Incoming,
+    /// The peer's sealed regions (and its one-sided windows, which `windows` takes).
+    pub(super) regions: Arc<Mutex<regions::Incoming>>,
     /// The lender's count of returned views at our last look, and when it last changed.
     pub(super) returns_seen: u64,
     pub(super) returned_at: Instant,
@@ -87,8 +88,7 @@ impl FrameRx for ShmRx {
                     let at = self.ring.data_ptr(f.payload_at);
                     std::ptr::copy_nonoverlapping(at, reference.as_mut_ptr(), reference.len());
                 }
-                let read = self
-                    .regions
+                let read = (self.regions.lock().unpoison())
                     .view(reference, plen, &self.wake.sock, deadline)
                     .and_then(|payload| sink(&f.header, meta, payload));
                 self.lender.push(end, true);
