@@ -199,8 +199,8 @@ impl ComputeListener {
                 }
                 Some(Event::Msg(_, Msg::Heartbeat)) => {}
                 Some(Event::Msg(i, other)) => return Err(FlesError::Protocol(format!("input {i} sent {other:?}"))),
-                // An input that leaves before the end is lost; the run goes on without it.
-                // An input finishes its stream once all it sent is acknowledged.
+                // An input finishes its stream once all it sent is acknowledged; one whose
+                // connection fails is lost, and the run goes on without it.
                 Some(Event::Closed(i, Ok(()))) => node.on_input_ended(i),
                 Some(Event::Closed(i, Err(_))) => node.on_input_lost(i, now)?,
             }
