@@ -11,5 +11,7 @@ pub mod run;
 
 pub use error::{FlesError, Result};
 pub mod sched;
+#[cfg(feature = "simgrid")]
+pub mod sim;
 pub mod source;
 pub mod wire;

@@ -1,0 +1,204 @@
+//! A thin safe layer over SimGrid's C API: one engine per process, actors that run Rust
+//! closures on simulated hosts, and mailboxes that carry Rust values with a simulated size.
+//! Simulated time stands in for the clock.
+
+use std::any::Any;
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use simgrid_sys::{lib, load, sg_comm_t, sg_mailbox_t};
+
+use crate::error::{FlesError, Result};
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+/// The first panic of any actor: SimGrid cannot unwind, so the actor ends and the run reports it.
+static FAILURE: Mutex<Option<String>> = Mutex::new(None);
+
+fn sim_error(what: impl Into<String>) -> FlesError {
+    FlesError::Config(format!("simulation: {}", what.into()))
+}
+
+fn c_string(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| sim_error(format!("{s:?} holds a NUL byte")))
+}
+
+/// The process's one SimGrid engine.
+pub struct Engine(());
+
+impl Engine {
+    /// Starts SimGrid with configuration flags such as `--cfg=network/model:CM02`; once per
+    /// process (SimGrid's engine is a singleton).
+    pub fn start(flags: &[&str]) -> Result<Engine> {
+        let sg = load().map_err(sim_error)?;
+        if STARTED.swap(true, Ordering::SeqCst) {
+            return Err(sim_error("SimGrid runs one simulation per process"));
+        }
+        let mut args: Vec<CString> =
+            std::iter::once("wirespeed").chain(flags.iter().copied()).map(c_string).collect::<Result<_>>()?;
+        let mut argv: Vec<*mut c_char> = args.iter_mut().map(|a| a.as_ptr().cast_mut()).collect();
+        argv.push(std::ptr::null_mut());
+        let mut argc = args.len() as c_int;
+        // SAFETY: argv is a NULL-terminated array of C strings that outlive the call (SimGrid
+        // copies what it keeps).
+        unsafe { sg.simgrid_init(&mut argc, argv.as_mut_ptr()) };
+        Ok(Engine(()))
+    }
+
+    /// Loads a platform file (SimGrid's XML).
+    pub fn load_platform(&self, path: &Path) -> Result<()> {
+        if !path.is_file() {
+            return Err(sim_error(format!("no platform file {}", path.display())));
+        }
+        let p = c_string(&path.to_string_lossy())?;
+        // SAFETY: a valid C string; SimGrid exits the process on a malformed file, as its
+        // parser does, after printing why.
+        unsafe { lib().simgrid_load_platform(p.as_ptr()) };
+        Ok(())
+    }
+
+    /// Starts an actor on host `host` that runs `body`.
+    pub fn spawn(&self, name: &str, host: &str, body: impl FnOnce() + Send + 'static) -> Result<()> {
+        let sg = lib();
+        let (n, h) = (c_string(name)?, c_string(host)?);
+        // SAFETY: valid C strings; a null host is refused below.
+        let host = unsafe { sg.sg_host_by_name(h.as_ptr()) };
+        if host.is_null() {
+            return Err(sim_error(format!("no host {:?} on the platform", h)));
+        }
+        let body: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(body));
+        // SAFETY: the actor takes the boxed closure back exactly once, in `trampoline`.
+        unsafe {
+            let actor = sg.sg_actor_init(n.as_ptr(), host);
+            sg.sg_actor_set_data(actor, Box::into_raw(body).cast());
+            sg.sg_actor_start_(actor, Some(trampoline), 0, std::ptr::null());
+        }
+        Ok(())
+    }
+
+    /// Runs the simulation until every actor has ended; an actor's panic becomes the error.
+    pub fn run(&self) -> Result<()> {
+        // SAFETY: the engine is initialised.
+        unsafe { lib().simgrid_run() };
+        match FAILURE.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(why) => Err(sim_error(why)),
+            None => Ok(()),
+        }
+    }
+}
+
+extern "C" fn trampoline(_argc: c_int, _argv: *mut *mut c_char) {
+    // SAFETY: set by `spawn` to a boxed closure, taken once here.
+    let body = unsafe { Box::from_raw(lib().sg_actor_self_get_data().cast::<Box<dyn FnOnce() + Send>>()) };
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+        FAILURE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(why.unwrap_or_else(|| "an actor panicked".into()));
+    }
+}
+
+/// Simulated seconds since the start.
+pub fn now() -> f64 {
+    // SAFETY: the engine is initialised before any actor runs.
+    unsafe { lib().simgrid_get_clock() }
+}
+
+/// Sleeps the calling actor for `seconds` of simulated time.
+pub fn sleep_for(seconds: f64) {
+    // SAFETY: called from an actor.
+    unsafe { lib().sg_actor_sleep_for(seconds) };
+}
+
+/// What travels in a mailbox: any value, boxed.
+type Payload = Box<dyn Any + Send>;
+
+/// A rendezvous point, by name; a transfer takes the simulated time of `size` bytes between
+/// the sender's and the receiver's hosts.
+#[derive(Clone, Copy)]
+pub struct Mailbox(sg_mailbox_t);
+
+// SAFETY: a handle to a SimGrid object that lives for the whole simulation; actors run one
+// at a time.
+unsafe impl Send for Mailbox {}
+
+impl Mailbox {
+    pub fn by_name(name: &str) -> Result<Mailbox> {
+        let n = c_string(name)?;
+        // SAFETY: a valid C string; SimGrid keeps its own copy.
+        Ok(Mailbox(unsafe { lib().sg_mailbox_by_name(n.as_ptr()) }))
+    }
+
+    /// Sends `value` as `size` simulated bytes; returns once it is received.
+    pub fn put<T: Any + Send>(&self, value: T, size: u64) {
+        let payload: Box<Payload> = Box::new(Box::new(value));
+        // SAFETY: the receiver takes the payload back exactly once (`take`).
+        unsafe { lib().sg_mailbox_put(self.0, Box::into_raw(payload).cast(), size as i64) };
+    }
+
+    /// Starts sending `value` as `size` simulated bytes.
+    pub fn put_async<T: Any + Send>(&self, value: T, size: u64) -> Comm {
+        let payload: Box<Payload> = Box::new(Box::new(value));
+        // SAFETY: as for `put`.
+        let comm = unsafe { lib().sg_mailbox_put_async(self.0, Box::into_raw(payload).cast(), size as i64) };
+        Comm { comm, slot: None }
+    }
+
+    /// Waits for the next value.
+    pub fn get<T: Any>(&self) -> Result<T> {
+        // SAFETY: called from an actor; what arrives is a payload from `put`.
+        take(unsafe { lib().sg_mailbox_get(self.0) })
+    }
+
+    /// Starts waiting for the next value; `Comm::value` has it once the comm is done.
+    pub fn get_async(&self) -> Comm {
+        let mut slot = Box::new(std::ptr::null_mut::<c_void>());
+        // SAFETY: the slot lives in the comm until it completes or is dropped.
+        let comm = unsafe { lib().sg_mailbox_get_async(self.0, &mut *slot) };
+        Comm { comm, slot: Some(slot) }
+    }
+}
+
+fn take<T: Any>(raw: *mut c_void) -> Result<T> {
+    if raw.is_null() {
+        return Err(sim_error("an empty message"));
+    }
+    // SAFETY: every payload is a Box<Payload> from `put`.
+    let payload = unsafe { Box::from_raw(raw.cast::<Payload>()) };
+    payload.downcast::<T>().map(|b| *b).map_err(|_| sim_error("a message of another type"))
+}
+
+/// A transfer under way.
+pub struct Comm {
+    comm: sg_comm_t,
+    /// Where a receive lands.
+    slot: Option<Box<*mut c_void>>,
+}
+
+impl Comm {
+    /// Waits for the first of `comms` to finish, up to `timeout` simulated seconds (negative:
+    /// no limit); its index, or None on timeout.
+    pub fn wait_any(comms: &[&Comm], timeout: f64) -> Option<usize> {
+        let mut raw: Vec<sg_comm_t> = comms.iter().map(|c| c.comm).collect();
+        // SAFETY: live comms; SimGrid finishes the one it returns.
+        let i = unsafe { lib().sg_comm_wait_any_for(raw.as_mut_ptr(), raw.len(), timeout) };
+        usize::try_from(i).ok()
+    }
+
+    /// Waits for this transfer.
+    pub fn wait(&self) -> Result<()> {
+        // SAFETY: a live comm.
+        match unsafe { lib().sg_comm_wait(self.comm) } {
+            simgrid_sys::SG_OK => Ok(()),
+            e => Err(sim_error(format!("a transfer failed ({e})"))),
+        }
+    }
+
+    /// The value a finished receive got.
+    pub fn value<T: Any>(mut self) -> Result<T> {
+        let slot = self.slot.take().ok_or_else(|| sim_error("a send has no value"))?;
+        take(*slot)
+    }
+}
