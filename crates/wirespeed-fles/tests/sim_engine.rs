@@ -47,9 +47,10 @@ fn transfers_take_the_time_the_platform_says() {
             let mine = Mailbox::by_name("b").unwrap();
             let first: String = mine.get().unwrap();
             let arrived = now();
-            let next = mine.get_async();
-            assert_eq!(Comm::wait_any(&[&next], -1.0), Some(0));
-            let second: u64 = next.value().unwrap();
+            let mut waiting = vec![mine.get_async()];
+            let next = Comm::wait_any(&mut waiting, -1.0).unwrap();
+            assert!(waiting.is_empty());
+            let second: u64 = next.wait().unwrap().value().unwrap();
             seen.lock().unwrap().push((first, arrived, second, now()));
         })
         .unwrap();

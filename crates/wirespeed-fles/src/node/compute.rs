@@ -274,14 +274,18 @@ impl ComputeNode {
         self.done_inputs[input]
     }
 
+    /// Per input, whether it has finished or is lost (it sends nothing more).
+    fn gone(&self) -> Vec<bool> {
+        self.lost.iter().zip(&self.done_inputs).map(|(l, d)| *l || *d).collect()
+    }
+
     /// Whether every input has finished or is lost.
     pub fn inputs_gone(&self) -> bool {
-        self.lost.iter().zip(&self.done_inputs).all(|(l, e)| *l || *e)
+        self.gone().iter().all(|&g| g)
     }
 
     fn agree_on_loss(&mut self) {
-        let excused: Vec<bool> = self.lost.iter().zip(&self.done_inputs).map(|(l, e)| *l || *e).collect();
-        if !self.rescue.try_agree(&excused) {
+        if !self.rescue.try_agree(&self.gone()) {
             return;
         }
         let waiting: Vec<u64> = self.pending.keys().chain(self.complete.keys()).copied().collect();

@@ -170,8 +170,10 @@ fn take<T: Any>(raw: *mut c_void) -> Result<T> {
     payload.downcast::<T>().map(|b| *b).map_err(|_| sim_error("a message of another type"))
 }
 
-/// A transfer under way.
+/// A transfer under way. SimGrid frees a transfer once it is waited for, so waiting consumes
+/// it; one dropped unfinished keeps its landing slot (leaked), since SimGrid may still write it.
 pub struct Comm {
+    /// Null once finished.
     comm: sg_comm_t,
     /// Where a receive lands.
     slot: Option<Box<*mut c_void>>,
@@ -179,26 +181,46 @@ pub struct Comm {
 
 impl Comm {
     /// Waits for the first of `comms` to finish, up to `timeout` simulated seconds (negative:
-    /// no limit); its index, or None on timeout.
-    pub fn wait_any(comms: &[&Comm], timeout: f64) -> Option<usize> {
+    /// no limit), and takes it out of `comms`; None on timeout.
+    pub fn wait_any(comms: &mut Vec<Comm>, timeout: f64) -> Option<Comm> {
         let mut raw: Vec<sg_comm_t> = comms.iter().map(|c| c.comm).collect();
-        // SAFETY: live comms; SimGrid finishes the one it returns.
+        // SAFETY: live comms; SimGrid frees the one it returns and keeps the others.
         let i = unsafe { lib().sg_comm_wait_any_for(raw.as_mut_ptr(), raw.len(), timeout) };
-        usize::try_from(i).ok()
+        let mut done = comms.remove(usize::try_from(i).ok()?);
+        done.comm = std::ptr::null_mut();
+        Some(done)
     }
 
-    /// Waits for this transfer.
-    pub fn wait(&self) -> Result<()> {
-        // SAFETY: a live comm.
-        match unsafe { lib().sg_comm_wait(self.comm) } {
-            simgrid_sys::SG_OK => Ok(()),
+    /// Waits for this transfer (at once if it has finished).
+    pub fn wait(mut self) -> Result<Comm> {
+        if self.comm.is_null() {
+            return Ok(self);
+        }
+        // SAFETY: a live comm, which SimGrid frees here.
+        let status = unsafe { lib().sg_comm_wait(self.comm) };
+        self.comm = std::ptr::null_mut();
+        match status {
+            simgrid_sys::SG_OK => Ok(self),
             e => Err(sim_error(format!("a transfer failed ({e})"))),
         }
     }
 
-    /// The value a finished receive got.
+    /// The value a receive got, once it has finished.
     pub fn value<T: Any>(mut self) -> Result<T> {
+        if !self.comm.is_null() {
+            return Err(sim_error("a transfer read before it finished"));
+        }
         let slot = self.slot.take().ok_or_else(|| sim_error("a send has no value"))?;
         take(*slot)
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if !self.comm.is_null()
+            && let Some(slot) = self.slot.take()
+        {
+            Box::leak(slot);
+        }
     }
 }
