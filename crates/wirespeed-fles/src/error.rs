@@ -19,6 +19,9 @@ pub enum FlesError {
     /// The network: a peer gone, a connection refused, a wait that timed out.
     #[error("{0}")]
     Net(String),
+    /// GPU memory: no GPU, a driver call that failed, a kernel that did not compile.
+    #[error("{0}")]
+    Gpu(String),
     #[error("timeslice archive: {0}")]
     Archive(String),
 }

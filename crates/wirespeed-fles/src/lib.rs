@@ -4,6 +4,7 @@
 //! - [`model`]: microslice and component layouts, byte for byte as FLESnet's.
 
 pub mod error;
+pub mod frames;
 pub mod model;
 pub mod node;
 pub mod output;

@@ -44,6 +44,8 @@
 
 pub mod error;
 pub mod fabric;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod key;
 pub mod mem;
 pub mod proto;

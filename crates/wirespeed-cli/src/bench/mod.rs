@@ -1,6 +1,7 @@
 //! `wirespeed bench`: raw transport throughput and latency, and reference figures.
 
 pub mod flight;
+mod gpu;
 mod memcpy;
 mod raw;
 mod report;
@@ -24,6 +25,9 @@ enum Bench {
     Flight(flight::FlightArgs),
     /// The perf server `bench flight` talks to (started by it unless -server_host is given).
     FlightServer(flight::FlightServerArgs),
+    /// Timeslices built in GPU memory: the host-to-device limit, then 1 to 8 inputs feeding
+    /// one compute node over each transport.
+    Gpu(gpu::GpuArgs),
     /// Single-core memcpy speed, the ceiling for one-copy transports.
     Memcpy(memcpy::MemcpyArgs),
 }
@@ -35,5 +39,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Bench::Flight(a) => flight::run(a),
         Bench::FlightServer(a) => flight::serve(a),
         Bench::Memcpy(a) => memcpy::run(a),
+        Bench::Gpu(a) => gpu::run(a),
     }
 }

@@ -75,6 +75,57 @@ pub struct RunFlags {
     /// without an input it has not heard from (not even its heartbeat) for half of it.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+    /// Build each timeslice contiguously in this GPU's memory (its number; "host": host
+    /// memory, by the same path): components are copied there as they arrive, and every
+    /// microslice's CRC is checked on the GPU.
+    #[arg(long, value_name = "DEVICE")]
+    pub gpu: Option<FrameTarget>,
+    /// With --gpu: timeslices in flight in frame memory.
+    #[arg(long, default_value_t = 8)]
+    pub frames: usize,
+    /// With --gpu: bytes per frame (default: the largest timeslice these settings make; when
+    /// replaying, the data ring per input, at most 16 MiB).
+    #[arg(long)]
+    pub frame_bytes: Option<usize>,
+    /// Flip one content byte of input 0's component of this timeslice (after its CRC), to
+    /// show that the check finds it.
+    #[arg(long, hide = true)]
+    pub corrupt: Option<u64>,
+}
+
+/// Where `--gpu` builds frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameTarget {
+    Gpu(usize),
+    Host,
+}
+
+impl std::str::FromStr for FrameTarget {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "host" => Ok(FrameTarget::Host),
+            _ => s.parse().map(FrameTarget::Gpu).map_err(|_| format!("{s}: expected a GPU's number or \"host\"")),
+        }
+    }
+}
+
+impl std::fmt::Display for FrameTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameTarget::Gpu(n) => write!(f, "{n}"),
+            FrameTarget::Host => f.write_str("host"),
+        }
+    }
+}
+
+/// Frames for a compute node's timeslices (`--gpu`).
+#[derive(Clone, Copy, Debug)]
+pub struct FrameSettings {
+    pub target: FrameTarget,
+    pub frames: usize,
+    pub capacity: usize,
 }
 
 impl RunFlags {
@@ -110,8 +161,27 @@ impl RunFlags {
             rings: RingSizes { data: self.buffer_size, descs: self.descriptors },
             timeslices: self.timeslices,
             timeout: Duration::from_secs(self.timeout),
+            corrupt: self.corrupt,
             stop,
         })
+    }
+
+    /// Where `--gpu` builds frames, and how large they are; None without it.
+    pub fn frame_settings(&self, inputs: usize) -> Result<Option<FrameSettings>> {
+        let Some(target) = self.gpu else { return Ok(None) };
+        if self.frames == 0 {
+            bail!("--frames must be at least 1");
+        }
+        let per_input = match &self.replay {
+            Some(_) => self.buffer_size.min(16 << 20) as usize,
+            None => {
+                let microslices = (self.timeslice_size + self.overlap) as usize;
+                let most = (self.microslice_size + self.microslice_spread.min(self.microslice_size)) as usize;
+                microslices * (32 + most)
+            }
+        };
+        let capacity = self.frame_bytes.unwrap_or(inputs * (per_input + wirespeed_fles::frames::PART_ALIGN));
+        Ok(Some(FrameSettings { target, frames: self.frames, capacity }))
     }
 
     pub fn scheduler_name(&self) -> &'static str {
@@ -146,6 +216,16 @@ impl RunFlags {
         }
         if let Some(n) = self.timeslices {
             v.push(format!("--timeslices={n}"));
+        }
+        if let Some(g) = self.gpu {
+            v.push(format!("--gpu={g}"));
+            v.push(format!("--frames={}", self.frames));
+        }
+        if let Some(b) = self.frame_bytes {
+            v.push(format!("--frame-bytes={b}"));
+        }
+        if let Some(ts) = self.corrupt {
+            v.push(format!("--corrupt={ts}"));
         }
         v
     }

@@ -3,6 +3,7 @@
 //! inputs and the rest compute nodes. `node` is one process of a local run.
 
 mod args;
+mod frames;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;

@@ -63,6 +63,7 @@ fn run_rank(
     }
     let computes = size - inputs;
     let s = a.flags.settings(inputs, computes, stop)?;
+    let frames = a.flags.frame_settings(inputs)?;
     let base = Key::require(a.key_file.as_deref()).context("every rank needs the same key")?;
     let mut nonce = [0u8; 64];
     if rank == 0 {
@@ -109,7 +110,7 @@ fn run_rank(
                     next += PROGRESS_LOG_EVERY;
                 }
             };
-            node::compute(&s, c, l, &a.output.for_compute(c, computes), barrier, progress)?
+            node::compute(&s, c, l, &a.output.for_compute(c, computes), frames, barrier, progress)?
         }
         None => node::input(&s, rank, &urls, &key, &config, barrier)?,
     };

@@ -15,9 +15,9 @@ use serde_json::{Value, json};
 use wirespeed::fabric::AddressKind;
 use wirespeed::{Config, Fabric, Key};
 use wirespeed_fles::FlesError;
-use wirespeed_fles::run::{ComputeListener, Settings, run_input};
+use wirespeed_fles::run::{ComputeListener, ComputeSummary, Settings, run_input};
 
-use super::args::RunFlags;
+use super::args::{FrameSettings, RunFlags};
 use super::sink::{Output, Sink};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -63,6 +63,7 @@ pub fn listen(
 
 /// The host inputs reach this one at: `WIRESPEED_FLES_HOST` if set, else the address this
 /// host's name resolves to when other hosts can reach it, else loopback.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 pub fn listen_host() -> String {
     if let Ok(h) = std::env::var("WIRESPEED_FLES_HOST") {
         return h;
@@ -78,18 +79,29 @@ pub fn listen_host() -> String {
 }
 
 /// How often a compute node tells its progress.
-const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
-/// Runs a compute node until its last timeslice, putting each out through `output`, and
-/// calling `progress(timeslices, bytes)` every second or so.
+/// Runs a compute node until its last timeslice, putting each out through `output` (or
+/// building it in `frames`), and calling `progress(timeslices, bytes)` every second or so.
 pub fn compute(
     s: &Settings,
     index: usize,
     listener: ComputeListener,
     output: &Output,
+    frames: Option<FrameSettings>,
     barrier: impl FnOnce() -> Result<(), FlesError>,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<Value> {
+    if let Some(f) = frames {
+        if *output != Output::Null {
+            bail!("--gpu keeps the timeslices in frame memory: leave out --output");
+        }
+        let (summary, figures) = super::frames::compute(s, index, listener, f, barrier, progress)?;
+        let checked = figures["microslices_checked"].as_u64().unwrap_or(0);
+        let mut v = summary_json(&summary, checked);
+        v["frames"] = figures;
+        return Ok(v);
+    }
     let mut sink = Sink::open(output, s.slicing.core)?;
     let (mut checked, mut timeslices, mut bytes) = (0u64, 0u64, 0u64);
     let mut next_progress = Instant::now() + PROGRESS_EVERY;
@@ -106,14 +118,18 @@ pub fn compute(
         })
         .with_context(|| format!("compute node {index}"))?;
     sink.finish()?;
-    Ok(json!({
+    Ok(summary_json(&summary, checked))
+}
+
+fn summary_json(summary: &ComputeSummary, checked: u64) -> Value {
+    json!({
         "role": "compute", "index": summary.index, "timeslices": summary.timeslices,
         "bytes": summary.bytes, "seconds": summary.seconds, "microslices_checked": checked,
         "completions": summary.completions, "slowest_ns": summary.slowest, "fill": summary.fill,
         "incomplete": summary.incomplete, "lost_inputs": summary.lost_inputs,
         "lost_computes": summary.lost_computes,
         "intervals": summary.intervals.iter().map(|c| (c.interval, c.start, c.duration)).collect::<Vec<_>>(),
-    }))
+    })
 }
 
 /// Runs an input until its last timeslice is acknowledged.
@@ -155,7 +171,8 @@ pub fn run(a: NodeArgs) -> Result<()> {
         Role::Compute => {
             let listener = listen(a.flags.transport, a.index, "127.0.0.1", &key, &config)?;
             println!("listening {}", listener.url());
-            compute(&s, a.index, listener, &a.output, barrier, |t, b| println!("progress {t} {b}"))?
+            let frames = a.flags.frame_settings(a.inputs)?;
+            compute(&s, a.index, listener, &a.output, frames, barrier, |t, b| println!("progress {t} {b}"))?
         }
         Role::Input => {
             if a.connect.len() != a.computes {

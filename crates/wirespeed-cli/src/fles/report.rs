@@ -76,7 +76,7 @@ pub fn build(description: Value, summaries: &[Value]) -> Value {
         "inputs": by_role("input").map(|s| json!({"index": s["index"], "bytes": s["bytes"], "sent": s["sent"]})).collect::<Vec<_>>(),
         "computes": by_role("compute").map(|s| json!({
             "index": s["index"], "timeslices": s["timeslices"], "fill": s["fill"],
-            "completions": s["completions"], "intervals": s["intervals"],
+            "completions": s["completions"], "intervals": s["intervals"], "frames": s["frames"],
         })).collect::<Vec<_>>(),
     })
 }
@@ -93,15 +93,30 @@ pub fn describe(r: &Value) -> String {
         Some(l) if !l.is_empty() => Some(l.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")),
         _ => None,
     };
-    let mut lost = String::new();
+    let mut more = String::new();
     if let Some(l) = list("lost_inputs") {
-        lost += &format!("\ninputs lost: {l}; {} timeslices incomplete", r["incomplete"]);
+        more += &format!("\ninputs lost: {l}; {} timeslices incomplete", r["incomplete"]);
     }
     if let Some(l) = list("lost_computes") {
-        lost += &format!("\ncompute nodes lost: {l}; the others took over the timeslices they had not finished");
+        more += &format!("\ncompute nodes lost: {l}; the others took over the timeslices they had not finished");
+    }
+    // Frames built on a GPU: one line per compute node.
+    for c in r["computes"].as_array().into_iter().flatten().filter(|c| c["frames"].is_object()) {
+        let fr = &c["frames"];
+        more += &format!(
+            "\ncompute node {}: {} frames on {} ({}), {:.0} frames/s, ready after the last component p50 {:.0} µs, p99 {:.0} µs; {} microslices checked there",
+            c["index"],
+            fr["built"],
+            fr["device"].as_str().unwrap_or("?"),
+            fr["path"].as_str().unwrap_or("?"),
+            f(fr, "frames_per_s"),
+            f(&fr["ready_us"], "p50"),
+            f(&fr["ready_us"], "p99"),
+            fr["microslices_checked"],
+        );
     }
     format!(
-        "{} timeslices in {:.2} s, {:.2} GB/s aggregate\ncompletion p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; buffer fill max {:.0} %{lost}",
+        "{} timeslices in {:.2} s, {:.2} GB/s aggregate\ncompletion p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; buffer fill max {:.0} %{more}",
         r["timeslices"],
         f(r, "seconds"),
         f(r, "aggregate_gbps"),

@@ -203,6 +203,12 @@ impl ComputeNode {
     /// Input `input` is gone (its connection failed, or it fell silent): the run goes on
     /// without it, and timeslices that lack its component are delivered incomplete. Its ring
     /// needs no more acknowledgements, and the DFS no more of its reports.
+    /// Whether `ts` is this node's own timeslice, begun and not yet complete: a consumer
+    /// may start on its components (a rescued one may still be dropped).
+    pub fn awaits(&self, ts: u64) -> bool {
+        self.pending.contains_key(&ts) && self.rescue.fate(ts) == Fate::Home
+    }
+
     pub fn on_input_lost(&mut self, input: usize, now: Nanos) -> Result<()> {
         if std::mem::replace(&mut self.lost[input], true) {
             return Ok(());

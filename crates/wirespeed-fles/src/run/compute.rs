@@ -89,26 +89,30 @@ impl ComputeListener {
         s: &Settings,
         index: usize,
         barrier: impl FnOnce() -> Result<()>,
-        mut consume: impl FnMut(&Timeslice<'_>) -> Result<()>,
+        consume: impl FnMut(&Timeslice<'_>) -> Result<()>,
     ) -> Result<ComputeSummary> {
-        self.drive(s, index, barrier, |ts, _| consume(ts).map(|()| true), || {})
+        struct Immediate<F>(F);
+        impl<F: FnMut(&Timeslice<'_>) -> Result<()>> Consumer for Immediate<F> {
+            fn complete(&mut self, ts: &Timeslice<'_>, _: &Sender<Event>) -> Result<bool> {
+                (self.0)(ts).map(|()| true)
+            }
+        }
+        self.drive(s, index, barrier, &mut Immediate(consume))
     }
 
-    /// Like [`run`](Self::run), but `consume` may keep a timeslice (returning false) and
-    /// release it later with an [`Event::Released`] on the loop's channel, in any order;
-    /// `delivered_all` is called once every input has finished. The node stays until then, in
-    /// case a compute node is lost and it must take over; but a consumer that still keeps
-    /// timeslices once this node has handed over all of its own hears the end then, so that
-    /// it can let them go (and takes no more).
+    /// Like [`run`](Self::run), but the consumer may keep a timeslice and release it later,
+    /// in any order, and hears of components as they arrive. The node stays until every input
+    /// has finished, in case a compute node is lost and it must take over; but a consumer
+    /// that still keeps timeslices once this node has handed over all of its own hears the
+    /// end then (`delivered_all`), so that it can let them go (and takes no more).
     pub(crate) fn drive(
         self,
         s: &Settings,
         index: usize,
         barrier: impl FnOnce() -> Result<()>,
-        mut consume: impl FnMut(&Timeslice<'_>, &Sender<Event>) -> Result<bool>,
-        delivered_all: impl FnOnce(),
+        consumer: &mut impl Consumer,
     ) -> Result<ComputeSummary> {
-        let mut delivered_all = Some(delivered_all);
+        let mut delivered_all = true;
         let mut slots: Vec<Option<(Peer, Arc<Region>)>> = (0..s.inputs).map(|_| None).collect();
         for _ in 0..s.inputs {
             let conn = self.listener.accept_timeout(s.timeout).map_err(|e| net("waiting for the inputs", e))?;
@@ -130,6 +134,7 @@ impl ComputeListener {
         // Each input's link and descriptor ring, and its data ring, which kept timeslices share.
         let (peers, rings): (Vec<Peer>, Vec<Arc<Region>>) =
             slots.into_iter().map(|p| p.expect("every input joined")).unzip();
+        consumer.start(&rings)?;
         barrier()?;
         let t0 = Instant::now();
         let (tx, rx) = mpsc::channel();
@@ -149,11 +154,8 @@ impl ComputeListener {
         let mut kept = 0usize;
         let heartbeats = Heartbeats::start(&peers.iter().map(|p| &p.link).collect::<Vec<_>>(), HEARTBEAT_EVERY)?;
         while !node.finished() || kept > 0 || !node.inputs_gone() {
-            if node.finished()
-                && kept > 0
-                && let Some(f) = delivered_all.take()
-            {
-                f();
+            if node.finished() && kept > 0 && std::mem::take(&mut delivered_all) {
+                consumer.delivered_all();
             }
             if s.stop.load(Ordering::Relaxed) {
                 node.halt();
@@ -186,12 +188,16 @@ impl ComputeListener {
                     for slot in node.on_status(i, p)? {
                         let desc = read_descriptor(&peers[i].descs, slot % s.rings.descs)?;
                         node.on_component(i, desc, now)?;
+                        if node.awaits(desc.ts_num) {
+                            consumer.arrived(i, desc.ts_num, component(&rings[i], s, &desc)?)?;
+                        }
                     }
                 }
                 Some(Event::Released(ts)) => {
                     node.release(ts);
                     kept -= 1;
                 }
+                Some(Event::Failed(e)) => return Err(e),
                 Some(Event::Msg(_, Msg::Report(r))) => node.on_report(r)?,
                 Some(Event::Msg(i, Msg::Stop { horizon })) => node.on_stop(i, horizon)?,
                 Some(Event::Msg(i, Msg::Lost { compute, finished })) => {
@@ -212,7 +218,7 @@ impl ComputeListener {
                     match action {
                         ComputeAction::Deliver { ts, components } => {
                             let ts_view = view(&rings, s, ts, &components)?;
-                            let released = consume(&ts_view, &tx)?;
+                            let released = consumer.complete(&ts_view, &tx)?;
                             summary.timeslices += 1;
                             summary.bytes += components.iter().flatten().map(|c| c.size).sum::<u64>();
                             if released {
@@ -248,8 +254,8 @@ impl ComputeListener {
                 next_sample = elapsed + SAMPLE_EVERY;
             }
         }
-        if let Some(f) = delivered_all.take() {
-            f();
+        if delivered_all {
+            consumer.delivered_all();
         }
         summary.seconds = t0.elapsed().as_secs_f64();
         summary.completions = node.completions.kept().iter().map(|c| (c.ts, c.first, c.last)).collect();
@@ -281,6 +287,37 @@ fn read_descriptor(descs: &Region, slot: u64) -> Result<ComponentDescriptor> {
     ComponentDescriptor::decode(&b)
 }
 
+/// Where a timeslice's consumer hears of it, from the node's loop.
+pub(crate) trait Consumer {
+    /// Every input's data ring, once all have joined.
+    fn start(&mut self, _rings: &[Arc<Region>]) -> Result<()> {
+        Ok(())
+    }
+
+    /// A component of this node's own timeslice `ts`, not yet complete, is in its ring (and
+    /// stays there until the timeslice is released).
+    fn arrived(&mut self, _input: usize, _ts: u64, _component: ComponentView<'_>) -> Result<()> {
+        Ok(())
+    }
+
+    /// A complete timeslice: true if its space may go back now, false if the consumer keeps
+    /// it and sends [`Event::Released`] later.
+    fn complete(&mut self, ts: &Timeslice<'_>, release: &Sender<Event>) -> Result<bool>;
+
+    /// This node has handed over all of its own timeslices.
+    fn delivered_all(&mut self) {}
+}
+
+/// A component where it lies in its input's data ring.
+fn component<'a>(ring: &'a Region, s: &Settings, c: &ComponentDescriptor) -> Result<ComponentView<'a>> {
+    let at = (c.offset % s.rings.data) as usize;
+    // SAFETY: the node checked that the component lies inside the ring (it never wraps)
+    // and below the input's write pointer; the input writes there again only after we
+    // acknowledge it, which happens after the consumer releases the timeslice.
+    let bytes = unsafe { std::slice::from_raw_parts(ring.as_ptr().add(at), c.size as usize) };
+    ComponentView::new(bytes, c.num_microslices)
+}
+
 /// Views of a timeslice's components in the data rings.
 fn view<'a>(
     rings: &'a [Arc<Region>],
@@ -292,12 +329,7 @@ fn view<'a>(
     let mut inputs = Vec::with_capacity(components.len());
     for (i, (ring, c)) in rings.iter().zip(components).enumerate() {
         let Some(c) = c else { continue };
-        let at = (c.offset % s.rings.data) as usize;
-        // SAFETY: the node checked that the component lies inside the ring (it never wraps)
-        // and below the input's write pointer; the input writes there again only after we
-        // acknowledge it, which happens after the consumer returns.
-        let bytes = unsafe { std::slice::from_raw_parts(ring.as_ptr().add(at), c.size as usize) };
-        views.push(ComponentView::new(bytes, c.num_microslices)?);
+        views.push(component(ring, s, c)?);
         inputs.push(i);
     }
     Ok(Timeslice { index: ts, components: views, inputs, rings })

@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use wirespeed::Region;
 
 use super::Settings;
-use super::compute::{ComputeListener, ComputeSummary, Timeslice};
+use super::compute::{ComputeListener, ComputeSummary, Consumer, Timeslice};
 use super::link::Event;
 use crate::error::{FlesError, Result};
 use crate::model::ComponentView;
@@ -71,29 +71,39 @@ impl ComputeListener {
         let node = std::thread::Builder::new()
             .name(format!("fles-compute-{index}"))
             .spawn(move || {
-                let end = out.clone();
-                let deliver = |ts: &Timeslice<'_>, release: &Sender<Event>| {
-                    let parts = ts.components.iter().map(|c| (c.bytes().as_ptr(), c.bytes().len(), c.len() as u64));
-                    let kept = KeptTimeslice {
-                        index: ts.index,
-                        inputs: ts.inputs.clone(),
-                        incomplete: ts.incomplete(),
-                        parts: parts.collect(),
-                        _rings: ts.inputs.iter().map(|&i| ts.rings[i].clone()).collect(),
-                        release: release.clone(),
-                    };
-                    // Kept until dropped; if the consumer stopped listening, the failed send
-                    // hands it back and it drops (releases) here.
-                    let _ = out.send(Some(kept));
-                    Ok(false)
-                };
+                let mut keeper = Keeper { out };
                 // The iterator ends with the last timeslice, though some may still be kept.
-                let result = self.drive(&s, index, barrier, deliver, move || drop(end.send(None)));
-                drop(out);
-                result
+                self.drive(&s, index, barrier, &mut keeper)
             })
             .map_err(|e| FlesError::Net(format!("starting a compute node's thread: {e}")))?;
         Ok(Timeslices { delivered, node: Some(node) })
+    }
+}
+
+/// Hands each timeslice to the iterator, kept until the consumer drops it.
+struct Keeper {
+    out: Sender<Option<KeptTimeslice>>,
+}
+
+impl Consumer for Keeper {
+    fn complete(&mut self, ts: &Timeslice<'_>, release: &Sender<Event>) -> Result<bool> {
+        let parts = ts.components.iter().map(|c| (c.bytes().as_ptr(), c.bytes().len(), c.len() as u64));
+        let kept = KeptTimeslice {
+            index: ts.index,
+            inputs: ts.inputs.clone(),
+            incomplete: ts.incomplete(),
+            parts: parts.collect(),
+            _rings: ts.inputs.iter().map(|&i| ts.rings[i].clone()).collect(),
+            release: release.clone(),
+        };
+        // Kept until dropped; if the consumer stopped listening, the failed send hands it
+        // back and it drops (releases) here.
+        let _ = self.out.send(Some(kept));
+        Ok(false)
+    }
+
+    fn delivered_all(&mut self) {
+        let _ = self.out.send(None);
     }
 }
 

@@ -36,7 +36,14 @@ impl Feed {
     pub fn size(&mut self, ts: u64, s: &Settings) -> u64 {
         match self {
             Feed::Pattern { pattern, built } => {
-                built.entry(ts).or_insert_with(|| pattern.component(ts, s.slicing)).len() as u64
+                let build = || {
+                    let mut c = pattern.component(ts, s.slicing);
+                    if s.corrupt == Some(ts) && pattern.input == 0 {
+                        *c.last_mut().expect("a component holds its descriptors") ^= 0x5A;
+                    }
+                    c
+                };
+                built.entry(ts).or_insert_with(build).len() as u64
             }
             Feed::Replay(c) => c[(ts % c.len() as u64) as usize].0.len() as u64,
         }

@@ -109,7 +109,7 @@ pub fn run_input(
             // before, or whose connection fails, is lost: the others take its timeslices.
             Event::Closed(c, Ok(())) if !node.owes(c) => Ok(()),
             Event::Closed(c, _) => give_up(node, &peers, c),
-            Event::Released(_) => Ok(()), // compute nodes' only
+            Event::Released(_) | Event::Failed(_) => Ok(()), // compute nodes' only
         }
     };
     let mut quiet_since = Instant::now();

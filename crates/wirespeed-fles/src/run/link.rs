@@ -18,6 +18,8 @@ pub(crate) enum Event {
     Closed(usize, Result<()>),
     /// The consumer let go of a timeslice it kept (compute nodes).
     Released(u64),
+    /// The consumer failed: the node stops with its error.
+    Failed(FlesError),
 }
 
 pub(crate) struct Link {

@@ -6,6 +6,7 @@
 mod compute;
 mod consumer;
 mod feed;
+mod frames;
 mod input;
 mod link;
 
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 
 pub use compute::{ComputeListener, ComputeSummary, Timeslice};
 pub use consumer::{KeptTimeslice, Timeslices};
+pub use frames::{BuiltFrame, Frames};
 pub use input::{InputSummary, run_input};
 
 use crate::model::Slicing;
@@ -43,6 +45,9 @@ pub struct Settings {
     pub timeslices: Option<u64>,
     /// How long a node waits without any progress before it gives up.
     pub timeout: Duration,
+    /// Flip one content byte of input 0's component of this timeslice after its CRC was
+    /// computed, to show that the compute node's check finds it.
+    pub corrupt: Option<u64>,
     /// Set on any node to wind the run down: the inputs stop, agree with the compute nodes
     /// on the last timeslice, build everything before it, and finish.
     pub stop: Arc<AtomicBool>,

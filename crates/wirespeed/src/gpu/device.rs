@@ -1,0 +1,324 @@
+//! The device, its memory, streams and events.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{DriverError, result, sys};
+
+use super::{GpuError, GpuResult};
+
+/// The driver's error, with what we were doing.
+pub(super) fn driver(what: &'static str) -> impl FnOnce(DriverError) -> GpuError {
+    move |e| GpuError::Driver {
+        what,
+        why: e.error_string().map_or_else(|_| format!("{e:?}"), |s| s.to_string_lossy().into_owned()),
+    }
+}
+
+/// A device's primary context, released when the last object that uses it goes.
+pub(super) struct Context {
+    pub(super) device: sys::CUdevice,
+    raw: sys::CUcontext,
+    name: String,
+}
+
+// SAFETY: a CUDA context may be made current on any thread; every use does so first.
+unsafe impl Send for Context {}
+unsafe impl Sync for Context {}
+
+impl Context {
+    pub(super) fn bind(&self) -> GpuResult<()> {
+        // SAFETY: `raw` is a retained primary context, alive while `self` is.
+        unsafe { result::ctx::set_current(self.raw) }.map_err(driver("making the context current"))
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: retained once in `Gpu::open`; every object using it is gone.
+        let _ = unsafe { result::primary_ctx::release(self.device) };
+    }
+}
+
+/// One GPU, opened by number.
+#[derive(Clone)]
+pub struct Gpu {
+    pub(super) ctx: Arc<Context>,
+}
+
+impl Gpu {
+    /// Opens device `ordinal`; a host without the CUDA driver or without that device gives
+    /// [`GpuError::NoGpu`].
+    pub fn open(ordinal: usize) -> GpuResult<Gpu> {
+        // SAFETY: only tries to open the library.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(GpuError::NoGpu("the CUDA driver (libcuda.so.1) is not installed on this host".into()));
+        }
+        result::init().map_err(|e| GpuError::NoGpu(format!("the CUDA driver did not start: {e:?}")))?;
+        let count = result::device::get_count().map_err(driver("counting devices"))?;
+        if ordinal >= count as usize {
+            return Err(GpuError::NoGpu(format!("no device {ordinal}: this host has {count}")));
+        }
+        let device = result::device::get(ordinal as i32).map_err(driver("opening the device"))?;
+        let name = result::device::get_name(device).map_err(driver("naming the device"))?;
+        // SAFETY: `device` is valid; released in `Context::drop`.
+        let raw = unsafe { result::primary_ctx::retain(device) }.map_err(driver("retaining the context"))?;
+        let ctx = Arc::new(Context { device, raw, name });
+        ctx.bind()?;
+        Ok(Gpu { ctx })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.ctx.name
+    }
+
+    /// Makes this device current on the calling thread (the objects below do it themselves).
+    pub fn bind(&self) -> GpuResult<()> {
+        self.ctx.bind()
+    }
+
+    /// Free and total device memory, in bytes.
+    pub fn memory(&self) -> GpuResult<(usize, usize)> {
+        self.ctx.bind()?;
+        result::mem_get_info().map_err(driver("asking for free memory"))
+    }
+
+    pub fn alloc(&self, len: usize) -> GpuResult<DeviceBuffer> {
+        self.ctx.bind()?;
+        // SAFETY: a plain allocation of `len` bytes, freed in `DeviceBuffer::drop`.
+        let ptr = unsafe { result::malloc_sync(len.max(1)) }.map_err(driver("allocating device memory"))?;
+        Ok(DeviceBuffer { ctx: self.ctx.clone(), ptr, len })
+    }
+
+    /// Page-locked host memory that the device copies from at full speed.
+    pub fn alloc_pinned(&self, len: usize) -> GpuResult<PinnedBuffer> {
+        self.ctx.bind()?;
+        // SAFETY: freed in `PinnedBuffer::drop`.
+        let ptr = unsafe { result::malloc_host(len.max(1), 0) }.map_err(driver("allocating pinned memory"))?;
+        Ok(PinnedBuffer { ctx: self.ctx.clone(), ptr: ptr.cast(), len })
+    }
+
+    /// Page-locks `len` bytes at `ptr` in place (a receive ring), so copies from there run
+    /// asynchronously at full speed; undone when the registration drops.
+    ///
+    /// # Safety
+    /// The memory must stay mapped until the registration drops.
+    pub unsafe fn register(&self, ptr: *mut u8, len: usize) -> GpuResult<Registration> {
+        self.ctx.bind()?;
+        // SAFETY: the caller keeps the range mapped; flags 0: plain page-locking.
+        unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, 0) }.result().map_err(driver("registering host memory"))?;
+        Ok(Registration { ctx: self.ctx.clone(), ptr })
+    }
+
+    /// A stream that runs independently of the default one.
+    pub fn stream(&self) -> GpuResult<GpuStream> {
+        self.ctx.bind()?;
+        let raw =
+            result::stream::create(result::stream::StreamKind::NonBlocking).map_err(driver("creating a stream"))?;
+        Ok(GpuStream { ctx: self.ctx.clone(), raw })
+    }
+}
+
+/// Device memory.
+pub struct DeviceBuffer {
+    ctx: Arc<Context>,
+    ptr: sys::CUdeviceptr,
+    len: usize,
+}
+
+impl DeviceBuffer {
+    /// The device address, for kernels and for consumers that take a device pointer.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, offset: usize, len: usize) -> GpuResult<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(GpuError::Driver {
+                what: "copying",
+                why: format!("{len} bytes at {offset} overrun a buffer of {}", self.len),
+            }),
+        }
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: allocated by `Gpu::alloc`; work using it was waited for by its owner.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Page-locked host memory.
+pub struct PinnedBuffer {
+    ctx: Arc<Context>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain host memory owned by this value; shared access only reads.
+unsafe impl Send for PinnedBuffer {}
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` bytes allocated by the driver, owned here.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: allocated by `Gpu::alloc_pinned`.
+            let _ = unsafe { result::free_host(self.ptr.cast::<c_void>()) };
+        }
+    }
+}
+
+/// Host memory page-locked in place.
+pub struct Registration {
+    ctx: Arc<Context>,
+    ptr: *mut u8,
+}
+
+// SAFETY: only the address is kept, to undo the registration.
+unsafe impl Send for Registration {}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: registered by `Gpu::register`.
+            let _ = unsafe { sys::cuMemHostUnregister(self.ptr.cast()) };
+        }
+    }
+}
+
+/// A queue of work on the device.
+pub struct GpuStream {
+    ctx: Arc<Context>,
+    pub(super) raw: sys::CUstream,
+}
+
+// SAFETY: a stream handle may be used from any thread with its context current.
+unsafe impl Send for GpuStream {}
+
+impl GpuStream {
+    /// Queues a copy of `src` to `dst` at `offset`; it runs asynchronously from registered or
+    /// pinned memory (from pageable memory the driver stages it and returns once it has).
+    ///
+    /// # Safety
+    /// `src` must stay unchanged and mapped until an event recorded after this completes.
+    pub unsafe fn copy_to_device(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> GpuResult<()> {
+        dst.check(offset, src.len())?;
+        self.ctx.bind()?;
+        // SAFETY: bounds checked above; the caller keeps `src` alive.
+        unsafe { result::memcpy_htod_async(dst.ptr + offset as u64, src, self.raw) }
+            .map_err(driver("copying to the device"))
+    }
+
+    /// Queues a copy of `dst.len()` bytes at `offset` back to the host.
+    ///
+    /// # Safety
+    /// `dst` must stay mapped, and unread, until an event recorded after this completes.
+    pub unsafe fn copy_to_host(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> GpuResult<()> {
+        src.check(offset, dst.len())?;
+        self.ctx.bind()?;
+        // SAFETY: bounds checked; the caller keeps `dst`.
+        unsafe { result::memcpy_dtoh_async(dst, src.ptr + offset as u64, self.raw) }
+            .map_err(driver("copying to the host"))
+    }
+
+    /// An event that completes once the work queued so far has.
+    pub fn record(&self) -> GpuResult<GpuEvent> {
+        self.ctx.bind()?;
+        let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(driver("creating an event"))?;
+        let event = GpuEvent { ctx: self.ctx.clone(), raw };
+        // SAFETY: both handles are live.
+        unsafe { result::event::record(raw, self.raw) }.map_err(driver("recording an event"))?;
+        Ok(event)
+    }
+
+    /// Makes later work on this stream wait for `event` (without the host waiting).
+    pub fn wait_for(&self, event: &GpuEvent) -> GpuResult<()> {
+        self.ctx.bind()?;
+        // SAFETY: both handles are live.
+        unsafe { sys::cuStreamWaitEvent(self.raw, event.raw, 0) }.result().map_err(driver("ordering streams"))
+    }
+
+    pub fn synchronize(&self) -> GpuResult<()> {
+        self.ctx.bind()?;
+        // SAFETY: a live stream.
+        unsafe { result::stream::synchronize(self.raw) }.map_err(driver("waiting for a stream"))
+    }
+}
+
+impl Drop for GpuStream {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created by `Gpu::stream`; the driver lets queued work finish first.
+            let _ = unsafe { result::stream::destroy(self.raw) };
+        }
+    }
+}
+
+/// A point in a stream's work.
+pub struct GpuEvent {
+    ctx: Arc<Context>,
+    raw: sys::CUevent,
+}
+
+// SAFETY: an event handle may be used from any thread with its context current.
+unsafe impl Send for GpuEvent {}
+
+impl GpuEvent {
+    /// Whether the work before it has completed, without waiting.
+    pub fn is_done(&self) -> GpuResult<bool> {
+        self.ctx.bind()?;
+        // SAFETY: a live event.
+        match unsafe { result::event::query(self.raw) } {
+            Ok(()) => Ok(true),
+            Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+            Err(e) => Err(driver("asking about an event")(e)),
+        }
+    }
+
+    /// Waits until the work before it has completed.
+    pub fn wait(&self) -> GpuResult<()> {
+        self.ctx.bind()?;
+        // SAFETY: a live event.
+        unsafe { result::event::synchronize(self.raw) }.map_err(driver("waiting for an event"))
+    }
+
+    /// Milliseconds of device time from `earlier` to this one (both complete).
+    pub fn since(&self, earlier: &GpuEvent) -> GpuResult<f32> {
+        self.ctx.bind()?;
+        // SAFETY: both live and recorded with timing.
+        unsafe { result::event::elapsed(earlier.raw, self.raw) }.map_err(driver("timing events"))
+    }
+}
+
+impl Drop for GpuEvent {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created by `GpuStream::record`; the driver frees it once it completes.
+            let _ = unsafe { result::event::destroy(self.raw) };
+        }
+    }
+}

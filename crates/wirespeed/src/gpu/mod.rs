@@ -1,0 +1,29 @@
+//! GPU memory as an endpoint, through the CUDA driver API opened at run time (cudarc with
+//! dynamic loading): the binary builds and runs on hosts without CUDA, and says "no GPU"
+//! there instead of failing to start.
+//!
+//! What the timeslice builder needs and no more: device buffers, pinned host buffers and host
+//! memory registered in place (so that a receive ring is copied from without staging), streams
+//! that copy asynchronously, events that say when, and kernels compiled at run time by NVRTC.
+//! Every object keeps the device's context alive and makes it current before it calls the
+//! driver, so any thread may use or drop it.
+
+mod device;
+mod kernel;
+
+pub use device::{DeviceBuffer, Gpu, GpuEvent, GpuStream, PinnedBuffer, Registration};
+pub use kernel::{Kernel, KernelArg};
+
+/// What can go wrong with a GPU.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No driver, no device of that number, or this build has none.
+    #[error("no GPU: {0}")]
+    NoGpu(String),
+    #[error("CUDA {what}: {why}")]
+    Driver { what: &'static str, why: String },
+    #[error("compiling a GPU kernel: {0}")]
+    Compile(String),
+}
+
+pub type GpuResult<T> = std::result::Result<T, GpuError>;
