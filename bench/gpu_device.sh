@@ -35,9 +35,23 @@ step "a wrong byte planted in input 0's component of timeslice 123 is found"
 timeout 60 "$B" fles run --local 2:1 --gpu 0 --timeslices 500 --corrupt 123
 echo "rc=$? (must not be 0)"
 
-step "bench raw over shm, 1 MiB messages (the other limit)"
-timeout 60 "$B" bench raw --transport shm --size 1048576 --count 20000
-
-step "bench gpu: limit, then 1 to 8 inputs over shm and tcp"
+step "bench gpu: the limits, then 1 to 8 inputs over shm and tcp"
 timeout 300 "$B" bench gpu --json "$OUT/bench_gpu.json"
 
+
+# What limits one input, and whether several collapse at the same total rate.
+rp=/tmp/gpu-replay.tsa
+"$B" fles run --local 1:1 --timeslice-size 1600 --timeslices 64 --output tsa:$rp >/dev/null
+one() { timeout 60 "$B" fles run --timeslice-size 1600 --replay $rp --gpu 0 "$@" | head -1; }
+
+step "one core's memcpy, in cache (1 MiB) and out of it (32 MiB): what one input's copy into its ring can do"
+"$B" bench memcpy --size 1048576 --total 20000000000
+"$B" bench memcpy --size 33554432 --total 20000000000
+
+step "one input over shm to the GPU: data ring 8, 32 and 128 MiB (dfs), then rr"
+for buf in 8388608 33554432 134217728; do echo -n "ring $buf: "; one --local 1:1 --timeslices 4000 --buffer-size $buf; done
+echo -n "rr: "; one --local 1:1 --timeslices 4000 --scheduler rr
+
+step "the same total rate, 6 GB/s, from 1 input and from 8"
+echo -n "1 input at 6 GB/s: "; one --local 1:1 --timeslices 4000 --rate 6
+echo -n "8 inputs at 0.75 GB/s: "; one --local 8:1 --timeslices 500 --rate 0.75

@@ -6,10 +6,12 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use wirespeed::{Config, Key};
+use wirespeed_fles::frames::HostFrames;
 use wirespeed_fles::model::Slicing;
 use wirespeed_fles::node::RingSizes;
 use wirespeed_fles::run::{ComputeListener, Settings, run_input};
 use wirespeed_fles::sched::{DfsSettings, Kind};
+use wirespeed_fles::source::Pattern;
 
 fn url(fabric: &str, c: usize) -> String {
     static RUN: AtomicUsize = AtomicUsize::new(0);
@@ -54,6 +56,7 @@ fn run_until(fabric: &str, inputs: usize, computes: usize, scheduler: Kind, end:
             _ => None,
         },
         timeout: Duration::from_secs(20),
+        corrupt: None,
         stop: Arc::new(AtomicBool::new(false)),
     };
     let stop_one = Arc::new(AtomicBool::new(false));
@@ -187,6 +190,7 @@ fn the_iterator_hands_out_timeslices_that_are_released_when_dropped_in_any_order
         rings: RingSizes { data: 1 << 16, descs: 8 },
         timeslices: Some(50),
         timeout: Duration::from_secs(20),
+        corrupt: None,
         stop: Arc::new(AtomicBool::new(false)),
     };
     let barrier = Arc::new(Barrier::new(3));
@@ -232,4 +236,77 @@ fn the_iterator_hands_out_timeslices_that_are_released_when_dropped_in_any_order
         assert_eq!(i.join().unwrap().components, 50);
     }
     assert_eq!(timeslices.finish().unwrap().timeslices, 50);
+}
+
+#[test]
+fn frames_hold_each_timeslice_contiguously_as_the_inputs_sent_it() {
+    let key = Key::new("fles test key").unwrap();
+    let config = Config::default();
+    let s = Settings {
+        inputs: 3,
+        computes: 1,
+        scheduler: dfs(),
+        slicing: Slicing { core: 10, overlap: 1 },
+        microslice_size: 600,
+        microslice_spread: 200,
+        input_rate: 0.0,
+        replay: None,
+        rings: RingSizes { data: 1 << 16, descs: 8 },
+        timeslices: Some(60),
+        timeout: Duration::from_secs(20),
+        corrupt: None,
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let barrier = Arc::new(Barrier::new(4));
+    let listener = ComputeListener::bind(&url("tcp", 0), &key, &config).unwrap();
+    let urls = vec![listener.url().to_string()];
+    let b = barrier.clone();
+    // Three frames of room for three components of at most 11 · (32 + 800) bytes.
+    let memory = HostFrames::new(3, 3 * (11 * 832 + 256));
+    let mut frames = listener
+        .frames(
+            s.clone(),
+            0,
+            move || {
+                b.wait();
+                Ok(())
+            },
+            memory,
+        )
+        .unwrap();
+    let inputs: Vec<_> = (0..3)
+        .map(|i| {
+            let (s, b, urls, key, config) = (s.clone(), barrier.clone(), urls.clone(), key.clone(), config.clone());
+            std::thread::spawn(move || {
+                run_input(&s, i, &urls, &key, &config, || {
+                    b.wait();
+                    Ok(())
+                })
+                .unwrap()
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    let mut held = Vec::new();
+    for f in frames.by_ref() {
+        assert_eq!((f.check.microslices, f.check.bad), (33, 0));
+        assert_eq!(f.parts.iter().map(|p| p.input).collect::<Vec<_>>(), [0, 1, 2]);
+        for p in &f.parts {
+            let sent = Pattern { input: p.input as u16, size: 600, spread: 200 }.component(f.index, s.slicing);
+            // SAFETY: host frame memory, alive while the frame is held.
+            let there = unsafe { std::slice::from_raw_parts((f.address as *const u8).add(p.offset), p.len) };
+            assert_eq!(there, &sent[..], "timeslice {} input {}", f.index, p.input);
+        }
+        seen.push(f.index);
+        held.push(f);
+        if held.len() == 2 {
+            held.remove(0); // the older one back first; one frame stays free for completion
+        }
+    }
+    drop(held);
+    assert_eq!(seen, (0..60).collect::<Vec<u64>>());
+    for i in inputs {
+        assert_eq!(i.join().unwrap().components, 60);
+    }
+    assert_eq!(frames.finish().unwrap().timeslices, 60);
 }

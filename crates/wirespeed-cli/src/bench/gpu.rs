@@ -32,6 +32,9 @@ pub struct GpuArgs {
     timeslice_size: u64,
     #[arg(long, default_value_t = 650)]
     microslice_size: u32,
+    /// Data ring per input: small enough to stay in cache, where one input copies fastest.
+    #[arg(long, default_value_t = 8 << 20)]
+    buffer_size: u64,
     /// Bytes each run moves, all inputs together.
     #[arg(long, default_value_t = 4_000_000_000)]
     bytes: u64,
@@ -52,6 +55,9 @@ pub fn run(a: GpuArgs) -> Result<()> {
         a.copy_size >> 20
     );
     drop(gpu);
+    let raw = raw_shm()?;
+    let limit = pinned.min(raw);
+    println!("bench raw over shm, 1 MiB messages: {raw:.2} GB/s; the limit is the smaller: {limit:.2} GB/s");
     let component = (a.timeslice_size + 1) * (32 + a.microslice_size as u64);
     let dir = std::env::temp_dir().join(format!("wirespeed-bench-gpu-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -62,8 +68,8 @@ pub fn run(a: GpuArgs) -> Result<()> {
         "components of {component} bytes, replayed; every microslice's CRC-32C checked on the GPU (GB/s) or the CPU"
     );
     println!(
-        "{:<9} {:>6} {:>8} {:>9} {:>11} {:>11} {:>8}  path",
-        "transport", "inputs", "GB/s", "frames/s", "ready p50", "ready p99", "CPU GB/s"
+        "{:<9} {:>6} {:>8} {:>7} {:>9} {:>11} {:>11} {:>8}  path",
+        "transport", "inputs", "GB/s", "÷ limit", "frames/s", "ready p50", "ready p99", "CPU GB/s"
     );
     let mut runs = Vec::new();
     for t in &a.transports {
@@ -74,16 +80,19 @@ pub fn run(a: GpuArgs) -> Result<()> {
                 format!("--transport={t}"),
                 format!("--timeslices={timeslices}"),
                 format!("--replay={}", archive.display()),
+                format!("--buffer-size={}", a.buffer_size),
             ];
             let cpu = fles(&a, &args, &dir).with_context(|| format!("{t} with {i} inputs, on the CPU"))?;
             args.extend([format!("--gpu={}", a.device), format!("--frame-bytes={}", i as u64 * (component + 256))]);
             let r = fles(&a, &args, &dir).with_context(|| format!("{t} with {i} inputs"))?;
             let fr = &r["computes"][0]["frames"];
+            let gbps = r["aggregate_gbps"].as_f64().unwrap_or(0.0);
             println!(
-                "{:<9} {:>6} {:>8.2} {:>9.0} {:>8.0} µs {:>8.0} µs {:>8.2}  {}",
+                "{:<9} {:>6} {:>8.2} {:>7.2} {:>9.0} {:>8.0} µs {:>8.0} µs {:>8.2}  {}",
                 t,
                 i,
-                r["aggregate_gbps"].as_f64().unwrap_or(0.0),
+                gbps,
+                gbps / limit,
                 fr["frames_per_s"].as_f64().unwrap_or(0.0),
                 fr["ready_us"]["p50"].as_f64().unwrap_or(0.0),
                 fr["ready_us"]["p99"].as_f64().unwrap_or(0.0),
@@ -95,7 +104,9 @@ pub fn run(a: GpuArgs) -> Result<()> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     if let Some(path) = &a.json {
-        let all = json!({"pinned_gbps": pinned, "pageable_gbps": pageable, "component_bytes": component, "runs": runs});
+        let all = json!({
+            "pinned_gbps": pinned, "pageable_gbps": pageable, "raw_shm_gbps": raw, "component_bytes": component, "runs": runs,
+        });
         std::fs::write(path, serde_json::to_vec_pretty(&all)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -124,6 +135,19 @@ fn copy_limits(gpu: &Gpu, size: usize) -> Result<(f64, f64)> {
         Ok((ROUNDS * size) as f64 / (ms / 1e3) / 1e9)
     };
     Ok((time(pinned.as_slice())?, time(&pageable)?))
+}
+
+/// GB/s of `bench raw` over shm with 1 MiB messages: what one host's shared memory carries.
+fn raw_shm() -> Result<f64> {
+    let out = Command::new(std::env::current_exe()?)
+        .args(["bench", "raw", "--transport=shm", "--size=1048576", "--count=20000"])
+        .output()?;
+    if !out.status.success() {
+        bail!("bench raw failed ({})", out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let speed = text.lines().find_map(|l| l.strip_prefix("Speed: ")?.strip_suffix(" MB/s")?.parse::<f64>().ok());
+    speed.map(|mb| mb / 1e3).context("bench raw printed no speed")
 }
 
 /// One `fles run` with the bench's slicing and these flags, and its report.

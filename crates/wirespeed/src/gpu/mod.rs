@@ -27,3 +27,19 @@ pub enum GpuError {
 }
 
 pub type GpuResult<T> = std::result::Result<T, GpuError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_without_the_driver_says_no_gpu() {
+        // SAFETY: only tries to open the library.
+        if unsafe { cudarc::driver::sys::is_culib_present() } {
+            return; // a GPU host: bench/gpu_device.sh checks the device itself
+        }
+        let e = Gpu::open(0).err().expect("no driver here");
+        assert!(matches!(e, GpuError::NoGpu(_)), "{e}");
+        assert!(e.to_string().starts_with("no GPU: "), "{e}");
+    }
+}
