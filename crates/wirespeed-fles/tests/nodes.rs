@@ -173,6 +173,28 @@ fn a_stop_at_one_compute_node_winds_down_the_whole_run() {
     run_until("shm", 2, 2, dfs(), End::StopOneCompute);
 }
 
+/// Inputs on threads of their own, held at `barrier` with the compute node.
+fn start_inputs(
+    n: usize,
+    s: &Settings,
+    urls: &[String],
+    barrier: &Arc<Barrier>,
+) -> Vec<std::thread::JoinHandle<wirespeed_fles::run::InputSummary>> {
+    let key = Key::new("fles test key").unwrap();
+    (0..n)
+        .map(|i| {
+            let (s, b, urls, key) = (s.clone(), barrier.clone(), urls.to_vec(), key.clone());
+            std::thread::spawn(move || {
+                run_input(&s, i, &urls, &key, &Config::default(), || {
+                    b.wait();
+                    Ok(())
+                })
+                .unwrap()
+            })
+        })
+        .collect()
+}
+
 #[test]
 fn the_iterator_hands_out_timeslices_that_are_released_when_dropped_in_any_order() {
     let key = Key::new("fles test key").unwrap();
@@ -203,18 +225,7 @@ fn the_iterator_hands_out_timeslices_that_are_released_when_dropped_in_any_order
             Ok(())
         })
         .unwrap();
-    let inputs: Vec<_> = (0..2)
-        .map(|i| {
-            let (s, b, urls, key, config) = (s.clone(), barrier.clone(), urls.clone(), key.clone(), config.clone());
-            std::thread::spawn(move || {
-                run_input(&s, i, &urls, &key, &config, || {
-                    b.wait();
-                    Ok(())
-                })
-                .unwrap()
-            })
-        })
-        .collect();
+    let inputs = start_inputs(2, &s, &urls, &barrier);
     let mut held = Vec::new();
     let mut seen = Vec::new();
     for ts in timeslices.by_ref() {
@@ -274,18 +285,7 @@ fn frames_hold_each_timeslice_contiguously_as_the_inputs_sent_it() {
             memory,
         )
         .unwrap();
-    let inputs: Vec<_> = (0..3)
-        .map(|i| {
-            let (s, b, urls, key, config) = (s.clone(), barrier.clone(), urls.clone(), key.clone(), config.clone());
-            std::thread::spawn(move || {
-                run_input(&s, i, &urls, &key, &config, || {
-                    b.wait();
-                    Ok(())
-                })
-                .unwrap()
-            })
-        })
-        .collect();
+    let inputs = start_inputs(3, &s, &urls, &barrier);
     let mut seen = Vec::new();
     let mut held = Vec::new();
     for f in frames.by_ref() {
