@@ -34,14 +34,9 @@ enum End {
     StopOneCompute,
 }
 
-fn run(fabric: &str, inputs: usize, computes: usize, scheduler: Kind) {
-    run_until(fabric, inputs, computes, scheduler, End::After(60));
-}
-
-fn run_until(fabric: &str, inputs: usize, computes: usize, scheduler: Kind, end: End) {
-    let key = Key::new("fles test key").unwrap();
-    let config = Config::default();
-    let s = Settings {
+/// Components of 11 microslices of 400 to 800 bytes, 64 KiB data rings.
+fn settings(inputs: usize, computes: usize, scheduler: Kind, descs: u64, timeslices: Option<u64>) -> Settings {
+    Settings {
         inputs,
         computes,
         scheduler,
@@ -50,15 +45,26 @@ fn run_until(fabric: &str, inputs: usize, computes: usize, scheduler: Kind, end:
         microslice_spread: 200,
         input_rate: 0.0,
         replay: None,
-        rings: RingSizes { data: 1 << 16, descs: 64 },
-        timeslices: match end {
-            End::After(n) => Some(n),
-            _ => None,
-        },
+        rings: RingSizes { data: 1 << 16, descs },
+        timeslices,
         timeout: Duration::from_secs(20),
         corrupt: None,
         stop: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+fn run(fabric: &str, inputs: usize, computes: usize, scheduler: Kind) {
+    run_until(fabric, inputs, computes, scheduler, End::After(60));
+}
+
+fn run_until(fabric: &str, inputs: usize, computes: usize, scheduler: Kind, end: End) {
+    let key = Key::new("fles test key").unwrap();
+    let config = Config::default();
+    let limit = match end {
+        End::After(n) => Some(n),
+        _ => None,
     };
+    let s = settings(inputs, computes, scheduler, 64, limit);
     let stop_one = Arc::new(AtomicBool::new(false));
     let barrier = Arc::new(Barrier::new(inputs + computes));
     let listeners: Vec<_> =
@@ -199,22 +205,8 @@ fn start_inputs(
 fn the_iterator_hands_out_timeslices_that_are_released_when_dropped_in_any_order() {
     let key = Key::new("fles test key").unwrap();
     let config = Config::default();
-    let s = Settings {
-        inputs: 2,
-        computes: 1,
-        scheduler: Kind::RoundRobin,
-        slicing: Slicing { core: 10, overlap: 1 },
-        microslice_size: 600,
-        microslice_spread: 200,
-        input_rate: 0.0,
-        replay: None,
-        // Room for a few components only: holding timeslices must not stall the run for good.
-        rings: RingSizes { data: 1 << 16, descs: 8 },
-        timeslices: Some(50),
-        timeout: Duration::from_secs(20),
-        corrupt: None,
-        stop: Arc::new(AtomicBool::new(false)),
-    };
+    // Room for a few components only: holding timeslices must not stall the run for good.
+    let s = settings(2, 1, Kind::RoundRobin, 8, Some(50));
     let barrier = Arc::new(Barrier::new(3));
     let listener = ComputeListener::bind(&url("shm", 0), &key, &config).unwrap();
     let urls = vec![listener.url().to_string()];
@@ -253,21 +245,7 @@ fn the_iterator_hands_out_timeslices_that_are_released_when_dropped_in_any_order
 fn frames_hold_each_timeslice_contiguously_as_the_inputs_sent_it() {
     let key = Key::new("fles test key").unwrap();
     let config = Config::default();
-    let s = Settings {
-        inputs: 3,
-        computes: 1,
-        scheduler: dfs(),
-        slicing: Slicing { core: 10, overlap: 1 },
-        microslice_size: 600,
-        microslice_spread: 200,
-        input_rate: 0.0,
-        replay: None,
-        rings: RingSizes { data: 1 << 16, descs: 8 },
-        timeslices: Some(60),
-        timeout: Duration::from_secs(20),
-        corrupt: None,
-        stop: Arc::new(AtomicBool::new(false)),
-    };
+    let s = settings(3, 1, dfs(), 8, Some(60));
     let barrier = Arc::new(Barrier::new(4));
     let listener = ComputeListener::bind(&url("tcp", 0), &key, &config).unwrap();
     let urls = vec![listener.url().to_string()];

@@ -18,8 +18,9 @@ impl HostFrames {
         HostFrames { frames: (0..frames).map(|_| Arc::new(Mutex::new(vec![0; capacity]))).collect(), capacity }
     }
 
-    /// A copy of `len` bytes of frame `frame` at `offset`, for tests.
-    pub fn read(&self, frame: usize, offset: usize, len: usize) -> Vec<u8> {
+    /// A copy of `len` bytes of frame `frame` at `offset`.
+    #[cfg(test)]
+    pub(crate) fn read(&self, frame: usize, offset: usize, len: usize) -> Vec<u8> {
         self.frames[frame].lock().unpoison()[offset..offset + len].to_vec()
     }
 }

@@ -72,11 +72,6 @@ impl Gpu {
         &self.ctx.name
     }
 
-    /// Makes this device current on the calling thread (the objects below do it themselves).
-    pub fn bind(&self) -> GpuResult<()> {
-        self.ctx.bind()
-    }
-
     /// Free and total device memory, in bytes.
     pub fn memory(&self) -> GpuResult<(usize, usize)> {
         self.ctx.bind()?;
@@ -261,12 +256,6 @@ impl GpuStream {
         // SAFETY: both handles are live.
         unsafe { sys::cuStreamWaitEvent(self.raw, event.raw, 0) }.result().map_err(driver("ordering streams"))
     }
-
-    pub fn synchronize(&self) -> GpuResult<()> {
-        self.ctx.bind()?;
-        // SAFETY: a live stream.
-        unsafe { result::stream::synchronize(self.raw) }.map_err(driver("waiting for a stream"))
-    }
 }
 
 impl Drop for GpuStream {
@@ -288,17 +277,6 @@ pub struct GpuEvent {
 unsafe impl Send for GpuEvent {}
 
 impl GpuEvent {
-    /// Whether the work before it has completed, without waiting.
-    pub fn is_done(&self) -> GpuResult<bool> {
-        self.ctx.bind()?;
-        // SAFETY: a live event.
-        match unsafe { result::event::query(self.raw) } {
-            Ok(()) => Ok(true),
-            Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
-            Err(e) => Err(driver("asking about an event")(e)),
-        }
-    }
-
     /// Waits until the work before it has completed.
     pub fn wait(&self) -> GpuResult<()> {
         self.ctx.bind()?;
