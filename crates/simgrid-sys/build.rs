@@ -5,7 +5,8 @@
 use std::env;
 use std::path::PathBuf;
 
-/// The C API's functions bound: engine, actors, mailboxes, communications, hosts, links.
+/// The C API's functions bound: engine, actors, mailboxes, communications,
+/// semaphores, hosts, links.
 const FUNCTIONS: &[&str] = &[
     "simgrid_init",
     "simgrid_load_platform",
@@ -22,6 +23,8 @@ const FUNCTIONS: &[&str] = &[
     "sg_actor_kill",
     "sg_mailbox_by_name",
     "sg_mailbox_put_async",
+    "sg_mailbox_put_init",
+    "sg_mailbox_set_receiver",
     "sg_mailbox_put",
     "sg_mailbox_get_async",
     "sg_mailbox_get",
@@ -33,6 +36,11 @@ const FUNCTIONS: &[&str] = &[
     "sg_comm_wait_any_for",
     "sg_comm_unref",
     "sg_host_by_name",
+    "sg_host_self_get_name",
+    "sg_sem_init",
+    "sg_sem_acquire_timeout",
+    "sg_sem_release",
+    "sg_sem_destroy",
     "sg_host_count",
     "sg_host_list",
     "sg_host_get_name",
@@ -43,6 +51,9 @@ const FUNCTIONS: &[&str] = &[
     "sg_link_get_bandwidth",
     "sg_link_set_bandwidth",
     "sg_link_get_latency",
+    "sg_link_get_name",
+    "sg_link_count",
+    "sg_link_list",
     "sg_version_get",
 ];
 

@@ -4,4 +4,5 @@
 #include <simgrid/comm.h>
 #include <simgrid/host.h>
 #include <simgrid/link.h>
+#include <simgrid/semaphore.h>
 #include <simgrid/version.h>

@@ -48,9 +48,9 @@ fn transfers_take_the_time_the_platform_says() {
             let first: String = mine.get().unwrap();
             let arrived = now();
             let mut waiting = vec![mine.get_async()];
-            let next = Comm::wait_any(&mut waiting, -1.0).unwrap();
+            let (_, next) = Comm::wait_any(&mut waiting).unwrap();
             assert!(waiting.is_empty());
-            let second: u64 = next.wait().unwrap().value().unwrap();
+            let second: u64 = next.value().unwrap();
             seen.lock().unwrap().push((first, arrived, second, now()));
         })
         .unwrap();

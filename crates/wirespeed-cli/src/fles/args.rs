@@ -21,13 +21,70 @@ pub enum Scheduler {
     Dfs,
 }
 
+/// Which scheduler a run uses, and the DFS's settings.
+#[derive(Args, Clone)]
+pub struct SchedulerFlags {
+    #[arg(long, value_enum, default_value = "dfs")]
+    pub scheduler: Scheduler,
+    /// DFS: the interval is floor(L / C) rounds of C timeslices.
+    #[arg(long, default_value_t = 10_000)]
+    pub interval_length: u64,
+    /// DFS: proposals follow the median of this many intervals.
+    #[arg(long, default_value_t = 10)]
+    pub history: usize,
+    /// DFS: share of an interval acknowledged before the next starts.
+    #[arg(long, default_value_t = 0.995)]
+    pub ack_gate: f64,
+    /// DFS: no staged speed-up.
+    #[arg(long)]
+    pub no_speedup: bool,
+}
+
+impl SchedulerFlags {
+    pub fn kind(&self) -> Result<Kind> {
+        if !(0.0..=1.0).contains(&self.ack_gate) {
+            bail!("--ack-gate is a share, from 0 to 1");
+        }
+        Ok(match self.scheduler {
+            Scheduler::Rr => Kind::RoundRobin,
+            Scheduler::Dfs => Kind::Dfs(DfsSettings {
+                interval_length: self.interval_length,
+                history: self.history,
+                ack_gate: self.ack_gate,
+                speedup: (!self.no_speedup).then(Speedup::default),
+            }),
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self.scheduler {
+            Scheduler::Rr => "rr",
+            Scheduler::Dfs => "dfs",
+        }
+    }
+
+    /// The flags again, for a node process.
+    fn to_args(&self) -> Vec<String> {
+        let mut v = vec![
+            format!("--scheduler={}", self.name()),
+            format!("--interval-length={}", self.interval_length),
+            format!("--history={}", self.history),
+            format!("--ack-gate={}", self.ack_gate),
+        ];
+        if self.no_speedup {
+            v.push("--no-speedup".into());
+        }
+        v
+    }
+}
+
 #[derive(Args, Clone)]
 pub struct RunFlags {
     /// tcp, shm, ucx or ofi+<provider>.
     #[arg(long, default_value = "shm")]
     pub transport: Fabric,
-    #[arg(long, value_enum, default_value = "dfs")]
-    pub scheduler: Scheduler,
+    #[command(flatten)]
+    pub scheduling: SchedulerFlags,
     /// Core microslices per timeslice.
     #[arg(long, default_value_t = 100)]
     pub timeslice_size: u64,
@@ -59,18 +116,6 @@ pub struct RunFlags {
     /// timeslices begun).
     #[arg(long)]
     pub timeslices: Option<u64>,
-    /// DFS: the interval is floor(L / C) rounds of C timeslices.
-    #[arg(long, default_value_t = 10_000)]
-    pub interval_length: u64,
-    /// DFS: proposals follow the median of this many intervals.
-    #[arg(long, default_value_t = 10)]
-    pub history: usize,
-    /// DFS: share of an interval acknowledged before the next starts.
-    #[arg(long, default_value_t = 0.995)]
-    pub ack_gate: f64,
-    /// DFS: no staged speed-up.
-    #[arg(long)]
-    pub no_speedup: bool,
     /// Seconds a node waits without progress before it gives up; a compute node goes on
     /// without an input it has not heard from (not even its heartbeat) for half of it.
     #[arg(long, default_value_t = 30)]
@@ -137,18 +182,7 @@ impl RunFlags {
         if !(self.rate >= 0.0 && self.rate.is_finite()) {
             bail!("--rate is in GB/s, 0 or more");
         }
-        if !(0.0..=1.0).contains(&self.ack_gate) {
-            bail!("--ack-gate is a share, from 0 to 1");
-        }
-        let scheduler = match self.scheduler {
-            Scheduler::Rr => Kind::RoundRobin,
-            Scheduler::Dfs => Kind::Dfs(DfsSettings {
-                interval_length: self.interval_length,
-                history: self.history,
-                ack_gate: self.ack_gate,
-                speedup: (!self.no_speedup).then(Speedup::default),
-            }),
-        };
+        let scheduler = self.scheduling.kind()?;
         Ok(Settings {
             inputs,
             computes,
@@ -184,18 +218,19 @@ impl RunFlags {
         Ok(Some(FrameSettings { target, frames: self.frames, capacity }))
     }
 
-    pub fn scheduler_name(&self) -> &'static str {
-        match self.scheduler {
-            Scheduler::Rr => "rr",
-            Scheduler::Dfs => "dfs",
-        }
+    /// What the report says about the run.
+    pub fn describe(&self, inputs: usize, computes: usize) -> serde_json::Value {
+        serde_json::json!({
+            "inputs": inputs, "computes": computes, "transport": self.transport.to_string(),
+            "scheduler": self.scheduling.name(), "timeslice_size": self.timeslice_size, "overlap": self.overlap,
+            "microslice_size": self.microslice_size, "buffer_size": self.buffer_size,
+        })
     }
 
     /// The flags again, for a node process.
     pub fn to_args(&self) -> Vec<String> {
         let mut v = vec![
             format!("--transport={}", self.transport),
-            format!("--scheduler={}", self.scheduler_name()),
             format!("--timeslice-size={}", self.timeslice_size),
             format!("--overlap={}", self.overlap),
             format!("--microslice-size={}", self.microslice_size),
@@ -203,14 +238,9 @@ impl RunFlags {
             format!("--rate={}", self.rate),
             format!("--buffer-size={}", self.buffer_size),
             format!("--descriptors={}", self.descriptors),
-            format!("--interval-length={}", self.interval_length),
-            format!("--history={}", self.history),
-            format!("--ack-gate={}", self.ack_gate),
             format!("--timeout={}", self.timeout),
         ];
-        if self.no_speedup {
-            v.push("--no-speedup".into());
-        }
+        v.extend(self.scheduling.to_args());
         if let Some(path) = &self.replay {
             v.push(format!("--replay={}", path.display()));
         }

@@ -127,7 +127,8 @@ pub fn run(layout: (usize, usize), a: &RunArgs) -> Result<()> {
             bail!("{} ended with {status}", n.name);
         }
     }
-    report::publish(&a.flags, inputs, computes, &summaries, a.report.as_deref())
+    report::publish(a.flags.describe(inputs, computes), &summaries, a.report.as_deref())?;
+    Ok(())
 }
 
 /// Starts the nodes, passes the barrier, and collects their summaries.

@@ -10,6 +10,7 @@ mod mpi;
 mod node;
 mod plot;
 mod report;
+mod simulate;
 mod sink;
 
 use std::path::PathBuf;
@@ -31,6 +32,9 @@ enum FlesCommand {
     /// Build timeslices: inputs generate microslices, compute nodes gather every input's
     /// contribution to each timeslice and check every CRC.
     Run(RunArgs),
+    /// Simulate a run on a cluster in SimGrid: the same nodes and schedulers, every message a
+    /// simulated transfer of its true size, the same report.
+    Simulate(simulate::SimulateArgs),
     /// Draw a run's report: bandwidth over time, completion times, buffer fill (SVG).
     Plot(plot::PlotArgs),
     /// One node of a run, started by `run --local`.
@@ -70,6 +74,7 @@ pub fn run(a: FlesArgs) -> Result<()> {
             (None, Some(inputs)) => run_mpi(inputs, &a),
             (None, None) => bail!("say where the nodes run: --local I:C on this host, or --inputs I under mpirun"),
         },
+        FlesCommand::Simulate(a) => simulate::run(a),
         FlesCommand::Plot(a) => plot::run(a),
         FlesCommand::Node(a) => node::run(a),
     }

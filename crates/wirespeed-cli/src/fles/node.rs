@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use wirespeed::fabric::AddressKind;
 use wirespeed::{Config, Fabric, Key};
 use wirespeed_fles::FlesError;
-use wirespeed_fles::run::{ComputeListener, ComputeSummary, Settings, run_input};
+use wirespeed_fles::run::{ComputeListener, ComputeSummary, InputSummary, Settings, run_input};
 
 use super::args::{FrameSettings, RunFlags};
 use super::sink::{Output, Sink};
@@ -98,7 +98,7 @@ pub fn compute(
         }
         let (summary, figures) = super::frames::compute(s, index, listener, f, barrier, progress)?;
         let checked = figures["microslices_checked"].as_u64().unwrap_or(0);
-        let mut v = summary_json(&summary, checked);
+        let mut v = compute_json(&summary, checked);
         v["frames"] = figures;
         return Ok(v);
     }
@@ -118,10 +118,11 @@ pub fn compute(
         })
         .with_context(|| format!("compute node {index}"))?;
     sink.finish()?;
-    Ok(summary_json(&summary, checked))
+    Ok(compute_json(&summary, checked))
 }
 
-fn summary_json(summary: &ComputeSummary, checked: u64) -> Value {
+/// A compute node's summary as the report reads it.
+pub(super) fn compute_json(summary: &ComputeSummary, checked: u64) -> Value {
     json!({
         "role": "compute", "index": summary.index, "timeslices": summary.timeslices,
         "bytes": summary.bytes, "seconds": summary.seconds, "microslices_checked": checked,
@@ -142,11 +143,16 @@ pub fn input(
     barrier: impl FnOnce() -> Result<(), FlesError>,
 ) -> Result<Value> {
     let summary = run_input(s, index, urls, key, config, barrier).with_context(|| format!("input {index}"))?;
-    Ok(json!({
+    Ok(input_json(&summary))
+}
+
+/// An input's summary as the report reads it.
+pub(super) fn input_json(summary: &InputSummary) -> Value {
+    json!({
         "role": "input", "index": summary.index, "components": summary.components,
         "bytes": summary.bytes, "seconds": summary.seconds, "sent": summary.sent,
         "lost_computes": summary.lost_computes,
-    }))
+    })
 }
 
 /// The barrier: ready on stdout, then "go" on stdin.

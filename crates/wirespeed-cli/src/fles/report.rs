@@ -7,28 +7,16 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use super::args::RunFlags;
-
-/// Merges the summaries, prints the two lines for people and writes the report if asked.
-pub fn publish(
-    flags: &RunFlags,
-    inputs: usize,
-    computes: usize,
-    summaries: &[Value],
-    path: Option<&Path>,
-) -> Result<()> {
-    let description = json!({
-        "inputs": inputs, "computes": computes, "transport": flags.transport.to_string(),
-        "scheduler": flags.scheduler_name(), "timeslice_size": flags.timeslice_size, "overlap": flags.overlap,
-        "microslice_size": flags.microslice_size, "buffer_size": flags.buffer_size,
-    });
+/// Merges the summaries, prints the two lines for people and writes the report if asked;
+/// returns the report.
+pub fn publish(description: Value, summaries: &[Value], path: Option<&Path>) -> Result<Value> {
     let r = build(description, summaries);
     // A reader that stops early (`| head -1`) is no failure of the run.
     let _ = writeln!(std::io::stdout(), "{}", describe(&r));
     if let Some(path) = path {
         std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(())
+    Ok(r)
 }
 
 /// The value at quantile `q` of sorted `v` (nearest rank); 0 if empty.

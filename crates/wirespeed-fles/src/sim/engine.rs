@@ -60,21 +60,7 @@ impl Engine {
 
     /// Starts an actor on host `host` that runs `body`.
     pub fn spawn(&self, name: &str, host: &str, body: impl FnOnce() + Send + 'static) -> Result<()> {
-        let sg = lib();
-        let (n, h) = (c_string(name)?, c_string(host)?);
-        // SAFETY: valid C strings; a null host is refused below.
-        let host = unsafe { sg.sg_host_by_name(h.as_ptr()) };
-        if host.is_null() {
-            return Err(sim_error(format!("no host {:?} on the platform", h)));
-        }
-        let body: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(body));
-        // SAFETY: the actor takes the boxed closure back exactly once, in `trampoline`.
-        unsafe {
-            let actor = sg.sg_actor_init(n.as_ptr(), host);
-            sg.sg_actor_set_data(actor, Box::into_raw(body).cast());
-            sg.sg_actor_start_(actor, Some(trampoline), 0, std::ptr::null());
-        }
-        Ok(())
+        spawn(name, host, body)
     }
 
     /// Runs the simulation until every actor has ended; an actor's panic becomes the error.
@@ -88,6 +74,31 @@ impl Engine {
     }
 }
 
+/// Starts an actor on host `host` that runs `body` (from an actor too).
+pub fn spawn(name: &str, host: &str, body: impl FnOnce() + Send + 'static) -> Result<()> {
+    let sg = lib();
+    let (n, h) = (c_string(name)?, c_string(host)?);
+    // SAFETY: valid C strings; a null host is refused below.
+    let host = unsafe { sg.sg_host_by_name(h.as_ptr()) };
+    if host.is_null() {
+        return Err(sim_error(format!("no host {:?} on the platform", h)));
+    }
+    let body: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(body));
+    // SAFETY: the actor takes the boxed closure back exactly once, in `trampoline`.
+    unsafe {
+        let actor = sg.sg_actor_init(n.as_ptr(), host);
+        sg.sg_actor_set_data(actor, Box::into_raw(body).cast());
+        sg.sg_actor_start_(actor, Some(trampoline), 0, std::ptr::null());
+    }
+    Ok(())
+}
+
+/// The calling actor's host.
+pub fn host_name() -> String {
+    // SAFETY: called from an actor.
+    name_of(unsafe { lib().sg_host_self_get_name() })
+}
+
 extern "C" fn trampoline(_argc: c_int, _argv: *mut *mut c_char) {
     // SAFETY: set by `spawn` to a boxed closure, taken once here.
     let body = unsafe { Box::from_raw(lib().sg_actor_self_get_data().cast::<Box<dyn FnOnce() + Send>>()) };
@@ -98,6 +109,96 @@ extern "C" fn trampoline(_argc: c_int, _argv: *mut *mut c_char) {
             .unwrap_or_else(|e| e.into_inner())
             .get_or_insert(why.unwrap_or_else(|| "an actor panicked".into()));
     }
+}
+
+/// A SimGrid semaphore, shared between actors.
+pub struct Semaphore(simgrid_sys::sg_sem_t);
+
+// SAFETY: as for `Mailbox`; it lives until dropped.
+unsafe impl Send for Semaphore {}
+unsafe impl Sync for Semaphore {}
+
+impl Semaphore {
+    pub fn new(initial: i32) -> Semaphore {
+        // SAFETY: the engine is initialised.
+        Semaphore(unsafe { lib().sg_sem_init(initial) })
+    }
+
+    /// Takes one unit, waiting up to `timeout` simulated seconds; false on timeout.
+    pub fn acquire_timeout(&self, timeout: f64) -> bool {
+        // SAFETY: a live semaphore, from an actor.
+        unsafe { lib().sg_sem_acquire_timeout(self.0, timeout) == 0 }
+    }
+
+    pub fn release(&self) {
+        // SAFETY: a live semaphore.
+        unsafe { lib().sg_sem_release(self.0) }
+    }
+}
+
+impl Drop for Semaphore {
+    fn drop(&mut self) {
+        // SAFETY: nobody waits on it any more (its owner is gone).
+        unsafe { lib().sg_sem_destroy(self.0) }
+    }
+}
+
+/// The platform's hosts' names, in SimGrid's order.
+pub fn hosts() -> Vec<String> {
+    let sg = lib();
+    // SAFETY: SimGrid returns an array of `sg_host_count()` hosts, ours to free.
+    unsafe {
+        let list = sg.sg_host_list();
+        let names = (0..sg.sg_host_count()).map(|i| name_of(sg.sg_host_get_name(*list.add(i)))).collect();
+        free(list.cast());
+        names
+    }
+}
+
+/// A network link of the platform.
+#[derive(Clone, Copy)]
+pub struct Link(simgrid_sys::sg_link_t);
+
+// SAFETY: as for `Mailbox`.
+unsafe impl Send for Link {}
+
+impl Link {
+    /// Every link of the platform.
+    pub fn all() -> Vec<Link> {
+        let sg = lib();
+        // SAFETY: an array of `sg_link_count()` links, ours to free.
+        unsafe {
+            let list = sg.sg_link_list();
+            let links = (0..sg.sg_link_count()).map(|i| Link(*list.add(i))).collect();
+            free(list.cast());
+            links
+        }
+    }
+
+    pub fn name(&self) -> String {
+        // SAFETY: a live link.
+        name_of(unsafe { lib().sg_link_get_name(self.0) })
+    }
+
+    /// Bytes a second.
+    pub fn bandwidth(&self) -> f64 {
+        // SAFETY: a live link.
+        unsafe { lib().sg_link_get_bandwidth(self.0) }
+    }
+
+    pub fn set_bandwidth(&self, bytes_per_s: f64) {
+        // SAFETY: a live link; SimGrid shares the new bandwidth out from now on.
+        unsafe { lib().sg_link_set_bandwidth(self.0, bytes_per_s) }
+    }
+}
+
+unsafe extern "C" {
+    fn free(p: *mut c_void);
+}
+
+fn name_of(p: *const c_char) -> String {
+    // SAFETY: SimGrid's names are NUL-terminated and live as long as their object.
+    unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
 /// Simulated seconds since the start.
@@ -138,6 +239,27 @@ impl Mailbox {
         unsafe { lib().sg_mailbox_put(self.0, Box::into_raw(payload).cast(), size as i64) };
     }
 
+    /// Sends `value` as `size` simulated bytes without waiting for it, ever: SimGrid frees
+    /// the transfer when it ends (and the value, if nobody took it).
+    pub fn put_detached<T: Any + Send>(&self, value: T, size: u64) {
+        let payload: Box<Payload> = Box::new(Box::new(value));
+        // SAFETY: the receiver takes the payload back exactly once; if none does, SimGrid
+        // hands it to `free_payload` when it drops the transfer.
+        unsafe {
+            let comm = lib().sg_mailbox_put_init(self.0, Box::into_raw(payload).cast(), size as i64);
+            lib().sg_comm_detach(comm, Some(free_payload));
+        }
+    }
+
+    /// Makes the calling actor this mailbox's receiver: transfers start as soon as they are
+    /// sent, as one-sided writes do, rather than when a receive is posted.
+    pub fn receive_eagerly(name: &str) -> Result<Mailbox> {
+        let n = c_string(name)?;
+        // SAFETY: a valid C string, from an actor.
+        unsafe { lib().sg_mailbox_set_receiver(n.as_ptr()) };
+        Mailbox::by_name(name)
+    }
+
     /// Starts sending `value` as `size` simulated bytes.
     pub fn put_async<T: Any + Send>(&self, value: T, size: u64) -> Comm {
         let payload: Box<Payload> = Box::new(Box::new(value));
@@ -161,6 +283,13 @@ impl Mailbox {
     }
 }
 
+extern "C" fn free_payload(raw: *mut c_void) {
+    if !raw.is_null() {
+        // SAFETY: every payload is a Box<Payload> from `put_detached`, dropped once here.
+        drop(unsafe { Box::from_raw(raw.cast::<Payload>()) });
+    }
+}
+
 fn take<T: Any>(raw: *mut c_void) -> Result<T> {
     if raw.is_null() {
         return Err(sim_error("an empty message"));
@@ -180,15 +309,20 @@ pub struct Comm {
 }
 
 impl Comm {
-    /// Waits for the first of `comms` to finish, up to `timeout` simulated seconds (negative:
-    /// no limit), and takes it out of `comms`; None on timeout.
-    pub fn wait_any(comms: &mut Vec<Comm>, timeout: f64) -> Option<Comm> {
+    /// Waits for the first of `comms` to finish and takes it out of `comms`, with where it
+    /// was; None if there are none. There is no timeout: SimGrid 3.32's C API frees every comm
+    /// of a wait that times out, so waits that need one include a timer's receive.
+    pub fn wait_any(comms: &mut Vec<Comm>) -> Option<(usize, Comm)> {
         let mut raw: Vec<sg_comm_t> = comms.iter().map(|c| c.comm).collect();
+        if raw.is_empty() {
+            return None;
+        }
         // SAFETY: live comms; SimGrid frees the one it returns and keeps the others.
-        let i = unsafe { lib().sg_comm_wait_any_for(raw.as_mut_ptr(), raw.len(), timeout) };
-        let mut done = comms.remove(usize::try_from(i).ok()?);
+        let i = unsafe { lib().sg_comm_wait_any_for(raw.as_mut_ptr(), raw.len(), -1.0) };
+        let i = usize::try_from(i).ok()?;
+        let mut done = comms.remove(i);
         done.comm = std::ptr::null_mut();
-        Some(done)
+        Some((i, done))
     }
 
     /// Waits for this transfer (at once if it has finished).
@@ -203,6 +337,11 @@ impl Comm {
             simgrid_sys::SG_OK => Ok(self),
             e => Err(sim_error(format!("a transfer failed ({e})"))),
         }
+    }
+
+    /// Whether this is a receive (it has a value once done).
+    pub fn is_receive(&self) -> bool {
+        self.slot.is_some()
     }
 
     /// The value a receive got, once it has finished.

@@ -1,0 +1,193 @@
+//! What nodes say to each other in a simulation, and each actor's port: one mailbox that takes
+//! transfers as soon as they are sent (as one-sided writes land), delivering each sender's
+//! messages in the order it sent them, as a connection does.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::engine::{Comm, Mailbox, now};
+use super::timer::Timer;
+use crate::error::Result;
+use crate::model::ComponentDescriptor;
+use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
+use crate::node::Pointers;
+use crate::wire::Msg;
+
+/// A message between actors.
+#[derive(Debug)]
+pub(super) enum SimMsg {
+    /// Input → compute node: a component put in its data ring, its descriptor, and the
+    /// status message that follows them (one transfer of their summed sizes).
+    Component { desc: ComponentDescriptor, pointers: Pointers },
+    /// Any of the real run's control messages.
+    Ctl(Msg),
+    /// Input → compute node: everything acknowledged, the input's stream ends well.
+    Finished,
+    /// Events → node: this node is turned off.
+    Die,
+    /// Events → node: the peer of this index (a compute node for an input, an input for a
+    /// compute node) failed; its connection is seen to close.
+    Closed(usize),
+    /// The run is over: events and turned-off nodes stop.
+    Over,
+}
+
+impl SimMsg {
+    /// The bytes it takes on the wire: a component's, its descriptor's and its status
+    /// message's; a control message's encoding; an end of stream or a failure nothing.
+    pub(super) fn size(&self) -> u64 {
+        match self {
+            SimMsg::Component { desc, pointers } => {
+                desc.size + COMPONENT_DESCRIPTOR_LEN as u64 + Msg::Status(*pointers).encode().len() as u64
+            }
+            SimMsg::Ctl(m) => m.encode().len() as u64,
+            SimMsg::Finished | SimMsg::Die | SimMsg::Closed(_) | SimMsg::Over => 0,
+        }
+    }
+}
+
+struct Envelope {
+    from: usize,
+    seq: u64,
+    msg: SimMsg,
+}
+
+/// What woke an actor.
+pub(super) enum Wake {
+    Msg(usize, SimMsg),
+    /// A tracked send finished.
+    Sent,
+    Timeout,
+}
+
+/// The simulated time in nanoseconds, as the sans-IO machines count it.
+pub(super) fn now_ns() -> u64 {
+    (now() * 1e9).round() as u64
+}
+
+/// An actor's end of the network: `me` among `peers` (every actor's mailbox, by id).
+pub(super) struct Port {
+    me: usize,
+    peers: Vec<Mailbox>,
+    receiving: Option<Comm>,
+    timer: Timer,
+    /// Sends whose end matters (a component leaving the NIC's queue).
+    tracked: Vec<Comm>,
+    sent_seq: Vec<u64>,
+    next_seq: Vec<u64>,
+    /// Messages that overtook an earlier one from the same sender, by (sender, sequence).
+    early: BTreeMap<(usize, u64), SimMsg>,
+    ready: VecDeque<(usize, SimMsg)>,
+}
+
+/// The mailbox name of actor `id`.
+pub(super) fn mailbox_name(id: usize) -> String {
+    format!("actor-{id}")
+}
+
+impl Port {
+    /// Opens actor `me`'s port among `actors` actors; call from the actor itself.
+    pub(super) fn open(me: usize, actors: usize) -> Result<Port> {
+        Mailbox::receive_eagerly(&mailbox_name(me))?;
+        let peers = (0..actors).map(|id| Mailbox::by_name(&mailbox_name(id))).collect::<Result<Vec<_>>>()?;
+        let receiving = Some(peers[me].get_async());
+        let timer = Timer::start(&format!("{}-timer", mailbox_name(me)))?;
+        Ok(Port {
+            me,
+            peers,
+            receiving,
+            timer,
+            tracked: Vec::new(),
+            sent_seq: vec![0; actors],
+            next_seq: vec![0; actors],
+            early: BTreeMap::new(),
+            ready: VecDeque::new(),
+        })
+    }
+
+    fn envelope(&mut self, to: usize, msg: SimMsg) -> (Envelope, u64) {
+        let seq = self.sent_seq[to];
+        self.sent_seq[to] += 1;
+        let size = msg.size();
+        (Envelope { from: self.me, seq, msg }, size)
+    }
+
+    /// Sends without waiting for it.
+    pub(super) fn send(&mut self, to: usize, msg: SimMsg) {
+        let (e, size) = self.envelope(to, msg);
+        self.peers[to].put_detached(e, size);
+    }
+
+    /// Sends, counting the transfer as in flight until it ends.
+    pub(super) fn send_tracked(&mut self, to: usize, msg: SimMsg) {
+        let (e, size) = self.envelope(to, msg);
+        let comm = self.peers[to].put_async(e, size);
+        self.tracked.push(comm);
+    }
+
+    /// Tracked sends not yet ended.
+    pub(super) fn in_flight(&self) -> usize {
+        self.tracked.len()
+    }
+
+    /// The next message, in each sender's order; or a tracked send's end; or nothing within
+    /// `timeout` simulated seconds.
+    pub(super) fn next(&mut self, timeout: f64) -> Result<Wake> {
+        let deadline = now() + timeout.max(0.0);
+        self.timer.arm(deadline);
+        loop {
+            if let Some((from, msg)) = self.ready.pop_front() {
+                return Ok(Wake::Msg(from, msg));
+            }
+            // The sends, then the receive, then the timer's tick.
+            let sends = self.tracked.len();
+            let mut comms = std::mem::take(&mut self.tracked);
+            comms.extend(self.receiving.take());
+            comms.extend(self.timer.take());
+            let Some((i, done)) = Comm::wait_any(&mut comms) else { return Ok(Wake::Timeout) };
+            let tick = i > sends;
+            if !tick {
+                self.timer.put_back(comms.pop().expect("the tick's receive"));
+            }
+            if i != sends {
+                self.receiving = comms.pop();
+            }
+            self.tracked = comms;
+            if i < sends {
+                return Ok(Wake::Sent);
+            }
+            if tick {
+                self.timer.ticked();
+                if now() >= deadline {
+                    return Ok(Wake::Timeout);
+                }
+                continue; // an earlier deadline's tick
+            }
+            self.receiving = Some(self.peers[self.me].get_async());
+            // A transfer that failed brings nothing: wait for the next.
+            if let Ok(e) = done.value::<Envelope>() {
+                self.file(e);
+            }
+        }
+    }
+
+    /// Puts an arrival in order behind what its sender sent before.
+    fn file(&mut self, e: Envelope) {
+        self.early.insert((e.from, e.seq), e.msg);
+        let from = e.from;
+        while let Some(msg) = self.early.remove(&(from, self.next_seq[from])) {
+            self.next_seq[from] += 1;
+            self.ready.push_back((from, msg));
+        }
+    }
+
+    /// A turned-off node: takes whatever arrives, unread, until the run is over.
+    pub(super) fn drain_until_over(&mut self, timeout: f64) -> Result<()> {
+        let until = now() + timeout;
+        loop {
+            match self.next((until - now()).max(0.0))? {
+                Wake::Msg(_, SimMsg::Over) | Wake::Timeout => return Ok(()),
+                _ => {}
+            }
+        }
+    }
+}
