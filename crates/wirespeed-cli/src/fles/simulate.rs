@@ -80,7 +80,8 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         (None, Some(i), Some(c)) => (i, c),
         _ => bail!("say how many nodes: --nodes N, or --inputs I --computes C"),
     };
-    if !(a.rate >= 0.0 && a.rate.is_finite()) || !(a.process_us >= 0.0 && a.process_us.is_finite()) {
+    let usable = |v: f64| v >= 0.0 && v.is_finite();
+    if !usable(a.rate) || !usable(a.process_us) {
         bail!("--rate and --process-us are 0 or more");
     }
     let settings = SimSettings {

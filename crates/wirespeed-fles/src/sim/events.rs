@@ -6,7 +6,7 @@ use std::str::FromStr;
 use super::Shared;
 use super::engine::{Link, now};
 use super::net::{Port, SimMsg, Wake};
-use crate::error::Result;
+use crate::error::{FlesError, Result};
 
 /// A node of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +78,15 @@ pub(super) fn run(sh: &Shared, port: &mut Port) -> Result<()> {
             SimEvent::BandwidthDrop { from, to, share, links: name } => {
                 timeline.push((*from, Step::Scale(i, 1.0 - share)));
                 timeline.push((*to, Step::Scale(i, 1.0 / (1.0 - share))));
-                links.push(Link::all().into_iter().filter(|l| l.name().contains(name.as_str())).collect());
+                let named: Vec<Link> = Link::all().into_iter().filter(|l| l.name().contains(name.as_str())).collect();
+                if named.is_empty() {
+                    let some: Vec<String> = Link::all().iter().take(4).map(Link::name).collect();
+                    return Err(FlesError::Config(format!(
+                        "no link's name holds {name:?} (the platform's links are named as {})",
+                        some.join(", ")
+                    )));
+                }
+                links.push(named);
             }
             SimEvent::Off { node, at } => {
                 timeline.push((*at, Step::TurnOff(*node)));

@@ -249,9 +249,9 @@ mod tests {
     fn places_inputs_and_compute_nodes_on_alternate_hosts() {
         let hosts: Vec<String> = (0..6).map(|h| format!("h{h}")).collect();
         let (i, c) = place(&hosts, 2, 3);
-        assert_eq!((i.as_slice(), c.as_slice()), (&["h0", "h2"][..], &["h1", "h3", "h4"][..]));
+        assert_eq!((i, c), (vec!["h0".to_string(), "h2".into()], vec!["h1".to_string(), "h3".into(), "h4".into()]));
         let (i, c) = place(&hosts, 3, 1);
-        assert_eq!((i.as_slice(), c.as_slice()), (&["h0", "h2", "h3"][..], &["h1"][..]));
+        assert_eq!((i, c), (vec!["h0".to_string(), "h2".into(), "h3".into()], vec!["h1".to_string()]));
     }
 
     #[test]

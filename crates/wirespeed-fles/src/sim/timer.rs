@@ -15,7 +15,7 @@ struct State {
 
 struct Inner {
     state: Mutex<State>,
-    /// Released whenever the deadline changes or the timer stops.
+    /// Released whenever the deadline comes sooner or the timer stops.
     changed: Semaphore,
 }
 
@@ -47,11 +47,12 @@ impl Timer {
 
     /// Arms the timer for `at` simulated seconds (replacing any deadline).
     pub(super) fn arm(&mut self, at: f64) {
-        let changed = {
+        // A later deadline needs no wake-up: the helper finds it when it wakes for the old.
+        let sooner = {
             let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::replace(&mut s.deadline, at) != at
+            at < std::mem::replace(&mut s.deadline, at)
         };
-        if changed {
+        if sooner {
             self.inner.changed.release();
         }
     }
