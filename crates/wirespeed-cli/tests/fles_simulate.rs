@@ -102,6 +102,16 @@ fn the_dfs_builds_every_timeslice_once_in_order_and_learns_its_intervals() {
     // 400 timeslices in intervals of 2 rounds of 8: 25 intervals.
     assert_eq!(r["computes"][0]["intervals"].as_array().unwrap().len(), 25);
     assert_eq!(r["computes"][0]["intervals"], r["computes"][7]["intervals"]);
+    // `fles plot` draws it as it draws a real run.
+    let dir = tempfile::tempdir().unwrap();
+    let (report, svg) = (dir.path().join("sim.json"), dir.path().join("sim.svg"));
+    std::fs::write(&report, r.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wirespeed"))
+        .args(["fles", "plot", &report.display().to_string(), "-o", &svg.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
 #[test]
