@@ -5,8 +5,7 @@
 use std::env;
 use std::path::PathBuf;
 
-/// The C API's functions bound: engine, actors, mailboxes, communications,
-/// semaphores, hosts, links.
+/// The C API's functions bound: engine, actors, mailboxes, communications, hosts, links.
 const FUNCTIONS: &[&str] = &[
     "simgrid_init",
     "simgrid_load_platform",
@@ -34,13 +33,9 @@ const FUNCTIONS: &[&str] = &[
     "sg_comm_wait",
     "sg_comm_wait_for",
     "sg_comm_wait_any_for",
+    "sg_comm_wait_all_for",
     "sg_comm_unref",
     "sg_host_by_name",
-    "sg_host_self_get_name",
-    "sg_sem_init",
-    "sg_sem_acquire_timeout",
-    "sg_sem_release",
-    "sg_sem_destroy",
     "sg_host_count",
     "sg_host_list",
     "sg_host_get_name",

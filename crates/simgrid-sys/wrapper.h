@@ -4,5 +4,4 @@
 #include <simgrid/comm.h>
 #include <simgrid/host.h>
 #include <simgrid/link.h>
-#include <simgrid/semaphore.h>
 #include <simgrid/version.h>

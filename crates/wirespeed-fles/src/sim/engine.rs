@@ -60,7 +60,21 @@ impl Engine {
 
     /// Starts an actor on host `host` that runs `body`.
     pub fn spawn(&self, name: &str, host: &str, body: impl FnOnce() + Send + 'static) -> Result<()> {
-        spawn(name, host, body)
+        let sg = lib();
+        let (n, h) = (c_string(name)?, c_string(host)?);
+        // SAFETY: valid C strings; a null host is refused below.
+        let host = unsafe { sg.sg_host_by_name(h.as_ptr()) };
+        if host.is_null() {
+            return Err(sim_error(format!("no host {:?} on the platform", h)));
+        }
+        let body: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(body));
+        // SAFETY: the actor takes the boxed closure back exactly once, in `trampoline`.
+        unsafe {
+            let actor = sg.sg_actor_init(n.as_ptr(), host);
+            sg.sg_actor_set_data(actor, Box::into_raw(body).cast());
+            sg.sg_actor_start_(actor, Some(trampoline), 0, std::ptr::null());
+        }
+        Ok(())
     }
 
     /// Runs the simulation until every actor has ended; an actor's panic becomes the error.
@@ -74,31 +88,6 @@ impl Engine {
     }
 }
 
-/// Starts an actor on host `host` that runs `body` (from an actor too).
-pub fn spawn(name: &str, host: &str, body: impl FnOnce() + Send + 'static) -> Result<()> {
-    let sg = lib();
-    let (n, h) = (c_string(name)?, c_string(host)?);
-    // SAFETY: valid C strings; a null host is refused below.
-    let host = unsafe { sg.sg_host_by_name(h.as_ptr()) };
-    if host.is_null() {
-        return Err(sim_error(format!("no host {:?} on the platform", h)));
-    }
-    let body: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(body));
-    // SAFETY: the actor takes the boxed closure back exactly once, in `trampoline`.
-    unsafe {
-        let actor = sg.sg_actor_init(n.as_ptr(), host);
-        sg.sg_actor_set_data(actor, Box::into_raw(body).cast());
-        sg.sg_actor_start_(actor, Some(trampoline), 0, std::ptr::null());
-    }
-    Ok(())
-}
-
-/// The calling actor's host.
-pub fn host_name() -> String {
-    // SAFETY: called from an actor.
-    name_of(unsafe { lib().sg_host_self_get_name() })
-}
-
 extern "C" fn trampoline(_argc: c_int, _argv: *mut *mut c_char) {
     // SAFETY: set by `spawn` to a boxed closure, taken once here.
     let body = unsafe { Box::from_raw(lib().sg_actor_self_get_data().cast::<Box<dyn FnOnce() + Send>>()) };
@@ -108,38 +97,6 @@ extern "C" fn trampoline(_argc: c_int, _argv: *mut *mut c_char) {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get_or_insert(why.unwrap_or_else(|| "an actor panicked".into()));
-    }
-}
-
-/// A SimGrid semaphore, shared between actors.
-pub struct Semaphore(simgrid_sys::sg_sem_t);
-
-// SAFETY: as for `Mailbox`; it lives until dropped.
-unsafe impl Send for Semaphore {}
-unsafe impl Sync for Semaphore {}
-
-impl Semaphore {
-    pub fn new(initial: i32) -> Semaphore {
-        // SAFETY: the engine is initialised.
-        Semaphore(unsafe { lib().sg_sem_init(initial) })
-    }
-
-    /// Takes one unit, waiting up to `timeout` simulated seconds; false on timeout.
-    pub fn acquire_timeout(&self, timeout: f64) -> bool {
-        // SAFETY: a live semaphore, from an actor.
-        unsafe { lib().sg_sem_acquire_timeout(self.0, timeout) == 0 }
-    }
-
-    pub fn release(&self) {
-        // SAFETY: a live semaphore.
-        unsafe { lib().sg_sem_release(self.0) }
-    }
-}
-
-impl Drop for Semaphore {
-    fn drop(&mut self) {
-        // SAFETY: nobody waits on it any more (its owner is gone).
-        unsafe { lib().sg_sem_destroy(self.0) }
     }
 }
 
@@ -311,7 +268,7 @@ pub struct Comm {
 impl Comm {
     /// Waits for the first of `comms` to finish and takes it out of `comms`, with where it
     /// was; None if there are none. There is no timeout: SimGrid 3.32's C API frees every comm
-    /// of a wait that times out, so waits that need one include a timer's receive.
+    /// of a `wait_any` that times out (see [`Comm::wait_timeout`]).
     pub fn wait_any(comms: &mut Vec<Comm>) -> Option<(usize, Comm)> {
         let mut raw: Vec<sg_comm_t> = comms.iter().map(|c| c.comm).collect();
         if raw.is_empty() {
@@ -323,6 +280,23 @@ impl Comm {
         let mut done = comms.remove(i);
         done.comm = std::ptr::null_mut();
         Some((i, done))
+    }
+
+    /// Waits up to `timeout` simulated seconds for this transfer: Ok once it has finished,
+    /// Err with it still under way on timeout. (Through `wait_all_for`, which alone keeps
+    /// the comms it did not finish.)
+    pub fn wait_timeout(mut self, timeout: f64) -> std::result::Result<Comm, Comm> {
+        if self.comm.is_null() {
+            return Ok(self);
+        }
+        let mut raw = [self.comm];
+        // SAFETY: a live comm; SimGrid frees it if it finished and keeps it otherwise.
+        let finished = unsafe { lib().sg_comm_wait_all_for(raw.as_mut_ptr(), 1, timeout.max(0.0)) };
+        if finished == 0 {
+            return Err(self);
+        }
+        self.comm = std::ptr::null_mut();
+        Ok(self)
     }
 
     /// Waits for this transfer (at once if it has finished).

@@ -8,7 +8,6 @@ pub mod events;
 mod input;
 mod net;
 pub mod platform;
-mod timer;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -89,6 +88,10 @@ pub(crate) struct Shared {
     settings: SimSettings,
     /// Nodes still running; the last to end tells the events' actor.
     live: AtomicUsize,
+    /// Per input that finished (everything acknowledged), how many messages it had sent each
+    /// compute node; and how many inputs finished or were turned off: see `input::run`'s end.
+    finished: Mutex<Vec<Option<Vec<u64>>>>,
+    gone_inputs: AtomicUsize,
     inputs: Mutex<Vec<InputSummary>>,
     computes: Mutex<Vec<ComputeSummary>>,
     errors: Mutex<Vec<String>>,
@@ -154,6 +157,8 @@ pub fn simulate(s: &SimSettings, dir: &Path) -> Result<SimOutcome> {
     let sh = Arc::new(Shared {
         settings: s.clone(),
         live: AtomicUsize::new(nodes),
+        finished: Mutex::new(vec![None; s.inputs]),
+        gone_inputs: AtomicUsize::new(0),
         inputs: Mutex::new(Vec::new()),
         computes: Mutex::new(Vec::new()),
         errors: Mutex::new(Vec::new()),
@@ -196,7 +201,7 @@ pub fn simulate(s: &SimSettings, dir: &Path) -> Result<SimOutcome> {
     Ok(out)
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::engine::{Comm, Mailbox, now};
-use super::timer::Timer;
 use crate::error::Result;
 use crate::model::ComponentDescriptor;
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
@@ -20,7 +19,8 @@ pub(super) enum SimMsg {
     Component { desc: ComponentDescriptor, pointers: Pointers },
     /// Any of the real run's control messages.
     Ctl(Msg),
-    /// Input → compute node: everything acknowledged, the input's stream ends well.
+    /// Input → compute node: the last input finished or was turned off (each input's end
+    /// is in `Shared::finished`).
     Finished,
     /// Events → node: this node is turned off.
     Die,
@@ -69,11 +69,12 @@ pub(super) struct Port {
     me: usize,
     peers: Vec<Mailbox>,
     receiving: Option<Comm>,
-    timer: Timer,
     /// Sends whose end matters (a component leaving the NIC's queue).
     tracked: Vec<Comm>,
     sent_seq: Vec<u64>,
     next_seq: Vec<u64>,
+    /// Messages handed over, per sender.
+    delivered: Vec<u64>,
     /// Messages that overtook an earlier one from the same sender, by (sender, sequence).
     early: BTreeMap<(usize, u64), SimMsg>,
     ready: VecDeque<(usize, SimMsg)>,
@@ -90,15 +91,14 @@ impl Port {
         Mailbox::receive_eagerly(&mailbox_name(me))?;
         let peers = (0..actors).map(|id| Mailbox::by_name(&mailbox_name(id))).collect::<Result<Vec<_>>>()?;
         let receiving = Some(peers[me].get_async());
-        let timer = Timer::start(&format!("{}-timer", mailbox_name(me)))?;
         Ok(Port {
             me,
             peers,
             receiving,
-            timer,
             tracked: Vec::new(),
             sent_seq: vec![0; actors],
             next_seq: vec![0; actors],
+            delivered: vec![0; actors],
             early: BTreeMap::new(),
             ready: VecDeque::new(),
         })
@@ -124,44 +124,55 @@ impl Port {
         self.tracked.push(comm);
     }
 
+    /// Messages sent to actor `to` so far.
+    pub(super) fn sent_to(&self, to: usize) -> u64 {
+        self.sent_seq[to]
+    }
+
+    /// Messages from actor `from` handed over so far.
+    pub(super) fn delivered_from(&self, from: usize) -> u64 {
+        self.delivered[from]
+    }
+
     /// Tracked sends not yet ended.
     pub(super) fn in_flight(&self) -> usize {
         self.tracked.len()
     }
 
     /// The next message, in each sender's order; or a tracked send's end; or nothing within
-    /// `timeout` simulated seconds.
+    /// `timeout` simulated seconds. While sends are in flight it waits for one of them or a
+    /// message, with no timeout (SimGrid cannot time out a wait for any of several), so a
+    /// deadline may pass by the rest of a transfer; with none in flight it keeps to it.
     pub(super) fn next(&mut self, timeout: f64) -> Result<Wake> {
         let deadline = now() + timeout.max(0.0);
-        self.timer.arm(deadline);
         loop {
             if let Some((from, msg)) = self.ready.pop_front() {
+                self.delivered[from] += 1;
                 return Ok(Wake::Msg(from, msg));
             }
-            // The sends, then the receive, then the timer's tick.
-            let sends = self.tracked.len();
-            let mut comms = std::mem::take(&mut self.tracked);
-            comms.extend(self.receiving.take());
-            comms.extend(self.timer.take());
-            let Some((i, done)) = Comm::wait_any(&mut comms) else { return Ok(Wake::Timeout) };
-            let tick = i > sends;
-            if !tick {
-                self.timer.put_back(comms.pop().expect("the tick's receive"));
-            }
-            if i != sends {
-                self.receiving = comms.pop();
-            }
-            self.tracked = comms;
-            if i < sends {
-                return Ok(Wake::Sent);
-            }
-            if tick {
-                self.timer.ticked();
-                if now() >= deadline {
-                    return Ok(Wake::Timeout);
+            let receiving = self.receiving.take().expect("a receive is always posted");
+            let done = if self.tracked.is_empty() {
+                match receiving.wait_timeout(deadline - now()) {
+                    Ok(done) => done,
+                    Err(still) => {
+                        self.receiving = Some(still);
+                        return Ok(Wake::Timeout);
+                    }
                 }
-                continue; // an earlier deadline's tick
-            }
+            } else {
+                // The sends, then the receive.
+                let sends = self.tracked.len();
+                let mut comms = std::mem::take(&mut self.tracked);
+                comms.push(receiving);
+                let (i, done) = Comm::wait_any(&mut comms).expect("comms to wait for");
+                if i < sends {
+                    self.receiving = comms.pop();
+                    self.tracked = comms;
+                    return Ok(Wake::Sent);
+                }
+                self.tracked = comms;
+                done
+            };
             self.receiving = Some(self.peers[self.me].get_async());
             // A transfer that failed brings nothing: wait for the next.
             if let Ok(e) = done.value::<Envelope>() {
