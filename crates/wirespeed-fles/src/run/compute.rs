@@ -53,6 +53,19 @@ pub struct ComputeSummary {
     pub lost_computes: Vec<usize>,
 }
 
+impl ComputeSummary {
+    /// What `node` recorded over the run (of `inputs` and `computes`), with its `fill` samples.
+    pub(crate) fn record(&mut self, node: &ComputeNode, inputs: usize, computes: usize, fill: &[(f64, f64)]) {
+        self.completions = node.completions.kept().iter().map(|c| (c.ts, c.first, c.last)).collect();
+        self.slowest = node.slowest;
+        self.fill = fill.to_vec();
+        self.intervals = node.intervals.clone();
+        self.incomplete = node.incomplete;
+        self.lost_inputs = (0..inputs).filter(|&i| node.is_lost(i)).collect();
+        self.lost_computes = (0..computes).filter(|&c| node.is_compute_lost(c)).collect();
+    }
+}
+
 /// A compute node listening for its inputs.
 pub struct ComputeListener {
     listener: Listener,
@@ -258,13 +271,7 @@ impl ComputeListener {
             consumer.delivered_all();
         }
         summary.seconds = t0.elapsed().as_secs_f64();
-        summary.completions = node.completions.kept().iter().map(|c| (c.ts, c.first, c.last)).collect();
-        summary.slowest = node.slowest;
-        summary.fill = fill.kept().to_vec();
-        summary.intervals = node.intervals.clone();
-        summary.incomplete = node.incomplete;
-        summary.lost_inputs = (0..s.inputs).filter(|&i| node.is_lost(i)).collect();
-        summary.lost_computes = (0..s.computes).filter(|&c| node.is_compute_lost(c)).collect();
+        summary.record(&node, s.inputs, s.computes, fill.kept());
         drop(heartbeats);
         // The inputs finish their streams once they have every acknowledgement.
         for p in &peers {

@@ -96,13 +96,7 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<C
         }
     }
     summary.seconds = seconds(now_ns());
-    summary.completions = node.completions.kept().iter().map(|c| (c.ts, c.first, c.last)).collect();
-    summary.slowest = node.slowest;
-    summary.fill = fill.kept().to_vec();
-    summary.intervals = node.intervals.clone();
-    summary.incomplete = node.incomplete;
-    summary.lost_inputs = (0..s.inputs).filter(|&i| node.is_lost(i)).collect();
-    summary.lost_computes = (0..s.computes).filter(|&c| node.is_compute_lost(c)).collect();
+    summary.record(&node, s.inputs, s.computes, fill.kept());
     Ok(Some(summary))
 }
 
