@@ -31,6 +31,7 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<C
     let mut inputs_gone_seen = 0;
     // Inputs that finished, with how many messages they sent here.
     let mut ending: Vec<(usize, u64)> = Vec::new();
+    let mut listed = vec![false; s.inputs];
     loop {
         let now = now_ns();
         while let Some(&(_, ts)) = processing.front().filter(|(at, _)| *at <= now) {
@@ -63,8 +64,13 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<C
         let gone = sh.gone_inputs.load(Ordering::SeqCst);
         if gone != inputs_gone_seen {
             inputs_gone_seen = gone;
-            let finished = super::lock(&sh.finished).clone();
-            ending = (0..s.inputs).filter_map(|i| Some((i, finished[i].as_ref()?[index]))).collect();
+            let finished = super::lock(&sh.finished);
+            for i in 0..s.inputs {
+                if let Some(sent) = finished[i].as_ref().filter(|_| !listed[i]) {
+                    listed[i] = true;
+                    ending.push((i, sent[index]));
+                }
+            }
         }
         ending.retain(|&(i, sent)| {
             let caught_up = port.delivered_from(i) >= sent;
