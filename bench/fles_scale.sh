@@ -8,8 +8,11 @@
 #
 # Settings (environment): SIZES ("64 128 192 384"), ROUNDS (timeslices per compute node, 10),
 # BUFFER (data ring per input, bytes: 2 MiB, 32 components, where the seed's 32 MiB would need
-# runs 16 times longer to fill), IN_FLIGHT (components an input has in flight, 1: FLESnet's
-# input posts one write at a time per connection), BIG (1024; 0 skips it).
+# runs 16 times longer to fill), IN_FLIGHT (components an input has in flight at once, 1),
+# BIG (1024; 0 skips it).
+#
+# SimGrid 3.32 is slow on the DFS's per-interval all-to-all reports and proposals: at 384
+# nodes a DFS run of 10 rounds did not finish in 34 minutes here (bench/RESULTS.md).
 set -euo pipefail
 bin=${1:-target/release/wirespeed}
 sizes=${SIZES:-64 128 192 384}
