@@ -24,7 +24,9 @@ fn simulate(args: &[&str]) -> (Output, Option<Value>) {
 
 fn simulated(args: &[&str]) -> Value {
     let (out, r) = simulate(args);
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("timeslices in") && text.contains(" hosts) in "), "{text}");
     r.expect("a report")
 }
 

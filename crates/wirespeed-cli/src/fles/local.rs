@@ -127,8 +127,7 @@ pub fn run(layout: (usize, usize), a: &RunArgs) -> Result<()> {
             bail!("{} ended with {status}", n.name);
         }
     }
-    report::publish(a.flags.describe(inputs, computes), &summaries, a.report.as_deref())?;
-    Ok(())
+    report::publish(&report::build(a.flags.describe(inputs, computes), &summaries), a.report.as_deref())
 }
 
 /// Starts the nodes, passes the barrier, and collects their summaries.

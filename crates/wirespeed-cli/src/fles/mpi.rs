@@ -137,7 +137,7 @@ fn run_rank(
             None => std::thread::sleep(Duration::from_millis(5)),
         }
     }
-    report::publish(a.flags.describe(inputs, computes), &summaries, a.report.as_deref())?;
+    report::publish(&report::build(a.flags.describe(inputs, computes), &summaries), a.report.as_deref())?;
     Ok(lost_ranks(&summaries, inputs) > 0)
 }
 

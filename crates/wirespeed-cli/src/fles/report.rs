@@ -7,16 +7,14 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-/// Merges the summaries, prints the two lines for people and writes the report if asked;
-/// returns the report.
-pub fn publish(description: Value, summaries: &[Value], path: Option<&Path>) -> Result<Value> {
-    let r = build(description, summaries);
+/// Prints the report's lines for people and writes it if asked.
+pub fn publish(r: &Value, path: Option<&Path>) -> Result<()> {
     // A reader that stops early (`| head -1`) is no failure of the run.
-    let _ = writeln!(std::io::stdout(), "{}", describe(&r));
+    let _ = writeln!(std::io::stdout(), "{}", describe(r));
     if let Some(path) = path {
-        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, serde_json::to_vec_pretty(r)?).with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(r)
+    Ok(())
 }
 
 /// The value at quantile `q` of sorted `v` (nearest rank); 0 if empty.
@@ -103,6 +101,20 @@ pub fn describe(r: &Value) -> String {
             fr["microslices_checked"],
         );
     }
+    let sim = &r["run"]["simulation"];
+    if sim.is_object() {
+        more += &format!(
+            "\nsimulated {:.3} s on {} ({} hosts) in {:.1} s, peak memory {:.0} MiB",
+            f(sim, "simulated_s"),
+            sim["platform"].as_str().unwrap_or("?"),
+            sim["hosts"],
+            f(sim, "wall_s"),
+            f(sim, "peak_memory_mib"),
+        );
+    }
+    if r["recovery"].is_object() {
+        more += &format!("\n{}", describe_recovery(&r["recovery"]));
+    }
     format!(
         "{} timeslices in {:.2} s, {:.2} GB/s aggregate\ncompletion p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; buffer fill max {:.0} %{more}",
         r["timeslices"],
@@ -113,6 +125,21 @@ pub fn describe(r: &Value) -> String {
         f(c, "max"),
         100.0 * f(r, "buffer_fill_max"),
     )
+}
+
+/// How a simulated run's DFS intervals came back after a bandwidth drop.
+fn describe_recovery(r: &Value) -> String {
+    let ms = |k: &str| r[k].as_f64().map_or("-".into(), |v| format!("{v:.3} ms"));
+    let (before, during) = (ms("median_before_ms"), ms("median_during_ms"));
+    match r["intervals_to_recover"].as_u64() {
+        Some(n) => format!(
+            "bandwidth drop: intervals took {before} before, {during} during; back within 10 % {n} intervals after it ended"
+        ),
+        None => format!(
+            "bandwidth drop: intervals took {before} before, {during} during; not back within 10 % in the {} intervals after it",
+            r["intervals_after"]
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -113,7 +113,8 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         "timeslices": a.timeslices, "in_flight": a.in_flight, "process_us": a.process_us,
         "events": a.events.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>(),
         "simulation": {
-            "hosts": out.hosts, "simulated_s": out.simulated, "wall_s": wall, "peak_memory_mib": peak_memory_mib(),
+            "platform": a.platform.to_string(), "hosts": out.hosts, "simulated_s": out.simulated, "wall_s": wall,
+            "peak_memory_mib": peak_memory_mib(),
             "input_hosts": out.input_hosts, "compute_hosts": out.compute_hosts,
         },
     });
@@ -124,22 +125,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     }) {
         r["recovery"] = recovery(&r, drop);
     }
-    println!("{}", report::describe(&r));
-    println!(
-        "simulated {:.3} s on {} ({} hosts) in {:.1} s, peak memory {:.0} MiB",
-        out.simulated,
-        a.platform,
-        out.hosts,
-        wall,
-        peak_memory_mib()
-    );
-    if r["recovery"].is_object() {
-        println!("{}", describe_recovery(&r["recovery"]));
-    }
-    if let Some(path) = &a.report {
-        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    report::publish(&r, a.report.as_deref())
 }
 
 /// The process's peak resident memory, from /proc (0 where there is none).
@@ -176,21 +162,4 @@ fn recovery(r: &Value, drop: (f64, f64)) -> Value {
         "median_during_ms": during.map(|v| v * 1e3), "intervals_after": after.len(),
         "intervals_to_recover": recovered,
     })
-}
-
-fn describe_recovery(r: &Value) -> String {
-    let ms = |k: &str| r[k].as_f64().map_or("-".into(), |v| format!("{v:.3} ms"));
-    match r["intervals_to_recover"].as_u64() {
-        Some(n) => format!(
-            "bandwidth drop: intervals took {} before, {} during; back within 10 % {n} intervals after it ended",
-            ms("median_before_ms"),
-            ms("median_during_ms")
-        ),
-        None => format!(
-            "bandwidth drop: intervals took {} before, {} during; not back within 10 % in the {} intervals after it",
-            ms("median_before_ms"),
-            ms("median_during_ms"),
-            r["intervals_after"]
-        ),
-    }
 }

@@ -59,7 +59,7 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<I
                 quiet_since = now_ns();
             }
             Wake::Sent => quiet_since = now_ns(),
-            Wake::Timeout if until.is_some() || port.in_flight() > 0 => {}
+            Wake::Timeout if until.is_some() => {}
             Wake::Timeout => {
                 return Err(FlesError::Net(format!(
                     "input {index}: no acknowledgement from any compute node for {} simulated s",

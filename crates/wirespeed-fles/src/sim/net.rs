@@ -1,11 +1,10 @@
 //! What nodes say to each other in a simulation, and each actor's port: one mailbox that takes
-//! transfers as soon as they are sent (as one-sided writes land), delivering each sender's
-//! messages in the order it sent them, as a connection does.
-
-use std::collections::{BTreeMap, VecDeque};
+//! transfers as soon as they are sent (as one-sided writes land). A mailbox with a receiver
+//! hands transfers over in the order they were sent, so each sender's messages come in order,
+//! as on a connection; a sequence number per pair checks it.
 
 use super::engine::{Comm, Mailbox, now};
-use crate::error::Result;
+use crate::error::{FlesError, Result};
 use crate::model::ComponentDescriptor;
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::node::Pointers;
@@ -71,13 +70,9 @@ pub(super) struct Port {
     receiving: Option<Comm>,
     /// Sends whose end matters (a component leaving the NIC's queue).
     tracked: Vec<Comm>,
-    sent_seq: Vec<u64>,
-    next_seq: Vec<u64>,
-    /// Messages handed over, per sender.
+    /// Messages sent, per receiver, and handed over, per sender.
+    sent: Vec<u64>,
     delivered: Vec<u64>,
-    /// Messages that overtook an earlier one from the same sender, by (sender, sequence).
-    early: BTreeMap<(usize, u64), SimMsg>,
-    ready: VecDeque<(usize, SimMsg)>,
 }
 
 /// The mailbox name of actor `id`.
@@ -91,22 +86,12 @@ impl Port {
         Mailbox::receive_eagerly(&mailbox_name(me))?;
         let peers = (0..actors).map(|id| Mailbox::by_name(&mailbox_name(id))).collect::<Result<Vec<_>>>()?;
         let receiving = Some(peers[me].get_async());
-        Ok(Port {
-            me,
-            peers,
-            receiving,
-            tracked: Vec::new(),
-            sent_seq: vec![0; actors],
-            next_seq: vec![0; actors],
-            delivered: vec![0; actors],
-            early: BTreeMap::new(),
-            ready: VecDeque::new(),
-        })
+        Ok(Port { me, peers, receiving, tracked: Vec::new(), sent: vec![0; actors], delivered: vec![0; actors] })
     }
 
     fn envelope(&mut self, to: usize, msg: SimMsg) -> (Envelope, u64) {
-        let seq = self.sent_seq[to];
-        self.sent_seq[to] += 1;
+        let seq = self.sent[to];
+        self.sent[to] += 1;
         let size = msg.size();
         (Envelope { from: self.me, seq, msg }, size)
     }
@@ -126,7 +111,7 @@ impl Port {
 
     /// Messages sent to actor `to` so far.
     pub(super) fn sent_to(&self, to: usize) -> u64 {
-        self.sent_seq[to]
+        self.sent[to]
     }
 
     /// Messages from actor `from` handed over so far.
@@ -139,17 +124,13 @@ impl Port {
         self.tracked.len()
     }
 
-    /// The next message, in each sender's order; or a tracked send's end; or nothing within
+    /// The next message; or a tracked send's end; or nothing within
     /// `timeout` simulated seconds. While sends are in flight it waits for one of them or a
     /// message, with no timeout (SimGrid cannot time out a wait for any of several), so a
     /// deadline may pass by the rest of a transfer; with none in flight it keeps to it.
     pub(super) fn next(&mut self, timeout: f64) -> Result<Wake> {
         let deadline = now() + timeout.max(0.0);
         loop {
-            if let Some((from, msg)) = self.ready.pop_front() {
-                self.delivered[from] += 1;
-                return Ok(Wake::Msg(from, msg));
-            }
             let receiving = self.receiving.take().expect("a receive is always posted");
             let done = if self.tracked.is_empty() {
                 match receiving.wait_timeout(deadline - now()) {
@@ -175,19 +156,15 @@ impl Port {
             };
             self.receiving = Some(self.peers[self.me].get_async());
             // A transfer that failed brings nothing: wait for the next.
-            if let Ok(e) = done.value::<Envelope>() {
-                self.file(e);
+            let Ok(Envelope { from, seq, msg }) = done.value::<Envelope>() else { continue };
+            if seq != self.delivered[from] {
+                return Err(FlesError::Protocol(format!(
+                    "simulation: message {seq} from actor {from} came after {}",
+                    self.delivered[from]
+                )));
             }
-        }
-    }
-
-    /// Puts an arrival in order behind what its sender sent before.
-    fn file(&mut self, e: Envelope) {
-        self.early.insert((e.from, e.seq), e.msg);
-        let from = e.from;
-        while let Some(msg) = self.early.remove(&(from, self.next_seq[from])) {
-            self.next_seq[from] += 1;
-            self.ready.push_back((from, msg));
+            self.delivered[from] += 1;
+            return Ok(Wake::Msg(from, msg));
         }
     }
 
