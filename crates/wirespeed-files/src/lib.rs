@@ -11,6 +11,7 @@ mod envelope;
 pub mod error;
 mod exclude;
 mod link;
+mod local;
 mod open_files;
 pub mod paths;
 pub mod plane;
@@ -31,6 +32,7 @@ use crate::link::{End, Link, Wrapping};
 
 pub use error::{FilesError, Result};
 pub use exclude::Excludes;
+pub use local::copy_local;
 pub use plane::{Ports, Server, Transport};
 pub use progress::Progress;
 pub use sink::Output;

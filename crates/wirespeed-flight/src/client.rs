@@ -22,7 +22,7 @@ use tonic::transport::Channel;
 use wirespeed::{Key, Stream};
 
 use crate::error::{Error, Result};
-use crate::grpc::server::{EXCHANGE_ACTION, PUT_ACTION};
+use crate::grpc::server::{EXCHANGE_ACTION, GET_ACTION, PUT_ACTION};
 use crate::grpc::{self, CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE, STREAM_WINDOW};
 use crate::ipc::DecodedStream;
 use crate::location::PlaneLocation;
@@ -133,6 +133,11 @@ impl Client {
         Ok(())
     }
 
+    /// The bearer token from [`Client::authenticate`], as the `authorization` header's value.
+    pub fn token(&self) -> Option<String> {
+        self.token.as_ref().and_then(|t| t.to_str().ok()).map(str::to_string)
+    }
+
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if let Some(token) = &self.token {
@@ -206,6 +211,15 @@ impl Client {
         self.grpc_get(ticket)
     }
 
+    /// Reads a ticket from this server, as pyarrow's `do_get(ticket)` does: a wirespeed server
+    /// is asked for data-plane locations first (one more round trip); others serve it on gRPC.
+    pub fn do_get_ticket(&self, ticket: &[u8]) -> Result<FlightReader> {
+        let ticket = Ticket { ticket: Bytes::copy_from_slice(ticket) };
+        let uris = self.plane_uris(GET_ACTION, ticket.ticket.clone())?;
+        let location = uris.into_iter().map(|uri| arrow_flight::Location { uri }).collect();
+        self.do_get(&FlightEndpoint { ticket: Some(ticket), location, ..Default::default() })
+    }
+
     /// Reads a whole flight, endpoint after endpoint.
     pub fn get(&self, descriptor: &FlightDescriptor) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let info = self.get_flight_info(descriptor)?;
@@ -262,13 +276,22 @@ impl Client {
             return self.pick(&[]);
         }
         let action = if method == Method::Put { PUT_ACTION } else { EXCHANGE_ACTION };
-        let uris = match self.do_action(Action { r#type: action.into(), body: descriptor.encode_to_vec().into() }) {
-            Ok(uris) => uris,
-            Err(e) if e.code() == tonic::Code::Unimplemented || e.code() == tonic::Code::InvalidArgument => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        let uris: Vec<String> = uris.iter().map(|u| String::from_utf8_lossy(u).into_owned()).collect();
+        let uris = self.plane_uris(action, descriptor.encode_to_vec().into())?;
         self.pick(&uris.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// The data-plane locations a wirespeed server offers for one call; none from others.
+    fn plane_uris(&self, action: &str, body: Bytes) -> Result<Vec<String>> {
+        if self.planes.is_none() || self.transport == Transport::Grpc {
+            return Ok(Vec::new());
+        }
+        match self.do_action(Action { r#type: action.into(), body }) {
+            Ok(uris) => Ok(uris.iter().map(|u| String::from_utf8_lossy(u).into_owned()).collect()),
+            Err(e) if e.code() == tonic::Code::Unimplemented || e.code() == tonic::Code::InvalidArgument => {
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Starts an upload of batches with `schema` to `descriptor`.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use wirespeed::{Config, Connection, Key};
-use wirespeed_files::plane::{self, Transport};
-use wirespeed_files::{FilesError, Input, Output, Progress, Server, Side, SourceOptions, Summary};
+use wirespeed_files::plane;
+use wirespeed_files::{FilesError, Input, Output, Progress, Side, SourceOptions, Summary};
 
 use super::remote::{Agent, Place, RemoteArgs, Ssh, Stderr};
 use super::{Common, CopyFlags, dry_run_line, summary_line, with_progress};
@@ -73,7 +73,7 @@ pub fn run(mut a: CpArgs) -> anyhow::Result<()> {
                 wirespeed_files::check_roots(&srcs, a.flags.recursive)?;
                 let input = Input::paths(srcs);
                 match dst {
-                    Place::Local(dst) => local_to_local(&a, &input, &source, &dst, &key, &progress),
+                    Place::Local(dst) => local_to_local(&a, &input, &source, &dst, &progress),
                     Place::Remote { host, path } => {
                         with_agent(&a, &ssh, &host, "sink", vec![path], &key_text, &key, |conn| {
                             wirespeed_files::send(conn, Side::Client, &input, &source, &progress)
@@ -164,57 +164,8 @@ fn local_to_local(
     input: &Input,
     source: &SourceOptions,
     dst: &Path,
-    key: &Key,
     progress: &Progress,
 ) -> anyhow::Result<Summary> {
-    let dst: PathBuf = dst.to_path_buf();
-    // Both ends are threads of this process: joined in memory unless a fabric was asked for.
-    let (paired, server) = if a.common.transport == Transport::Auto {
-        let (client, server) = wirespeed::transport::in_process::pair(&Config::default())?;
-        (Some(client), Accept::Paired(server))
-    } else {
-        (None, Accept::Listening(Server::bind("127.0.0.1:0", a.common.transport, key, &Config::default())?))
-    };
-    let addr = match &server {
-        Accept::Listening(server) => format!("127.0.0.1:{}", server.port()),
-        Accept::Paired(_) => String::new(),
-    };
-    std::thread::scope(|s| {
-        let sink = s.spawn(move || -> anyhow::Result<Summary> {
-            let (conn, control) = server.accept(Duration::from_secs(30))?;
-            let quiet = Progress::default();
-            Ok(wirespeed_files::receive(&conn, Side::Server(control), &Output::Path(dst), &sink_options(a), &quiet)?)
-        });
-        let conn = match paired {
-            Some(conn) => conn,
-            None => plane::connect(&addr, a.common.transport, key, &Config::default())?,
-        };
-        let sent = wirespeed_files::send(&conn, Side::Client, input, source, progress);
-        drop(conn);
-        let received = sink.join().map_err(|_| anyhow::anyhow!("the receiving thread panicked"))?;
-        // The end that failed first reports; the other only heard of it from its peer.
-        let heard = |e: &anyhow::Error| matches!(e.downcast_ref(), Some(FilesError::Remote { .. }));
-        match (received, sent) {
-            (Err(r), Err(s)) if heard(&r) => Err(s.into()),
-            (received, sent) => received.and(sent.map_err(Into::into)),
-        }
-    })
-}
-
-/// Where a local copy's receiving end finds its connection.
-enum Accept {
-    Paired(Connection),
-    Listening(Server),
-}
-
-impl Accept {
-    fn accept(self, wait: Duration) -> wirespeed_files::Result<(Connection, wirespeed::Stream)> {
-        match self {
-            Accept::Paired(conn) => {
-                let control = conn.accept_stream_timeout(wait)?;
-                Ok((conn, control))
-            }
-            Accept::Listening(server) => server.accept(wait),
-        }
-    }
+    let sink = sink_options(a);
+    Ok(wirespeed_files::copy_local(input, dst.to_path_buf(), a.common.transport, source, &sink, progress)?)
 }

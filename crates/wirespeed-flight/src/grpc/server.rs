@@ -35,6 +35,7 @@ use wirespeed::fabric::AddressKind;
 
 /// Actions that hand out data-plane locations for an upload or an exchange.
 pub const PUT_ACTION: &str = "wirespeed.put";
+pub const GET_ACTION: &str = "wirespeed.get";
 pub const EXCHANGE_ACTION: &str = "wirespeed.exchange";
 
 const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
@@ -285,14 +286,18 @@ impl FlightService for Service {
         let local = request.local_addr();
         let action = request.into_inner();
         let method = match action.r#type.as_str() {
+            GET_ACTION => Some(Method::Get),
             PUT_ACTION => Some(Method::Put),
             EXCHANGE_ACTION => Some(Method::Exchange),
             _ => None,
         };
         let bodies = match method {
             Some(method) => {
-                FlightDescriptor::decode(action.body.clone())
-                    .map_err(|e| Status::invalid_argument(format!("bad FlightDescriptor: {e}")))?;
+                // A ticket is any bytes; uploads and exchanges name a descriptor.
+                if method != Method::Get {
+                    FlightDescriptor::decode(action.body.clone())
+                        .map_err(|e| Status::invalid_argument(format!("bad FlightDescriptor: {e}")))?;
+                }
                 // Only the data-plane locations: the caller already has the gRPC one.
                 self.locations(local, method, &action.body).into_iter().skip(1).map(|l| Bytes::from(l.uri)).collect()
             }
@@ -308,11 +313,13 @@ impl FlightService for Service {
     async fn list_actions(&self, _request: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {
         let mut actions = self.handler().list_actions();
         if !self.adverts.is_empty() {
-            for (name, what) in [(PUT_ACTION, "an upload"), (EXCHANGE_ACTION, "an exchange")] {
-                actions.push(ActionType {
-                    r#type: name.into(),
-                    description: format!("data-plane locations for {what}; body: a FlightDescriptor"),
-                });
+            for (name, what) in [
+                (GET_ACTION, "reading a ticket; body: the ticket"),
+                (PUT_ACTION, "an upload; body: a FlightDescriptor"),
+                (EXCHANGE_ACTION, "an exchange; body: a FlightDescriptor"),
+            ] {
+                actions
+                    .push(ActionType { r#type: name.into(), description: format!("data-plane locations for {what}") });
             }
         }
         Ok(Response::new(stream::iter(actions.into_iter().map(Ok)).boxed()))

@@ -1,0 +1,81 @@
+//! Rust's typed errors as the package's exception classes, which the pure-Python layer
+//! defines (`wirespeed._errors`, `wirespeed.flight`) so that they can also derive from
+//! Python's own classes and pyarrow's. Each carries the CLI's exit code for its class.
+
+use pyo3::prelude::*;
+use wirespeed_files::FilesError;
+use wirespeed_files::error::FailClass;
+
+/// An instance of `module.class` with `message`.
+pub fn raise(module: &str, class: &str, message: impl Into<String>) -> PyErr {
+    let message = message.into();
+    Python::attach(|py| {
+        let made = py.import(module).and_then(|m| m.getattr(class)).and_then(|c| c.call1((message,)));
+        match made {
+            Ok(exception) => PyErr::from_value(exception),
+            Err(e) => e,
+        }
+    })
+}
+
+fn core(class: &str, message: impl Into<String>) -> PyErr {
+    raise("wirespeed._errors", class, message)
+}
+
+pub fn usage(message: impl Into<String>) -> PyErr {
+    core("UsageError", message)
+}
+
+/// The class of a core error, by what a caller can do about it.
+fn transport_class(e: &wirespeed::Error) -> &'static str {
+    use wirespeed::Error as E;
+    match e {
+        E::Auth(_) => "AuthenticationError",
+        E::Rejected { reason, .. } => transport_class(reason),
+        E::Timeout(_) => "TimeoutError",
+        E::Url { .. } | E::Key(_) | E::Usage(_) => "UsageError",
+        E::WrongFabric { .. } | E::Version { .. } | E::BadMagic | E::Frame(_) | E::PeerMisbehaved(_) | E::Limit(_) => {
+            "ProtocolError"
+        }
+        _ => "ConnectionError",
+    }
+}
+
+pub fn transport(e: wirespeed::Error) -> PyErr {
+    core(transport_class(&e), e.to_string())
+}
+
+pub fn files(e: FilesError) -> PyErr {
+    let class = match &e {
+        FilesError::Transport(w) => transport_class(w),
+        FilesError::Io { .. } | FilesError::Changed { .. } | FilesError::Remote { class: FailClass::Io, .. } => {
+            "FileError"
+        }
+        FilesError::Checksum { .. } | FilesError::Remote { class: FailClass::Checksum, .. } => "ChecksumError",
+        FilesError::Sealing(_) | FilesError::Remote { class: FailClass::Sealing, .. } => "AuthenticationError",
+        FilesError::Usage(_) => "UsageError",
+        FilesError::PeerMisbehaved(_) | FilesError::UnsafePath(_) => "ProtocolError",
+        _ => "Error",
+    };
+    core(class, e.to_string())
+}
+
+/// A Flight error as the `wirespeed.flight` class for its status code, named as pyarrow
+/// names them.
+pub fn flight(e: wirespeed_flight::Error) -> PyErr {
+    use wirespeed_flight::Code;
+    let class = match e.code() {
+        Code::Unauthenticated => "FlightUnauthenticatedError",
+        Code::PermissionDenied => "FlightUnauthorizedError",
+        Code::Unavailable => "FlightUnavailableError",
+        Code::DeadlineExceeded => "FlightTimedOutError",
+        Code::Cancelled => "FlightCancelledError",
+        Code::NotFound => "FlightNotFoundError",
+        Code::InvalidArgument => "FlightInvalidArgumentError",
+        Code::Unimplemented => "FlightNotImplementedError",
+        Code::AlreadyExists => "FlightAlreadyExistsError",
+        Code::Internal | Code::DataLoss => "FlightInternalError",
+        _ => "FlightServerError",
+    };
+    raise("wirespeed.flight", class, e.message())
+}

@@ -1,0 +1,344 @@
+//! The Flight client, reader and writer that `wirespeed.flight` wraps. Descriptors, tickets,
+//! FlightInfos and endpoints cross as their protobuf bytes (pyarrow.flight's `serialize()`);
+//! schemas and batches through the Arrow C interfaces.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use arrow_array::RecordBatch;
+use arrow_flight::{Action, FlightDescriptor, FlightEndpoint};
+use arrow_schema::{ArrowError, SchemaRef};
+use bytes::Bytes;
+use prost::Message;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyCapsule};
+use wirespeed::{Fabric, Key};
+use wirespeed_flight::{Client, Payload, Transport};
+
+use crate::arrow;
+use crate::errors;
+use crate::wait::interruptible;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<FlightClient>()?;
+    m.add_class::<FlightReader>()?;
+    m.add_class::<FlightWriter>()?;
+    Ok(())
+}
+
+fn decode<M: Message + Default>(what: &str, bytes: &[u8]) -> PyResult<M> {
+    M::decode(bytes).map_err(|e| errors::usage(format!("not a serialized {what}: {e}")))
+}
+
+pub fn transport(name: &str) -> PyResult<Transport> {
+    match name {
+        "auto" => Ok(Transport::Auto),
+        "grpc" => Ok(Transport::Grpc),
+        other => other
+            .parse::<Fabric>()
+            .map(Transport::Only)
+            .map_err(|_| errors::usage(format!("unknown transport {other:?} (auto, grpc or {})", Fabric::names()))),
+    }
+}
+
+/// A key given as str or bytes, else WIRESPEED_KEY, else none (gRPC only).
+pub fn key(given: Option<Vec<u8>>) -> PyResult<Option<Key>> {
+    match given {
+        Some(bytes) => Key::new(bytes).map(Some).map_err(errors::transport),
+        None => Key::from_env_or_file(None).map_err(errors::transport),
+    }
+}
+
+type Shared = Arc<RwLock<Option<Client>>>;
+
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct FlightClient {
+    client: Shared,
+}
+
+/// Runs `call` on the client on a helper thread, interruptibly.
+fn on_client<T: Send + 'static>(
+    py: Python<'_>,
+    client: &Shared,
+    call: impl FnOnce(&Client) -> wirespeed_flight::Result<T> + Send + 'static,
+) -> PyResult<T> {
+    let client = client.clone();
+    interruptible(py, move || {
+        let guard = client.read().unwrap_or_else(|p| p.into_inner());
+        match guard.as_ref() {
+            Some(c) => call(c),
+            None => Err(wirespeed_flight::Error::invalid_argument("the client is closed")),
+        }
+    })?
+    .map_err(errors::flight)
+}
+
+#[pymethods]
+impl FlightClient {
+    #[new]
+    #[pyo3(signature = (location, key=None, transport="auto"))]
+    fn new(py: Python<'_>, location: String, key: Option<Vec<u8>>, transport: &str) -> PyResult<Self> {
+        let transport = self::transport(transport)?;
+        let key = self::key(key)?;
+        let client = interruptible(py, move || {
+            let mut client = Client::connect(&location)?.with_transport(transport);
+            if let Some(k) = key {
+                client = client.with_key(k);
+            }
+            Ok::<_, wirespeed_flight::Error>(client)
+        })?
+        .map_err(errors::flight)?;
+        Ok(FlightClient { client: Arc::new(RwLock::new(Some(client))) })
+    }
+
+    /// Flight's Basic-then-Bearer handshake; returns the bearer header's value, which later
+    /// calls carry.
+    fn authenticate(&self, py: Python<'_>, user: String, password: String) -> PyResult<String> {
+        let client = self.client.clone();
+        interruptible(py, move || {
+            let mut guard = client.write().unwrap_or_else(|p| p.into_inner());
+            match guard.as_mut() {
+                Some(c) => c.authenticate(&user, &password).map(|()| c.token().unwrap_or_default()),
+                None => Err(wirespeed_flight::Error::invalid_argument("the client is closed")),
+            }
+        })?
+        .map_err(errors::flight)
+    }
+
+    fn list_flights<'py>(&self, py: Python<'py>, criteria: Vec<u8>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let infos = on_client(py, &self.client, move |c| c.list_flights(&criteria))?;
+        Ok(infos.iter().map(|i| PyBytes::new(py, &i.encode_to_vec())).collect())
+    }
+
+    fn get_flight_info<'py>(&self, py: Python<'py>, descriptor: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
+        let info = on_client(py, &self.client, move |c| c.get_flight_info(&descriptor))?;
+        Ok(PyBytes::new(py, &info.encode_to_vec()))
+    }
+
+    fn get_schema<'py>(&self, py: Python<'py>, descriptor: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
+        let schema = on_client(py, &self.client, move |c| c.get_schema(&descriptor))?;
+        arrow::schema_to_py(py, &schema)
+    }
+
+    /// Reads a ticket; with its serialized endpoint, the endpoint's data planes are used.
+    #[pyo3(signature = (ticket, endpoint=None))]
+    fn do_get(&self, py: Python<'_>, ticket: Vec<u8>, endpoint: Option<Vec<u8>>) -> PyResult<FlightReader> {
+        let endpoint: Option<FlightEndpoint> = endpoint.map(|e| decode("FlightEndpoint", &e)).transpose()?;
+        let reader = on_client(py, &self.client, move |c| match endpoint {
+            Some(e) => c.do_get(&e),
+            None => c.do_get_ticket(&ticket),
+        })?;
+        Ok(FlightReader::new(reader))
+    }
+
+    fn do_put(&self, py: Python<'_>, descriptor: &[u8], schema: &Bound<'_, PyAny>) -> PyResult<FlightWriter> {
+        let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
+        let schema = arrow::schema_from_py(schema)?;
+        let writer = on_client(py, &self.client, move |c| c.do_put(&descriptor, &schema))?;
+        Ok(FlightWriter::new(writer))
+    }
+
+    fn do_exchange(
+        &self,
+        py: Python<'_>,
+        descriptor: &[u8],
+        schema: &Bound<'_, PyAny>,
+    ) -> PyResult<(FlightWriter, FlightReader)> {
+        let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
+        let schema = arrow::schema_from_py(schema)?;
+        let (writer, reader) = on_client(py, &self.client, move |c| c.do_exchange(&descriptor, &schema))?;
+        Ok((FlightWriter::new(writer), FlightReader::new(reader)))
+    }
+
+    fn do_action<'py>(&self, py: Python<'py>, kind: String, body: Vec<u8>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let action = Action { r#type: kind, body: body.into() };
+        let results = on_client(py, &self.client, move |c| c.do_action(action))?;
+        Ok(results.iter().map(|r| PyBytes::new(py, r)).collect())
+    }
+
+    fn list_actions(&self, py: Python<'_>) -> PyResult<Vec<(String, String)>> {
+        let actions = on_client(py, &self.client, |c| c.list_actions())?;
+        Ok(actions.into_iter().map(|a| (a.r#type, a.description)).collect())
+    }
+
+    /// Ends the gRPC channel and the data-plane connections; later calls raise.
+    fn close(&self, py: Python<'_>) {
+        let taken = self.client.write().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(taken));
+    }
+}
+
+type SharedReader = Arc<Mutex<Option<wirespeed_flight::FlightReader>>>;
+
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct FlightReader {
+    reader: SharedReader,
+    schema: SchemaRef,
+    plane: &'static str,
+}
+
+impl FlightReader {
+    pub fn new(reader: wirespeed_flight::FlightReader) -> Self {
+        let (schema, plane) = (reader.schema(), reader.plane().name());
+        FlightReader { reader: Arc::new(Mutex::new(Some(reader))), schema, plane }
+    }
+
+    fn run<T: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        read: impl FnOnce(&mut wirespeed_flight::FlightReader) -> wirespeed_flight::Result<T> + Send + 'static,
+    ) -> PyResult<T> {
+        let reader = self.reader.clone();
+        interruptible(py, move || {
+            let mut guard = reader.lock().unwrap_or_else(|p| p.into_inner());
+            match guard.as_mut() {
+                Some(r) => read(r),
+                None => Err(wirespeed_flight::Error::invalid_argument("the reader was handed on or closed")),
+            }
+        })?
+        .map_err(errors::flight)
+    }
+}
+
+#[pymethods]
+impl FlightReader {
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        arrow::schema_to_py(py, &self.schema)
+    }
+
+    /// The plane carrying the call: grpc, shm, tcp, ucx or ofi+<provider>.
+    #[getter]
+    fn plane(&self) -> &'static str {
+        self.plane
+    }
+
+    /// The next message as (batch or None, app_metadata or None); None at the end.
+    fn read_chunk<'py>(&self, py: Python<'py>) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+        let Some(payload) = self.run(py, |r| r.next_payload())? else { return Ok(None) };
+        let batch = match &payload.batch {
+            Some(b) => arrow::batch_to_py(py, b)?,
+            None => py.None().into_bound(py),
+        };
+        let metadata = match payload.app_metadata.is_empty() {
+            true => py.None().into_bound(py),
+            false => PyBytes::new(py, &payload.app_metadata).into_any(),
+        };
+        Ok(Some((batch, metadata)))
+    }
+
+    /// Every remaining batch, as one pyarrow Table.
+    fn read_all<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let batches = self.run(py, |r| r.by_ref().collect::<wirespeed_flight::Result<Vec<RecordBatch>>>())?;
+        arrow::table_to_py(py, self.schema.clone(), batches)
+    }
+
+    /// Hands the rest of the stream to the caller (pyarrow, polars, duckdb) without a copy.
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let _ = requested_schema; // best effort by the interface's rules: the stream's own schema
+        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let reader = reader.ok_or_else(|| errors::usage("the reader was handed on or closed"))?;
+        arrow::stream_capsule(py, Box::new(Batches { schema: self.schema.clone(), reader }))
+    }
+
+    /// Stops reading; the server sees the call cancelled.
+    fn cancel(&self, py: Python<'_>) {
+        let taken = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(taken));
+    }
+}
+
+/// A reader handed to an Arrow consumer.
+struct Batches {
+    schema: SchemaRef,
+    reader: wirespeed_flight::FlightReader,
+}
+
+impl Iterator for Batches {
+    type Item = Result<RecordBatch, ArrowError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.reader.next().map(|r| r.map_err(|e| ArrowError::ExternalError(Box::new(e))))
+    }
+}
+
+impl arrow_array::RecordBatchReader for Batches {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+}
+
+type SharedWriter = Arc<Mutex<Option<wirespeed_flight::FlightWriter>>>;
+
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct FlightWriter {
+    writer: SharedWriter,
+    plane: &'static str,
+}
+
+impl FlightWriter {
+    pub fn new(writer: wirespeed_flight::FlightWriter) -> Self {
+        let plane = writer.plane().name();
+        FlightWriter { writer: Arc::new(Mutex::new(Some(writer))), plane }
+    }
+
+    fn write(&self, py: Python<'_>, payloads: Vec<Payload>) -> PyResult<()> {
+        let writer = self.writer.clone();
+        interruptible(py, move || {
+            let mut guard = writer.lock().unwrap_or_else(|p| p.into_inner());
+            let w = guard.as_mut().ok_or_else(|| wirespeed_flight::Error::invalid_argument("the writer is closed"))?;
+            payloads.into_iter().try_for_each(|p| w.write_payload(p))
+        })?
+        .map_err(errors::flight)
+    }
+}
+
+#[pymethods]
+impl FlightWriter {
+    #[getter]
+    fn plane(&self) -> &'static str {
+        self.plane
+    }
+
+    /// Sends one batch (a pyarrow RecordBatch or anything with `__arrow_c_array__`), with
+    /// optional application metadata.
+    #[pyo3(signature = (batch, app_metadata=None))]
+    fn write_batch(&self, py: Python<'_>, batch: &Bound<'_, PyAny>, app_metadata: Option<Vec<u8>>) -> PyResult<()> {
+        let payload = Payload {
+            batch: Some(arrow::batch_from_py(batch)?),
+            app_metadata: Bytes::from(app_metadata.unwrap_or_default()),
+        };
+        self.write(py, vec![payload])
+    }
+
+    fn write_metadata(&self, py: Python<'_>, app_metadata: Vec<u8>) -> PyResult<()> {
+        self.write(py, vec![Payload::metadata(app_metadata.into())])
+    }
+
+    /// Sends every batch of a pyarrow Table, RecordBatchReader or anything with
+    /// `__arrow_c_stream__`.
+    fn write_stream(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let stream = arrow::stream_from_py(data)?;
+        let batches = stream.collect::<Result<Vec<_>, _>>().map_err(|e| errors::usage(e.to_string()))?;
+        self.write(py, batches.into_iter().map(Payload::batch).collect())
+    }
+
+    /// Ends the upload; returns the server's PutResults (for an exchange, none).
+    fn finish<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let writer = self.writer.clone();
+        let results = interruptible(py, move || {
+            let taken = writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+            match taken {
+                Some(w) => w.finish(),
+                None => Ok(Vec::new()),
+            }
+        })?
+        .map_err(errors::flight)?;
+        Ok(results.iter().map(|r| PyBytes::new(py, r)).collect())
+    }
+}

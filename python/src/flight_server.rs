@@ -1,0 +1,453 @@
+//! A Flight service written in Python, served on gRPC and every data plane. The Rust server
+//! calls the Python layer's dispatcher (`wirespeed.flight._Dispatcher`) with protobuf bytes
+//! and Arrow streams; uploads and exchanges, which Python handles as whole calls with a reader
+//! and a writer, run on a thread of their own fed through bounded channels.
+
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use arrow_flight::{Action, ActionType, FlightDescriptor, FlightInfo};
+use arrow_schema::{Schema, SchemaRef};
+use bytes::Bytes;
+use prost::Message;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use wirespeed::Fabric;
+use wirespeed_flight::{Code, Error, Handler, Input, Output, Payload, Result, Server, Upload};
+
+use crate::arrow;
+use crate::errors;
+use crate::wait::interruptible;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<FlightServer>()?;
+    m.add_class::<ServerReader>()?;
+    m.add_class::<ServerWriter>()?;
+    Ok(())
+}
+
+/// How many messages may wait between the network and Python's handler.
+const QUEUE: usize = 4;
+
+/// A Python exception as a Flight error: the dispatcher names its status code.
+fn from_python(py: Python<'_>, e: PyErr) -> Error {
+    let status = py
+        .import("wirespeed.flight")
+        .and_then(|m| m.getattr("_status_of"))
+        .and_then(|f| f.call1((e.value(py),)))
+        .and_then(|s| s.extract::<(String, String)>());
+    match status {
+        Ok((code, message)) => Error::status(code_named(&code), message),
+        Err(_) => Error::internal(e.to_string()),
+    }
+}
+
+fn code_named(name: &str) -> Code {
+    match name {
+        "unauthenticated" => Code::Unauthenticated,
+        "permission_denied" => Code::PermissionDenied,
+        "unavailable" => Code::Unavailable,
+        "deadline_exceeded" => Code::DeadlineExceeded,
+        "cancelled" => Code::Cancelled,
+        "not_found" => Code::NotFound,
+        "invalid_argument" => Code::InvalidArgument,
+        "unimplemented" => Code::Unimplemented,
+        "already_exists" => Code::AlreadyExists,
+        "resource_exhausted" => Code::ResourceExhausted,
+        _ => Code::Internal,
+    }
+}
+
+struct PyHandler {
+    dispatcher: Py<PyAny>,
+}
+
+impl PyHandler {
+    fn call<T>(
+        &self,
+        method: &str,
+        args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>>,
+        out: impl for<'py> FnOnce(Bound<'py, PyAny>) -> PyResult<T>,
+    ) -> Result<T> {
+        Python::attach(|py| {
+            let result = args(py).and_then(|a| self.dispatcher.bind(py).call_method1(method, a)).and_then(out);
+            result.map_err(|e| from_python(py, e))
+        })
+    }
+}
+
+fn decode<M: Message + Default>(what: &str, bytes: &[u8]) -> Result<M> {
+    M::decode(bytes).map_err(|e| Error::internal(format!("the handler returned a bad {what}: {e}")))
+}
+
+/// A Python Arrow stream as payloads; pulled without the GIL (pyarrow takes it where its
+/// stream is backed by Python).
+fn output_of(stream: &Bound<'_, PyAny>) -> PyResult<Output> {
+    let reader = arrow::stream_from_py(stream)?;
+    let schema = arrow_array::RecordBatchReader::schema(&reader);
+    Ok(Output::new(schema, reader.map(|b| b.map(Payload::batch).map_err(Error::from))))
+}
+
+impl Handler for PyHandler {
+    fn list_flights(&self, criteria: &[u8]) -> Result<Vec<FlightInfo>> {
+        let infos = self.call(
+            "list_flights",
+            |py| (PyBytes::new(py, criteria),).into_pyobject(py),
+            |r| r.extract::<Vec<Vec<u8>>>(),
+        )?;
+        infos.iter().map(|i| decode("FlightInfo", i)).collect()
+    }
+
+    fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo> {
+        let bytes = descriptor.encode_to_vec();
+        let info = self.call(
+            "get_flight_info",
+            |py| (PyBytes::new(py, &bytes),).into_pyobject(py),
+            |r| r.extract::<Vec<u8>>(),
+        )?;
+        decode("FlightInfo", &info)
+    }
+
+    fn get_schema(&self, descriptor: &FlightDescriptor) -> Result<SchemaRef> {
+        let bytes = descriptor.encode_to_vec();
+        self.call("get_schema", |py| (PyBytes::new(py, &bytes),).into_pyobject(py), |r| arrow::schema_from_py(&r))
+    }
+
+    fn do_get(&self, ticket: &[u8]) -> Result<Output> {
+        self.call("do_get", |py| (PyBytes::new(py, ticket),).into_pyobject(py), |r| output_of(&r))
+    }
+
+    fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {
+        let (tx, rx) = sync_channel::<Result<Payload>>(QUEUE);
+        let reader = ServerReader::new(schema.clone(), Box::new(rx));
+        let dispatcher = Python::attach(|py| self.dispatcher.clone_ref(py));
+        let bytes = descriptor.encode_to_vec();
+        let call = spawn(move || {
+            Python::attach(|py| {
+                let args = (PyBytes::new(py, &bytes), reader);
+                let result = dispatcher.bind(py).call_method1("do_put", args).and_then(|r| r.extract::<Vec<Vec<u8>>>());
+                result.map(|r| r.into_iter().map(Bytes::from).collect()).map_err(|e| from_python(py, e))
+            })
+        })?;
+        Ok(Box::new(PyUpload { tx: Some(tx), call: Some(call) }))
+    }
+
+    fn do_exchange(&self, descriptor: &FlightDescriptor, input: Input) -> Result<Output> {
+        let schema = input.schema().clone();
+        let reader = ServerReader::new(schema, Box::new(Mutex::new(input)));
+        let (writer, begun) = ServerWriter::new();
+        let dispatcher = Python::attach(|py| self.dispatcher.clone_ref(py));
+        let bytes = descriptor.encode_to_vec();
+        let sink = writer.sink.clone();
+        spawn(move || {
+            let ended = Python::attach(|py| {
+                let writer = Bound::new(py, writer).map_err(|e| from_python(py, e))?;
+                let args = (PyBytes::new(py, &bytes), reader, writer.clone());
+                let result = dispatcher.bind(py).call_method1("do_exchange", args).map(drop);
+                writer.get().close();
+                result.map_err(|e| from_python(py, e))
+            });
+            if let Err(e) = ended {
+                sink.end(Err(e));
+            }
+        })?;
+        // The handler's writer.begin(schema) (or its end) says what the output is.
+        let (schema, rx) = begun.recv().map_err(|_| Error::internal("the exchange handler ended without a word"))??;
+        Ok(Output::new(schema, rx.into_iter()))
+    }
+
+    fn do_action(&self, action: &Action) -> Result<Vec<Bytes>> {
+        let results = self.call(
+            "do_action",
+            |py| (action.r#type.clone(), PyBytes::new(py, &action.body)).into_pyobject(py),
+            |r| r.extract::<Vec<Vec<u8>>>(),
+        )?;
+        Ok(results.into_iter().map(Bytes::from).collect())
+    }
+
+    fn list_actions(&self) -> Vec<ActionType> {
+        let listed = self.call(
+            "list_actions",
+            |py| Ok(pyo3::types::PyTuple::empty(py)),
+            |r| r.extract::<Vec<(String, String)>>(),
+        );
+        listed.unwrap_or_default().into_iter().map(|(r#type, description)| ActionType { r#type, description }).collect()
+    }
+}
+
+fn spawn<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<JoinHandle<T>> {
+    std::thread::Builder::new()
+        .name("wirespeed-py-call".into())
+        .spawn(work)
+        .map_err(|e| Error::internal(format!("cannot start a thread: {e}")))
+}
+
+/// An upload handed to Python's `do_put`, which reads it on its own thread.
+struct PyUpload {
+    tx: Option<SyncSender<Result<Payload>>>,
+    call: Option<JoinHandle<Result<Vec<Bytes>>>>,
+}
+
+impl PyUpload {
+    /// The handler's own error, once it stopped taking messages.
+    fn handler_result(&mut self) -> Result<Vec<Bytes>> {
+        self.tx = None;
+        match self.call.take().map(|c| c.join()) {
+            Some(Ok(result)) => result,
+            _ => Err(Error::internal("the upload handler failed")),
+        }
+    }
+}
+
+impl Upload for PyUpload {
+    fn write(&mut self, payload: Payload) -> Result<Option<Bytes>> {
+        let sent = self.tx.as_ref().map(|tx| tx.send(Ok(payload)));
+        match sent {
+            Some(Ok(())) => Ok(None),
+            // The handler returned or raised before reading everything.
+            _ => Err(self.handler_result().err().unwrap_or_else(|| Error::internal("the handler stopped reading"))),
+        }
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<Vec<Bytes>> {
+        self.handler_result()
+    }
+}
+
+impl Drop for PyUpload {
+    /// Unfinished: the handler's reader raises, so it keeps nothing of a partial upload.
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.try_send(Err(Error::status(Code::Cancelled, "the client went away mid-upload")));
+        }
+    }
+}
+
+/// Where a server reader's messages come from.
+trait Source: Send {
+    fn next(&mut self) -> Result<Option<Payload>>;
+}
+
+impl Source for Receiver<Result<Payload>> {
+    fn next(&mut self) -> Result<Option<Payload>> {
+        self.recv().ok().transpose() // a closed channel is the end of the upload
+    }
+}
+
+impl Source for Mutex<Input> {
+    fn next(&mut self) -> Result<Option<Payload>> {
+        self.get_mut().unwrap_or_else(|p| p.into_inner()).next().transpose()
+    }
+}
+
+/// What a Python handler reads a client's batches from (`do_put`, `do_exchange`).
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct ServerReader {
+    schema: SchemaRef,
+    source: Arc<Mutex<Box<dyn Source>>>,
+}
+
+impl ServerReader {
+    fn new(schema: SchemaRef, source: Box<dyn Source>) -> Self {
+        ServerReader { schema, source: Arc::new(Mutex::new(source)) }
+    }
+}
+
+#[pymethods]
+impl ServerReader {
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        arrow::schema_to_py(py, &self.schema)
+    }
+
+    /// The next message as (batch or None, app_metadata or None); None at the end.
+    fn read_chunk<'py>(&self, py: Python<'py>) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+        let source = self.source.clone();
+        let next = interruptible(py, move || source.lock().unwrap_or_else(|p| p.into_inner()).next())?
+            .map_err(errors::flight)?;
+        let Some(payload) = next else { return Ok(None) };
+        let batch = match &payload.batch {
+            Some(b) => arrow::batch_to_py(py, b)?,
+            None => py.None().into_bound(py),
+        };
+        let metadata = match payload.app_metadata.is_empty() {
+            true => py.None().into_bound(py),
+            false => PyBytes::new(py, &payload.app_metadata).into_any(),
+        };
+        Ok(Some((batch, metadata)))
+    }
+
+    /// Every remaining batch, as one pyarrow Table.
+    fn read_all<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let source = self.source.clone();
+        let batches = interruptible(py, move || {
+            let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
+            let mut batches = Vec::new();
+            while let Some(p) = source.next()? {
+                batches.extend(p.batch);
+            }
+            Ok::<_, Error>(batches)
+        })?
+        .map_err(errors::flight)?;
+        arrow::table_to_py(py, self.schema.clone(), batches)
+    }
+}
+
+type Begun = Result<(SchemaRef, Receiver<Result<Payload>>)>;
+
+/// The output half of an exchange, which the handler begins with a schema and then writes.
+struct Sink {
+    state: Mutex<SinkState>,
+}
+
+enum SinkState {
+    Waiting(SyncSender<Begun>),
+    Writing(SyncSender<Result<Payload>>),
+    Ended,
+}
+
+impl Sink {
+    fn end(&self, outcome: Result<()>) {
+        let state = std::mem::replace(&mut *self.state.lock().unwrap_or_else(|p| p.into_inner()), SinkState::Ended);
+        match (state, outcome) {
+            (SinkState::Waiting(begun), Ok(())) => {
+                let (_, rx) = sync_channel(0);
+                let _ = begun.send(Ok((Arc::new(Schema::empty()), rx)));
+            }
+            (SinkState::Waiting(begun), Err(e)) => drop(begun.send(Err(e))),
+            (SinkState::Writing(tx), Err(e)) => drop(tx.send(Err(e))),
+            _ => {}
+        }
+    }
+}
+
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct ServerWriter {
+    sink: Arc<Sink>,
+}
+
+impl ServerWriter {
+    fn new() -> (Self, Receiver<Begun>) {
+        let (tx, rx) = sync_channel(1);
+        (ServerWriter { sink: Arc::new(Sink { state: Mutex::new(SinkState::Waiting(tx)) }) }, rx)
+    }
+
+    fn send(&self, py: Python<'_>, payload: Payload) -> PyResult<()> {
+        let tx = match &*self.sink.state.lock().unwrap_or_else(|p| p.into_inner()) {
+            SinkState::Writing(tx) => tx.clone(),
+            SinkState::Waiting(_) => return Err(errors::usage("call begin(schema) before writing")),
+            SinkState::Ended => return Err(errors::usage("the exchange has ended")),
+        };
+        py.detach(|| tx.send(Ok(payload)))
+            .map_err(|_| errors::raise("wirespeed.flight", "FlightCancelledError", "the client went away"))
+    }
+}
+
+#[pymethods]
+impl ServerWriter {
+    fn begin(&self, schema: &Bound<'_, PyAny>) -> PyResult<()> {
+        let schema = arrow::schema_from_py(schema)?;
+        let mut state = self.sink.state.lock().unwrap_or_else(|p| p.into_inner());
+        let SinkState::Waiting(begun) = &*state else { return Err(errors::usage("begin() was already called")) };
+        let (tx, rx) = sync_channel(QUEUE);
+        let _ = begun.send(Ok((schema, rx)));
+        *state = SinkState::Writing(tx);
+        Ok(())
+    }
+
+    #[pyo3(signature = (batch, app_metadata=None))]
+    fn write_batch(&self, py: Python<'_>, batch: &Bound<'_, PyAny>, app_metadata: Option<Vec<u8>>) -> PyResult<()> {
+        let batch = arrow::batch_from_py(batch)?;
+        self.send(py, Payload { batch: Some(batch), app_metadata: Bytes::from(app_metadata.unwrap_or_default()) })
+    }
+
+    fn write_metadata(&self, py: Python<'_>, app_metadata: Vec<u8>) -> PyResult<()> {
+        self.send(py, Payload::metadata(app_metadata.into()))
+    }
+
+    /// Ends the output; the handler's return does it too.
+    fn close(&self) {
+        self.sink.end(Ok(()));
+    }
+}
+
+/// A running server; `shutdown` stops it.
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct FlightServer {
+    server: Mutex<Option<Server>>,
+    stopped: Arc<(Mutex<bool>, Condvar)>,
+    port: u16,
+    planes: Vec<(String, String)>,
+}
+
+#[pymethods]
+impl FlightServer {
+    #[new]
+    #[pyo3(signature = (dispatcher, listen, key=None, planes=None, password=None, handler_threads=64))]
+    fn new(
+        py: Python<'_>,
+        dispatcher: Py<PyAny>,
+        listen: String,
+        key: Option<Vec<u8>>,
+        planes: Option<Vec<String>>,
+        password: Option<String>,
+        handler_threads: usize,
+    ) -> PyResult<Self> {
+        let mut builder = Server::builder(PyHandler { dispatcher }).listen(&listen).handler_threads(handler_threads);
+        if let Some(planes) = planes {
+            let kinds = planes
+                .iter()
+                .map(|p| {
+                    p.parse::<Fabric>().map_err(|_| errors::usage(format!("unknown plane {p:?} ({})", Fabric::names())))
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            builder = builder.planes(&kinds);
+        }
+        if let Some(k) = crate::flight_client::key(key)? {
+            builder = builder.key(k);
+        }
+        if let Some(p) = password {
+            builder = builder.password(p);
+        }
+        let server = py.detach(|| builder.start()).map_err(errors::flight)?;
+        let planes = server.planes().into_iter().map(|(k, url)| (k.name().to_string(), url)).collect();
+        Ok(FlightServer {
+            port: server.addr().port(),
+            planes,
+            server: Mutex::new(Some(server)),
+            stopped: Arc::default(),
+        })
+    }
+
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The data planes served, as (name, listener URL).
+    #[getter]
+    fn planes(&self) -> Vec<(String, String)> {
+        self.planes.clone()
+    }
+
+    /// Blocks until `shutdown` (from another thread) or Ctrl-C.
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        let stopped = self.stopped.clone();
+        interruptible(py, move || {
+            let (lock, cv) = &*stopped;
+            let mut done = lock.lock().unwrap_or_else(|p| p.into_inner());
+            while !*done {
+                done = cv.wait(done).unwrap_or_else(|p| p.into_inner());
+            }
+        })
+    }
+
+    fn shutdown(&self, py: Python<'_>) {
+        let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(server));
+        let (lock, cv) = &*self.stopped;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+    }
+}

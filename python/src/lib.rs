@@ -1,0 +1,28 @@
+//! The native half of the `wirespeed` Python package. The pure-Python layer (`wirespeed/`)
+//! gives it pyarrow's shapes; this half moves the bytes, with the GIL released while it waits.
+//!
+//! - `errors`: the typed Rust errors raised as the package's exception classes.
+//! - `wait`: blocking calls that release the GIL and give way to Ctrl-C.
+//! - `arrow`: Arrow data in and out through the C data and stream interfaces (no copies).
+//! - `flight_client`, `flight_server`: Flight on every plane, as `wirespeed.flight` uses it.
+//! - `core`: connections and streams; `files`: copies and transfers of files.
+
+mod arrow;
+mod core;
+mod errors;
+mod files;
+mod flight_client;
+mod flight_server;
+mod wait;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    core::register(m)?;
+    files::register(m)?;
+    flight_client::register(m)?;
+    flight_server::register(m)?;
+    Ok(())
+}

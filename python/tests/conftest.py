@@ -1,0 +1,134 @@
+"""Fixtures for the Python package's tests: real servers (the `wirespeed` binary, pyarrow's
+and wirespeed's own Python server) and real clients."""
+
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.flight as pf
+import pytest
+
+from wirespeed import flight
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("WIRESPEED_BIN", ROOT / "target" / "debug" / "wirespeed"))
+KEY = "python test key, 0123456789"
+
+
+def table(rows=20_000, seed=0):
+    return pa.table({
+        "a": pa.array(range(seed, seed + rows), pa.int64()),
+        "s": pa.array([None if i % 11 == 0 else f"row {i}" for i in range(rows)]),
+    })
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Tables(flight.FlightServerBase):
+    """A small service over named tables, the same for wirespeed's server and pyarrow's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tables = {b"t": table(), b"small": table(100, seed=5)}
+        self.lock = threading.Lock()
+
+    def _info(self, name):
+        t = self.tables[name]
+        descriptor = pf.FlightDescriptor.for_command(name)
+        return pf.FlightInfo(t.schema, descriptor, [pf.FlightEndpoint(name, [])], t.num_rows, t.nbytes)
+
+    def list_flights(self, context, criteria):
+        return [self._info(n) for n in sorted(self.tables)]
+
+    def get_flight_info(self, context, descriptor):
+        if descriptor.command not in self.tables:
+            raise KeyError(f"no table {descriptor.command!r}")
+        return self._info(descriptor.command)
+
+    def do_get(self, context, ticket):
+        if ticket.ticket == b"boom":
+            raise RuntimeError("exploded")
+        if ticket.ticket not in self.tables:
+            raise KeyError(f"no table {ticket.ticket!r}")
+        return flight.RecordBatchStream(self.tables[ticket.ticket])
+
+    def do_put(self, context, descriptor, reader, writer):
+        got = reader.read_all()
+        with self.lock:
+            self.tables[descriptor.command] = got
+        writer.write(f"{got.num_rows} rows".encode())
+
+    def do_exchange(self, context, descriptor, reader, writer):
+        writer.begin(reader.schema)
+        for chunk in reader:
+            doubled = pa.RecordBatch.from_arrays([pc_multiply(chunk.data.column(0))], ["a"])
+            writer.write_batch(doubled)
+
+    def do_action(self, context, action):
+        if action.type == "echo":
+            return [action.body.to_pybytes()]
+        raise NotImplementedError(f"unknown action {action.type}")
+
+    def list_actions(self, context):
+        return [("echo", "returns its body")]
+
+
+def pc_multiply(col):
+    import pyarrow.compute as pc
+
+    return pc.multiply(col, 2)
+
+
+@pytest.fixture
+def py_server():
+    """wirespeed's Python server, on gRPC and the data planes."""
+    server = Tables("grpc://127.0.0.1:0", key=KEY)
+    yield server
+    server.shutdown()
+
+
+class Proc:
+    """A wirespeed process that announces its gRPC address on a line of its output."""
+
+    def __init__(self, args, pattern=r"grpc://(\S+)"):
+        self.proc = subprocess.Popen([str(BIN), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "WIRESPEED_KEY": KEY}, text=True)
+        deadline = time.time() + 30
+        self.output = []
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            m = re.search(pattern, line)
+            if m:
+                self.url = "grpc://" + m.group(1)
+                return
+        self.proc.kill()
+        raise RuntimeError("wirespeed did not start: " + "".join(self.output))
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def served(tmp_path):
+    """`wirespeed serve` over a directory holding one Arrow file."""
+    data = tmp_path / "data"
+    data.mkdir()
+    feather.write_feather(table(seed=1), data / "plain.arrow", compression="uncompressed")
+    proc = Proc(["serve", str(data), "--listen", f"127.0.0.1:{free_port()}"])
+    proc.dir = data
+    yield proc
+    proc.stop()

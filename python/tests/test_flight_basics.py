@@ -1,0 +1,28 @@
+import pyarrow as pa
+import pyarrow.flight as pf
+
+from wirespeed import flight
+from conftest import KEY, table
+
+
+def test_python_server_with_wirespeed_client_over_shm(py_server):
+    with flight.connect(py_server.location, key=KEY) as client:
+        infos = list(client.list_flights())
+        assert [i.descriptor.command for i in infos] == [b"small", b"t"]
+        info = client.get_flight_info(pf.FlightDescriptor.for_command(b"t"))
+        reader = client.do_get(info.endpoints[0].ticket)
+        assert reader.plane == "shm"
+        assert reader.read_all().equals(table())
+
+
+def test_python_server_with_pyarrow_client(py_server):
+    client = pf.connect(py_server.location)
+    info = client.get_flight_info(pf.FlightDescriptor.for_command(b"small"))
+    assert client.do_get(info.endpoints[0].ticket).read_all().equals(table(100, seed=5))
+    writer, meta = client.do_put(pf.FlightDescriptor.for_command(b"up"), table(10).schema)
+    writer.write_table(table(10))
+    writer.done_writing()
+    assert meta.read().to_pybytes() == b"10 rows"
+    writer.close()
+    assert py_server.tables[b"up"].equals(table(10))
+    assert list(client.do_action(pf.Action("echo", b"hi")))[0].body.to_pybytes() == b"hi"

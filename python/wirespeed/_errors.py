@@ -1,0 +1,52 @@
+"""The exception classes. Each carries `exit_code`, the `wirespeed` CLI's exit status for the
+same failure, and derives from the built-in class a Python caller would expect."""
+
+import builtins
+
+
+class Error(Exception):
+    """Every error wirespeed raises."""
+
+    exit_code = 1
+
+
+class UsageError(Error, ValueError):
+    """A bad argument: an unknown transport, a malformed URL, an empty key."""
+
+    exit_code = 2
+
+
+class AuthenticationError(Error, PermissionError):
+    """The peer does not hold the same key, or refused this one."""
+
+    exit_code = 3
+
+
+class ConnectionError(Error, builtins.ConnectionError):
+    """The peer is unreachable, went away, or reset the transfer."""
+
+    exit_code = 4
+
+
+class TimeoutError(Error, builtins.TimeoutError):
+    """A wait ran past its limit."""
+
+    exit_code = 4
+
+
+class ProtocolError(Error):
+    """The peer sent something malformed or speaks another version."""
+
+    exit_code = 4
+
+
+class FileError(Error, OSError):
+    """A file could not be read or written (at either end)."""
+
+    exit_code = 5
+
+
+class ChecksumError(Error):
+    """Data arrived corrupted and was not kept."""
+
+    exit_code = 6

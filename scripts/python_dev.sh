@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Puts the Python package into the repository's venv for its tests: the native module built
+# with the test profile (sharing everything `cargo test` built, where a wheel build would build
+# it all again in release), and a .pth file that makes python/ importable. Users install with
+# `pip install ./python`, which builds the wheel with maturin.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --locked --profile test -p wirespeed-python
+cp target/debug/lib_native.so python/wirespeed/_native.abi3.so
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$PWD/python" >"$site/wirespeed.pth"
