@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin
 
-.PHONY: run test bootstrap build lint unit conformance-ucx conformance-ofi interop bench-compare bench-flight fuzz
+.PHONY: run test bootstrap build lint unit conformance-ucx conformance-ofi interop python bench-compare bench-flight bench-python fuzz
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -38,7 +38,13 @@ interop: bootstrap
 conformance-ofi: bootstrap
 	WIRESPEED_OFI_RMA=off cargo test --locked -p wirespeed --test conformance ofi_
 
-test: lint unit conformance-ucx conformance-ofi interop
+# The Python package (python/), built into the venv, against the real binary and pyarrow.
+python: bootstrap
+	cargo build --locked --profile test -p wirespeed-cli
+	bash scripts/python_dev.sh
+	.venv/bin/python -m pytest -q python/tests
+
+test: lint unit conformance-ucx conformance-ofi interop python
 
 # Peers in the same run: iperf3, ucx_perftest, memcpy.
 bench-compare: build
@@ -47,6 +53,11 @@ bench-compare: build
 # Flight planes against pyarrow.flight over grpc+tcp and grpc+unix.
 bench-flight: build
 	@bash bench/flight_compare.sh
+
+# wirespeed.flight and raw streams from Python against pyarrow.flight, in turns.
+bench-python: build
+	bash scripts/python_dev.sh release
+	.venv/bin/python bench/python_compare.py
 
 # Every cargo-fuzz target for FUZZ_SECONDS each (default 60), on nightly; not part of `make test`.
 fuzz: bootstrap

@@ -3,9 +3,15 @@
 # with the test profile (sharing everything `cargo test` built, where a wheel build would build
 # it all again in release), and a .pth file that makes python/ importable. Users install with
 # `pip install ./python`, which builds the wheel with maturin.
+# With `release`, the release build (for benchmarks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --locked --profile test -p wirespeed-python
-cp target/debug/lib_native.so python/wirespeed/_native.abi3.so
+if [ "${1:-}" = release ]; then
+  cargo build --locked --release -p wirespeed-python
+  cp target/release/lib_native.so python/wirespeed/_native.abi3.so
+else
+  cargo build --locked --profile test -p wirespeed-python
+  cp target/debug/lib_native.so python/wirespeed/_native.abi3.so
+fi
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$PWD/python" >"$site/wirespeed.pth"

@@ -3,6 +3,7 @@
 //! and Arrow streams; uploads and exchanges, which Python handles as whole calls with a reader
 //! and a writer, run on a thread of their own fed through bounded channels.
 
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -15,6 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use wirespeed::Fabric;
 use wirespeed_flight::{Code, Error, Handler, Input, Output, Payload, Result, Server, Upload};
+use wirespeed_serve::DirService;
 
 use crate::arrow;
 use crate::errors;
@@ -24,6 +26,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FlightServer>()?;
     m.add_class::<ServerReader>()?;
     m.add_class::<ServerWriter>()?;
+    m.add_function(wrap_pyfunction!(serve_directory, m)?)?;
     Ok(())
 }
 
@@ -381,20 +384,18 @@ pub struct FlightServer {
     planes: Vec<(String, String)>,
 }
 
-#[pymethods]
 impl FlightServer {
-    #[new]
-    #[pyo3(signature = (dispatcher, listen, key=None, planes=None, password=None, handler_threads=64))]
-    fn new(
+    /// Starts `handler` on gRPC at `listen` and, with a key, on `planes` (default: all).
+    fn start(
         py: Python<'_>,
-        dispatcher: Py<PyAny>,
-        listen: String,
+        handler: impl Handler,
+        listen: &str,
         key: Option<Vec<u8>>,
         planes: Option<Vec<String>>,
         password: Option<String>,
         handler_threads: usize,
     ) -> PyResult<Self> {
-        let mut builder = Server::builder(PyHandler { dispatcher }).listen(&listen).handler_threads(handler_threads);
+        let mut builder = Server::builder(handler).listen(listen).handler_threads(handler_threads);
         if let Some(planes) = planes {
             let kinds = planes
                 .iter()
@@ -418,6 +419,41 @@ impl FlightServer {
             server: Mutex::new(Some(server)),
             stopped: Arc::default(),
         })
+    }
+}
+
+/// `wirespeed serve`: the Arrow and Parquet files under `root` as flights, with uploads.
+#[pyfunction]
+#[pyo3(signature = (root, listen, key=None, planes=None, password=None, handler_threads=64, cache_mb=0))]
+#[allow(clippy::too_many_arguments)]
+pub fn serve_directory(
+    py: Python<'_>,
+    root: PathBuf,
+    listen: String,
+    key: Option<Vec<u8>>,
+    planes: Option<Vec<String>>,
+    password: Option<String>,
+    handler_threads: usize,
+    cache_mb: usize,
+) -> PyResult<FlightServer> {
+    let service = DirService::new(root, cache_mb << 20).map_err(errors::flight)?;
+    FlightServer::start(py, service, &listen, key, planes, password, handler_threads)
+}
+
+#[pymethods]
+impl FlightServer {
+    #[new]
+    #[pyo3(signature = (dispatcher, listen, key=None, planes=None, password=None, handler_threads=64))]
+    fn new(
+        py: Python<'_>,
+        dispatcher: Py<PyAny>,
+        listen: String,
+        key: Option<Vec<u8>>,
+        planes: Option<Vec<String>>,
+        password: Option<String>,
+        handler_threads: usize,
+    ) -> PyResult<Self> {
+        FlightServer::start(py, PyHandler { dispatcher }, &listen, key, planes, password, handler_threads)
     }
 
     #[getter]

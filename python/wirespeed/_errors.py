@@ -50,3 +50,8 @@ class ChecksumError(Error):
     """Data arrived corrupted and was not kept."""
 
     exit_code = 6
+
+
+# Shown as wirespeed.X in tracebacks, where users catch them.
+for _class in (Error, UsageError, AuthenticationError, ConnectionError, TimeoutError, ProtocolError, FileError, ChecksumError):
+    _class.__module__ = "wirespeed"

@@ -58,8 +58,10 @@ __all__ = [
     "Result",
     "SchemaResult",
     "ServerCallContext",
+    "DirectoryServer",
     "Ticket",
     "connect",
+    "serve",
 ]
 
 Key = Union[str, bytes, None]
@@ -309,7 +311,7 @@ class _ExchangeReader(FlightStreamReader):
     def __init__(self, writer: FlightStreamWriter, box: list[Any]) -> None:
         self._writer, self._box = writer, box
 
-    @property  # type: ignore[override]
+    @property
     def _native(self) -> Any:
         if not self._box:
             raise UsageError("call writer.begin(schema) before reading an exchange")
@@ -545,7 +547,58 @@ class _Dispatcher:
         return [(a[0], a[1]) for a in self.server.list_actions(ServerCallContext())]
 
 
-class FlightServerBase:
+def _listen(location: str | Location | tuple[str, int] | None) -> str:
+    """`host:port` from a gRPC location."""
+    listen = _uri(location or "grpc://127.0.0.1:0")
+    if "://" in listen:
+        scheme, listen = listen.split("://", 1)
+        if scheme not in ("grpc", "grpc+tcp"):
+            raise UsageError(f"{scheme}://: wirespeed.flight serves grpc://host:port")
+    return listen
+
+
+class _Running:
+    """A started server: where it listens, and how to wait for it and stop it."""
+
+    _native: Any
+    _host: str
+
+    @property
+    def port(self) -> int:
+        return self._native.port
+
+    @property
+    def location(self) -> str:
+        """`grpc://host:port` for clients (127.0.0.1 for a server on every address)."""
+        host = "127.0.0.1" if self._host in ("0.0.0.0", "") else self._host
+        return f"grpc://{host}:{self.port}"
+
+    @property
+    def planes(self) -> list[tuple[str, str]]:
+        """The data planes served, as (name, listener URL)."""
+        return self._native.planes
+
+    def serve(self) -> None:
+        """Blocks until `shutdown` (from another thread) or Ctrl-C."""
+        self._native.wait()
+
+    def run(self) -> None:
+        self.serve()
+
+    def wait(self) -> None:
+        self.serve()
+
+    def shutdown(self) -> None:
+        self._native.shutdown()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+class FlightServerBase(_Running):
     """A Flight service, as `pyarrow.flight.FlightServerBase`: subclass it and override the
     calls. It serves on gRPC at `location` and, with a `key` (else WIRESPEED_KEY), on the data
     planes too (`planes`: default shm, ucx where built, tcp). Handlers run on many threads at
@@ -559,30 +612,9 @@ class FlightServerBase:
         for name, value in unsupported.items():
             if value not in (None, False):
                 raise UsageError(f"{name}: not supported by wirespeed.flight")
-        listen = _uri(location or "grpc://127.0.0.1:0")
-        if "://" in listen:
-            scheme, listen = listen.split("://", 1)
-            if scheme not in ("grpc", "grpc+tcp"):
-                raise UsageError(f"{scheme}://: wirespeed.flight serves grpc://host:port")
-        key_bytes = _key(key)
-        if key_bytes is None and os.environ.get("WIRESPEED_KEY") is None:
-            planes = []  # nothing to authenticate data planes with: gRPC only
-        self._native = _native.FlightServer(_Dispatcher(self), listen, key_bytes, planes, password, handler_threads)
+        listen = _listen(location)
+        self._native = _native.FlightServer(_Dispatcher(self), listen, _key(key), planes, password, handler_threads)
         self._host = listen.rsplit(":", 1)[0]
-
-    @property
-    def port(self) -> int:
-        return self._native.port
-
-    @property
-    def location(self) -> str:
-        host = "127.0.0.1" if self._host in ("0.0.0.0", "") else self._host
-        return f"grpc://{host}:{self.port}"
-
-    @property
-    def planes(self) -> list[tuple[str, str]]:
-        """The data planes served, as (name, listener URL)."""
-        return self._native.planes
 
     def list_flights(self, context: ServerCallContext, criteria: bytes) -> Iterable[FlightInfo]:
         return []
@@ -608,20 +640,21 @@ class FlightServerBase:
     def list_actions(self, context: ServerCallContext) -> Iterable[ActionType | tuple[str, str]]:
         return []
 
-    def serve(self) -> None:
-        """Blocks until `shutdown` (from another thread) or Ctrl-C."""
-        self._native.wait()
 
-    run = serve
-    wait = serve
+class DirectoryServer(_Running):
+    """`wirespeed serve` running in this process; see `serve`."""
 
-    def shutdown(self) -> None:
-        self._native.shutdown()
-
-    def __enter__(self) -> FlightServerBase:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+    def __init__(self, native: Any, host: str) -> None:
+        self._native, self._host = native, host
 
 
+def serve(directory: str | os.PathLike[str], location: str | Location | tuple[str, int] | None = None,
+          key: Key = None, *, planes: list[str] | None = None, password: str | None = None, cache_mb: int = 0,
+          handler_threads: int = 64) -> DirectoryServer:
+    """Serves the Arrow IPC and Parquet files under `directory` as flights (keyed by relative
+    path), as `wirespeed serve` does: uploads land whole or not at all, `cache_mb` keeps
+    decoded tables in memory. Returns the running server; `serve()` on it blocks."""
+    listen = _listen(location)
+    native = _native.serve_directory(os.fspath(directory), listen, _key(key), planes, password, handler_threads,
+                                     cache_mb)
+    return DirectoryServer(native, listen.rsplit(":", 1)[0])

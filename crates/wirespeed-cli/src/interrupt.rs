@@ -1,17 +1,12 @@
-//! SIGINT and SIGTERM end a command without leaving half-written files behind: the paths
-//! registered here are removed first, then the signal takes its usual course (so a parent sees
-//! the command killed by it). Commands that write such files call [`install`] before they start
-//! any thread.
+//! SIGINT and SIGTERM end a command without leaving half-written files behind: unfinished
+//! part files ([`wirespeed_files::part`]) are removed first, then the signal takes its usual
+//! course (so a parent sees the command killed by it). Commands that write such files call
+//! [`install`] before they start any thread.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::sys::signal::{SigSet, Signal, raise};
-use wirespeed::sync::Unpoison;
-
-static REGISTERED: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
-static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// Takes SIGINT and SIGTERM on a thread of their own. Must run before any other thread
 /// starts, so that every later thread leaves the signals to that one.
@@ -44,31 +39,10 @@ fn handle(stop: Option<Arc<AtomicBool>>) -> anyhow::Result<()> {
                 _ => break signal,
             }
         };
-        for (_, path) in lock().drain(..) {
-            let _ = std::fs::remove_file(path);
-        }
+        wirespeed_files::part::remove_unfinished();
         // Unblocked here only, so the raise ends the process the usual way.
         let _ = SigSet::from(signal).thread_unblock();
         let _ = raise(signal);
     })?;
     Ok(())
-}
-
-/// Removes `path` if the command is interrupted, until the returned guard is dropped.
-pub fn remove_on_interrupt(path: &Path) -> Registration {
-    let id = NEXT.fetch_add(1, Ordering::Relaxed);
-    lock().push((id, path.to_path_buf()));
-    Registration(id)
-}
-
-pub struct Registration(u64);
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        lock().retain(|(id, _)| *id != self.0);
-    }
-}
-
-fn lock() -> std::sync::MutexGuard<'static, Vec<(u64, PathBuf)>> {
-    REGISTERED.lock().unpoison()
 }

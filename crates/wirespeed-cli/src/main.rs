@@ -5,7 +5,6 @@ mod exit;
 mod fles;
 mod flight;
 mod interrupt;
-mod part;
 mod tools;
 
 use clap::{Parser, Subcommand};

@@ -13,6 +13,7 @@ mod exclude;
 mod link;
 mod local;
 mod open_files;
+pub mod part;
 pub mod paths;
 pub mod plane;
 pub mod progress;

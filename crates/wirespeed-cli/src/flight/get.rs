@@ -13,7 +13,7 @@ use clap::Args;
 use parquet::arrow::ArrowWriter;
 use wirespeed_flight::{Client, Fabric, FlightDescriptor, Transport};
 
-use crate::part::PartFile;
+use wirespeed_files::part::PartFile;
 
 #[derive(Args, Debug)]
 pub struct GetArgs {

@@ -1,11 +1,7 @@
 //! Arrow Flight from the command line: `serve DIR` and `get URL PATH`.
 
-pub mod cache;
-pub mod dir;
-mod format;
 pub mod get;
 pub mod serve;
-pub mod upload;
 
 use std::path::Path;
 

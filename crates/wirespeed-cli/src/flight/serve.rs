@@ -10,7 +10,7 @@ use clap::Args;
 use wirespeed::Key;
 use wirespeed_flight::{Calls, Fabric, Limits, Server};
 
-use super::dir::DirService;
+use wirespeed_serve::DirService;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {

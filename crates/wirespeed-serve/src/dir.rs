@@ -15,9 +15,9 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use wirespeed_files::paths::join_under;
 use wirespeed_flight::{Error, Handler, Output, Payload, Result, Upload};
 
-use super::cache::{Batches, Stamp, Table, TableCache};
-use super::format::{Format, format_of, io_error};
-use super::upload::DirUpload;
+use crate::cache::{Batches, Stamp, Table, TableCache};
+use crate::format::{Format, format_of, io_error};
+use crate::upload::DirUpload;
 
 pub struct DirService {
     root: PathBuf,
@@ -50,10 +50,12 @@ fn open(path: &Path, name: &str) -> Result<(SchemaRef, Batches, Option<i64>)> {
 
 impl DirService {
     /// Serves `root`, keeping up to `cache_bytes` of decoded tables in memory (0: none).
-    pub fn new(root: PathBuf, cache_bytes: usize) -> anyhow::Result<Self> {
-        anyhow::ensure!(root.is_dir(), "{} is not a directory", root.display());
+    pub fn new(root: PathBuf, cache_bytes: usize) -> Result<Self> {
+        if !root.is_dir() {
+            return Err(Error::invalid_argument(format!("{} is not a directory", root.display())));
+        }
         // What uploads cut short by a killed server left (live ones are locked).
-        crate::part::sweep_uploads(&root, std::time::Duration::from_secs(10));
+        wirespeed_files::part::sweep_uploads(&root, std::time::Duration::from_secs(10));
         Ok(DirService { root, cache: (cache_bytes > 0).then(|| Arc::new(TableCache::new(cache_bytes))) })
     }
 

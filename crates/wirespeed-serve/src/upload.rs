@@ -13,8 +13,8 @@ use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
 use wirespeed_flight::{Error, Payload, Result, Upload};
 
-use super::format::{Format, io_error};
-use crate::part::PartFile;
+use crate::format::{Format, io_error};
+use wirespeed_files::part::PartFile;
 
 pub struct DirUpload {
     name: String,

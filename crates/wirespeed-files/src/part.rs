@@ -1,16 +1,18 @@
 //! Files written under a hidden name and renamed into place only once complete, so that nothing
 //! half-written ever looks complete. A part file is locked while it is written: another writer
 //! of the same name finds it busy, and a sweep tells a live part from one a killed process left.
-//! An unfinished part is removed when dropped, and on SIGINT or SIGTERM (see [`crate::interrupt`]).
+//! An unfinished part is removed when dropped, and by [`remove_unfinished`], which a program's
+//! SIGINT and SIGTERM handler calls before it ends.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crate::interrupt::{Registration, remove_on_interrupt};
+use wirespeed::sync::Unpoison;
 
 /// What an upload's part name ends in before its unique tag.
 const UPLOAD_TAG: &str = ".wirespeed-upload-";
@@ -26,7 +28,7 @@ impl PartFile {
     /// `.NAME.wirespeed-part` beside `dest`: one per destination, so the next writer replaces
     /// what a killed one left; a live writer holds it, and a second fails with `WouldBlock`.
     pub fn create(dest: &Path) -> std::io::Result<(PartFile, File)> {
-        let part = wirespeed_files::paths::part_path(dest);
+        let part = crate::paths::part_path(dest);
         let file = OpenOptions::new().write(true).create(true).truncate(false).open(&part)?;
         lock(&file)?;
         let part = PartFile::new(part, dest);
@@ -112,6 +114,33 @@ fn stale(path: &Path, age: Duration) -> bool {
         .and_then(|m| m.modified())
         .is_ok_and(|t| SystemTime::now().duration_since(t).is_ok_and(|d| d >= age));
     old && File::open(path).is_ok_and(|f| f.try_lock().is_ok())
+}
+
+/// The unfinished parts of this process, for [`remove_unfinished`].
+static UNFINISHED: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// Removes every part this process has not finished: for a signal handler, just before the
+/// process ends, so that nothing half-written is left behind.
+pub fn remove_unfinished() {
+    for (_, path) in UNFINISHED.lock().unpoison().drain(..) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn remove_on_interrupt(path: &Path) -> Registration {
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    UNFINISHED.lock().unpoison().push((id, path.to_path_buf()));
+    Registration(id)
+}
+
+/// Keeps a part on the list of unfinished ones until dropped.
+struct Registration(u64);
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        UNFINISHED.lock().unpoison().retain(|(id, _)| *id != self.0);
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,65 @@
+"""Files from Python: local copies and transfers, with the CLI's error classes."""
+
+import os
+import threading
+
+import pytest
+
+import wirespeed
+from conftest import KEY
+
+
+def tree(root):
+    (root / "sub").mkdir(parents=True)
+    (root / "a.bin").write_bytes(os.urandom(3 << 20))
+    (root / "sub" / "b.txt").write_text("hello\n")
+    (root / "skip.tmp").write_text("left out")
+
+
+def test_cp_a_tree_with_progress(tmp_path):
+    tree(tmp_path / "src")
+    seen = []
+    summary = wirespeed.cp(tmp_path / "src", tmp_path / "dst", recursive=True, exclude=["*.tmp"],
+                           progress=lambda b, total, files: seen.append((b, total, files)))
+    assert (tmp_path / "dst" / "a.bin").read_bytes() == (tmp_path / "src" / "a.bin").read_bytes()
+    assert (tmp_path / "dst" / "sub" / "b.txt").read_text() == "hello\n"
+    assert not (tmp_path / "dst" / "skip.tmp").exists()
+    assert summary["files"] == 2 and summary["bytes"] == (3 << 20) + 6
+    assert seen and seen[-1][0] == summary["bytes"]
+
+
+def test_cp_errors(tmp_path):
+    with pytest.raises(wirespeed.FileError) as e:
+        wirespeed.cp(tmp_path / "missing", tmp_path / "x")
+    assert e.value.exit_code == 5 and isinstance(e.value, OSError)
+    (tmp_path / "d").mkdir()
+    with pytest.raises(wirespeed.Error):
+        wirespeed.cp(tmp_path / "d", tmp_path / "x")  # a directory without recursive
+    with pytest.raises(wirespeed.UsageError):
+        wirespeed.cp(tmp_path / "d", "host:/elsewhere", recursive=True)
+    with pytest.raises(wirespeed.UsageError):
+        wirespeed.cp(tmp_path / "d", tmp_path / "x", transport="pigeon")
+
+
+def test_send_files_to_a_receiver(tmp_path):
+    tree(tmp_path / "src")
+    receiver = wirespeed.Receiver("127.0.0.1:0", key=KEY)
+    got = {}
+    t = threading.Thread(target=lambda: got.update(receiver.receive(tmp_path / "dst", timeout=30)))
+    t.start()
+    sent = wirespeed.send_files(f"127.0.0.1:{receiver.port}", tmp_path / "src", key=KEY, recursive=True)
+    t.join()
+    assert sent["files"] == got["files"] == 3
+    assert (tmp_path / "dst" / "a.bin").read_bytes() == (tmp_path / "src" / "a.bin").read_bytes()
+
+
+def test_send_with_a_wrong_key_and_a_receiver_that_waits_in_vain(tmp_path):
+    (tmp_path / "f").write_text("x")
+    receiver = wirespeed.Receiver("127.0.0.1:0", key=KEY)
+    with pytest.raises(wirespeed.AuthenticationError):
+        wirespeed.send_files(f"127.0.0.1:{receiver.port}", tmp_path / "f", key="wrong")
+    with pytest.raises(wirespeed.AuthenticationError, match="rejected a client"):
+        receiver.receive(tmp_path / "out", timeout=0.3)  # names whom it turned away
+    with pytest.raises(wirespeed.TimeoutError):
+        wirespeed.Receiver("127.0.0.1:0", key=KEY).receive(tmp_path / "out", timeout=0.3)
+    assert not (tmp_path / "out").exists()

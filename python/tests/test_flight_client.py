@@ -1,0 +1,200 @@
+"""wirespeed.flight's client against every kind of server: wirespeed's Python server,
+`wirespeed serve`, and pyarrow's own Flight server."""
+
+import gc
+import threading
+
+import pyarrow as pa
+import pyarrow.flight as pf
+import pytest
+
+import wirespeed
+from wirespeed import flight
+from conftest import KEY, Proc, free_port, table
+
+
+class PyarrowTables(pf.FlightServerBase):
+    """The same service in pyarrow, as a foreign server."""
+
+    def __init__(self):
+        super().__init__("grpc://127.0.0.1:0")
+        self.tables = {b"t": table()}
+
+    def get_flight_info(self, context, descriptor):
+        t = self.tables[descriptor.command]
+        return pf.FlightInfo(t.schema, descriptor, [pf.FlightEndpoint(descriptor.command, [])], t.num_rows, t.nbytes)
+
+    def do_get(self, context, ticket):
+        if ticket.ticket not in self.tables:
+            raise KeyError("no such table")
+        return pf.RecordBatchStream(self.tables[ticket.ticket])
+
+    def do_put(self, context, descriptor, reader, writer):
+        self.tables[descriptor.command] = reader.read_all()
+        writer.write(b"stored")
+
+    def do_exchange(self, context, descriptor, reader, writer):
+        writer.begin(reader.schema)
+        for chunk in reader:
+            writer.write_batch(chunk.data)
+
+    def do_action(self, context, action):
+        return [pf.Result(action.body)]
+
+    def list_actions(self, context):
+        return [("echo", "its body")]
+
+
+@pytest.fixture
+def pyarrow_server():
+    server = PyarrowTables()
+    yield server
+    server.shutdown()
+
+
+@pytest.mark.parametrize("transport,plane", [("auto", "shm"), ("tcp", "tcp"), ("grpc", "grpc")])
+def test_every_method_on_every_plane(py_server, transport, plane):
+    client = flight.connect(py_server.location, key=KEY, transport=transport)
+    descriptor = pf.FlightDescriptor.for_command(b"t")
+    assert client.get_schema(descriptor).schema == table().schema
+    info = client.get_flight_info(descriptor)
+    assert info.total_records == 20_000
+
+    reader = client.do_get(info.endpoints[0])  # an endpoint, as well as a ticket
+    assert reader.plane == plane and reader.schema == table().schema
+    chunks = list(reader)
+    assert pa.Table.from_batches([c.data for c in chunks]).equals(table())
+
+    writer, results = client.do_put(pf.FlightDescriptor.for_command(b"new"), table(500).schema)
+    assert writer.plane == plane
+    writer.write_table(table(500), max_chunksize=100)
+    writer.write_batch(table(7).to_batches()[0])
+    writer.done_writing()
+    assert results.read().to_pybytes() == b"507 rows"
+    assert results.read() is None
+    writer.close()
+    assert client.do_get(pf.Ticket(b"new")).read_all().num_rows == 507
+
+    writer, reader = client.do_exchange(pf.FlightDescriptor.for_command(b"x"))
+    writer.begin(pa.schema([("a", pa.int64())]))
+    writer.write_batch(pa.record_batch([pa.array([1, 2, 3])], names=["a"]))
+    writer.done_writing()
+    assert reader.read_all().column(0).to_pylist() == [2, 4, 6]
+
+    assert [r.body.to_pybytes() for r in client.do_action(("echo", b"ping"))] == [b"ping"]
+    assert any(a.type == "echo" for a in client.list_actions())
+    client.close()
+    with pytest.raises(flight.FlightError):
+        client.list_actions()
+
+
+def test_against_pyarrow_server_over_grpc(pyarrow_server):
+    """A server that is not wirespeed's: everything on gRPC, even with a key."""
+    with flight.connect(f"grpc://127.0.0.1:{pyarrow_server.port}", key=KEY) as client:
+        info = client.get_flight_info(pf.FlightDescriptor.for_command(b"t"))
+        reader = client.do_get(info.endpoints[0].ticket)
+        assert reader.plane == "grpc"
+        assert reader.read_all().equals(table())
+        writer, results = client.do_put(pf.FlightDescriptor.for_command(b"u"), table(10).schema)
+        writer.write_table(table(10))
+        writer.close()
+        assert results.read().to_pybytes() == b"stored"
+        assert pyarrow_server.tables[b"u"].equals(table(10))
+        writer, reader = client.do_exchange(pf.FlightDescriptor.for_command(b"e"))
+        writer.begin(table(5).schema)
+        writer.write_table(table(5))
+        writer.done_writing()
+        assert reader.read_all().equals(table(5))
+        assert list(client.do_action(pf.Action("echo", b"b")))[0].body.to_pybytes() == b"b"
+        assert client.list_actions()[0].type == "echo"
+        with pytest.raises(flight.FlightNotFoundError):
+            client.do_get(pf.Ticket(b"nope")).read_all()
+
+
+def test_against_wirespeed_serve(served):
+    with flight.connect(served.url, key=KEY) as client:
+        info = next(client.list_flights())
+        reader = client.do_get(info.endpoints[0].ticket)  # a bare ticket, remembered endpoint
+        assert reader.plane == "shm"
+        assert reader.read_all().equals(table(seed=1))
+        # A ticket never seen in a FlightInfo: the server is asked for its planes.
+        fresh = flight.connect(served.url, key=KEY)
+        assert fresh.do_get(info.endpoints[0].ticket).plane == "shm"
+
+
+def test_errors_raise_the_right_classes(py_server, served):
+    client = flight.connect(py_server.location, key=KEY)
+    with pytest.raises(flight.FlightNotFoundError) as e:
+        client.get_flight_info(pf.FlightDescriptor.for_command(b"missing"))
+    assert isinstance(e.value, pa.ArrowKeyError) and isinstance(e.value, wirespeed.Error)
+    with pytest.raises(flight.FlightInternalError, match="exploded"):
+        client.do_get(pf.Ticket(b"boom")).read_all()
+    with pytest.raises(flight.FlightNotImplementedError):
+        list(client.do_action("nothing"))
+    # A wrong key: the data plane refuses it; the client does not fall back silently.
+    wrong = flight.connect(served.url, key="not the key", transport="shm")
+    with pytest.raises(flight.FlightUnauthenticatedError) as e:
+        wrong.do_get(next(wrong.list_flights()).endpoints[0].ticket)
+    assert isinstance(e.value, pf.FlightUnauthenticatedError) and e.value.exit_code == 3
+    # The server gone.
+    port = free_port()
+    with pytest.raises(flight.FlightUnavailableError) as e:
+        flight.connect(f"grpc://127.0.0.1:{port}").list_actions()
+    assert isinstance(e.value, wirespeed.ConnectionError)
+    with pytest.raises(wirespeed.UsageError):
+        flight.connect(py_server.location, transport="carrier-pigeon")
+
+
+def test_server_gone_mid_stream(tmp_path):
+    """The server killed while a client reads: the read fails with a Flight error, not a hang."""
+    import pyarrow.feather as feather
+
+    data = tmp_path / "d"
+    data.mkdir()
+    feather.write_feather(table(400_000), data / "big.arrow", compression="uncompressed", chunksize=1000)
+    proc = Proc(["serve", str(data), "--listen", f"127.0.0.1:{free_port()}"])
+    client = flight.connect(proc.url, key=KEY)
+    reader = client.do_get(next(client.list_flights()).endpoints[0].ticket)
+    reader.read_chunk()
+    proc.stop()
+    with pytest.raises(flight.FlightError):
+        reader.read_all()
+
+
+def test_a_shm_batch_is_not_copied_and_is_released(served):
+    """The batch's buffers lie in the shared mapping; dropping the table lets it go."""
+    client = flight.connect(served.url, key=KEY)
+    table_ = client.do_get(next(client.list_flights()).endpoints[0].ticket).read_all()
+    address = table_.column("a").chunks[0].buffers()[1].address
+    maps = [line.split() for line in open("/proc/self/maps")]
+    holder = [m for m in maps if int(m[0].split("-")[0], 16) <= address < int(m[0].split("-")[1], 16)]
+    assert holder and "memfd:wirespeed" in " ".join(holder[0][5:]), holder
+    pool_before = pa.total_allocated_bytes()
+    del table_
+    gc.collect()
+    assert pa.total_allocated_bytes() <= pool_before
+
+
+def test_many_clients_at_once(py_server):
+    errors = []
+
+    def one():
+        try:
+            c = flight.connect(py_server.location, key=KEY)
+            for _ in range(5):
+                assert c.do_get(pf.Ticket(b"small")).read_all().num_rows == 100
+            c.close()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors, errors
+
+
+def test_arrow_c_stream_consumers(py_server):
+    client = flight.connect(py_server.location, key=KEY)
+    assert pa.table(client.do_get(pf.Ticket(b"t"))).equals(table())
+    reader = client.do_get(pf.Ticket(b"t")).to_reader()
+    assert isinstance(reader, pa.RecordBatchReader) and reader.read_all().equals(table())

@@ -1,0 +1,49 @@
+"""`wirespeed.flight.serve`: the `wirespeed serve` service from Python, for any client."""
+
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.flight as pf
+import pytest
+
+from wirespeed import flight
+from conftest import KEY, table
+
+
+@pytest.fixture
+def directory(tmp_path):
+    feather.write_feather(table(seed=3), tmp_path / "t.arrow", compression="uncompressed")
+    return tmp_path
+
+
+def test_serve_a_directory_to_pyarrow_and_wirespeed_clients(directory):
+    with flight.serve(directory, key=KEY) as server:
+        assert {name for name, _ in server.planes} >= {"shm", "tcp"}
+        theirs = pf.connect(server.location)
+        info = theirs.get_flight_info(pf.FlightDescriptor.for_path("t.arrow"))
+        assert theirs.do_get(info.endpoints[0].ticket).read_all().equals(table(seed=3))
+        ours = flight.connect(server.location, key=KEY)
+        reader = ours.do_get(info.endpoints[0].ticket)
+        assert reader.plane == "shm" and reader.read_all().equals(table(seed=3))
+        writer, results = ours.do_put(pf.FlightDescriptor.for_path("up.parquet"), table(9).schema)
+        writer.write_table(table(9))
+        writer.close()
+        assert b'"rows":9' in results.read().to_pybytes()
+        assert ours.do_get(ours.get_flight_info(pf.FlightDescriptor.for_path("up.parquet")).endpoints[0]).read_all().num_rows == 9
+        assert (directory / "up.parquet").exists()
+
+
+def test_serve_with_a_password(directory):
+    with flight.serve(directory, password="sesame") as server:
+        client = flight.connect(server.location)
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            client.get_flight_info(pf.FlightDescriptor.for_path("t.arrow"))
+        header = client.authenticate_basic_token("user", "sesame")
+        assert header[0] == b"authorization" and header[1].startswith(b"Bearer ")
+        assert client.get_flight_info(pf.FlightDescriptor.for_path("t.arrow")).total_records == 20_000
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            flight.connect(server.location).authenticate_basic_token("user", "wrong")
+
+
+def test_serve_refuses_what_is_not_a_directory(tmp_path):
+    with pytest.raises(flight.FlightInvalidArgumentError, match="not a directory"):
+        flight.serve(tmp_path / "missing")
