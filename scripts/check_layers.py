@@ -10,7 +10,7 @@ import sys
 
 MAX_LINES = 600
 bad = []
-for crate in sorted(glob.glob("crates/*/src")):
+for crate in sorted(glob.glob("crates/*/src") + ["python/src"]):
     files = glob.glob(crate + "/**/*.rs", recursive=True)
 
     def module(f):

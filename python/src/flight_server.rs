@@ -27,6 +27,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ServerReader>()?;
     m.add_class::<ServerWriter>()?;
     m.add_function(wrap_pyfunction!(serve_directory, m)?)?;
+    m.add_function(wrap_pyfunction!(share_table, m)?)?;
     Ok(())
 }
 
@@ -420,6 +421,17 @@ impl FlightServer {
             stopped: Arc::default(),
         })
     }
+}
+
+/// The batches of `data` (a Table or any Arrow stream) copied once into one sealed shared
+/// region: served over the shm plane, clients on this host map them and nobody copies again.
+#[pyfunction]
+pub fn share_table<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let stream = arrow::stream_from_py(data)?;
+    let schema = arrow_array::RecordBatchReader::schema(&stream);
+    let batches = stream.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| errors::usage(e.to_string()))?;
+    let shared = py.detach(|| wirespeed_flight::share_all(&batches)).map_err(errors::flight)?;
+    arrow::table_to_py(py, schema, shared)
 }
 
 /// `wirespeed serve`: the Arrow and Parquet files under `root` as flights, with uploads.

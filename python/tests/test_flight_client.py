@@ -198,3 +198,17 @@ def test_arrow_c_stream_consumers(py_server):
     assert pa.table(client.do_get(pf.Ticket(b"t"))).equals(table())
     reader = client.do_get(pf.Ticket(b"t")).to_reader()
     assert isinstance(reader, pa.RecordBatchReader) and reader.read_all().equals(table())
+
+
+def test_a_shared_table_is_mapped_not_sent(py_server):
+    """flight.share: the server's table in sealed memory; the client's batches lie in it."""
+    py_server.tables[b"shared"] = flight.share(table(100_000))
+    client = flight.connect(py_server.location, key=KEY)
+    got = client.do_get(pf.Ticket(b"shared")).read_all()
+    assert got.equals(table(100_000))
+    address = got.column("a").chunks[0].buffers()[1].address
+    maps = [line.split() for line in open("/proc/self/maps")]
+    holder = [m for m in maps if int(m[0].split("-")[0], 16) <= address < int(m[0].split("-")[1], 16)]
+    assert holder and "memfd:wirespeed-sealed" in " ".join(holder[0][5:]), holder
+    # Over tcp the same table travels as bytes.
+    assert flight.connect(py_server.location, key=KEY, transport="tcp").do_get(pf.Ticket(b"shared")).read_all().equals(got)

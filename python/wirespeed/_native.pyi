@@ -27,6 +27,7 @@ __all__ = [
     "listen",
     "send_files",
     "serve_directory",
+    "share_table",
 ]
 
 _Progress = Callable[[int, int, int], object]
@@ -179,3 +180,5 @@ def serve_directory(
     handler_threads: int = 64,
     cache_mb: int = 0,
 ) -> FlightServer: ...
+
+def share_table(data: Any) -> pa.Table: ...

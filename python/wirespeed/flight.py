@@ -62,6 +62,7 @@ __all__ = [
     "Ticket",
     "connect",
     "serve",
+    "share",
 ]
 
 Key = Union[str, bytes, None]
@@ -442,6 +443,14 @@ class GeneratorStream:
     def __arrow_c_stream__(self, requested_schema: object = None) -> object:
         reader = pa.RecordBatchReader.from_batches(self.schema, self._batches())
         return reader.__arrow_c_stream__(requested_schema)
+
+
+def share(data: Any) -> pa.Table:
+    """`data` (a Table, RecordBatchReader or any Arrow stream) copied once into sealed shared
+    memory. A table a server keeps and serves many times belongs there: sent over the shm plane
+    it travels as a reference, and clients on this host map it instead of receiving a copy
+    (other planes send the bytes as usual). The memory is read-only for good."""
+    return _native.share_table(data)
 
 
 class ServerCallContext:

@@ -24,19 +24,24 @@ impl Mapping {
     /// Maps `len` bytes of `fd` from `offset` (a multiple of the page size), readable and
     /// writable. The caller checked the file's size.
     pub fn shared(fd: impl AsFd, offset: usize, len: usize) -> Result<Self> {
-        Self::map(fd, offset, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)
+        Self::map(fd, offset, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED)
+    }
+
+    /// As [`Mapping::shared`], with the page tables built at once (the file's pages exist).
+    pub fn shared_populated(fd: impl AsFd, offset: usize, len: usize) -> Result<Self> {
+        let flags = MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE;
+        Self::map(fd, offset, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, flags)
     }
 
     /// Maps the first `len` bytes of `fd` read-only.
     pub fn read_only(fd: impl AsFd, len: usize) -> Result<Self> {
-        Self::map(fd, 0, len, ProtFlags::PROT_READ)
+        Self::map(fd, 0, len, ProtFlags::PROT_READ, MapFlags::MAP_SHARED)
     }
 
-    fn map(fd: impl AsFd, offset: usize, len: usize, prot: ProtFlags) -> Result<Self> {
+    fn map(fd: impl AsFd, offset: usize, len: usize, prot: ProtFlags, flags: MapFlags) -> Result<Self> {
         let size = NonZeroUsize::new(len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         // SAFETY: a fresh shared mapping of a file the caller holds.
-        let ptr =
-            unsafe { mmap(None, size, prot, MapFlags::MAP_SHARED, fd, offset as i64) }.map_err(io::Error::from)?;
+        let ptr = unsafe { mmap(None, size, prot, flags, fd, offset as i64) }.map_err(io::Error::from)?;
         Ok(Mapping { ptr: ptr.cast(), len })
     }
 

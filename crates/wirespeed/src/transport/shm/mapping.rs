@@ -6,7 +6,9 @@
 //! receiver copies the frames still lent out to private pages, puts those pages at the very same
 //! addresses with `mremap` (the views stay valid and unchanged), maps the ring afresh elsewhere,
 //! and gives the ring space back. The application's held bytes are copied once, as they would
-//! have been without zero copy.
+//! have been without zero copy. The private pages are asked for as transparent huge pages:
+//! keeping a 1.28 GB table over shm went from 330,000 page faults to 21,000, and from 0.75 to
+//! 1.1 GB/s here (bench/python_compare.py).
 
 use std::io;
 use std::num::NonZeroUsize;
@@ -15,6 +17,8 @@ use std::ptr::NonNull;
 use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags, madvise, mmap_anonymous, munmap};
 
 use crate::error::Result;
+
+const HUGE_PAGE: usize = 2 << 20;
 
 /// Private pages put in place by [`privatize`]. Dropping this frees their memory (the range
 /// stays mapped, reading zeros, until its mapping goes), so only drop it once nothing reads
@@ -43,11 +47,24 @@ impl Drop for Privatized {
 /// # Safety
 /// `at..at + len` must be mapped, page aligned, and owned by a mapping that stays alive.
 pub unsafe fn privatize(at: NonNull<u8>, len: usize, held: &[(usize, usize)]) -> Result<Privatized> {
-    let size = NonZeroUsize::new(len).expect("non-zero");
+    // Room to start the copy on a huge-page boundary: faulting 4 KiB pages one at a time costs
+    // several times the copy itself on a VM, while huge pages are zeroed in bulk.
+    let size = NonZeroUsize::new(len + HUGE_PAGE).expect("non-zero");
     // SAFETY: a fresh private anonymous mapping.
-    let copy =
+    let area =
         unsafe { mmap_anonymous(None, size, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE) }
             .map_err(io::Error::from)?;
+    let head = (HUGE_PAGE - area.as_ptr() as usize % HUGE_PAGE) % HUGE_PAGE;
+    // SAFETY: `head + len` lies inside the area; the slack around the copy is ours to give back.
+    let copy = unsafe {
+        let copy = area.byte_add(head);
+        let _ = madvise(copy, len, MmapAdvise::MADV_HUGEPAGE);
+        if head > 0 {
+            let _ = munmap(area, head);
+        }
+        let _ = munmap(copy.byte_add(len), HUGE_PAGE - head);
+        copy
+    };
     for &(start, end) in held {
         // SAFETY: both ranges lie inside `len` bytes of their mappings (the caller's contract).
         unsafe {

@@ -137,7 +137,7 @@ impl ShmRx {
     /// [`mapping`]), continues on a fresh mapping of the ring, and frees the ring.
     pub(super) fn evacuate(&mut self) -> Result<()> {
         let cap = self.ring.cap() as usize;
-        let fresh = Mapping::shared(&self.memfd, self.rx_offset, cap)?;
+        let fresh = Mapping::shared_populated(&self.memfd, self.rx_offset, cap)?;
         let held = self.lender.held();
         let old = NonNull::new(self.ring.data_ptr(0)).expect("mapped memory");
         // SAFETY: the data area is page aligned and owned by a mapping the lender keeps alive;

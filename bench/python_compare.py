@@ -1,0 +1,182 @@
+"""wirespeed's Python package against pyarrow.flight, in turns on this machine (issue 47).
+
+1. `do_get(...).read_all()` of 128 KiB batches (4 int64 columns): wirespeed.flight over the
+   shm and tcp planes, served by `wirespeed bench flight-server`, against pyarrow.flight over
+   grpc+unix and grpc+tcp, served by pyarrow (bench/flight_perf_pyarrow.py, C++ streaming one
+   prepared batch over and over).
+2. The same with the server in Python: the same PerfServer class, subclassing
+   wirespeed.flight.FlightServerBase instead of pyarrow's, read over shm; then with the
+   server's table in sealed shared memory (`flight.share`, once, untimed), which the client
+   maps instead of receiving.
+3. A 1 GiB `bytes` object sent and received as a memoryview over shm, between two Python
+   processes, against `wirespeed bench raw --transport shm --size 1 GiB`.
+
+Medians of RUNS rounds (default 3), each running every case once. Env: RUNS, BYTES per DoGet
+(default 1.28 GB), WS (the wirespeed binary, default target/release/wirespeed).
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.flight as pf
+
+import wirespeed
+from wirespeed import flight
+
+ROOT = Path(__file__).resolve().parents[1]
+WS = os.environ.get("WS", str(ROOT / "target" / "release" / "wirespeed"))
+RUNS = int(os.environ.get("RUNS", "3"))
+BYTES = int(os.environ.get("BYTES", "1280000000"))
+PER_BATCH = 4096  # rows: 128 KiB of 4 int64 columns
+KEY = "python bench key"
+GIB = 1 << 30
+RAW_COUNT = 8
+
+PY_SERVER = """
+import json, sys
+sys.path.insert(0, {bench!r})
+import flight_perf_pyarrow as perf
+import pyarrow as pa
+from wirespeed import flight
+
+class PerfServer(flight.FlightServerBase):  # as pyarrow's PerfServer, line for line
+    get_flight_info = perf.PerfServer.get_flight_info
+    shared = {{}}
+
+    def do_get(self, context, ticket):
+        spec = json.loads(ticket.ticket)
+        full = perf.batch(spec["per_batch"])
+        whole, rest = divmod(spec["records"], spec["per_batch"])
+        batches = [full] * whole + ([full.slice(0, rest)] if rest else [])
+        table = pa.Table.from_batches(batches, full.schema)
+        if spec.get("shared"):  # a table the server keeps, in sealed shared memory
+            if ticket.ticket not in self.shared:
+                self.shared[ticket.ticket] = flight.share(table)
+            table = self.shared[ticket.ticket]
+        return flight.RecordBatchStream(table)
+
+server = PerfServer("grpc://127.0.0.1:0", key={key!r})
+print(server.location, flush=True)
+server.serve()
+"""
+
+RAW_RECEIVER = """
+import sys, wirespeed
+listener = wirespeed.listen(sys.argv[1], key={key!r})
+print(listener.url, flush=True)
+conn = listener.accept()
+stream = conn.accept_stream()
+got = 0
+while (message := stream.recv()) is not None:
+    view = memoryview(message[1])
+    got += view.nbytes
+    del view, message
+stream.send(str(got).encode())
+stream.finish()
+"""
+
+
+def start(args, env=None):
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    return proc, proc.stdout.readline().strip()
+
+
+def ticket(shared=False):
+    spec = {"records": BYTES // 32, "per_batch": PER_BATCH}
+    return pf.Ticket(json.dumps({**spec, "shared": True} if shared else spec).encode())
+
+
+def timed_read(read):
+    start = time.perf_counter()
+    table = read()
+    seconds = time.perf_counter() - start
+    assert table.num_rows == BYTES // 32, table.num_rows
+    return BYTES / seconds / 1e9
+
+
+def raw_python():
+    """GB/s of RAW_COUNT 1 GiB messages from a bytes object, received as memoryviews."""
+    receiver, url = start([sys.executable, "-c", RAW_RECEIVER.format(key=KEY), "shm://@wirespeed-bench-py"])
+    body = os.urandom(1 << 20) * 1024  # 1 GiB of bytes
+    conn = wirespeed.connect(url, key=KEY, timeout=120)
+    stream = conn.open_stream()
+    start_ = time.perf_counter()
+    for _ in range(RAW_COUNT):
+        stream.send(body)
+    stream.finish()
+    _, reply = stream.recv()
+    seconds = time.perf_counter() - start_
+    assert int(bytes(reply)) == RAW_COUNT * GIB
+    conn.close()
+    receiver.wait(timeout=60)
+    return RAW_COUNT * GIB / seconds / 1e9
+
+
+def raw_rust():
+    out = subprocess.run([WS, "bench", "raw", "--transport", "shm", "--size", str(GIB), "--count", str(RAW_COUNT),
+                          "--json"], capture_output=True, text=True, check=True, env={**os.environ, "WIRESPEED_KEY": KEY})
+    return json.loads(out.stdout)["mb_per_s"] / 1e3
+
+
+def main():
+    bench = str(ROOT / "bench")
+    work = tempfile.mkdtemp()
+    port = 40000 + os.getpid() % 20000
+    procs = [
+        start([sys.executable, f"{bench}/flight_perf_pyarrow.py", "serve", f"grpc+tcp://127.0.0.1:{port}"])[0],
+        start([sys.executable, f"{bench}/flight_perf_pyarrow.py", "serve", f"grpc+unix://{work}/f.sock"])[0],
+    ]
+    rust, _ = start([WS, "bench", "flight-server", "--listen", f"127.0.0.1:{port + 1}"], env={"WIRESPEED_KEY": KEY})
+    py_ours, py_location = start([sys.executable, "-c", PY_SERVER.format(bench=bench, key=KEY)])
+    procs += [rust, py_ours]
+    time.sleep(2)
+    pa_tcp = pf.connect(f"grpc+tcp://127.0.0.1:{port}")
+    pa_unix = pf.connect(f"grpc+unix://{work}/f.sock")
+    ws_shm = flight.connect(f"grpc://127.0.0.1:{port + 1}", key=KEY, transport="shm")
+    ws_tcp = flight.connect(f"grpc://127.0.0.1:{port + 1}", key=KEY, transport="tcp")
+    ws_py = flight.connect(py_location, key=KEY, transport="shm")
+    cases = {
+        "pyarrow grpc+tcp": lambda: timed_read(lambda: pa_tcp.do_get(ticket()).read_all()),
+        "pyarrow grpc+unix": lambda: timed_read(lambda: pa_unix.do_get(ticket()).read_all()),
+        "wirespeed tcp": lambda: timed_read(lambda: ws_tcp.do_get(ticket()).read_all()),
+        "wirespeed shm": lambda: timed_read(lambda: ws_shm.do_get(ticket()).read_all()),
+        "wirespeed shm, Python server": lambda: timed_read(lambda: ws_py.do_get(ticket()).read_all()),
+        "wirespeed shm, Python, shared": lambda: timed_read(lambda: ws_py.do_get(ticket(True)).read_all()),
+        "raw 1 GiB, Python memoryview": raw_python,
+        "raw 1 GiB, wirespeed bench raw": raw_rust,
+    }
+    ws_py.do_get(ticket(True)).read_all()  # the server shares its table once, untimed
+    results = {name: [] for name in cases}
+    try:
+        for _ in range(RUNS):
+            for name, case in cases.items():
+                results[name].append(case())
+    finally:
+        for p in procs:
+            p.kill()
+    med = {name: statistics.median(v) for name, v in results.items()}
+    ratios = {
+        "wirespeed shm": ("pyarrow grpc+unix", 5.0),
+        "wirespeed tcp": ("pyarrow grpc+tcp", 2.5),
+        "wirespeed shm, Python server": ("pyarrow grpc+unix", 3.0),
+        "wirespeed shm, Python, shared": ("pyarrow grpc+unix", 3.0),
+        "raw 1 GiB, Python memoryview": ("raw 1 GiB, wirespeed bench raw", 0.8),
+    }
+    print(f"{'case':32} {'GB/s (median)':>14}  runs            ratio (target)")
+    for name, values in results.items():
+        runs = " ".join(f"{v:.2f}" for v in values)
+        ratio = ""
+        if name in ratios:
+            base, target = ratios[name]
+            ratio = f"{med[name] / med[base]:.2f} x {base} (>= {target})"
+        print(f"{name:32} {med[name]:14.2f}  {runs:15} {ratio}")
+
+
+if __name__ == "__main__":
+    main()
