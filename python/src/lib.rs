@@ -5,12 +5,14 @@
 //! - `wait`: blocking calls that release the GIL and give way to Ctrl-C.
 //! - `arrow`: Arrow data in and out through the C data and stream interfaces (no copies).
 //! - `flight_client`, `flight_server`: Flight on every plane, as `wirespeed.flight` uses it.
-//! - `core`: connections and streams; `files`: copies and transfers of files.
+//! - `core`: connections and streams; `files`: copies and transfers of files; `fles`:
+//!   timeslice building.
 
 mod arrow;
 mod core;
 mod errors;
 mod files;
+mod fles;
 mod flight_client;
 mod flight_server;
 mod wait;
@@ -22,6 +24,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     core::register(m)?;
     files::register(m)?;
+    fles::register(m)?;
     flight_client::register(m)?;
     flight_server::register(m)?;
     Ok(())

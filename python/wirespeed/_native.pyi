@@ -10,6 +10,8 @@ __version__: str
 
 __all__ = [
     "Body",
+    "Component",
+    "ComputeNode",
     "Connection",
     "CopyOptions",
     "FlightClient",
@@ -18,12 +20,15 @@ __all__ = [
     "FlightWriter",
     "Listener",
     "Receiver",
+    "RunSettings",
     "ServerReader",
     "ServerWriter",
     "Stream",
+    "Timeslice",
     "__version__",
     "connect",
     "copy_local",
+    "feed",
     "listen",
     "send_files",
     "serve_directory",
@@ -182,3 +187,59 @@ def serve_directory(
 ) -> FlightServer: ...
 
 def share_table(data: Any) -> pa.Table: ...
+
+# Timeslice building
+
+@final
+class RunSettings:
+    def __new__(
+        cls,
+        inputs: int,
+        computes: int = 1,
+        scheduler: str = "dfs",
+        timeslices: int | None = None,
+        timeslice_size: int = 100,
+        overlap: int = 1,
+        microslice_size: int = 650,
+        microslice_spread: int = 0,
+        rate: float = 0.0,
+        buffer_size: int = 33554432,
+        descriptors: int = 4096,
+        timeout: float = 30.0,
+        interval_length: int = 10000,
+    ) -> RunSettings: ...
+    @property
+    def inputs(self) -> int: ...
+    @property
+    def computes(self) -> int: ...
+
+@final
+class ComputeNode:
+    def __new__(cls, settings: RunSettings, listen: str, index: int = 0, key: bytes | None = None) -> ComputeNode: ...
+    @property
+    def url(self) -> str: ...
+    def __iter__(self) -> ComputeNode: ...
+    def __next__(self) -> Timeslice: ...
+    def finish(self) -> list[tuple[str, float]]: ...
+
+@final
+class Timeslice:
+    @property
+    def index(self) -> int: ...
+    @property
+    def inputs(self) -> list[int]: ...
+    @property
+    def incomplete(self) -> bool: ...
+    def components(self) -> list[Component]: ...
+    def verify(self) -> None: ...
+    def to_arrow(self) -> pa.RecordBatch: ...
+
+@final
+class Component:
+    @property
+    def microslices(self) -> int: ...
+    def __len__(self) -> int: ...
+    @property
+    def address(self) -> int: ...
+
+def feed(settings: RunSettings, index: int, urls: list[str], key: bytes | None = None) -> tuple[int, int]: ...

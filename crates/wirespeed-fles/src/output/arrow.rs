@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arrow_array::builder::{LargeBinaryBuilder, UInt8Builder, UInt16Builder, UInt32Builder, UInt64Builder};
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow_ipc::writer::FileWriter;
-use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use crate::error::{FlesError, Result};
 use crate::model::ComponentView;
@@ -37,7 +37,6 @@ pub fn schema() -> Schema {
 /// Writes timeslices to `out`; `finish` writes the file's footer.
 pub struct ArrowWriter<W: Write> {
     writer: FileWriter<W>,
-    schema: SchemaRef,
 }
 
 fn arrow_error(e: ArrowError) -> FlesError {
@@ -48,7 +47,7 @@ impl<W: Write> ArrowWriter<W> {
     pub fn new(out: W) -> Result<Self> {
         let schema = Arc::new(schema());
         let writer = FileWriter::try_new(out, &schema).map_err(arrow_error)?;
-        Ok(ArrowWriter { writer, schema })
+        Ok(ArrowWriter { writer })
     }
 
     /// Writes timeslice `index`: `components` in input order, `inputs[k]` the input of the
@@ -60,49 +59,7 @@ impl<W: Write> ArrowWriter<W> {
         inputs: &[usize],
         incomplete: bool,
     ) -> Result<()> {
-        let rows: usize = components.iter().map(|c| c.len()).sum();
-        let mut component = UInt16Builder::with_capacity(rows);
-        let (mut hdr_id, mut hdr_ver, mut sys_id, mut sys_ver) =
-            (UInt8Builder::new(), UInt8Builder::new(), UInt8Builder::new(), UInt8Builder::new());
-        let (mut eq_id, mut flags) = (UInt16Builder::new(), UInt16Builder::new());
-        let (mut idx, mut offset) = (UInt64Builder::new(), UInt64Builder::new());
-        let (mut crc, mut size) = (UInt32Builder::new(), UInt32Builder::new());
-        let content_bytes = components.iter().map(|c| c.bytes().len()).sum();
-        let mut content = LargeBinaryBuilder::with_capacity(rows, content_bytes);
-        for (&i, c) in inputs.iter().zip(components) {
-            for m in 0..c.len() {
-                let (d, bytes) = c.microslice(m)?;
-                component.append_value(i as u16);
-                hdr_id.append_value(d.hdr_id);
-                hdr_ver.append_value(d.hdr_ver);
-                eq_id.append_value(d.eq_id);
-                flags.append_value(d.flags);
-                sys_id.append_value(d.sys_id);
-                sys_ver.append_value(d.sys_ver);
-                idx.append_value(d.idx);
-                crc.append_value(d.crc);
-                size.append_value(d.size);
-                offset.append_value(d.offset);
-                content.append_value(bytes);
-            }
-        }
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(arrow_array::UInt64Array::from(vec![index; rows])),
-            Arc::new(component.finish()),
-            Arc::new(BooleanArray::from(vec![incomplete; rows])),
-            Arc::new(hdr_id.finish()),
-            Arc::new(hdr_ver.finish()),
-            Arc::new(eq_id.finish()),
-            Arc::new(flags.finish()),
-            Arc::new(sys_id.finish()),
-            Arc::new(sys_ver.finish()),
-            Arc::new(idx.finish()),
-            Arc::new(crc.finish()),
-            Arc::new(size.finish()),
-            Arc::new(offset.finish()),
-            Arc::new(content.finish()),
-        ];
-        let batch = RecordBatch::try_new(self.schema.clone(), columns).map_err(arrow_error)?;
+        let batch = record_batch(index, components, inputs, incomplete)?;
         self.writer.write(&batch).map_err(arrow_error)?;
         self.writer.flush().map_err(arrow_error)
     }
@@ -112,6 +69,59 @@ impl<W: Write> ArrowWriter<W> {
         self.writer.finish().map_err(arrow_error)?;
         self.writer.into_inner().map_err(arrow_error)
     }
+}
+
+/// Timeslice `index` as one batch of [`schema`]: a row per microslice, as [`ArrowWriter`]
+/// writes it.
+pub fn record_batch(
+    index: u64,
+    components: &[ComponentView<'_>],
+    inputs: &[usize],
+    incomplete: bool,
+) -> Result<RecordBatch> {
+    let rows: usize = components.iter().map(|c| c.len()).sum();
+    let mut component = UInt16Builder::with_capacity(rows);
+    let (mut hdr_id, mut hdr_ver, mut sys_id, mut sys_ver) =
+        (UInt8Builder::new(), UInt8Builder::new(), UInt8Builder::new(), UInt8Builder::new());
+    let (mut eq_id, mut flags) = (UInt16Builder::new(), UInt16Builder::new());
+    let (mut idx, mut offset) = (UInt64Builder::new(), UInt64Builder::new());
+    let (mut crc, mut size) = (UInt32Builder::new(), UInt32Builder::new());
+    let content_bytes = components.iter().map(|c| c.bytes().len()).sum();
+    let mut content = LargeBinaryBuilder::with_capacity(rows, content_bytes);
+    for (&i, c) in inputs.iter().zip(components) {
+        for m in 0..c.len() {
+            let (d, bytes) = c.microslice(m)?;
+            component.append_value(i as u16);
+            hdr_id.append_value(d.hdr_id);
+            hdr_ver.append_value(d.hdr_ver);
+            eq_id.append_value(d.eq_id);
+            flags.append_value(d.flags);
+            sys_id.append_value(d.sys_id);
+            sys_ver.append_value(d.sys_ver);
+            idx.append_value(d.idx);
+            crc.append_value(d.crc);
+            size.append_value(d.size);
+            offset.append_value(d.offset);
+            content.append_value(bytes);
+        }
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(arrow_array::UInt64Array::from(vec![index; rows])),
+        Arc::new(component.finish()),
+        Arc::new(BooleanArray::from(vec![incomplete; rows])),
+        Arc::new(hdr_id.finish()),
+        Arc::new(hdr_ver.finish()),
+        Arc::new(eq_id.finish()),
+        Arc::new(flags.finish()),
+        Arc::new(sys_id.finish()),
+        Arc::new(sys_ver.finish()),
+        Arc::new(idx.finish()),
+        Arc::new(crc.finish()),
+        Arc::new(size.finish()),
+        Arc::new(offset.finish()),
+        Arc::new(content.finish()),
+    ];
+    RecordBatch::try_new(Arc::new(schema()), columns).map_err(arrow_error)
 }
 
 #[cfg(test)]

@@ -1,0 +1,317 @@
+//! Timeslice building from Python: a compute node in this process whose complete timeslices
+//! come out as zero-copy views of its rings (or pyarrow batches), and inputs to feed it.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyBufferError, PyStopIteration};
+use pyo3::prelude::*;
+use wirespeed::Config;
+use wirespeed_fles::FlesError;
+use wirespeed_fles::model::Slicing;
+use wirespeed_fles::node::ring::RingSizes;
+use wirespeed_fles::run::{ComputeListener, KeptTimeslice, Settings, Timeslices, run_input};
+use wirespeed_fles::sched::{DfsSettings, Kind};
+
+use crate::arrow;
+use crate::errors;
+use crate::wait::interruptible;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<RunSettings>()?;
+    m.add_class::<ComputeNode>()?;
+    m.add_class::<Timeslice>()?;
+    m.add_class::<Component>()?;
+    m.add_function(wrap_pyfunction!(feed, m)?)?;
+    Ok(())
+}
+
+fn fles_error(e: FlesError) -> PyErr {
+    match e {
+        FlesError::Config(m) => errors::usage(m),
+        FlesError::Crc { .. } | FlesError::Malformed { .. } => {
+            errors::raise("wirespeed._errors", "ChecksumError", e.to_string())
+        }
+        FlesError::Net(m) => errors::raise("wirespeed._errors", "ConnectionError", m),
+        other => errors::raise("wirespeed._errors", "ProtocolError", other.to_string()),
+    }
+}
+
+/// What every node of a run agrees on, as `wirespeed fles run` takes it.
+#[pyclass(module = "wirespeed._native", frozen, from_py_object)]
+#[derive(Clone)]
+pub struct RunSettings {
+    settings: Settings,
+}
+
+#[pymethods]
+impl RunSettings {
+    #[new]
+    #[pyo3(signature = (inputs, computes=1, scheduler="dfs", timeslices=None, timeslice_size=100, overlap=1,
+        microslice_size=650, microslice_spread=0, rate=0.0, buffer_size=33_554_432, descriptors=4096, timeout=30.0,
+        interval_length=10_000))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        inputs: usize,
+        computes: usize,
+        scheduler: &str,
+        timeslices: Option<u64>,
+        timeslice_size: u64,
+        overlap: u64,
+        microslice_size: u32,
+        microslice_spread: u32,
+        rate: f64,
+        buffer_size: u64,
+        descriptors: u64,
+        timeout: f64,
+        interval_length: u64,
+    ) -> PyResult<Self> {
+        if inputs == 0 || computes == 0 || timeslice_size == 0 || buffer_size == 0 || descriptors == 0 {
+            return Err(errors::usage(
+                "inputs, computes, timeslice_size, buffer_size and descriptors must be at least 1",
+            ));
+        }
+        if !(rate >= 0.0 && rate.is_finite()) {
+            return Err(errors::usage("rate is in GB/s, 0 or more"));
+        }
+        let scheduler = match scheduler {
+            "rr" => Kind::RoundRobin,
+            "dfs" => Kind::Dfs(DfsSettings { interval_length, ..DfsSettings::default() }),
+            other => return Err(errors::usage(format!("unknown scheduler {other:?} (rr or dfs)"))),
+        };
+        let timeout =
+            Duration::try_from_secs_f64(timeout).map_err(|_| errors::usage(format!("bad timeout {timeout}")))?;
+        let settings = Settings {
+            inputs,
+            computes,
+            scheduler,
+            slicing: Slicing { core: timeslice_size, overlap },
+            microslice_size,
+            microslice_spread: microslice_spread.min(microslice_size),
+            replay: None,
+            input_rate: rate,
+            rings: RingSizes { data: buffer_size, descs: descriptors },
+            timeslices,
+            timeout,
+            corrupt: None,
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        Ok(RunSettings { settings })
+    }
+
+    #[getter]
+    fn inputs(&self) -> usize {
+        self.settings.inputs
+    }
+
+    #[getter]
+    fn computes(&self) -> usize {
+        self.settings.computes
+    }
+}
+
+/// Runs input `index` of a run (generated microslices) against the compute nodes at `urls`,
+/// until the run's last timeslice is acknowledged; returns (components, bytes) sent.
+#[pyfunction]
+#[pyo3(signature = (settings, index, urls, key=None))]
+fn feed(
+    py: Python<'_>,
+    settings: RunSettings,
+    index: usize,
+    urls: Vec<String>,
+    key: Option<Vec<u8>>,
+) -> PyResult<(u64, u64)> {
+    let key = crate::flight_client::key(key)?.ok_or_else(|| errors::usage("no key: pass key= or set WIRESPEED_KEY"))?;
+    let s = settings.settings;
+    let summary = interruptible(py, move || run_input(&s, index, &urls, &key, &Config::default(), || Ok(())))?
+        .map_err(fles_error)?;
+    Ok((summary.components, summary.bytes))
+}
+
+/// A compute node in this process: listens, and hands out each complete timeslice in order.
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct ComputeNode {
+    url: String,
+    timeslices: Arc<Mutex<Option<Timeslices>>>,
+}
+
+#[pymethods]
+impl ComputeNode {
+    /// Listens on `listen` (`shm://@name`, `tcp://HOST:0`, ...) as compute node `index`.
+    #[new]
+    #[pyo3(signature = (settings, listen, index=0, key=None))]
+    fn new(
+        py: Python<'_>,
+        settings: RunSettings,
+        listen: String,
+        index: usize,
+        key: Option<Vec<u8>>,
+    ) -> PyResult<Self> {
+        let key =
+            crate::flight_client::key(key)?.ok_or_else(|| errors::usage("no key: pass key= or set WIRESPEED_KEY"))?;
+        let listener = py.detach(|| ComputeListener::bind(&listen, &key, &Config::default())).map_err(fles_error)?;
+        let url = listener.url().to_string();
+        let timeslices = listener.timeslices(settings.settings, index, || Ok(())).map_err(fles_error)?;
+        Ok(ComputeNode { url, timeslices: Arc::new(Mutex::new(Some(timeslices))) })
+    }
+
+    /// Where inputs connect.
+    #[getter]
+    fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// The next complete timeslice; StopIteration when the run ends.
+    fn __next__(&self, py: Python<'_>) -> PyResult<Timeslice> {
+        let timeslices = self.timeslices.clone();
+        let next = interruptible(py, move || {
+            timeslices.lock().unwrap_or_else(|p| p.into_inner()).as_mut().and_then(|t| t.next())
+        })?;
+        match next {
+            Some(kept) => Ok(Timeslice::new(kept)),
+            None => Err(PyStopIteration::new_err(())),
+        }
+    }
+
+    /// Waits for the node to end and gives its summary: timeslices, bytes, seconds, and the
+    /// inputs and compute nodes lost.
+    fn finish(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, f64)>> {
+        let timeslices = self.timeslices.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let timeslices = timeslices.ok_or_else(|| errors::usage("the node has finished already"))?;
+        let s = interruptible(py, move || timeslices.finish())?.map_err(fles_error)?;
+        Ok(vec![
+            ("timeslices", s.timeslices as f64),
+            ("bytes", s.bytes as f64),
+            ("seconds", s.seconds),
+            ("incomplete", s.incomplete as f64),
+            ("lost_inputs", s.lost_inputs.len() as f64),
+            ("lost_computes", s.lost_computes.len() as f64),
+        ])
+    }
+}
+
+type Kept = Arc<Mutex<KeptTimeslice>>;
+
+/// A complete timeslice: its components stay in the compute node's rings, whose space comes
+/// back once this and every view of it are gone.
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct Timeslice {
+    kept: Kept,
+    index: u64,
+    inputs: Vec<usize>,
+    incomplete: bool,
+}
+
+impl Timeslice {
+    fn new(kept: KeptTimeslice) -> Self {
+        let (index, inputs, incomplete) = (kept.index, kept.inputs.clone(), kept.incomplete);
+        Timeslice { kept: Arc::new(Mutex::new(kept)), index, inputs, incomplete }
+    }
+}
+
+#[pymethods]
+impl Timeslice {
+    #[getter]
+    fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The input of each component, in order.
+    #[getter]
+    fn inputs(&self) -> Vec<usize> {
+        self.inputs.clone()
+    }
+
+    /// Whether a lost input's component is missing.
+    #[getter]
+    fn incomplete(&self) -> bool {
+        self.incomplete
+    }
+
+    /// Each component (its microslice descriptors, then their contents, as FLESnet lays
+    /// them out) as a read-only buffer over the ring: `memoryview(c)` reads it in place.
+    fn components(&self) -> Vec<Component> {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.components()
+            .iter()
+            .map(|c| Component {
+                ptr: c.bytes().as_ptr() as usize,
+                len: c.len(),
+                bytes: c.bytes().len(),
+                kept: self.kept.clone(),
+            })
+            .collect()
+    }
+
+    /// Checks every microslice's CRC-32C; raises ChecksumError naming the first that fails.
+    fn verify(&self) -> PyResult<()> {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        for (input, c) in self.inputs.iter().zip(kept.components()) {
+            c.verify(*input as u16).map_err(fles_error)?;
+        }
+        Ok(())
+    }
+
+    /// One pyarrow RecordBatch, a row per microslice: timeslice, component, every descriptor
+    /// field, and the content (copied), as `fles run --output arrow:` writes them.
+    fn to_arrow<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let batch = {
+            let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+            let components = kept.components();
+            wirespeed_fles::output::arrow::record_batch(self.index, &components, &self.inputs, self.incomplete)
+                .map_err(fles_error)?
+        };
+        arrow::batch_to_py(py, &batch)
+    }
+}
+
+/// One component of a timeslice, as a buffer; it keeps the timeslice held.
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct Component {
+    ptr: usize,
+    bytes: usize,
+    /// Microslices.
+    len: usize,
+    kept: Kept,
+}
+
+#[pymethods]
+impl Component {
+    /// Microslices in the component.
+    #[getter]
+    fn microslices(&self) -> usize {
+        self.len
+    }
+
+    fn __len__(&self) -> usize {
+        self.bytes
+    }
+
+    #[getter]
+    fn address(&self) -> usize {
+        self.ptr
+    }
+
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut pyo3::ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if (flags & pyo3::ffi::PyBUF_WRITABLE) == pyo3::ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("a timeslice's component is read-only"));
+        }
+        let (ptr, len) = (slf.get().ptr, slf.get().bytes);
+        let _ = &slf.get().kept; // the ring space stays taken while this object (and so the view) lives
+        // SAFETY: the component lies in ring memory the kept timeslice holds; `obj` keeps this
+        // object, and so the timeslice, alive until the view is released.
+        unsafe {
+            let ret = pyo3::ffi::PyBuffer_FillInfo(view, slf.as_ptr(), ptr as *mut c_void, len as isize, 1, flags);
+            if ret != 0 {
+                return Err(PyErr::fetch(slf.py()));
+            }
+        }
+        Ok(())
+    }
+}
