@@ -145,16 +145,12 @@ impl Handler for PyHandler {
         let bytes = descriptor.encode_to_vec();
         let sink = writer.sink.clone();
         spawn(move || {
+            // An error ends the output as that error, not as a normal end.
             let ended = Python::attach(|py| {
-                let writer = Bound::new(py, writer).map_err(|e| from_python(py, e))?;
-                let args = (PyBytes::new(py, &bytes), reader, writer.clone());
-                let result = dispatcher.bind(py).call_method1("do_exchange", args).map(drop);
-                writer.get().close();
-                result.map_err(|e| from_python(py, e))
+                let args = (PyBytes::new(py, &bytes), reader, writer);
+                dispatcher.bind(py).call_method1("do_exchange", args).map(drop).map_err(|e| from_python(py, e))
             });
-            if let Err(e) = ended {
-                sink.end(Err(e));
-            }
+            sink.end(ended);
         })?;
         // The handler's writer.begin(schema) (or its end) says what the output is.
         let (schema, rx) = begun.recv().map_err(|_| Error::internal("the exchange handler ended without a word"))??;
@@ -370,7 +366,7 @@ impl ServerWriter {
         self.send(py, Payload::metadata(app_metadata.into()))
     }
 
-    /// Ends the output; the handler's return does it too.
+    /// Ends the output; the handler's return does it too (or its exception, as an error).
     fn close(&self) {
         self.sink.end(Ok(()));
     }

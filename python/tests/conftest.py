@@ -70,6 +70,8 @@ class Tables(flight.FlightServerBase):
 
     def do_exchange(self, context, descriptor, reader, writer):
         writer.begin(reader.schema)
+        if descriptor.command == b"fail":
+            raise ValueError("no exchange today")
         for chunk in reader:
             doubled = pa.RecordBatch.from_arrays([pc_multiply(chunk.data.column(0))], ["a"])
             writer.write_batch(doubled)

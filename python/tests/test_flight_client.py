@@ -145,6 +145,14 @@ def test_errors_raise_the_right_classes(py_server, served):
         flight.connect(py_server.location, transport="carrier-pigeon")
 
 
+def test_an_exchange_handler_that_raises_fails_the_call(py_server):
+    client = flight.connect(py_server.location, key=KEY)
+    writer, reader = client.do_exchange(pf.FlightDescriptor.for_command(b"fail"))
+    writer.begin(pa.schema([("a", pa.int64())]))
+    with pytest.raises(flight.FlightInvalidArgumentError, match="no exchange today"):
+        reader.read_all()
+
+
 def test_server_gone_mid_stream(tmp_path):
     """The server killed while a client reads: the read fails with a Flight error, not a hang."""
     import pyarrow.feather as feather
