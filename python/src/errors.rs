@@ -1,5 +1,5 @@
 //! Rust's typed errors as the package's exception classes, which the pure-Python layer
-//! defines (`wirespeed._errors`, `wirespeed.flight`) so that they can also derive from
+//! defines (`wirespeed._errors`, `wirespeed._flight_base`) so that they can also derive from
 //! Python's own classes and pyarrow's. Each carries the CLI's exit code for its class.
 
 use pyo3::prelude::*;
@@ -60,7 +60,8 @@ pub fn files(e: FilesError) -> PyErr {
     core(class, e.to_string())
 }
 
-/// A Flight error as the `wirespeed.flight` class for its status code, named as pyarrow
+/// A Flight error as the `wirespeed.flight` class for its status code (defined in
+/// `wirespeed._flight_base`), named as pyarrow
 /// names them.
 pub fn flight(e: wirespeed_flight::Error) -> PyErr {
     use wirespeed_flight::Code;
@@ -77,5 +78,5 @@ pub fn flight(e: wirespeed_flight::Error) -> PyErr {
         Code::Internal | Code::DataLoss => "FlightInternalError",
         _ => "FlightServerError",
     };
-    raise("wirespeed.flight", class, e.message())
+    raise("wirespeed._flight_base", class, e.message())
 }

@@ -37,7 +37,7 @@ const QUEUE: usize = 4;
 /// A Python exception as a Flight error: the dispatcher names its status code.
 fn from_python(py: Python<'_>, e: PyErr) -> Error {
     let status = py
-        .import("wirespeed.flight")
+        .import("wirespeed._flight_base")
         .and_then(|m| m.getattr("_status_of"))
         .and_then(|f| f.call1((e.value(py),)))
         .and_then(|s| s.extract::<(String, String)>());
@@ -340,7 +340,7 @@ impl ServerWriter {
             SinkState::Ended => return Err(errors::usage("the exchange has ended")),
         };
         py.detach(|| tx.send(Ok(payload)))
-            .map_err(|_| errors::raise("wirespeed.flight", "FlightCancelledError", "the client went away"))
+            .map_err(|_| errors::raise("wirespeed._flight_base", "FlightCancelledError", "the client went away"))
     }
 }
 

@@ -1,4 +1,3 @@
-import pyarrow as pa
 import pyarrow.flight as pf
 
 from wirespeed import flight

@@ -1,6 +1,5 @@
 """`wirespeed.flight.serve`: the `wirespeed serve` service from Python, for any client."""
 
-import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.flight as pf
 import pytest
