@@ -51,3 +51,37 @@ def test_bad_settings_are_usage_errors():
         fles.RunSettings(0)
     with pytest.raises(wirespeed.UsageError):
         fles.RunSettings(2, scheduler="fifo")
+
+
+MPI_RANK = """
+import json, sys
+from wirespeed import fles
+node = fles.run_mpi(2, 30, scheduler=sys.argv[1], transport="tcp", host="127.0.0.1", key="mpi test key",
+                    microslice_size=100, timeslice_size=5)
+seen, ts = [], None
+for ts in node:
+    ts.verify()
+    seen.append(ts.index)
+del ts  # the last timeslice, released
+print(json.dumps({"rank": node.rank, "role": node.role, "seen": seen, **node.finish()}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("scheduler", ["rr", "dfs"])
+def test_run_mpi_one_node_per_rank(scheduler):
+    """mpirun starts 2 inputs and 2 compute nodes; every timeslice is built once, in order on
+    each compute node."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "--allow-run-as-root", "-n", "4",
+                           sys.executable, "-c", MPI_RANK, scheduler], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ranks = sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")),
+                   key=lambda r: r["rank"])
+    assert [r["role"] for r in ranks] == ["input", "input", "compute", "compute"]
+    built = ranks[2]["seen"] + ranks[3]["seen"]
+    assert sorted(built) == list(range(30))
+    assert all(r["seen"] == sorted(r["seen"]) for r in ranks[2:])
+    assert ranks[0]["components"] == ranks[1]["components"] == 30

@@ -1,8 +1,9 @@
 """Timeslice building (FLESnet's many-to-many pattern) from Python.
 
 `build` runs a whole builder in this process: `inputs` input nodes on threads feeding one
-compute node, whose complete timeslices come out in order. `ComputeNode` and `feed` are the two
-halves, for inputs that run elsewhere (other processes or hosts, `wirespeed fles node`).
+compute node, whose complete timeslices come out in order. `run_mpi` runs one node per rank of
+a job that mpirun started (mpi4py). `ComputeNode` and `feed` are the two halves, for inputs
+that run elsewhere.
 
 Each `Timeslice` holds its components in the compute node's rings: `memoryview(component)`
 reads one in place (FLESnet's layout: microslice descriptors, then contents), `verify()` checks
@@ -12,15 +13,19 @@ microslice. Ring space comes back once a timeslice and its views are dropped.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any, Union
 
 from . import _native
+from ._errors import UsageError
 from ._native import Component, ComputeNode, RunSettings, Timeslice
 
-__all__ = ["Build", "Component", "ComputeNode", "RunSettings", "Timeslice", "build", "feed"]
+__all__ = ["Build", "Component", "ComputeNode", "MpiNode", "RunSettings", "Timeslice", "build", "feed", "run_mpi"]
 
 Key = Union[str, bytes, None]
 
@@ -79,3 +84,63 @@ def build(inputs: int, timeslices: int, *, scheduler: str = "dfs", transport: st
     settings = RunSettings(inputs, 1, scheduler, timeslices, **options)
     secret = _key(key) or os.urandom(16).hex().encode()
     return Build(settings, transport, secret)
+
+
+class MpiNode:
+    """This rank's node of a run under mpirun: iterate it for the timeslices (an input's
+    iteration is empty), then `finish()`."""
+
+    def __init__(self, settings: RunSettings, rank: int, comm: Any, transport: str, host: str, key: bytes) -> None:
+        self.rank, self.role = rank, "input" if rank < settings.inputs else "compute"
+        self.node: ComputeNode | None = None
+        if self.role == "compute":
+            index = rank - settings.inputs
+            listen = f"shm://@wirespeed-fles-mpi-{os.getpid()}-{index}" if transport == "shm" else f"{transport}://{host}:0"
+            self.node = ComputeNode(settings, listen, index, key)
+        urls = [u for u in comm.allgather(self.node.url if self.node else None) if u is not None]
+        self.sent: tuple[int, int] | None = None
+        if self.node is None:
+            self.sent = feed(settings, rank, urls, key)
+
+    def __iter__(self) -> Iterator[Timeslice]:
+        return iter(self.node) if self.node is not None else iter(())
+
+    def finish(self) -> dict[str, float]:
+        """A compute node's summary, or an input's components and bytes sent."""
+        if self.node is not None:
+            return dict(self.node.finish())
+        components, sent_bytes = self.sent or (0, 0)
+        return {"components": float(components), "bytes": float(sent_bytes)}
+
+
+def _listen_host() -> str:
+    """WIRESPEED_FLES_HOST, else this host name's first IPv4 address that is not loopback."""
+    if "WIRESPEED_FLES_HOST" in os.environ:
+        return os.environ["WIRESPEED_FLES_HOST"]
+    try:
+        addresses = socket.getaddrinfo(socket.gethostname(), 0, socket.AF_INET)
+    except OSError:
+        return "127.0.0.1"
+    usable = [str(a[4][0]) for a in addresses if not str(a[4][0]).startswith("127.")]
+    return usable[0] if usable else "127.0.0.1"
+
+
+def run_mpi(inputs: int, timeslices: int, *, scheduler: str = "dfs", transport: str = "tcp", key: Key = None,
+            comm: Any = None, host: str | None = None, **options: Any) -> MpiNode:
+    """Runs this rank's node of a builder that mpirun started, as `wirespeed fles run --inputs`
+    does: ranks below `inputs` are inputs (run to the end here), the rest compute nodes (whose
+    timeslices the returned node hands out). Every rank needs the same key (`key=` or
+    WIRESPEED_KEY); rank 0 broadcasts a nonce from which all derive the run's own key, so the
+    key itself never travels. `comm` defaults to mpi4py's COMM_WORLD."""
+    if comm is None:
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+    base = _key(key) or os.environ.get("WIRESPEED_KEY", "").encode()
+    if not base:
+        raise UsageError("every rank needs the same key: pass key= or set WIRESPEED_KEY")
+    computes = comm.Get_size() - inputs
+    settings = RunSettings(inputs, computes, scheduler, timeslices, **options)
+    nonce = comm.bcast(os.urandom(32).hex() if comm.Get_rank() == 0 else None, root=0)
+    run_key = hmac.new(base, b"wirespeed fles run " + nonce.encode(), hashlib.sha256).hexdigest().encode()
+    return MpiNode(settings, comm.Get_rank(), comm, transport, host or _listen_host(), run_key)
