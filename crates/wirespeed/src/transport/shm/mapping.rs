@@ -6,9 +6,8 @@
 //! receiver copies the frames still lent out to private pages, puts those pages at the very same
 //! addresses with `mremap` (the views stay valid and unchanged), maps the ring afresh elsewhere,
 //! and gives the ring space back. The application's held bytes are copied once, as they would
-//! have been without zero copy. The private pages are asked for as transparent huge pages:
-//! keeping a 1.28 GB table over shm went from 330,000 page faults to 21,000, and from 0.75 to
-//! 1.1 GB/s here (bench/python_compare.py).
+//! have been without zero copy. The private pages are asked for as transparent huge pages,
+//! which take a fifteenth of the page faults (bench/RESULTS.md, the Python package).
 
 use std::io;
 use std::num::NonZeroUsize;
