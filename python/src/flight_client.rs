@@ -169,6 +169,19 @@ impl FlightClient {
     }
 }
 
+/// One message as Python sees it: (batch or None, app_metadata or None).
+pub fn chunk<'py>(py: Python<'py>, payload: &Payload) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let batch = match &payload.batch {
+        Some(b) => arrow::batch_to_py(py, b)?,
+        None => py.None().into_bound(py),
+    };
+    let metadata = match payload.app_metadata.is_empty() {
+        true => py.None().into_bound(py),
+        false => PyBytes::new(py, &payload.app_metadata).into_any(),
+    };
+    Ok((batch, metadata))
+}
+
 type SharedReader = Arc<Mutex<Option<wirespeed_flight::FlightReader>>>;
 
 #[pyclass(module = "wirespeed._native", frozen)]
@@ -217,15 +230,7 @@ impl FlightReader {
     /// The next message as (batch or None, app_metadata or None); None at the end.
     fn read_chunk<'py>(&self, py: Python<'py>) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
         let Some(payload) = self.run(py, |r| r.next_payload())? else { return Ok(None) };
-        let batch = match &payload.batch {
-            Some(b) => arrow::batch_to_py(py, b)?,
-            None => py.None().into_bound(py),
-        };
-        let metadata = match payload.app_metadata.is_empty() {
-            true => py.None().into_bound(py),
-            false => PyBytes::new(py, &payload.app_metadata).into_any(),
-        };
-        Ok(Some((batch, metadata)))
+        chunk(py, &payload).map(Some)
     }
 
     /// Every remaining batch, as one pyarrow Table.

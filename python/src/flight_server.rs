@@ -267,15 +267,7 @@ impl ServerReader {
         let next = interruptible(py, move || source.lock().unwrap_or_else(|p| p.into_inner()).next())?
             .map_err(errors::flight)?;
         let Some(payload) = next else { return Ok(None) };
-        let batch = match &payload.batch {
-            Some(b) => arrow::batch_to_py(py, b)?,
-            None => py.None().into_bound(py),
-        };
-        let metadata = match payload.app_metadata.is_empty() {
-            true => py.None().into_bound(py),
-            false => PyBytes::new(py, &payload.app_metadata).into_any(),
-        };
-        Ok(Some((batch, metadata)))
+        crate::flight_client::chunk(py, &payload).map(Some)
     }
 
     /// Every remaining batch, as one pyarrow Table.
