@@ -13,7 +13,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 use wirespeed::{Buf, Config, Connection, Listener, Stream};
 
 use crate::errors;
-use crate::flight_client::key;
+use crate::keys::required_key;
 use crate::wait::interruptible;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -32,10 +32,6 @@ fn config(timeout: Option<f64>) -> PyResult<Config> {
         config.timeout = Duration::try_from_secs_f64(t).map_err(|_| errors::usage(format!("bad timeout {t}")))?;
     }
     Ok(config)
-}
-
-fn required_key(given: Option<Vec<u8>>) -> PyResult<wirespeed::Key> {
-    key(given)?.ok_or_else(|| errors::usage("no key: pass key= or set WIRESPEED_KEY"))
 }
 
 /// Listens on `url` (`tcp://HOST:PORT`, `shm://PATH`, `ucx://HOST:PORT`, `ofi+tcp://…`).

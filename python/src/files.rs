@@ -12,7 +12,7 @@ use wirespeed_files::plane::{self, Transport};
 use wirespeed_files::{Excludes, Input, Output, Progress, Server, Side, SinkOptions, SourceOptions, Summary};
 
 use crate::errors;
-use crate::flight_client::key;
+use crate::keys::required_key;
 use crate::wait::interruptible_with;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -145,7 +145,7 @@ fn send_files(
     key: Option<Vec<u8>>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Vec<(&'static str, u64)>> {
-    let key = self::key(key)?.ok_or_else(|| errors::usage("no key: pass key= or set WIRESPEED_KEY"))?;
+    let key = required_key(key)?;
     let input = inputs(paths, options.source.recursive)?;
     with_progress(py, progress, move |p| {
         let conn = plane::connect(&to, options.transport, &key, &Config::default())?;
@@ -168,7 +168,7 @@ impl Receiver {
     #[new]
     #[pyo3(signature = (listen, options, key=None))]
     fn new(py: Python<'_>, listen: String, options: CopyOptions, key: Option<Vec<u8>>) -> PyResult<Self> {
-        let key = self::key(key)?.ok_or_else(|| errors::usage("no key: pass key= or set WIRESPEED_KEY"))?;
+        let key = required_key(key)?;
         let server =
             py.detach(|| Server::bind(&listen, options.transport, &key, &Config::default())).map_err(errors::files)?;
         Ok(Receiver { port: server.port(), server: Arc::new(Mutex::new(server)), options })

@@ -123,7 +123,7 @@ fn feed(
     urls: Vec<String>,
     key: Option<Vec<u8>>,
 ) -> PyResult<(u64, u64)> {
-    let key = crate::flight_client::key(key)?.ok_or_else(|| errors::usage("no key: pass key= or set WIRESPEED_KEY"))?;
+    let key = crate::keys::required_key(key)?;
     let s = settings.settings;
     let summary = interruptible(py, move || run_input(&s, index, &urls, &key, &Config::default(), || Ok(())))?
         .map_err(fles_error)?;
@@ -149,8 +149,7 @@ impl ComputeNode {
         index: usize,
         key: Option<Vec<u8>>,
     ) -> PyResult<Self> {
-        let key =
-            crate::flight_client::key(key)?.ok_or_else(|| errors::usage("no key: pass key= or set WIRESPEED_KEY"))?;
+        let key = crate::keys::required_key(key)?;
         let listener = py.detach(|| ComputeListener::bind(&listen, &key, &Config::default())).map_err(fles_error)?;
         let url = listener.url().to_string();
         let timeslices = listener.timeslices(settings.settings, index, || Ok(())).map_err(fles_error)?;

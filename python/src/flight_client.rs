@@ -11,7 +11,7 @@ use bytes::Bytes;
 use prost::Message;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule};
-use wirespeed::{Fabric, Key};
+use wirespeed::Fabric;
 use wirespeed_flight::{Client, Payload, Transport};
 
 use crate::arrow;
@@ -37,14 +37,6 @@ pub fn transport(name: &str) -> PyResult<Transport> {
             .parse::<Fabric>()
             .map(Transport::Only)
             .map_err(|_| errors::usage(format!("unknown transport {other:?} (auto, grpc or {})", Fabric::names()))),
-    }
-}
-
-/// A key given as str or bytes, else WIRESPEED_KEY, else none (gRPC only).
-pub fn key(given: Option<Vec<u8>>) -> PyResult<Option<Key>> {
-    match given {
-        Some(bytes) => Key::new(bytes).map(Some).map_err(errors::transport),
-        None => Key::from_env_or_file(None).map_err(errors::transport),
     }
 }
 
@@ -78,7 +70,7 @@ impl FlightClient {
     #[pyo3(signature = (location, key=None, transport="auto"))]
     fn new(py: Python<'_>, location: String, key: Option<Vec<u8>>, transport: &str) -> PyResult<Self> {
         let transport = self::transport(transport)?;
-        let key = self::key(key)?;
+        let key = crate::keys::key(key)?;
         let client = interruptible(py, move || {
             let mut client = Client::connect(&location)?.with_transport(transport);
             if let Some(k) = key {

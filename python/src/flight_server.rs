@@ -394,7 +394,7 @@ impl FlightServer {
                 .collect::<PyResult<Vec<_>>>()?;
             builder = builder.planes(&kinds);
         }
-        if let Some(k) = crate::flight_client::key(key)? {
+        if let Some(k) = crate::keys::key(key)? {
             builder = builder.key(k);
         }
         if let Some(p) = password {

@@ -2,6 +2,7 @@
 //! gives it pyarrow's shapes; this half moves the bytes, with the GIL released while it waits.
 //!
 //! - `errors`: the typed Rust errors raised as the package's exception classes.
+//! - `keys`: keys as Python gives them.
 //! - `wait`: blocking calls that release the GIL and give way to Ctrl-C.
 //! - `arrow`: Arrow data in and out through the C data and stream interfaces (no copies).
 //! - `flight_client`, `flight_server`: Flight on every plane, as `wirespeed.flight` uses it.
@@ -15,6 +16,7 @@ mod files;
 mod fles;
 mod flight_client;
 mod flight_server;
+mod keys;
 mod wait;
 
 use pyo3::prelude::*;

@@ -4,7 +4,7 @@ Python exceptions travel as, and the reading half of a stream."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.flight as _pf
@@ -12,7 +12,6 @@ from pyarrow.flight import FlightDescriptor, Location
 
 from ._errors import AuthenticationError, ConnectionError, Error, TimeoutError, UsageError
 
-Key = Union[str, bytes, None]
 
 
 # Errors: each is pyarrow.flight's class of the same name (or pyarrow's for the code), so
@@ -90,10 +89,6 @@ def _status_of(e: BaseException) -> tuple[str, str]:
             message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             return code, str(message)
     return "internal", f"{type(e).__name__}: {e}"
-
-
-def _key(key: Key) -> bytes | None:
-    return key.encode() if isinstance(key, str) else key
 
 
 def _uri(location: str | Location | tuple[str, int]) -> str:

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.flight as _pf
 from pyarrow.flight import Action, ActionType, FlightDescriptor, FlightInfo, Location, Result, SchemaResult, Ticket
 
-from . import _native
+from . import Key, _key, _native
 from ._errors import UsageError
-from ._flight_base import Key, _key, _Reading, _uri
+from ._flight_base import _Reading, _uri
 
 class RecordBatchStream:
     """What `do_get` may return, as in pyarrow: a Table or RecordBatchReader to send."""

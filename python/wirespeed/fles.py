@@ -19,19 +19,14 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any, Union
+from typing import Any
 
-from . import _native
+from . import Key, _key, _native
 from ._errors import UsageError
 from ._native import Component, ComputeNode, RunSettings, Timeslice
 
 __all__ = ["Build", "Component", "ComputeNode", "MpiNode", "RunSettings", "Timeslice", "build", "feed", "run_mpi"]
 
-Key = Union[str, bytes, None]
-
-
-def _key(key: Key) -> bytes | None:
-    return key.encode() if isinstance(key, str) else key
 
 
 def feed(settings: RunSettings, index: int, urls: list[str], key: Key = None) -> tuple[int, int]:

@@ -27,7 +27,7 @@ from pyarrow.flight import (
 )
 
 
-from . import _native
+from . import Key, _key, _native
 from ._errors import UsageError
 from ._flight_base import (
     FlightAlreadyExistsError,
@@ -43,9 +43,7 @@ from ._flight_base import (
     FlightUnauthenticatedError,
     FlightUnauthorizedError,
     FlightUnavailableError,
-    Key,
     _descriptor,
-    _key,
     _Reading,
     _uri,
 )
