@@ -14,6 +14,10 @@ build: bootstrap
 run: build
 	@bash scripts/run.sh
 
+# Every cargo command below selects the whole workspace, so that all resolve features alike and
+# share one build (a `-p` build resolves them afresh and builds the arrow stack once more).
+TEST_BUILD := cargo build --locked --profile test --workspace --lib --bins --tests
+
 lint: bootstrap
 	cargo fmt --all -- --check
 	python3 scripts/check_layers.py
@@ -25,22 +29,21 @@ unit: bootstrap
 # The conformance suite over UCX once more per transport selection: TCP with UCX's own peer
 # failure handling (as between hosts), and shared memory with cross-memory attach.
 conformance-ucx: bootstrap
-	UCX_TLS=tcp WIRESPEED_UCX_ERROR_MODE=peer cargo test --locked -p wirespeed --test conformance ucx::
-	UCX_TLS=posix,cma,self cargo test --locked -p wirespeed --test conformance ucx::
+	UCX_TLS=tcp WIRESPEED_UCX_ERROR_MODE=peer cargo test --locked --workspace --test conformance ucx::
+	UCX_TLS=posix,cma,self cargo test --locked --workspace --test conformance ucx::
 
 # Arrow Flight interop with a real pyarrow (from the bootstrap's venv), both directions.
 interop: bootstrap
-	cargo build --locked --profile test -p wirespeed-cli  # the binary `cargo test` built
+	$(TEST_BUILD)
 	.venv/bin/python -m pytest -q tests/interop
 
 # The conformance suite over libfabric once more without one-sided access, as on a provider
 # that lacks FI_RMA: bodies travel in pieces and one-sided access as frames.
 conformance-ofi: bootstrap
-	WIRESPEED_OFI_RMA=off cargo test --locked -p wirespeed --test conformance ofi_
+	WIRESPEED_OFI_RMA=off cargo test --locked --workspace --test conformance ofi_
 
 # The Python package (python/), built into the venv, against the real binary and pyarrow.
 python: bootstrap
-	cargo build --locked --profile test -p wirespeed-cli
 	bash scripts/python_dev.sh
 	.venv/bin/python -m pytest -q python/tests
 

@@ -10,7 +10,8 @@ if [ "${1:-}" = release ]; then
   cargo build --locked --release -p wirespeed-python
   cp target/release/lib_native.so python/wirespeed/_native.abi3.so
 else
-  cargo build --locked --profile test -p wirespeed-python
+  # The workspace as `cargo test` resolves it, so nothing is built twice.
+  cargo build --locked --profile test --workspace --lib --bins --tests
   cp target/debug/lib_native.so python/wirespeed/_native.abi3.so
 fi
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
