@@ -46,7 +46,11 @@ pub fn transport(e: wirespeed::Error) -> PyErr {
 }
 
 pub fn files(e: FilesError) -> PyErr {
-    let class = match &e {
+    core(files_class(&e), e.to_string())
+}
+
+fn files_class(e: &FilesError) -> &'static str {
+    match e {
         FilesError::Transport(w) => transport_class(w),
         FilesError::Io { .. } | FilesError::Changed { .. } | FilesError::Remote { class: FailClass::Io, .. } => {
             "FileError"
@@ -55,9 +59,18 @@ pub fn files(e: FilesError) -> PyErr {
         FilesError::Sealing(_) | FilesError::Remote { class: FailClass::Sealing, .. } => "AuthenticationError",
         FilesError::Usage(_) => "UsageError",
         FilesError::PeerMisbehaved(_) | FilesError::UnsafePath(_) => "ProtocolError",
+        // The agent's exit status is the CLI's code for its class.
+        FilesError::Agent { exit, .. } => match exit {
+            2 => "UsageError",
+            3 => "AuthenticationError",
+            4 => "ConnectionError",
+            5 => "FileError",
+            6 => "ChecksumError",
+            _ => "Error",
+        },
+        FilesError::Unreachable { error, .. } => files_class(error),
         _ => "Error",
-    };
-    core(class, e.to_string())
+    }
 }
 
 /// A Flight error as the `wirespeed.flight` class for its status code (defined in

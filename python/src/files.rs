@@ -1,6 +1,8 @@
-//! Files: a copy on this host, and sending to or receiving from another process or host, as
-//! `wirespeed cp`, `send` and `recv` do, with progress reported to a Python callback.
+//! Files: copies between this and other hosts, and sending to or receiving from another
+//! process, as `wirespeed cp`, `send` and `recv` do, with progress reported to a Python
+//! callback.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -9,7 +11,8 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use wirespeed::Config;
 use wirespeed_files::plane::{self, Transport};
-use wirespeed_files::{Excludes, Input, Output, Progress, Server, Side, SinkOptions, SourceOptions, Summary};
+use wirespeed_files::remote::{self, RemoteCopy, Ssh};
+use wirespeed_files::{Excludes, Input, Output, Ports, Progress, Server, Side, SinkOptions, SourceOptions, Summary};
 
 use crate::errors;
 use crate::keys::required_key;
@@ -18,7 +21,7 @@ use crate::wait::interruptible_with;
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CopyOptions>()?;
     m.add_class::<Receiver>()?;
-    m.add_function(wrap_pyfunction!(copy_local, m)?)?;
+    m.add_function(wrap_pyfunction!(copy, m)?)?;
     m.add_function(wrap_pyfunction!(send_files, m)?)?;
     Ok(())
 }
@@ -118,19 +121,38 @@ fn inputs(paths: Vec<PathBuf>, recursive: bool) -> PyResult<Input> {
     Ok(Input::paths(paths))
 }
 
-/// Copies `sources` to `dst` on this host.
+/// Copies `sources` to `dst`; any may be `[user@]host:path`, where a `wirespeed agent`
+/// (`remote_bin`) is started over `ssh`.
 #[pyfunction]
-#[pyo3(signature = (sources, dst, options, progress=None))]
-fn copy_local(
+#[pyo3(signature = (sources, dst, options, ssh="ssh", remote_bin="wirespeed", ports=None, progress=None))]
+#[allow(clippy::too_many_arguments)]
+fn copy(
     py: Python<'_>,
-    sources: Vec<PathBuf>,
-    dst: PathBuf,
+    sources: Vec<OsString>,
+    dst: OsString,
     options: CopyOptions,
+    ssh: &str,
+    remote_bin: &str,
+    ports: Option<&str>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Vec<(&'static str, u64)>> {
-    let input = inputs(sources, options.source.recursive)?;
+    let ssh = Ssh::new(ssh, remote_bin).map_err(errors::files)?;
+    let agent_extra = match ports {
+        Some(p) => {
+            let p: Ports = p.parse().map_err(|e| errors::usage(format!("ports {p:?}: {e}")))?;
+            vec!["--ports".into(), p.to_string().into()]
+        }
+        None => Vec::new(),
+    };
     with_progress(py, progress, move |p| {
-        wirespeed_files::copy_local(&input, dst, options.transport, &options.source, &options.sink, p)
+        let how = RemoteCopy {
+            ssh: &ssh,
+            transport: options.transport,
+            source: &options.source,
+            sink: &options.sink,
+            agent_extra,
+        };
+        remote::copy(&sources, &dst, &how, p)
     })
 }
 

@@ -134,3 +134,29 @@ def served(tmp_path):
     proc.dir = data
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """A real sshd on 127.0.0.1 that lets this user in with a key of its own; yields the
+    ssh command (with options) that reaches it."""
+    d = tmp_path_factory.mktemp("sshd")
+    for name in ("host_key", "user_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
+    (d / "authorized_keys").write_bytes((d / "user_key.pub").read_bytes())
+    port = free_port()
+    os.makedirs("/run/sshd", exist_ok=True)  # privilege separation wants it; we are root
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n"
+        f"PidFile {d}/sshd.pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\n")
+    server = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.DEVNULL)
+    ssh = (f"ssh -F /dev/null -p {port} -i {d}/user_key -o StrictHostKeyChecking=no "
+           "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes")
+    deadline = time.monotonic() + 20
+    while subprocess.run([*ssh.split(), "127.0.0.1", "true"], stderr=subprocess.DEVNULL).returncode != 0:
+        assert time.monotonic() < deadline, "sshd did not come up"
+        time.sleep(0.1)
+    yield ssh
+    server.kill()
+    server.wait()

@@ -1,12 +1,13 @@
 """Files from Python: local copies and transfers, with the CLI's error classes."""
 
 import os
+import re
 import threading
 
 import pytest
 
 import wirespeed
-from conftest import KEY
+from conftest import BIN, KEY
 
 
 def tree(root):
@@ -36,9 +37,45 @@ def test_cp_errors(tmp_path):
     with pytest.raises(wirespeed.Error):
         wirespeed.cp(tmp_path / "d", tmp_path / "x")  # a directory without recursive
     with pytest.raises(wirespeed.UsageError):
-        wirespeed.cp(tmp_path / "d", "host:/elsewhere", recursive=True)
+        wirespeed.cp([tmp_path / "d", "host:/elsewhere"], tmp_path / "x", recursive=True)
     with pytest.raises(wirespeed.UsageError):
         wirespeed.cp(tmp_path / "d", tmp_path / "x", transport="pigeon")
+
+
+def test_cp_between_hosts_over_ssh(tmp_path, sshd):
+    tree(tmp_path / "src")
+    for where in ("up", "down", "across"):
+        (tmp_path / where).mkdir()  # each copy lands in it as src/, as cp -r does
+    remote = lambda p: f"127.0.0.1:{p}"  # noqa: E731
+    far = {"ssh": sshd, "remote_bin": str(BIN)}
+    seen = []
+    up = wirespeed.cp(tmp_path / "src", remote(tmp_path / "up"), recursive=True, preserve=True, **far,
+                      progress=lambda b, total, files: seen.append(b))
+    assert up["files"] == 3 and seen[-1] == up["bytes"]
+    down = wirespeed.cp(remote(tmp_path / "up" / "src"), tmp_path / "down", recursive=True, exclude=["*.tmp"],
+                        transport="tcp", **far)
+    across = wirespeed.cp(remote(tmp_path / "down" / "src"), remote(tmp_path / "across"), recursive=True,
+                          encrypt=True, compress=3, **far)
+    assert down["files"] == across["files"] == 2
+    for where in ("up", "down", "across"):
+        assert (tmp_path / where / "src" / "a.bin").read_bytes() == (tmp_path / "src" / "a.bin").read_bytes()
+    assert (tmp_path / "up" / "src" / "skip.tmp").exists() and not (tmp_path / "across" / "src" / "skip.tmp").exists()
+    # Again with sync: everything is in place already.
+    again = wirespeed.cp(tmp_path / "src", remote(tmp_path / "up"), recursive=True, sync=True, **far)
+    assert again["kept"] == 3
+
+
+def test_cp_between_hosts_fails_in_the_far_ends_words(tmp_path, sshd):
+    far = {"ssh": sshd, "remote_bin": str(BIN)}
+    with pytest.raises(wirespeed.FileError) as e:
+        wirespeed.cp(f"127.0.0.1:{tmp_path}/missing", tmp_path / "x", **far)
+    assert "missing" in str(e.value) and e.value.exit_code == 5
+    with pytest.raises(wirespeed.ConnectionError):
+        wirespeed.cp(tmp_path, "127.0.0.1:/tmp/x", recursive=True, ssh=re.sub(r"-p \d+", "-p 1", sshd),
+                     remote_bin=str(BIN))
+    with pytest.raises(wirespeed.Error) as e:
+        wirespeed.cp(tmp_path, f"127.0.0.1:{tmp_path}/y", recursive=True, ssh=sshd, remote_bin="/no/such/wirespeed")
+    assert "wirespeed" in str(e.value)
 
 
 def test_send_files_to_a_receiver(tmp_path):

@@ -77,24 +77,26 @@ def cp(
     recursive: bool = False,
     *,
     progress: Progress | None = None,
+    ssh: str = "ssh",
+    remote_bin: str = "wirespeed",
+    ports: str | None = None,
     **options: object,
 ) -> dict[str, int]:
-    """Copies files or trees on this host, as `wirespeed cp` does.
+    """Copies files or trees, as `wirespeed cp` does, here or between hosts.
 
-    Every file is written under a hidden name, checked, and renamed into place only once
-    complete. `options` are `CopyOptions`' (preserve, resume, sync, no_clobber, delete,
+    Any place may be `[user@]host:path` (as with scp): there `ssh` (a command with its
+    options, as `wirespeed cp -e` takes it) starts `remote_bin agent`, and the data goes
+    straight between the two ends, never through ssh. Several sources (all here, or all on
+    one host) go into `dst` as a directory. `ports` (`LO-HI`) confines where remote ends
+    listen. Every file is written under a hidden name, checked, and renamed into place only
+    once complete. `options` are `CopyOptions`' (preserve, resume, sync, no_clobber, delete,
     exclude, transport, streams, bwlimit_mb, compress, encrypt, direct). `progress(bytes,
     total, files)` is called as it goes. Returns the summary (files, bytes, kept, ...).
-    For copies to or from other hosts, use the `wirespeed cp` command, which starts its
-    far end over ssh.
     """
     sources = [src] if isinstance(src, (str, os.PathLike)) else list(src)
-    for place in [*sources, dst]:
-        text = os.fspath(place)
-        if ":" in text.split("/", 1)[0]:
-            raise UsageError(f"{text}: a remote place; wirespeed.cp copies on this host (use the `wirespeed cp` command)")
     opts = CopyOptions(recursive=recursive, **options)  # type: ignore[arg-type]
-    return dict(_native.copy_local([os.fspath(s) for s in sources], os.fspath(dst), opts, progress))
+    places = [os.fspath(s) for s in sources]
+    return dict(_native.copy(places, os.fspath(dst), opts, ssh, remote_bin, ports, progress))
 
 
 def send_files(

@@ -27,7 +27,7 @@ __all__ = [
     "Timeslice",
     "__version__",
     "connect",
-    "copy_local",
+    "copy",
     "feed",
     "listen",
     "send_files",
@@ -101,8 +101,14 @@ class Receiver:
     def port(self) -> int: ...
     def receive(self, dst: str | PathLike[str], timeout: float = 600.0, progress: _Progress | None = None) -> _Summary: ...
 
-def copy_local(
-    sources: list[str], dst: str | PathLike[str], options: CopyOptions, progress: _Progress | None = None
+def copy(
+    sources: list[str],
+    dst: str,
+    options: CopyOptions,
+    ssh: str = "ssh",
+    remote_bin: str = "wirespeed",
+    ports: str | None = None,
+    progress: _Progress | None = None,
 ) -> _Summary: ...
 def send_files(
     to: str, paths: list[str], options: CopyOptions, key: bytes | None = None, progress: _Progress | None = None

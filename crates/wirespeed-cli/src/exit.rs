@@ -42,16 +42,7 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
             return c.code;
         }
         if let Some(f) = cause.downcast_ref::<FilesError>() {
-            return match f {
-                FilesError::Transport(w) => transport_code(w),
-                FilesError::Io { .. } | FilesError::Changed { .. } => IO,
-                FilesError::Checksum { .. } => CHECKSUM,
-                FilesError::Sealing(_) | FilesError::Remote { class: FailClass::Sealing, .. } => AUTH,
-                FilesError::Remote { class: FailClass::Io, .. } => IO,
-                FilesError::Remote { class: FailClass::Checksum, .. } => CHECKSUM,
-                FilesError::Usage(_) => USAGE,
-                _ => FAILURE,
-            };
+            return files_code(f);
         }
         if let Some(f) = cause.downcast_ref::<wirespeed_flight::Error>() {
             return match f {
@@ -72,6 +63,21 @@ pub fn code_for(e: &anyhow::Error) -> i32 {
         }
     }
     FAILURE
+}
+
+fn files_code(f: &FilesError) -> i32 {
+    match f {
+        FilesError::Transport(w) => transport_code(w),
+        FilesError::Io { .. } | FilesError::Changed { .. } => IO,
+        FilesError::Checksum { .. } => CHECKSUM,
+        FilesError::Sealing(_) | FilesError::Remote { class: FailClass::Sealing, .. } => AUTH,
+        FilesError::Remote { class: FailClass::Io, .. } => IO,
+        FilesError::Remote { class: FailClass::Checksum, .. } => CHECKSUM,
+        FilesError::Usage(_) => USAGE,
+        FilesError::Agent { exit, .. } => *exit,
+        FilesError::Unreachable { error, .. } => files_code(error),
+        _ => FAILURE,
+    }
 }
 
 fn transport_code(w: &Error) -> i32 {

@@ -52,6 +52,14 @@ pub enum FilesError {
     Stopped,
     #[error("the other side failed: {message}")]
     Remote { class: FailClass, message: String },
+    /// A remote end started over ssh failed or could not be started, in its own words where
+    /// it said any. `exit` is the CLI's exit code for it: the agent's own status, or 4
+    /// (connection) when ssh failed.
+    #[error("{message}")]
+    Agent { exit: i32, message: String },
+    /// An agent started, but its address could not be reached.
+    #[error("cannot reach the agent on {host} at {addr}: {error}")]
+    Unreachable { host: String, addr: String, error: Box<FilesError> },
 }
 
 impl FilesError {

@@ -18,6 +18,7 @@ pub mod paths;
 pub mod plane;
 pub mod progress;
 pub mod proto;
+pub mod remote;
 mod shared;
 mod sink;
 mod source;

@@ -1,8 +1,7 @@
-//! `wirespeed agent`: the far end of `cp`, started over ssh. It reads the transfer key from
-//! the first line of standard input, listens (or connects with `--connect`), reports
-//! `WIRESPEED-AGENT <ip> <port>`, as a dry run's sink `WIRESPEED-ITEM <line>` for each change,
-//! and at the end `WIRESPEED-DONE <files> <bytes> <kept files> <kept bytes> <deleted>`. When
-//! standard input closes (ssh or the initiator died) it stops at once.
+//! `wirespeed agent`: the far end of `cp`, started over ssh. It speaks as
+//! [`wirespeed_files::remote`] says, ending with `WIRESPEED-DONE <files> <bytes> <kept files>
+//! <kept bytes> <deleted>`. When standard input closes (ssh or the initiator died) it stops at
+//! once.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -12,13 +11,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use wirespeed::{Config, Key};
+use wirespeed_files::remote::{DONE, GREETING, ITEM};
 use wirespeed_files::{Input, Output, Ports, Progress, Server, Side, Summary, Transport, plane};
 
 use super::{Common, CopyFlags, list_on_stdout, remote_paths};
 use crate::exit;
-
-/// Starts a line of a sink agent's dry run (see [`wirespeed_files::Report`]).
-pub const ITEM: &str = "WIRESPEED-ITEM ";
 
 /// Set once the transfer is complete, so a closing standard input no longer stops us.
 static FINISHED: AtomicBool = AtomicBool::new(false);
@@ -140,7 +137,7 @@ pub fn run(mut a: AgentArgs) -> anyhow::Result<()> {
         None => {
             let (ip, host) = listen_address();
             let server = Server::bind_in(&host, a.ports, a.common.transport, &key, &cfg)?;
-            println!("WIRESPEED-AGENT {} {}", ip.as_deref().unwrap_or("-"), server.port());
+            println!("{GREETING} {} {}", ip.as_deref().unwrap_or("-"), server.port());
             std::io::stdout().flush()?;
             let (conn, control) = server.accept(Duration::from_secs(60))?;
             (conn, Side::Server(control))
@@ -163,7 +160,7 @@ pub fn run(mut a: AgentArgs) -> anyhow::Result<()> {
     conn.close();
     finished();
     let Summary { files, bytes, kept, kept_bytes, deleted } = summary;
-    println!("WIRESPEED-DONE {files} {bytes} {kept} {kept_bytes} {deleted}");
+    println!("{DONE} {files} {bytes} {kept} {kept_bytes} {deleted}");
     std::io::stdout().flush()?;
     Ok(())
 }

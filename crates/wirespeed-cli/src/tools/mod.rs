@@ -10,7 +10,6 @@ mod remote_paths;
 pub mod send;
 pub mod stage;
 
-use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -66,15 +65,6 @@ fn parse_compress(s: &str) -> Result<Compress, String> {
     }
 }
 
-impl std::fmt::Display for Compress {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(level) => write!(f, "zstd:{level}"),
-            None => write!(f, "none"),
-        }
-    }
-}
-
 /// What `cp` (and the agent it starts) copies and keeps.
 #[derive(Args, Clone, Debug, Default)]
 pub struct CopyFlags {
@@ -126,24 +116,6 @@ impl CopyFlags {
         }
         Ok(())
     }
-
-    /// These flags as an agent's command-line arguments.
-    pub fn to_args(&self) -> Vec<OsString> {
-        let on = [
-            (self.recursive, "--recursive"),
-            (self.preserve, "--preserve"),
-            (self.resume, "--resume"),
-            (self.sync, "--sync"),
-            (self.no_clobber, "--no-clobber"),
-            (self.delete, "--delete"),
-            (self.dry_run, "--dry-run"),
-        ];
-        let mut v: Vec<OsString> = on.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.into()).collect();
-        for p in &self.exclude {
-            v.extend(["--exclude".into(), p.into()]);
-        }
-        v
-    }
 }
 
 impl Common {
@@ -177,23 +149,6 @@ impl Common {
             dry_run: f.dry_run.then(|| list_on_stdout("")),
             ..SinkOptions::default()
         }
-    }
-
-    /// These options as an agent's command-line arguments.
-    pub fn to_args(&self) -> Vec<OsString> {
-        let mut v: Vec<OsString> = vec!["--transport".into(), self.transport.to_string().into()];
-        if let Some(n) = self.streams {
-            v.extend(["--streams".into(), n.to_string().into()]);
-        }
-        v.extend(["--bwlimit".into(), self.bwlimit.to_string().into()]);
-        v.extend(["--compress".into(), self.compress.to_string().into()]);
-        if self.encrypt {
-            v.push("--encrypt".into());
-        }
-        if self.direct {
-            v.push("--direct".into());
-        }
-        v
     }
 }
 

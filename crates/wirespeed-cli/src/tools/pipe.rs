@@ -13,14 +13,13 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use clap::Args;
 use wirespeed::{Config, Key};
-use wirespeed_files::{FilesError, Input, Output, Progress, Side, plane};
+use wirespeed_files::remote::{AGENT_START, DONE, Stderr, option_args, split_host};
+use wirespeed_files::{FilesError, Input, Output, Progress, Side, SinkOptions, plane};
 
 use super::Common;
-use super::remote::{RemoteArgs, Stderr, split_host};
+use super::remote::RemoteArgs;
 use crate::exit;
 
-/// How long a stage may take to start over ssh.
-const AGENT_START: Duration = Duration::from_secs(60);
 /// After the first failure, how long the other stages get to report theirs, so the cause
 /// is told apart from its consequences.
 const GRACE: Duration = Duration::from_secs(2);
@@ -130,6 +129,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
         stages.push((host, spec));
     }
     let ssh = a.remote.ssh()?;
+    let opts = a.common.source_options(&Default::default())?;
     let (key, key_text) = Key::generate()?;
     let last = stages.len() - 1;
     // Every stage starts at once: ssh start-up is most of a short pipeline's time.
@@ -139,7 +139,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
         if i == last {
             args.push("--last".into());
         }
-        args.extend(a.common.to_args());
+        args.extend(option_args(&opts, &SinkOptions::default(), a.common.transport));
         args.extend(a.remote.ports_args());
         args.extend(["--".into(), spec.into()]);
         agents.push(ssh.start(host, &args, &key_text, Stderr::Inherit)?);
@@ -161,7 +161,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
     for (i, mut agent) in agents.into_iter().enumerate() {
         let tx = tx.clone();
         watchers.push(std::thread::spawn(move || {
-            let ended = match agent.expect("WIRESPEED-DONE", Duration::from_secs(u64::MAX / 4)) {
+            let ended = match agent.expect(DONE, Duration::from_secs(u64::MAX / 4)) {
                 Ok(words) => parse_done(&words),
                 Err(e) => Ended::Lost(format!("{e:#}")),
             };
@@ -170,7 +170,6 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
         }));
     }
     let common = a.common.clone();
-    let opts = common.source_options(&Default::default())?;
     let feed_key = key.clone();
     std::thread::spawn(move || {
         // A terminal is not data: the first stage then starts with nothing on its input.

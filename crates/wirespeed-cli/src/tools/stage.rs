@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use wirespeed::{Config, Connection, Key};
+use wirespeed_files::remote::{DONE, GREETING};
 use wirespeed_files::{FilesError, Input, Output, Ports, Progress, Server, Side, plane};
 
 use super::Common;
@@ -53,7 +54,7 @@ pub fn run(a: StageArgs) -> anyhow::Result<()> {
     let input = bind()?;
     let output = if a.last { Some(bind()?) } else { None };
     let out_port = output.as_ref().map(|o| format!(" {}", o.port())).unwrap_or_default();
-    println!("WIRESPEED-AGENT {} {}{out_port}", ip.as_deref().unwrap_or("-"), input.port());
+    println!("{GREETING} {} {}{out_port}", ip.as_deref().unwrap_or("-"), input.port());
     std::io::stdout().flush()?;
     let next = match &output {
         Some(_) => None,
@@ -67,7 +68,7 @@ pub fn run(a: StageArgs) -> anyhow::Result<()> {
     let stage = Stage { common: &a.common, key: &key, cfg: &cfg, input: Mutex::new(input), output: out };
     let (status, cause, why) = stage.run(&spec);
     finished();
-    println!("WIRESPEED-DONE {status} {} {}", cause.as_str(), why.replace('\n', " "));
+    println!("{DONE} {status} {} {}", cause.as_str(), why.replace('\n', " "));
     std::io::stdout().flush()?;
     Ok(())
 }
