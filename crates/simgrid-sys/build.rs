@@ -28,7 +28,6 @@ const FUNCTIONS: &[&str] = &[
     "sg_mailbox_get_async",
     "sg_mailbox_get",
     "sg_mailbox_listen",
-    "sg_comm_detach",
     "sg_comm_test",
     "sg_comm_wait",
     "sg_comm_wait_for",

@@ -196,18 +196,6 @@ impl Mailbox {
         unsafe { lib().sg_mailbox_put(self.0, Box::into_raw(payload).cast(), size as i64) };
     }
 
-    /// Sends `value` as `size` simulated bytes without waiting for it, ever: SimGrid frees
-    /// the transfer when it ends (and the value, if nobody took it).
-    pub fn put_detached<T: Any + Send>(&self, value: T, size: u64) {
-        let payload: Box<Payload> = Box::new(Box::new(value));
-        // SAFETY: the receiver takes the payload back exactly once; if none does, SimGrid
-        // hands it to `free_payload` when it drops the transfer.
-        unsafe {
-            let comm = lib().sg_mailbox_put_init(self.0, Box::into_raw(payload).cast(), size as i64);
-            lib().sg_comm_detach(comm, Some(free_payload));
-        }
-    }
-
     /// Makes the calling actor this mailbox's receiver: transfers start as soon as they are
     /// sent, as one-sided writes do, rather than when a receive is posted.
     pub fn receive_eagerly(name: &str) -> Result<Mailbox> {
@@ -237,13 +225,6 @@ impl Mailbox {
         // SAFETY: the slot lives in the comm until it completes or is dropped.
         let comm = unsafe { lib().sg_mailbox_get_async(self.0, &mut *slot) };
         Comm { comm, slot: Some(slot) }
-    }
-}
-
-extern "C" fn free_payload(raw: *mut c_void) {
-    if !raw.is_null() {
-        // SAFETY: every payload is a Box<Payload> from `put_detached`, dropped once here.
-        drop(unsafe { Box::from_raw(raw.cast::<Payload>()) });
     }
 }
 

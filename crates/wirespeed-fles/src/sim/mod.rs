@@ -178,8 +178,8 @@ pub fn simulate(s: &SimSettings, dir: &Path) -> Result<SimOutcome> {
     }
     let events = sh.clone();
     engine.spawn("events", &all[0], move || {
-        let result =
-            Port::open(events.events_id(), events.actors()).and_then(|mut port| events::run(&events, &mut port));
+        let result = Port::open(events.events_id(), events.actors())
+            .and_then(|mut port| events::run(&events, &mut port).inspect(|()| port.flush()));
         if let Err(e) = result {
             lock(&events.errors).push(format!("events: {e}"));
         }
@@ -230,6 +230,7 @@ fn node<T>(
     if off && let Err(e) = port.drain_until_over(sh.settings.timeout * 100.0) {
         lock(&sh.errors).push(e.to_string());
     }
+    port.flush();
 }
 
 /// Inputs and compute nodes take alternate hosts while both remain, then the rest in turn.

@@ -70,6 +70,11 @@ pub(super) struct Port {
     receiving: Option<Comm>,
     /// Sends whose end matters (a component leaving the NIC's queue).
     tracked: Vec<Comm>,
+    /// Control messages under way. They are waited for with the rest, only so that SimGrid
+    /// forgets them: SimGrid 3.32 keeps every detached transfer in one list and pays its
+    /// length to take each out, which made a DFS interval's I × C reports and proposals cost
+    /// time quadratic in their number.
+    control: Vec<Comm>,
     /// Messages sent, per receiver, and handed over, per sender.
     sent: Vec<u64>,
     delivered: Vec<u64>,
@@ -86,7 +91,15 @@ impl Port {
         Mailbox::receive_eagerly(&mailbox_name(me))?;
         let peers = (0..actors).map(|id| Mailbox::by_name(&mailbox_name(id))).collect::<Result<Vec<_>>>()?;
         let receiving = Some(peers[me].get_async());
-        Ok(Port { me, peers, receiving, tracked: Vec::new(), sent: vec![0; actors], delivered: vec![0; actors] })
+        Ok(Port {
+            me,
+            peers,
+            receiving,
+            tracked: Vec::new(),
+            control: Vec::new(),
+            sent: vec![0; actors],
+            delivered: vec![0; actors],
+        })
     }
 
     fn envelope(&mut self, to: usize, msg: SimMsg) -> (Envelope, u64) {
@@ -96,10 +109,20 @@ impl Port {
         (Envelope { from: self.me, seq, msg }, size)
     }
 
-    /// Sends without waiting for it.
+    /// Sends without waiting for it (`next` takes its end in passing; see `flush`).
     pub(super) fn send(&mut self, to: usize, msg: SimMsg) {
         let (e, size) = self.envelope(to, msg);
-        self.peers[to].put_detached(e, size);
+        let comm = self.peers[to].put_async(e, size);
+        self.control.push(comm);
+    }
+
+    /// Waits until every message sent has arrived (an actor that ended first would take its
+    /// transfers still under way with it) or failed: one to an actor that has ended is lost,
+    /// as on a closed connection.
+    pub(super) fn flush(&mut self) {
+        for comm in self.control.drain(..) {
+            let _ = comm.wait();
+        }
     }
 
     /// Sends, counting the transfer as in flight until it ends.
@@ -127,12 +150,13 @@ impl Port {
     /// The next message; or a tracked send's end; or nothing within
     /// `timeout` simulated seconds. While sends are in flight it waits for one of them or a
     /// message, with no timeout (SimGrid cannot time out a wait for any of several), so a
-    /// deadline may pass by the rest of a transfer; with none in flight it keeps to it.
+    /// deadline may pass by the rest of a transfer (for control messages, their latency);
+    /// with none in flight it keeps to it.
     pub(super) fn next(&mut self, timeout: f64) -> Result<Wake> {
         let deadline = now() + timeout.max(0.0);
         loop {
             let receiving = self.receiving.take().expect("a receive is always posted");
-            let done = if self.tracked.is_empty() {
+            let done = if self.tracked.is_empty() && self.control.is_empty() {
                 match receiving.wait_timeout(deadline - now()) {
                     Ok(done) => done,
                     Err(still) => {
@@ -141,18 +165,26 @@ impl Port {
                     }
                 }
             } else {
-                // The sends, then the receive.
-                let sends = self.tracked.len();
+                // The tracked sends, the control messages, then the receive.
+                let (sends, controls) = (self.tracked.len(), self.control.len());
                 let mut comms = std::mem::take(&mut self.tracked);
+                comms.append(&mut self.control);
                 comms.push(receiving);
                 let (i, done) = Comm::wait_any(&mut comms).expect("comms to wait for");
-                if i < sends {
-                    self.receiving = comms.pop();
+                if i == sends + controls {
+                    self.control = comms.split_off(sends);
                     self.tracked = comms;
-                    return Ok(Wake::Sent);
+                    done
+                } else {
+                    self.receiving = comms.pop();
+                    let at = if i < sends { sends - 1 } else { sends };
+                    self.control = comms.split_off(at);
+                    self.tracked = comms;
+                    if i < sends {
+                        return Ok(Wake::Sent);
+                    }
+                    continue;
                 }
-                self.tracked = comms;
-                done
             };
             self.receiving = Some(self.peers[self.me].get_async());
             // A transfer that failed brings nothing: wait for the next.
