@@ -2,7 +2,6 @@
 //! processed for the run's processing time, one after another, then released.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 
 use super::net::{Port, SimMsg, Wake, now_ns};
 use super::{Shared, seconds};
@@ -28,10 +27,6 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<C
     // Timeslices being processed, one after another: when each is done.
     let mut processing: VecDeque<(u64, u64)> = VecDeque::new();
     let mut quiet_since = now_ns();
-    let mut inputs_gone_seen = 0;
-    // Inputs that finished, with how many messages they sent here.
-    let mut ending: Vec<(usize, u64)> = Vec::new();
-    let mut listed = vec![false; s.inputs];
     loop {
         let now = now_ns();
         while let Some(&(_, ts)) = processing.front().filter(|(at, _)| *at <= now) {
@@ -60,25 +55,6 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<C
                 ComputeAction::Leave(c) => broadcast(sh, port, &node, Msg::Leave { compute: c as u32 }),
             }
         }
-        // Inputs that finished, once all they sent here is in (see `input::run`'s end).
-        let gone = sh.gone_inputs.load(Ordering::SeqCst);
-        if gone != inputs_gone_seen {
-            inputs_gone_seen = gone;
-            let finished = super::lock(&sh.finished);
-            for i in 0..s.inputs {
-                if let Some(sent) = finished[i].as_ref().filter(|_| !listed[i]) {
-                    listed[i] = true;
-                    ending.push((i, sent[index]));
-                }
-            }
-        }
-        ending.retain(|&(i, sent)| {
-            let caught_up = port.delivered_from(i) >= sent;
-            if caught_up && !node.input_done(i) {
-                node.on_input_ended(i);
-            }
-            !caught_up
-        });
         fill.push((seconds(now), node.fill()));
         if node.finished() && processing.is_empty() && node.inputs_gone() {
             break;
@@ -118,7 +94,11 @@ fn handle(node: &mut ComputeNode, inputs: usize, from: usize, msg: SimMsg, now: 
             }
             Ok(())
         }
-        SimMsg::Finished => Ok(()), // every input is gone: the shared record says which finished
+        // Its stream's end: everything it sent is in (messages come in order).
+        SimMsg::Finished => {
+            node.on_input_ended(from);
+            Ok(())
+        }
         SimMsg::Ctl(Msg::Report(r)) => node.on_report(r),
         SimMsg::Ctl(Msg::Stop { horizon }) => node.on_stop(from, horizon),
         SimMsg::Ctl(Msg::Lost { compute, finished }) => node.on_compute_lost(from, compute as usize, finished),

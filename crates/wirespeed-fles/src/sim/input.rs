@@ -1,8 +1,6 @@
 //! An input as a SimGrid actor: the real `InputNode` and scheduler, its components put as
 //! transfers of their true size, at most `in_flight` at a time (the NIC's send queue).
 
-use std::sync::atomic::Ordering;
-
 use super::net::{Port, SimMsg, Wake, now_ns};
 use super::{Shared, seconds};
 use crate::error::{FlesError, Result};
@@ -50,10 +48,7 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<I
         let idle = s.timeout - seconds(now - quiet_since);
         let wait = until.map_or(idle, |t| seconds(t - now).min(idle));
         match port.next(wait)? {
-            Wake::Msg(_, SimMsg::Die) => {
-                sh.gone_inputs.fetch_add(1, Ordering::SeqCst);
-                return Ok(None);
-            }
+            Wake::Msg(_, SimMsg::Die) => return Ok(None),
             Wake::Msg(from, msg) => {
                 handle(sh, port, &mut node, from, msg)?;
                 quiet_since = now_ns();
@@ -73,17 +68,9 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<I
     summary.sent = sent.kept().to_vec();
     summary.sent.push((summary.seconds, summary.bytes));
     summary.lost_computes = (0..s.computes).filter(|&c| node.is_compute_lost(c)).collect();
-    // A real input's stream ends on every connection, after all it sent there. Here each
-    // compute node reads that from the shared record, and takes it once it has every message
-    // counted there; the last input to go wakes them all. (I × C simultaneous messages cost
-    // SimGrid 3.32 time that grows much faster than their number: at 512 nodes that storm
-    // alone took minutes.)
-    let sent = (0..s.computes).map(|c| port.sent_to(sh.compute_id(c))).collect();
-    super::lock(&sh.finished)[index] = Some(sent);
-    if sh.gone_inputs.fetch_add(1, Ordering::SeqCst) + 1 == s.inputs {
-        for c in (0..s.computes).filter(|&c| !node.is_compute_lost(c)) {
-            port.send(sh.compute_id(c), SimMsg::Finished);
-        }
+    // A real input's stream ends on every connection, after all it sent there.
+    for c in (0..s.computes).filter(|&c| !node.is_compute_lost(c)) {
+        port.send(sh.compute_id(c), SimMsg::Finished);
     }
     Ok(Some(summary))
 }

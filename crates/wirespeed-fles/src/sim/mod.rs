@@ -88,10 +88,6 @@ pub(crate) struct Shared {
     settings: SimSettings,
     /// Nodes still running; the last to end tells the events' actor.
     live: AtomicUsize,
-    /// Per input that finished (everything acknowledged), how many messages it had sent each
-    /// compute node; and how many inputs finished or were turned off: see `input::run`'s end.
-    finished: Mutex<Vec<Option<Vec<u64>>>>,
-    gone_inputs: AtomicUsize,
     inputs: Mutex<Vec<InputSummary>>,
     computes: Mutex<Vec<ComputeSummary>>,
     errors: Mutex<Vec<String>>,
@@ -157,8 +153,6 @@ pub fn simulate(s: &SimSettings, dir: &Path) -> Result<SimOutcome> {
     let sh = Arc::new(Shared {
         settings: s.clone(),
         live: AtomicUsize::new(nodes),
-        finished: Mutex::new(vec![None; s.inputs]),
-        gone_inputs: AtomicUsize::new(0),
         inputs: Mutex::new(Vec::new()),
         computes: Mutex::new(Vec::new()),
         errors: Mutex::new(Vec::new()),

@@ -18,8 +18,7 @@ pub(super) enum SimMsg {
     Component { desc: ComponentDescriptor, pointers: Pointers },
     /// Any of the real run's control messages.
     Ctl(Msg),
-    /// Input → compute node: the last input finished or was turned off (each input's end
-    /// is in `Shared::finished`).
+    /// Input → compute node: the end of its stream, after everything it sent.
     Finished,
     /// Events → node: this node is turned off.
     Die,
@@ -130,16 +129,6 @@ impl Port {
         let (e, size) = self.envelope(to, msg);
         let comm = self.peers[to].put_async(e, size);
         self.tracked.push(comm);
-    }
-
-    /// Messages sent to actor `to` so far.
-    pub(super) fn sent_to(&self, to: usize) -> u64 {
-        self.sent[to]
-    }
-
-    /// Messages from actor `from` handed over so far.
-    pub(super) fn delivered_from(&self, from: usize) -> u64 {
-        self.delivered[from]
     }
 
     /// Tracked sends not yet ended.
