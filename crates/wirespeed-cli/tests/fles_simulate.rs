@@ -117,6 +117,26 @@ fn the_dfs_builds_every_timeslice_once_in_order_and_learns_its_intervals() {
 }
 
 #[test]
+fn inputs_paced_at_a_data_rate_build_every_timeslice_and_take_the_datas_time() {
+    // Paced inputs finish at different moments, while compute nodes still send them
+    // proposals: messages to an actor that ended must not break the run.
+    for scheduler in ["rr", "dfs"] {
+        let r = simulated(&[
+            "--platform=xc40",
+            "--nodes=16",
+            &format!("--scheduler={scheduler}"),
+            "--timeslices=80",
+            "--interval-length=16",
+            "--in-flight=1",
+            "--rate=1",
+        ]);
+        all_once(&r, 80);
+        // Each input's 80 components of 64 KiB at 1 GB/s take 5.24 ms to arrive.
+        assert!(f(&r["seconds"]) >= 80.0 * 65536.0 / 1e9, "{scheduler}: {}", r["seconds"]);
+    }
+}
+
+#[test]
 fn a_compute_node_turned_off_loses_no_timeslice_and_duplicates_none() {
     for scheduler in ["rr", "dfs"] {
         let r = simulated(

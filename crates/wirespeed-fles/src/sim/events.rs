@@ -67,8 +67,8 @@ enum Step {
     Tell(NodeRef),
 }
 
-/// The events' actor: plays each step at its time, and once the run is over tells the nodes
-/// turned off to stop.
+/// The events' actor: plays each step at its time, and once the run is over tells every node
+/// to stop.
 pub(super) fn run(sh: &Shared, port: &mut Port) -> Result<()> {
     let s = &sh.settings;
     let mut timeline: Vec<(f64, Step)> = Vec::new();
@@ -96,7 +96,6 @@ pub(super) fn run(sh: &Shared, port: &mut Port) -> Result<()> {
         }
     }
     timeline.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut off = Vec::new();
     let mut steps = timeline.into_iter();
     let mut next = steps.next();
     loop {
@@ -110,10 +109,7 @@ pub(super) fn run(sh: &Shared, port: &mut Port) -> Result<()> {
         let Some((_, step)) = next.take() else { break };
         match step {
             Step::Scale(i, factor) => links[i].iter().for_each(|l| l.set_bandwidth(l.bandwidth() * factor)),
-            Step::TurnOff(node) => {
-                off.push(node);
-                port.send(sh.id(node), SimMsg::Die);
-            }
+            Step::TurnOff(node) => port.send(sh.id(node), SimMsg::Die),
             Step::Tell(NodeRef::Input(i)) => {
                 (0..s.computes).for_each(|c| port.send(sh.id(NodeRef::Compute(c)), SimMsg::Closed(i)))
             }
@@ -123,8 +119,9 @@ pub(super) fn run(sh: &Shared, port: &mut Port) -> Result<()> {
         }
         next = steps.next();
     }
-    for node in off {
-        port.send(sh.id(node), SimMsg::Over);
+    // Every node waits for this before its actor ends, so no transfer to it fails.
+    for id in 0..sh.events_id() {
+        port.send(id, SimMsg::Over);
     }
     Ok(())
 }

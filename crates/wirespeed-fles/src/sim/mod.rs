@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     settings: SimSettings,
     /// Nodes still running; the last to end tells the events' actor.
     live: AtomicUsize,
+    /// When the last node ended: the run's simulated length.
+    ended: Mutex<Option<f64>>,
     inputs: Mutex<Vec<InputSummary>>,
     computes: Mutex<Vec<ComputeSummary>>,
     errors: Mutex<Vec<String>>,
@@ -153,6 +155,7 @@ pub fn simulate(s: &SimSettings, dir: &Path) -> Result<SimOutcome> {
     let sh = Arc::new(Shared {
         settings: s.clone(),
         live: AtomicUsize::new(nodes),
+        ended: Mutex::new(None),
         inputs: Mutex::new(Vec::new()),
         computes: Mutex::new(Vec::new()),
         errors: Mutex::new(Vec::new()),
@@ -185,7 +188,7 @@ pub fn simulate(s: &SimSettings, dir: &Path) -> Result<SimOutcome> {
     let mut out = SimOutcome {
         inputs: std::mem::take(&mut *lock(&sh.inputs)),
         computes: std::mem::take(&mut *lock(&sh.computes)),
-        simulated: now(),
+        simulated: lock(&sh.ended).unwrap_or_else(now),
         hosts: all.len(),
         input_hosts,
         compute_hosts,
@@ -199,8 +202,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One node's actor: runs `body`, files its summary (None: it was turned off, and then takes
-/// what arrives until the run is over), and the last node to end tells the events' actor.
+/// One node's actor: runs `body`, files its summary (None: it was turned off), and takes what
+/// arrives until the run is over; the last node to end tells the events' actor.
 fn node<T>(
     sh: &Shared,
     id: usize,
@@ -211,17 +214,17 @@ fn node<T>(
         Ok(p) => p,
         Err(e) => return lock(&sh.errors).push(e.to_string()),
     };
-    let outcome = body(sh, &mut port);
-    let off = matches!(outcome, Ok(None));
-    match outcome {
+    match body(sh, &mut port) {
         Ok(Some(v)) => file(sh, v),
         Ok(None) => {}
         Err(e) => lock(&sh.errors).push(e.to_string()),
     }
     if sh.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+        *lock(&sh.ended) = Some(now());
         port.send(sh.events_id(), SimMsg::Over);
     }
-    if off && let Err(e) = port.drain_until_over(sh.settings.timeout * 100.0) {
+    // Messages to an actor that has ended fail in its senders' waits: stay until all end.
+    if let Err(e) = port.drain_until_over(sh.settings.timeout * 100.0) {
         lock(&sh.errors).push(e.to_string());
     }
     port.flush();

@@ -189,7 +189,8 @@ impl Port {
         }
     }
 
-    /// A turned-off node: takes whatever arrives, unread, until the run is over.
+    /// A node that ended (or was turned off): takes whatever arrives, unread, until the run is
+    /// over.
     pub(super) fn drain_until_over(&mut self, timeout: f64) -> Result<()> {
         let until = now() + timeout;
         loop {
