@@ -2,7 +2,8 @@
 # Timeslice building at cluster scale in SimGrid (`wirespeed fles simulate`): round robin
 # against the DFS at 64, 128, 192 and 384 nodes on the shipped Cray XC40, beside the seed's
 # table (../shared/seeds/001: FLESnet and DFS on a real XC40); then a 25 % bandwidth drop and
-# how the DFS's intervals recover; then 1,024 nodes for the simulator's own time and memory.
+# how the DFS's intervals recover; then one input slowed to half speed with 32 writes in flight
+# (what made FLESnet's buffers fill); then 1,024 nodes for the simulator's own time and memory.
 #
 #   bench/fles_scale.sh [BINARY]     (default target/release/wirespeed)
 #
@@ -11,8 +12,7 @@
 # runs 16 times longer to fill), IN_FLIGHT (components an input has in flight at once, 1),
 # BIG (1024; 0 skips it).
 #
-# SimGrid 3.32 is slow on the DFS's per-interval all-to-all reports and proposals: at 384
-# nodes a DFS run of 10 rounds did not finish in 34 minutes here (bench/RESULTS.md).
+# About 6 minutes here, most of it the 384-node DFS run (bench/RESULTS.md).
 set -euo pipefail
 bin=${1:-target/release/wirespeed}
 sizes=${SIZES:-64 128 192 384}
@@ -59,6 +59,16 @@ echo
 echo "25 % bandwidth drop on every link, 64 nodes, DFS without staged speed-up, intervals of 2 rounds:"
 "$bin" fles simulate --platform xc40 --nodes 64 --scheduler dfs --timeslices 10000 --interval-length 64 \
   --no-speedup --buffer-size "$buffer" --in-flight "$in_flight" --event drop:0.030-0.045:0.25 | tail -1
+
+echo
+echo "One input (node-0) on a link at half speed, 32 writes in flight, 64 nodes, 160 rounds:"
+for s in rr dfs; do
+  printf '%-4s ' "$s"
+  "$bin" fles simulate --platform xc40 --nodes 64 --scheduler "$s" --timeslices 5120 --interval-length 64 \
+    --buffer-size "$buffer" --in-flight 32 --event drop:0-10:0.5:local_link_from_router_0_to_node_0_ |
+    grep -v '^bandwidth drop' | tr '\n' ' '
+  echo
+done
 
 if [ "$big" -gt 0 ]; then
   computes=$((big / 2))
