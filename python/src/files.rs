@@ -12,7 +12,9 @@ use pyo3::prelude::*;
 use wirespeed::Config;
 use wirespeed_files::plane::{self, Transport};
 use wirespeed_files::remote::{self, RemoteCopy, Ssh};
-use wirespeed_files::{Excludes, Input, Output, Ports, Progress, Server, Side, SinkOptions, SourceOptions, Summary};
+use wirespeed_files::{
+    Excludes, Input, Output, Ports, Progress, Report, Server, Side, SinkOptions, SourceOptions, Summary,
+};
 
 use crate::errors;
 use crate::keys::required_key;
@@ -39,7 +41,8 @@ pub struct CopyOptions {
 impl CopyOptions {
     #[new]
     #[pyo3(signature = (recursive=false, preserve=false, resume=false, sync=false, no_clobber=false, delete=false,
-        exclude=Vec::new(), transport="auto", streams=None, bwlimit_mb=0.0, compress=None, encrypt=false, direct=false))]
+        exclude=Vec::new(), transport="auto", streams=None, bwlimit_mb=0.0, compress=None, encrypt=false, direct=false,
+        dry_run=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         recursive: bool,
@@ -55,6 +58,7 @@ impl CopyOptions {
         compress: Option<i32>,
         encrypt: bool,
         direct: bool,
+        dry_run: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         if delete && !recursive {
             return Err(errors::usage("delete=True needs recursive=True"));
@@ -77,9 +81,20 @@ impl CopyOptions {
             encrypt,
             direct,
             exclude: Excludes::new(&exclude).map_err(errors::files)?,
+            dry_run: dry_run.is_some(),
             ..SourceOptions::default()
         };
-        let sink = SinkOptions { encrypt, delete, direct, ..SinkOptions::default() };
+        // A dry run changes nothing and hands each line the CLI would print to the callable.
+        let dry_run = dry_run.map(|list| {
+            Report(Arc::new(move |line: &str| {
+                Python::attach(|py| {
+                    if let Err(e) = list.call1(py, (line,)) {
+                        e.write_unraisable(py, None);
+                    }
+                })
+            }))
+        });
+        let sink = SinkOptions { encrypt, delete, direct, dry_run, ..SinkOptions::default() };
         Ok(CopyOptions { source, sink, transport })
     }
 }

@@ -63,6 +63,15 @@ def test_cp_between_hosts_over_ssh(tmp_path, sshd):
     # Again with sync: everything is in place already.
     again = wirespeed.cp(tmp_path / "src", remote(tmp_path / "up"), recursive=True, sync=True, **far)
     assert again["kept"] == 3
+    # A dry run with delete, here and through an agent: the lines the CLI lists, nothing done.
+    (tmp_path / "down" / "src" / "stale.txt").write_text("old")
+    (tmp_path / "src" / "new.txt").write_text("new")
+    for dst in (tmp_path / "down", remote(tmp_path / "down")):
+        said = []
+        wirespeed.cp(tmp_path / "src", dst, recursive=True, sync=True, delete=True, dry_run=said.append, **far)
+        assert any(line.endswith("/down/src/new.txt") for line in said), said
+        assert any(line.startswith("deleting ") and line.endswith("/down/src/stale.txt") for line in said), said
+        assert (tmp_path / "down" / "src" / "stale.txt").exists() and not (tmp_path / "down" / "src" / "new.txt").exists()
 
 
 def test_cp_between_hosts_fails_in_the_far_ends_words(tmp_path, sshd):

@@ -90,8 +90,10 @@ def cp(
     one host) go into `dst` as a directory. `ports` (`LO-HI`) confines where remote ends
     listen. Every file is written under a hidden name, checked, and renamed into place only
     once complete. `options` are `CopyOptions`' (preserve, resume, sync, no_clobber, delete,
-    exclude, transport, streams, bwlimit_mb, compress, encrypt, direct). `progress(bytes,
-    total, files)` is called as it goes. Returns the summary (files, bytes, kept, ...).
+    exclude, transport, streams, bwlimit_mb, compress, encrypt, direct, dry_run). With
+    `dry_run=print` (any callable) nothing changes, and each line `wirespeed cp --dry-run`
+    would list is handed to it. `progress(bytes, total, files)` is called as it goes. Returns
+    the summary (files, bytes, kept, ...).
     """
     sources = [src] if isinstance(src, (str, os.PathLike)) else list(src)
     opts = CopyOptions(recursive=recursive, **options)  # type: ignore[arg-type]

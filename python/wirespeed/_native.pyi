@@ -92,6 +92,7 @@ class CopyOptions:
         compress: int | None = None,
         encrypt: bool = False,
         direct: bool = False,
+        dry_run: Callable[[str], object] | None = None,
     ) -> CopyOptions: ...
 
 @final
