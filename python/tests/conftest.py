@@ -2,9 +2,8 @@
 and wirespeed's own Python server) and real clients."""
 
 import os
-import re
-import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,8 +15,9 @@ import pytest
 
 from wirespeed import flight
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(os.environ.get("WIRESPEED_BIN", ROOT / "target" / "debug" / "wirespeed"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from wirespeed_proc import BIN, ROOT, WirespeedProc, free_port  # noqa: E402, F401
+
 KEY = "python test key, 0123456789"
 
 
@@ -26,12 +26,6 @@ def table(rows=20_000, seed=0):
         "a": pa.array(range(seed, seed + rows), pa.int64()),
         "s": pa.array([None if i % 11 == 0 else f"row {i}" for i in range(rows)]),
     })
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Tables(flight.FlightServerBase):
@@ -99,29 +93,8 @@ def py_server():
     server.shutdown()
 
 
-class Proc:
-    """A wirespeed process that announces its gRPC address on a line of its output."""
-
-    def __init__(self, args, pattern=r"grpc://(\S+)"):
-        self.proc = subprocess.Popen([str(BIN), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "WIRESPEED_KEY": KEY}, text=True)
-        deadline = time.time() + 30
-        self.output = []
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.output.append(line)
-            m = re.search(pattern, line)
-            if m:
-                self.url = "grpc://" + m.group(1)
-                return
-        self.proc.kill()
-        raise RuntimeError("wirespeed did not start: " + "".join(self.output))
-
-    def stop(self):
-        self.proc.kill()
-        self.proc.wait()
+class Proc(WirespeedProc):
+    key = KEY
 
 
 @pytest.fixture

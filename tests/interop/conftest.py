@@ -1,10 +1,7 @@
 """Fixtures for the Flight interop tests: the real `wirespeed` binary and pyarrow.flight."""
 import os
-import re
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,8 +9,9 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(os.environ.get("WIRESPEED_BIN", ROOT / "target" / "debug" / "wirespeed"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from wirespeed_proc import BIN, ROOT, WirespeedProc, free_port  # noqa: E402, F401
+
 KEY = "interop test key, 0123456789"
 
 
@@ -25,35 +23,8 @@ def table(rows=50_000, seed=0):
     })
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Proc:
-    """A wirespeed process that announces its gRPC address on a line of its output."""
-
-    def __init__(self, args, env=None, pattern=r"grpc://(\S+)"):
-        self.proc = subprocess.Popen([str(BIN), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "WIRESPEED_KEY": KEY, **(env or {})}, text=True)
-        deadline = time.time() + 30
-        self.output = []
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.output.append(line)
-            m = re.search(pattern, line)
-            if m:
-                self.url = "grpc://" + m.group(1)
-                return
-        self.proc.kill()
-        raise RuntimeError("wirespeed did not start: " + "".join(self.output))
-
-    def stop(self):
-        self.proc.kill()
-        self.proc.wait()
+class Proc(WirespeedProc):
+    key = KEY
 
 
 @pytest.fixture

@@ -1,0 +1,46 @@
+"""The `wirespeed` binary under test, shared by the interop suite (tests/interop) and the
+Python package's (python/tests): where it is, a free port, and a process of it."""
+
+import os
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(os.environ.get("WIRESPEED_BIN", ROOT / "target" / "debug" / "wirespeed"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WirespeedProc:
+    """A wirespeed process that announces its gRPC address on a line of its output; it gets
+    the suite's `key` through WIRESPEED_KEY."""
+
+    key = ""
+
+    def __init__(self, args, env=None, pattern=r"grpc://(\S+)"):
+        self.proc = subprocess.Popen([str(BIN), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "WIRESPEED_KEY": self.key, **(env or {})}, text=True)
+        deadline = time.time() + 30
+        self.output = []
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            m = re.search(pattern, line)
+            if m:
+                self.url = "grpc://" + m.group(1)
+                return
+        self.proc.kill()
+        raise RuntimeError("wirespeed did not start: " + "".join(self.output))
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
