@@ -3,8 +3,9 @@
 //! and Arrow streams; uploads and exchanges, which Python handles as whole calls with a reader
 //! and a writer, run on a thread of their own fed through bounded channels.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -20,12 +21,14 @@ use wirespeed_serve::DirService;
 
 use crate::arrow;
 use crate::errors;
+use crate::put::{Event, Messages, PutResults, PyUpload};
 use crate::wait::interruptible;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FlightServer>()?;
     m.add_class::<ServerReader>()?;
     m.add_class::<ServerWriter>()?;
+    m.add_class::<PutResults>()?;
     m.add_function(wrap_pyfunction!(serve_directory, m)?)?;
     m.add_function(wrap_pyfunction!(share_table, m)?)?;
     Ok(())
@@ -124,17 +127,28 @@ impl Handler for PyHandler {
 
     fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {
         let (tx, rx) = sync_channel::<Result<Payload>>(QUEUE);
-        let reader = ServerReader::new(schema.clone(), Box::new(rx));
+        let (events, handler_events) = channel();
+        let reader = ServerReader::new(schema.clone(), Box::new(Messages { rx, events: events.clone() }));
+        let writer = PutResults { events: events.clone() };
         let dispatcher = Python::attach(|py| self.dispatcher.clone_ref(py));
         let bytes = descriptor.encode_to_vec();
         let call = spawn(move || {
-            Python::attach(|py| {
-                let args = (PyBytes::new(py, &bytes), reader);
-                let result = dispatcher.bind(py).call_method1("do_put", args).and_then(|r| r.extract::<Vec<Vec<u8>>>());
-                result.map(|r| r.into_iter().map(Bytes::from).collect()).map_err(|e| from_python(py, e))
-            })
+            let returned = Python::attach(|py| {
+                let args = (PyBytes::new(py, &bytes), reader, writer);
+                dispatcher.bind(py).call_method1("do_put", args).map(drop).map_err(|e| from_python(py, e))
+            });
+            let _ = events.send(Event::Returned);
+            returned
         })?;
-        Ok(Box::new(PyUpload { tx: Some(tx), call: Some(call) }))
+        Ok(Box::new(PyUpload {
+            tx: Some(tx),
+            call: Some(call),
+            events: handler_events,
+            written: VecDeque::new(),
+            sent: 0,
+            asked: 0,
+            returned: false,
+        }))
     }
 
     fn do_exchange(&self, descriptor: &FlightDescriptor, input: Input) -> Result<Output> {
@@ -183,55 +197,14 @@ fn spawn<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result
         .map_err(|e| Error::internal(format!("cannot start a thread: {e}")))
 }
 
-/// An upload handed to Python's `do_put`, which reads it on its own thread.
-struct PyUpload {
-    tx: Option<SyncSender<Result<Payload>>>,
-    call: Option<JoinHandle<Result<Vec<Bytes>>>>,
-}
-
-impl PyUpload {
-    /// The handler's own error, once it stopped taking messages.
-    fn handler_result(&mut self) -> Result<Vec<Bytes>> {
-        self.tx = None;
-        match self.call.take().map(|c| c.join()) {
-            Some(Ok(result)) => result,
-            _ => Err(Error::internal("the upload handler failed")),
-        }
-    }
-}
-
-impl Upload for PyUpload {
-    fn write(&mut self, payload: Payload) -> Result<Option<Bytes>> {
-        let sent = self.tx.as_ref().map(|tx| tx.send(Ok(payload)));
-        match sent {
-            Some(Ok(())) => Ok(None),
-            // The handler returned or raised before reading everything.
-            _ => Err(self.handler_result().err().unwrap_or_else(|| Error::internal("the handler stopped reading"))),
-        }
-    }
-
-    fn finish(mut self: Box<Self>) -> Result<Vec<Bytes>> {
-        self.handler_result()
-    }
-}
-
-impl Drop for PyUpload {
-    /// Unfinished: the handler's reader raises, so it keeps nothing of a partial upload.
-    fn drop(&mut self) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.try_send(Err(Error::status(Code::Cancelled, "the client went away mid-upload")));
-        }
-    }
-}
-
 /// Where a server reader's messages come from.
 trait Source: Send {
     fn next(&mut self) -> Result<Option<Payload>>;
 }
 
-impl Source for Receiver<Result<Payload>> {
+impl Source for Messages {
     fn next(&mut self) -> Result<Option<Payload>> {
-        self.recv().ok().transpose() // a closed channel is the end of the upload
+        Messages::next(self)
     }
 }
 

@@ -17,6 +17,7 @@ mod fles;
 mod flight_client;
 mod flight_server;
 mod keys;
+mod put;
 mod wait;
 
 use pyo3::prelude::*;

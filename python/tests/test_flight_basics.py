@@ -25,3 +25,14 @@ def test_python_server_with_pyarrow_client(py_server):
     writer.close()
     assert py_server.tables[b"up"].equals(table(10))
     assert list(client.do_action(pf.Action("echo", b"hi")))[0].body.to_pybytes() == b"hi"
+
+
+def test_python_server_acknowledges_each_batch_to_a_client_that_waits(py_server):
+    client = pf.connect(py_server.location)
+    options = pf.FlightCallOptions(timeout=20)  # a missing acknowledgement fails, not hangs
+    writer, meta = client.do_put(pf.FlightDescriptor.for_command(b"ack"), table(10).schema, options)
+    for i in range(5):
+        writer.write_batch(table(10 + i).to_batches()[0])
+        assert meta.read().to_pybytes() == f"{i}: {10 + i} rows".encode()
+    writer.done_writing()
+    writer.close()

@@ -72,13 +72,14 @@ class _ServerReader(_Reading):
 
 
 class _MetadataWriter:
-    """pyarrow's FlightMetadataWriter: PutResults for the client, sent when the upload ends."""
+    """pyarrow's FlightMetadataWriter: a PutResult for the client, sent once the handler asks
+    for the next message (or returns), so that a client waiting for each has it."""
 
-    def __init__(self) -> None:
-        self.results: list[bytes] = []
+    def __init__(self, native: Any) -> None:
+        self._native = native
 
     def write(self, message: bytes | pa.Buffer) -> None:
-        self.results.append(bytes(message))
+        self._native.write(bytes(message))
 
 
 class _ExchangeWriter:
@@ -139,10 +140,9 @@ class _Dispatcher:
             raise TypeError(f"do_get returned {type(stream).__name__}, not a Table or an Arrow stream")
         return stream
 
-    def do_put(self, descriptor: bytes, reader: Any) -> list[bytes]:
-        writer = _MetadataWriter()
-        self.server.do_put(ServerCallContext(), FlightDescriptor.deserialize(descriptor), _ServerReader(reader), writer)
-        return writer.results
+    def do_put(self, descriptor: bytes, reader: Any, writer: Any) -> None:
+        descriptor_ = FlightDescriptor.deserialize(descriptor)
+        self.server.do_put(ServerCallContext(), descriptor_, _ServerReader(reader), _MetadataWriter(writer))
 
     def do_exchange(self, descriptor: bytes, reader: Any, writer: Any) -> None:
         descriptor_ = FlightDescriptor.deserialize(descriptor)

@@ -19,6 +19,7 @@ __all__ = [
     "FlightServer",
     "FlightWriter",
     "Listener",
+    "PutResults",
     "Receiver",
     "RunSettings",
     "ServerReader",
@@ -168,6 +169,10 @@ class FlightServer:
     def planes(self) -> list[tuple[str, str]]: ...
     def wait(self) -> None: ...
     def shutdown(self) -> None: ...
+
+@final
+class PutResults:
+    def write(self, message: bytes) -> None: ...
 
 @final
 class ServerReader:
