@@ -325,7 +325,19 @@ impl FlightWriter {
         self.write(py, batches.into_iter().map(Payload::batch).collect())
     }
 
-    /// Ends the upload; returns the server's PutResults (for an exchange, none).
+    /// A DoPut's next PutResult, as the server sends it while we write; None once the call
+    /// has ended.
+    fn next_result<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let writer = self.writer.clone();
+        let result = interruptible(py, move || match writer.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(w) => w.next_result(),
+            None => Ok(None),
+        })?
+        .map_err(errors::flight)?;
+        Ok(result.map(|r| PyBytes::new(py, &r)))
+    }
+
+    /// Ends the upload; returns the server's PutResults not read yet (for an exchange, none).
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let writer = self.writer.clone();
         let results = interruptible(py, move || {

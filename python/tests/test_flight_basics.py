@@ -1,4 +1,5 @@
 import pyarrow.flight as pf
+import pytest
 
 from wirespeed import flight
 from conftest import KEY, table
@@ -27,12 +28,20 @@ def test_python_server_with_pyarrow_client(py_server):
     assert list(client.do_action(pf.Action("echo", b"hi")))[0].body.to_pybytes() == b"hi"
 
 
-def test_python_server_acknowledges_each_batch_to_a_client_that_waits(py_server):
-    client = pf.connect(py_server.location)
-    options = pf.FlightCallOptions(timeout=20)  # a missing acknowledgement fails, not hangs
-    writer, meta = client.do_put(pf.FlightDescriptor.for_command(b"ack"), table(10).schema, options)
+@pytest.mark.parametrize("client", ["pyarrow", "shm", "tcp", "grpc"])
+def test_python_server_acknowledges_each_batch_to_a_client_that_waits(py_server, client):
+    if client == "pyarrow":
+        # A missing acknowledgement fails after the timeout, rather than hanging.
+        options = pf.FlightCallOptions(timeout=20)
+        writer, meta = pf.connect(py_server.location).do_put(pf.FlightDescriptor.for_command(b"ack"),
+                                                             table(10).schema, options)
+    else:
+        ours = flight.connect(py_server.location, key=KEY, transport=client if client != "shm" else "auto")
+        writer, meta = ours.do_put(pf.FlightDescriptor.for_command(b"ack"), table(10).schema)
+        assert writer.plane == client
     for i in range(5):
         writer.write_batch(table(10 + i).to_batches()[0])
         assert meta.read().to_pybytes() == f"{i}: {10 + i} rows".encode()
     writer.done_writing()
+    assert meta.read() is None
     writer.close()

@@ -119,14 +119,19 @@ class FlightStreamReader(_Reading):
 
 
 class FlightMetadataReader:
-    """The server's PutResults of a `do_put`, available once writing is done."""
+    """The server's PutResults of a `do_put`. While writing goes on, `read` waits for the next
+    (a server may acknowledge each batch, as Arrow's examples do); after `done_writing` it
+    gives the rest, then None."""
 
     def __init__(self, writer: FlightStreamWriter) -> None:
         self._writer = writer
 
     def read(self) -> pa.Buffer | None:
-        results = self._writer._results
-        return pa.py_buffer(results.pop(0)) if results else None
+        writer = self._writer
+        if not writer._done:
+            result = writer._writer().next_result()
+            return None if result is None else pa.py_buffer(result)
+        return pa.py_buffer(writer._results.pop(0)) if writer._results else None
 
 
 class FlightStreamWriter:

@@ -21,7 +21,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use wirespeed::{Key, Stream};
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::grpc::server::{EXCHANGE_ACTION, GET_ACTION, PUT_ACTION};
 use crate::grpc::{self, CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE, STREAM_WINDOW};
 use crate::ipc::DecodedStream;
@@ -31,6 +31,10 @@ use crate::plane::proto::Method;
 use crate::plane::{self, close};
 use crate::service::Payload;
 use wirespeed::Fabric;
+
+/// How long `next_result` waits for a PutResult over gRPC (a data plane's stream has its own
+/// timeout).
+const RESULT_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Which plane a client may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -300,15 +304,16 @@ impl Client {
             let stream = planes.open(&location, Method::Put, &descriptor.encode_to_vec())?;
             return self.plane_writer(stream, schema, location.kind, true);
         }
+        let (tx, results) = std::sync::mpsc::channel();
         let (writer, call) = self.grpc_stream(descriptor, schema, |mut grpc, request| async move {
-            let mut results = grpc.do_put(request).await?.into_inner();
-            let mut out = Vec::new();
-            while let Some(r) = results.message().await? {
-                out.push(r.app_metadata);
+            let mut answers = grpc.do_put(request).await?.into_inner();
+            while let Some(r) = answers.message().await? {
+                let _ = tx.send(r.app_metadata);
             }
-            Ok(out)
+            Ok(())
         })?;
-        Ok(FlightWriter { inner: WriterInner::GrpcPut { writer, call: Some(call) }, runtime: self.runtime.clone() })
+        let inner = WriterInner::GrpcPut { writer, call: Some(call), results };
+        Ok(FlightWriter { inner, runtime: self.runtime.clone() })
     }
 
     /// Starts an exchange: write to the first half, read from the second.
@@ -334,7 +339,8 @@ impl Client {
 
     fn plane_writer(&self, stream: Arc<Stream>, schema: &SchemaRef, kind: Fabric, put: bool) -> Result<FlightWriter> {
         let writer = plane::Writer::start(&stream, schema)?;
-        Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, put }, runtime: self.runtime.clone() })
+        let results = put.then(|| plane::Reader::new(stream.clone()));
+        Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, results }, runtime: self.runtime.clone() })
     }
 
     /// Starts a streaming gRPC call whose request stream the returned writer feeds.
@@ -430,17 +436,19 @@ struct GrpcWriter {
 }
 
 enum WriterInner {
-    /// `put`: the server answers with PutResults once we finish; an exchange's answers are
+    /// A DoPut reads the server's PutResults through `results`; an exchange's answers are
     /// read through its reader instead.
     Plane {
         stream: Arc<Stream>,
         writer: plane::Writer,
         kind: Fabric,
-        put: bool,
+        results: Option<plane::Reader>,
     },
     GrpcPut {
         writer: GrpcWriter,
-        call: Option<JoinHandle<Result<Vec<Bytes>>>>,
+        call: Option<JoinHandle<Result<()>>>,
+        /// The PutResults as the call receives them.
+        results: std::sync::mpsc::Receiver<Bytes>,
     },
     GrpcExchange {
         writer: GrpcWriter,
@@ -508,26 +516,41 @@ impl FlightWriter {
         }
     }
 
-    /// Ends the upload; for DoPut, returns the server's PutResults.
+    /// A DoPut's next PutResult, as the server sends it while we write (a server may answer
+    /// each message, and a client wait for it); None once the call has ended. Results read
+    /// here are not returned again by [`FlightWriter::finish`].
+    pub fn next_result(&mut self) -> Result<Option<Bytes>> {
+        match &mut self.inner {
+            WriterInner::Plane { results: Some(reader), .. } => Ok(reader.next_payload()?.map(|p| p.app_metadata)),
+            WriterInner::GrpcPut { results, .. } => match results.recv_timeout(RESULT_WAIT) {
+                Ok(result) => Ok(Some(result)),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Ok(None),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    Err(Error::status(Code::DeadlineExceeded, "no PutResult within 300 s"))
+                }
+            },
+            _ => Err(Error::internal("only a DoPut has PutResults")),
+        }
+    }
+
+    /// Ends the upload; for DoPut, returns the server's PutResults not read yet.
     pub fn finish(mut self) -> Result<Vec<Bytes>> {
         match &mut self.inner {
-            WriterInner::Plane { stream, put: false, .. } => {
+            WriterInner::Plane { stream, results, .. } => {
                 stream.finish()?;
-                Ok(Vec::new())
-            }
-            WriterInner::Plane { stream, put: true, .. } => {
-                stream.finish()?;
-                let mut reader = plane::Reader::new(stream.clone());
-                let mut results = Vec::new();
-                while let Some(p) = reader.next_payload()? {
-                    results.push(p.app_metadata);
+                let mut all = Vec::new();
+                if let Some(reader) = results {
+                    while let Some(p) = reader.next_payload()? {
+                        all.push(p.app_metadata);
+                    }
                 }
-                Ok(results)
+                Ok(all)
             }
-            WriterInner::GrpcPut { writer, call } => {
+            WriterInner::GrpcPut { writer, call, results } => {
                 writer.tx = None;
                 let call = call.take().ok_or_else(|| Error::internal("writer already finished"))?;
-                self.runtime.block_on(call).map_err(|e| Error::internal(e.to_string()))?
+                self.runtime.block_on(call).map_err(|e| Error::internal(e.to_string()))??;
+                Ok(results.try_iter().collect())
             }
             WriterInner::GrpcExchange { writer } => {
                 writer.tx = None;
