@@ -3,7 +3,6 @@
 //! and Arrow streams; uploads and exchanges, which Python handles as whole calls with a reader
 //! and a writer, run on a thread of their own fed through bounded channels.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
@@ -140,15 +139,7 @@ impl Handler for PyHandler {
             let _ = events.send(Event::Returned);
             returned
         })?;
-        Ok(Box::new(PyUpload {
-            tx: Some(tx),
-            call: Some(call),
-            events: handler_events,
-            written: VecDeque::new(),
-            sent: 0,
-            asked: 0,
-            returned: false,
-        }))
+        Ok(Box::new(PyUpload::new(tx, call, handler_events)))
     }
 
     fn do_exchange(&self, descriptor: &FlightDescriptor, input: Input) -> Result<Output> {

@@ -54,18 +54,31 @@ impl PutResults {
 
 /// An upload handed to Python's `do_put`.
 pub struct PyUpload {
-    pub tx: Option<SyncSender<Result<Payload>>>,
-    pub call: Option<JoinHandle<Result<()>>>,
-    pub events: Receiver<Event>,
+    tx: Option<SyncSender<Result<Payload>>>,
+    call: Option<JoinHandle<Result<()>>>,
+    events: Receiver<Event>,
     /// PutResults written and not yet sent: the upload sends one per message.
-    pub written: VecDeque<Bytes>,
+    written: VecDeque<Bytes>,
     /// Messages handed over, and reads the handler began.
-    pub sent: u64,
-    pub asked: u64,
-    pub returned: bool,
+    sent: u64,
+    asked: u64,
+    returned: bool,
 }
 
 impl PyUpload {
+    /// Feeds `tx` to the handler running as `call`, which reports on `events`.
+    pub fn new(tx: SyncSender<Result<Payload>>, call: JoinHandle<Result<()>>, events: Receiver<Event>) -> Self {
+        PyUpload {
+            tx: Some(tx),
+            call: Some(call),
+            events,
+            written: VecDeque::new(),
+            sent: 0,
+            asked: 0,
+            returned: false,
+        }
+    }
+
     /// The handler's own error, once it stopped taking messages.
     fn handler_result(&mut self) -> Result<()> {
         self.tx = None;
