@@ -27,7 +27,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 fn config(timeout: Option<f64>) -> PyResult<Config> {
-    let mut config = Config { max_chunk: 8 << 20, shm_ring_bytes: 64 << 20, ..Config::default() };
+    let mut config = Config { max_chunk: 8 << 20, shm_ring_bytes: 64 << 20, shm_ring_areas: 16, ..Config::default() };
     if let Some(t) = timeout {
         config.timeout = Duration::try_from_secs_f64(t).map_err(|_| errors::usage(format!("bad timeout {t}")))?;
     }

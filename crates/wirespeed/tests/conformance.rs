@@ -183,9 +183,13 @@ fn send_numbered(c: &Connection, count: usize, size: usize) {
 fn held_bodies_never_stall_the_sender(scheme: &str) {
     let (_l, c, s) = pair(scheme);
     let config = Config::default();
-    let (size, count) = (1 << 20, 4 * config.shm_ring_bytes / (1 << 20));
+    receive_all_and_keep(&c, &s, 4 * config.shm_ring_bytes / (1 << 20), 1 << 20);
+}
+
+/// `count` numbered messages of `size` bytes from `c` to `s`, all kept until the last arrived.
+fn receive_all_and_keep(c: &Connection, s: &Connection, count: usize, size: usize) {
     std::thread::scope(|scope| {
-        scope.spawn(move || send_numbered(&c, count, size));
+        scope.spawn(move || send_numbered(c, count, size));
         let st = s.accept_stream().unwrap();
         let mut held = Vec::new();
         while let Some(m) = st.recv().unwrap() {
@@ -804,6 +808,21 @@ fn shm_listen_never_clobbers_a_file_or_a_live_listener() {
 fn shm_held_bodies_survive_in_a_process_that_loaded_ucx() {
     still_serves(&listen(&fresh_url("ucx"), &key(), &Config::default()).unwrap());
     held_bodies_never_stall_the_sender("shm");
+}
+
+/// A shm receiver keeping five rings' worth: the ring moves to its other area while the views
+/// stay, past the last area they are copied out, and the areas freed when they are dropped
+/// serve the next round. Everything arrives and stays intact, round after round, both ways.
+#[test]
+fn shm_bodies_held_past_every_area_stay_intact_round_after_round() {
+    let config = Config { shm_ring_bytes: 8 << 20, shm_ring_areas: 2, ..Config::default() };
+    let (_l, c, s) = pair_with("shm", &config);
+    for _ in 0..3 {
+        receive_all_and_keep(&c, &s, 40, 1 << 20);
+        receive_all_and_keep(&s, &c, 40, 1 << 20);
+    }
+    let bad = Config { shm_ring_areas: 65, ..Config::default() };
+    assert!(matches!(listen(&fresh_url("shm"), &key(), &bad), Err(Error::Limit(_))));
 }
 
 /// tcp and ucx listen on TCP ports alike. A client asking one for the other's fabric learns

@@ -33,6 +33,8 @@ pub fn config() -> wirespeed::Config {
         timeout: CALL_WAIT,
         max_chunk: 8 << 20,
         shm_ring_bytes: 64 << 20,
+        // A client collecting a large table keeps up to 2 GiB of it in the rings' areas.
+        shm_ring_areas: 32,
         stream_window: 32 << 20,
         ..wirespeed::Config::default()
     }

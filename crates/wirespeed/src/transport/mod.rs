@@ -58,6 +58,9 @@ pub struct Config {
     /// Bytes in each shared-memory ring (one per direction); a power of two. An in-process
     /// pair queues as many each way.
     pub shm_ring_bytes: usize,
+    /// Areas of that size each shared-memory ring may move between, so a receiver keeps
+    /// views of that many rings' worth without a copy (address space until used; 1 to 64).
+    pub shm_ring_areas: u32,
     /// TCP send and receive buffer sizes; 0 leaves the kernel's autotuning alone.
     pub tcp_buffer_bytes: usize,
 }
@@ -72,6 +75,7 @@ impl Default for Config {
             limits: Limits::default(),
             max_chunk: 1 << 20,
             shm_ring_bytes: 16 << 20,
+            shm_ring_areas: 8,
             tcp_buffer_bytes: 4 << 20,
         }
     }

@@ -1,10 +1,12 @@
 //! Same-host shared memory. The two sides meet on a unix socket and authenticate there; the
 //! server then sends a memfd holding one ring per direction, plus eventfds for wake-ups, with
 //! SCM_RIGHTS. Frames are copied into the ring once by the sender; the receiver gets views of
-//! the ring (zero copy) that go back to the sender when dropped. Payloads that lie in a sealed
+//! the ring (zero copy) that go back to the sender when dropped, or stay in their area while
+//! the ring moves to another when the receiver keeps them. Payloads that lie in a sealed
 //! region are not copied at all: the peer maps the region and gets views of it. One-sided
 //! regions are shared memory the peer maps too (`windows`).
 
+mod areas;
 mod lend;
 mod mapping;
 mod pull;
@@ -49,6 +51,9 @@ use crate::proto::session::Role;
 const DATA_AT: usize = 4096;
 const MIN_RING: usize = 8 << 20;
 const MAX_RING: usize = 1 << 30;
+const MAX_AREAS: u32 = 64;
+/// Most bytes of areas per direction: address space, not memory, until they are used.
+const MAX_AREA_BYTES: usize = 16 << 30;
 
 pub fn connect(path: &Path, key: &Key, config: &Config) -> Result<Connection> {
     let mut sock = rendezvous::connect(path)
@@ -58,15 +63,15 @@ pub fn connect(path: &Path, key: &Key, config: &Config) -> Result<Connection> {
     let (cap, fds) = recv_fds(&sock)?;
     sock.set_read_timeout(None)?;
     let [memfd, a_data, a_space, b_data, b_space] = fds;
-    let map = map_all(&memfd, cap)?;
-    let (a, b) = rings(&map, cap);
+    let (map, areas) = map_all(&memfd, cap)?;
+    let (a, b) = rings(&map, cap, areas);
     // The client sends on ring A and receives on ring B.
     build(
         sock,
         Role::Client,
         peer,
         config,
-        (map, memfd),
+        (map, memfd, areas),
         (a, a_data, a_space),
         (b, b_data, b_space),
         format!("shm://{}", path.display()),
@@ -76,6 +81,13 @@ pub fn connect(path: &Path, key: &Key, config: &Config) -> Result<Connection> {
 pub fn listen(path: &Path, key: &Key, config: &Config) -> Result<Listener> {
     if !config.shm_ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&config.shm_ring_bytes) {
         return Err(Error::Limit(format!("shm_ring_bytes must be a power of two from {MIN_RING} to {MAX_RING}")));
+    }
+    if !(1..=MAX_AREAS).contains(&config.shm_ring_areas)
+        || config.shm_ring_areas as usize * config.shm_ring_bytes > MAX_AREA_BYTES
+    {
+        return Err(Error::Limit(format!(
+            "shm_ring_areas must be from 1 to {MAX_AREAS}, and hold at most {MAX_AREA_BYTES} bytes"
+        )));
     }
     let (l, cleanup) = rendezvous::bind(path)?;
     l.set_nonblocking(true)?;
@@ -100,9 +112,10 @@ impl Acceptor for ShmAcceptor {
 
     fn establish(mut sock: UnixStream, peer: String, (key, config): &(Key, Config)) -> Result<Connection> {
         let params = handshake::server(&mut sock, key, config, Fabric::Shm)?;
-        let cap = config.shm_ring_bytes;
+        let (cap, areas) = (config.shm_ring_bytes, config.shm_ring_areas);
         let memfd = memfd_create("wirespeed-shm", MFdFlags::MFD_CLOEXEC).map_err(io::Error::from)?;
-        nix::unistd::ftruncate(&memfd, (DATA_AT + 2 * cap) as i64).map_err(io::Error::from)?;
+        // Sparse: an area takes memory only once written.
+        nix::unistd::ftruncate(&memfd, memfd_len(cap, areas) as i64).map_err(io::Error::from)?;
         let efd = || -> Result<OwnedFd> {
             Ok(EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
                 .map_err(io::Error::from)?
@@ -111,9 +124,10 @@ impl Acceptor for ShmAcceptor {
         let fds = [memfd, efd()?, efd()?, efd()?, efd()?];
         send_fds(&sock, cap, &fds)?;
         let [memfd, a_data, a_space, b_data, b_space] = fds;
-        let map = map_all(&memfd, cap)?;
-        let (a, b) = rings(&map, cap);
-        build(sock, Role::Server, params, config, (map, memfd), (b, b_data, b_space), (a, a_data, a_space), peer)
+        let (map, areas) = map_all(&memfd, cap)?;
+        let (a, b) = rings(&map, cap, areas);
+        let shared = (map, memfd, areas);
+        build(sock, Role::Server, params, config, shared, (b, b_data, b_space), (a, a_data, a_space), peer)
     }
 }
 
@@ -125,17 +139,18 @@ fn build(
     role: Role,
     peer: Peer,
     config: &Config,
-    (map, memfd): (Mapping, OwnedFd),
+    (map, memfd, areas): (Mapping, OwnedFd, u32),
     send: Side,
     recv: Side,
     name: String,
 ) -> Result<Connection> {
     let map = Arc::new(map);
-    // Where our receive ring's data lies in the memfd: ring B for a client, A for a server.
-    let rx_offset = if role == Role::Client { DATA_AT + recv.0.cap() as usize } else { DATA_AT };
+    // Where each ring's first area lies in the memfd: we receive on B as a client, A as a server.
+    let (a_at, b_at) = (DATA_AT, DATA_AT + areas as usize * recv.0.cap() as usize);
+    let (rx_at, tx_at) = if role == Role::Client { (b_at, a_at) } else { (a_at, b_at) };
     let (tx_ring, tx_data, tx_space) = send;
     let (rx_ring, rx_data, rx_space) = recv;
-    let lender = Arc::new(RingLender::new(rx_ring, map.clone(), rx_space));
+    let lender = RingLender::new(rx_ring, map.clone(), rx_space, memfd, rx_at, areas);
     let peer_pid =
         nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::PeerCredentials).ok().map(|c| c.pid());
     let incoming = Arc::new(Mutex::new(regions::Incoming::default()));
@@ -148,8 +163,8 @@ fn build(
         limits: config.limits,
         lender,
         wake: Waker { efd: rx_data, sock: sock.try_clone()? },
-        memfd,
-        rx_offset,
+        proposed: None,
+        seq: 0,
         regions: incoming,
         returns_seen: 0,
         returned_at: Instant::now(),
@@ -162,7 +177,10 @@ fn build(
         tail: 0,
         notify: tx_data,
         wake: Waker { efd: tx_space, sock },
-        _map: map,
+        map,
+        first_area: tx_at,
+        areas,
+        seq: 0,
     };
     Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), Some(Box::new(rma)), config, name))
 }
@@ -186,24 +204,30 @@ fn recv_fds(sock: &UnixStream) -> Result<(usize, [OwnedFd; 5])> {
     Ok((cap, fds))
 }
 
-/// Maps the whole memfd: the control page and both rings.
-fn map_all(memfd: &OwnedFd, cap: usize) -> Result<Mapping> {
-    let len = DATA_AT + 2 * cap;
-    let st = nix::sys::stat::fstat(memfd).map_err(io::Error::from)?;
-    if st.st_size as usize != len {
-        return Err(Violation::SharedMemorySize.into());
-    }
-    Mapping::shared(memfd, 0, len)
+/// The control page, then ring A's areas (client to server), then ring B's.
+fn memfd_len(cap: usize, areas: u32) -> usize {
+    DATA_AT + 2 * areas as usize * cap
 }
 
-/// Ring A (client to server) and ring B (server to client).
-fn rings(map: &Mapping, cap: usize) -> (Ring, Ring) {
+/// Maps the whole memfd; its size gives the number of areas per ring.
+fn map_all(memfd: &OwnedFd, cap: usize) -> Result<(Mapping, u32)> {
+    let st = nix::sys::stat::fstat(memfd).map_err(io::Error::from)?;
+    let len = st.st_size as usize;
+    let areas = (len.saturating_sub(DATA_AT) / (2 * cap)) as u32;
+    if !(1..=MAX_AREAS).contains(&areas) || areas as usize * cap > MAX_AREA_BYTES || len != memfd_len(cap, areas) {
+        return Err(Violation::SharedMemorySize.into());
+    }
+    Ok((Mapping::shared(memfd, 0, len)?, areas))
+}
+
+/// Ring A and ring B, each starting in its first area.
+fn rings(map: &Mapping, cap: usize, areas: u32) -> (Ring, Ring) {
     let base = map.ptr.as_ptr();
-    // SAFETY: both control blocks fit in the first page, both data areas follow it.
+    // SAFETY: both control blocks fit in the first page, every area follows it.
     unsafe {
         (
             Ring::new(base.cast(), base.add(DATA_AT), cap as u64),
-            Ring::new(base.add(CTL_BYTES).cast(), base.add(DATA_AT + cap), cap as u64),
+            Ring::new(base.add(CTL_BYTES).cast(), base.add(DATA_AT + areas as usize * cap), cap as u64),
         )
     }
 }

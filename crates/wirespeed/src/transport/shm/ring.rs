@@ -3,6 +3,10 @@
 //! The producer owns `head`, the consumer owns `tail` (bytes released). A frame never wraps:
 //! when it does not fit before the end, the producer writes a Pad frame to the end and starts
 //! again at offset 0. Both sides validate everything they read from shared memory.
+//!
+//! The data may move between areas of the shared memory: the consumer proposes a free area
+//! when the one in use is pinned by views it lent out, and the producer adopts it at its next
+//! reservation, saying from which position on it writes there (see [`super::areas`]).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -34,9 +38,34 @@ pub struct Ctl {
     tail: Line<AtomicU64>,
     consumer_sleeping: Line<AtomicU32>,
     producer_sleeping: Line<AtomicU32>,
+    /// Consumer: the area it proposes, `(seq << 32) | area`.
+    proposed: Line<AtomicU64>,
+    /// Producer: the last proposal it adopted, and the position from which it writes there.
+    adopted: Line<Adopted>,
+}
+
+#[derive(Default)]
+struct Adopted {
+    seq: AtomicU64,
+    at: AtomicU64,
 }
 
 pub const CTL_BYTES: usize = std::mem::size_of::<Ctl>();
+
+impl Ctl {
+    /// A control block in private memory, for tests and the fuzz target.
+    #[cfg(any(test, fuzzing))]
+    fn starting_at(head: u64) -> Self {
+        Ctl {
+            head: Line(AtomicU64::new(head)),
+            tail: Line(AtomicU64::new(0)),
+            consumer_sleeping: Line(AtomicU32::new(0)),
+            producer_sleeping: Line(AtomicU32::new(0)),
+            proposed: Line(AtomicU64::new(0)),
+            adopted: Line(Adopted::default()),
+        }
+    }
+}
 
 /// Raw access to one ring inside a shared mapping. Copyable; the mapping outlives it.
 #[derive(Clone, Copy)]
@@ -104,6 +133,33 @@ impl Ring {
 
     pub fn producer_sleeping(&self) -> &AtomicU32 {
         &self.ctl().producer_sleeping.0
+    }
+
+    /// Consumer: asks the producer to write in `area` from now on. Stored before the tail
+    /// that frees the ring, so a producer that sees that tail sees the proposal too.
+    pub fn propose(&self, seq: u32, area: u32) {
+        self.ctl().proposed.0.store((u64::from(seq) << 32) | u64::from(area), Ordering::Release);
+    }
+
+    /// Producer: the consumer's latest proposal, `(seq, area)`.
+    pub fn proposal(&self) -> (u32, u32) {
+        let v = self.ctl().proposed.0.load(Ordering::Acquire);
+        ((v >> 32) as u32, v as u32)
+    }
+
+    /// Producer: from position `at` on, frames are in the area of proposal `seq`. Stored
+    /// before any of those frames is published.
+    pub fn adopt(&self, seq: u32, at: u64) {
+        let a = &self.ctl().adopted.0;
+        a.at.store(at, Ordering::Relaxed);
+        a.seq.store(u64::from(seq), Ordering::Release);
+    }
+
+    /// Consumer: the producer's last adoption, `(seq, from position)`; read after `head`.
+    pub fn adopted(&self) -> (u32, u64) {
+        let a = &self.ctl().adopted.0;
+        let seq = a.seq.load(Ordering::Acquire) as u32;
+        (seq, a.at.load(Ordering::Relaxed))
     }
 
     pub fn data_ptr(&self, at: u64) -> *mut u8 {
@@ -242,12 +298,7 @@ pub fn fuzz_locate(data: &[u8]) {
     let Some((positions, bytes)) = data.split_at_checked(16) else { return };
     let mut pos = u64::from_le_bytes(positions[..8].try_into().expect("8 bytes")) & !(ALIGN - 1);
     let head = u64::from_le_bytes(positions[8..].try_into().expect("8 bytes"));
-    let ctl = Ctl {
-        head: Line(AtomicU64::new(head)),
-        tail: Line(AtomicU64::new(0)),
-        consumer_sleeping: Line(AtomicU32::new(0)),
-        producer_sleeping: Line(AtomicU32::new(0)),
-    };
+    let ctl = Ctl::starting_at(head);
     let mut area = vec![0u8; CAP as usize];
     let n = bytes.len().min(area.len());
     area[..n].copy_from_slice(&bytes[..n]);
@@ -281,15 +332,7 @@ mod tests {
     }
 
     fn ring(cap: usize) -> (Mem, Ring) {
-        let mut m = Mem {
-            ctl: Box::new(Ctl {
-                head: Line(AtomicU64::new(0)),
-                tail: Line(AtomicU64::new(0)),
-                consumer_sleeping: Line(AtomicU32::new(0)),
-                producer_sleeping: Line(AtomicU32::new(0)),
-            }),
-            data: vec![0; cap],
-        };
+        let mut m = Mem { ctl: Box::new(Ctl::starting_at(0)), data: vec![0; cap] };
         let r = unsafe { Ring::new(&*m.ctl, m.data.as_mut_ptr(), cap as u64) };
         (m, r)
     }

@@ -2,7 +2,6 @@
 //! completed, sealed regions mapped.
 
 use std::io::{self};
-use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -20,7 +19,8 @@ use crate::sync::Unpoison;
 use crate::transport::{FrameRx, FrameSink};
 /// A ring pinned by lent views waits for them while some came back within this long: the
 /// receiver is slower than the sender but draining, and the views free their space without a
-/// copy. Past it the views are evacuated (copied out), as for a receiver that keeps them.
+/// copy. Past it the ring moves to another area, or the views are evacuated (copied out),
+/// as for a receiver that keeps them.
 const RETURN_GRACE: Duration = Duration::from_millis(2);
 
 pub(super) struct ShmRx {
@@ -34,9 +34,10 @@ pub(super) struct ShmRx {
     pub(super) limits: Limits,
     pub(super) lender: Arc<RingLender>,
     pub(super) wake: Waker,
-    /// To map the receive ring afresh after an evacuation.
-    pub(super) memfd: OwnedFd,
-    pub(super) rx_offset: usize,
+    /// The area we proposed to the producer, `(seq, area)`, until it writes there.
+    pub(super) proposed: Option<(u32, u32)>,
+    /// The last proposal's number.
+    pub(super) seq: u32,
     /// The peer's sealed regions (and its one-sided windows, which `windows` takes).
     pub(super) regions: Arc<Mutex<regions::Incoming>>,
     /// The lender's count of returned views at our last look, and when it last changed.
@@ -50,10 +51,21 @@ impl FrameRx for ShmRx {
             if self.pos == self.head {
                 self.head = self.ring.head();
             }
+            // Read after `head`: frames the producer wrote in the new area are published after
+            // its adoption, so we see it before we get to them.
+            if let Some((seq, area)) = self.proposed
+                && let (adopted, at) = self.ring.adopted()
+                && adopted == seq
+                && self.pos >= at
+            {
+                self.follow(area);
+            }
             let Some(f) = self.ring.locate(self.pos, self.head, &self.limits)? else {
                 let pinned = self.pinned();
                 if pinned && !self.views_returning() {
-                    self.evacuate()?;
+                    if !self.propose() {
+                        self.evacuate()?;
+                    }
                     continue;
                 }
                 // Pinned by views that are coming back: the sender writes once they free its
@@ -133,11 +145,34 @@ impl ShmRx {
         now.duration_since(self.returned_at) < RETURN_GRACE
     }
 
+    /// Asks the producer to move to a free area, leaving the views lent out where they are;
+    /// false if no area is free or a proposal is still open.
+    pub(super) fn propose(&mut self) -> bool {
+        if self.proposed.is_some() {
+            return false;
+        }
+        let Some(area) = self.lender.take_area() else { return false };
+        // Zero is the producer's starting point, never a proposal.
+        self.seq = self.seq.checked_add(1).unwrap_or(1);
+        self.ring.propose(self.seq, area);
+        self.proposed = Some((self.seq, area));
+        self.lender.leave_in_area();
+        true
+    }
+
+    /// The producer writes in `area` from our position on.
+    fn follow(&mut self, area: u32) {
+        // SAFETY: the lender keeps every area mapped while the ring is in use.
+        self.ring = unsafe { self.ring.with_data(self.lender.follow(area)) };
+        self.proposed = None;
+    }
+
     /// Moves every frame still lent out to private memory at the same address (see
-    /// [`mapping`]), continues on a fresh mapping of the ring, and frees the ring.
+    /// [`mapping`]), continues on a fresh mapping of the area, and frees the ring.
     pub(super) fn evacuate(&mut self) -> Result<()> {
         let cap = self.ring.cap() as usize;
-        let fresh = Mapping::shared_populated(&self.memfd, self.rx_offset, cap)?;
+        let offset = self.lender.area_offset(self.lender.current_area());
+        let fresh = Mapping::shared_populated(&self.lender.memfd, offset, cap)?;
         let held = self.lender.held();
         let old = NonNull::new(self.ring.data_ptr(0)).expect("mapped memory");
         // SAFETY: the data area is page aligned and owned by a mapping the lender keeps alive;
@@ -145,7 +180,7 @@ impl ShmRx {
         let pages = unsafe { privatize(old, cap, &held)? };
         // SAFETY: the fresh mapping is the same ring's data, kept alive by the lender.
         self.ring = unsafe { self.ring.with_data(fresh.ptr.as_ptr()) };
-        self.lender.forget_all(fresh, pages);
+        self.lender.evacuated(fresh, pages);
         Ok(())
     }
 

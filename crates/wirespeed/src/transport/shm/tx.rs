@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::ring::{Ring, align};
 use super::waker::{Waker, notify};
 use super::{pull, regions, ring};
-use crate::error::{Error, Result};
+use crate::error::{Error, FrameError, Result};
 use crate::mem::Mapping;
 use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, FrameHeader};
 use crate::transport::{Fill, FrameTx};
@@ -63,7 +63,12 @@ pub(super) struct ShmTx {
     pub(super) tail: u64,
     pub(super) notify: OwnedFd,
     pub(super) wake: Waker,
-    pub(super) _map: Arc<Mapping>,
+    /// The whole shared memory, where our ring's `areas` lie one after another from
+    /// `first_area`, and the consumer's last proposal we adopted.
+    pub(super) map: Arc<Mapping>,
+    pub(super) first_area: usize,
+    pub(super) areas: u32,
+    pub(super) seq: u32,
 }
 
 impl ShmTx {
@@ -86,10 +91,28 @@ impl ShmTx {
                 return Err(Error::Timeout(timeout));
             }
         };
+        let (seq, area) = self.ring.proposal();
+        if seq != self.seq {
+            self.adopt(seq, area)?;
+        }
         if pad > 0 {
             self.ring.write_pad(self.head, pad);
         }
         Ok(at)
+    }
+
+    /// Writes in the area the consumer proposed from our head on. It proposes only a free
+    /// area, and gave back all the ring space before, so the whole area is ours to fill.
+    fn adopt(&mut self, seq: u32, area: u32) -> Result<()> {
+        if area >= self.areas {
+            return Err(Error::Frame(FrameError::Malformed("ring area")));
+        }
+        let at = self.first_area + area as usize * self.ring.cap() as usize;
+        // SAFETY: the area lies inside the mapping we keep.
+        self.ring = unsafe { self.ring.with_data(self.map.ptr.as_ptr().add(at)) };
+        self.ring.adopt(seq, self.head);
+        self.seq = seq;
+        Ok(())
     }
 
     /// A frame whose payload stays in a sealed region the peer has: the ring gets the header
