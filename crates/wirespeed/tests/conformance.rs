@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use wirespeed::Fabric;
 use wirespeed::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
 use wirespeed::proto::handshake::{Handshake, Params};
-use wirespeed::{Bytes, Config, Connection, Error, ErrorCode, Key, Listener, Ready, Violation, connect, listen};
+use wirespeed::{
+    Bytes, Config, Connection, Error, ErrorCode, Key, Listener, Message, Ready, Violation, connect, listen,
+};
 
 fn key() -> Key {
     Key::new("conformance key").unwrap()
@@ -186,8 +188,9 @@ fn held_bodies_never_stall_the_sender(scheme: &str) {
     receive_all_and_keep(&c, &s, 4 * config.shm_ring_bytes / (1 << 20), 1 << 20);
 }
 
-/// `count` numbered messages of `size` bytes from `c` to `s`, all kept until the last arrived.
-fn receive_all_and_keep(c: &Connection, s: &Connection, count: usize, size: usize) {
+/// `count` numbered messages of `size` bytes from `c` to `s`, all kept until the last arrived
+/// and checked then; returned, still held.
+fn receive_all_and_keep(c: &Connection, s: &Connection, count: usize, size: usize) -> Vec<Message> {
     std::thread::scope(|scope| {
         scope.spawn(move || send_numbered(c, count, size));
         let st = s.accept_stream().unwrap();
@@ -201,7 +204,8 @@ fn receive_all_and_keep(c: &Connection, s: &Connection, count: usize, size: usiz
             assert_eq!(m.header, (i as u32).to_le_bytes());
             assert!(m.body.to_vec() == pattern(i as u64, size), "message {i} changed while held");
         }
-    });
+        held
+    })
 }
 
 /// A receiver slower than its sender, which drops most messages but keeps every fifth: the
@@ -818,11 +822,45 @@ fn shm_bodies_held_past_every_area_stay_intact_round_after_round() {
     let config = Config { shm_ring_bytes: 8 << 20, shm_ring_areas: 2, ..Config::default() };
     let (_l, c, s) = pair_with("shm", &config);
     for _ in 0..3 {
-        receive_all_and_keep(&c, &s, 40, 1 << 20);
-        receive_all_and_keep(&s, &c, 40, 1 << 20);
+        drop(receive_all_and_keep(&c, &s, 40, 1 << 20));
+        drop(receive_all_and_keep(&s, &c, 40, 1 << 20));
     }
     let bad = Config { shm_ring_areas: 65, ..Config::default() };
     assert!(matches!(listen(&fresh_url("shm"), &key(), &bad), Err(Error::Limit(_))));
+}
+
+/// The areas a shm receiver filled with views it kept stay for reuse while it works, and go
+/// back to the kernel once they have been free for a while (10 s).
+#[test]
+fn shm_areas_left_idle_give_their_memory_back() {
+    let config = Config { shm_ring_bytes: 8 << 20, ..Config::default() };
+    let (_l, c, s) = pair_with("shm", &config);
+    let held = receive_all_and_keep(&c, &s, 40, 1 << 20);
+    let at = held[0].body.chunks()[0].as_ptr() as usize;
+    let used = memfd_bytes_at(at);
+    assert!(used >= 40 << 20, "{used} bytes hold 40 MiB of views");
+    drop(held);
+    std::thread::sleep(Duration::from_secs(13));
+    let left = memfd_bytes_at(at);
+    assert!(left < used / 2, "{left} of {used} bytes still held after the areas idled");
+}
+
+/// Memory the memfd mapped at `addr` holds, from its allocated blocks.
+fn memfd_bytes_at(addr: usize) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let inode: u64 = maps
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (lo, hi) = fields[0].split_once('-')?;
+            let (lo, hi) = (usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?);
+            (lo <= addr && addr < hi).then(|| fields[4].parse().unwrap())
+        })
+        .unwrap();
+    let fds = std::fs::read_dir("/proc/self/fd").unwrap();
+    let memfd = fds.filter_map(|e| std::fs::metadata(e.ok()?.path()).ok()).find(|m| m.ino() == inode).unwrap();
+    memfd.blocks() * 512
 }
 
 /// tcp and ucx listen on TCP ports alike. A client asking one for the other's fabric learns
