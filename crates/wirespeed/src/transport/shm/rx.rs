@@ -62,7 +62,9 @@ impl FrameRx for ShmRx {
             }
             let Some(f) = self.ring.locate(self.pos, self.head, &self.limits)? else {
                 let pinned = self.pinned();
-                if pinned && !self.views_returning() {
+                // With a proposal open, the views left in the current area lie beside the held
+                // ones, so it is never evacuated: the producer adopts at its next frame.
+                if pinned && self.proposed.is_none() && !self.views_returning() {
                     if !self.propose() {
                         self.evacuate()?;
                     }
@@ -146,11 +148,8 @@ impl ShmRx {
     }
 
     /// Asks the producer to move to a free area, leaving the views lent out where they are;
-    /// false if no area is free or a proposal is still open.
+    /// false if no area is free.
     pub(super) fn propose(&mut self) -> bool {
-        if self.proposed.is_some() {
-            return false;
-        }
         let Some(area) = self.lender.take_area() else { return false };
         // Zero is the producer's starting point, never a proposal.
         self.seq = self.seq.checked_add(1).unwrap_or(1);
