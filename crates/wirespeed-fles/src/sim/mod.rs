@@ -143,7 +143,8 @@ pub fn simulate(s: &SimSettings, dir: &Path) -> Result<SimOutcome> {
         }
     }
     let mut flags: Vec<String> = vec!["--log=root.thresh:warning".into(), "--log=xbt_cfg.thresh:warning".into()];
-    flags.extend(s.config.iter().map(|c| format!("--cfg={c}")));
+    let config = s.platform.sim_defaults().iter().copied().chain(s.config.iter().map(String::as_str));
+    flags.extend(config.map(|c| format!("--cfg={c}")));
     let engine = Engine::start(&flags.iter().map(String::as_str).collect::<Vec<_>>())?;
     let nodes = s.inputs + s.computes;
     engine.load_platform(&s.platform.file(nodes, dir)?)?;
