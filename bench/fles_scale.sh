@@ -10,7 +10,8 @@
 # Settings (environment): SIZES ("64 128 192 384"), ROUNDS (timeslices per compute node, 10),
 # BUFFER (data ring per input, bytes: 2 MiB, 32 components, where the seed's 32 MiB would need
 # runs 16 times longer to fill), IN_FLIGHT (components an input has in flight at once, 1),
-# BIG (1024; 0 skips it).
+# BIG (1024; 0 skips it), SLOW_SIZES (node counts for the slow input, "64"; 128 takes 15
+# minutes more), SLOW_TS (their timeslices, 5120).
 #
 # About 6 minutes here, most of it the 384-node DFS run (bench/RESULTS.md).
 set -euo pipefail
@@ -61,13 +62,15 @@ echo "25 % bandwidth drop on every link, 64 nodes, DFS without staged speed-up, 
   --no-speedup --buffer-size "$buffer" --in-flight "$in_flight" --event drop:0.030-0.045:0.25 | tail -1
 
 echo
-echo "One input (node-0) on a link at half speed, 32 writes in flight, 64 nodes, 160 rounds:"
-for s in rr dfs; do
-  printf '%-4s ' "$s"
-  "$bin" fles simulate --platform xc40 --nodes 64 --scheduler "$s" --timeslices 5120 --interval-length 64 \
-    --buffer-size "$buffer" --in-flight 32 --event drop:0-10:0.5:local_link_from_router_0_to_node_0_ |
-    grep -v '^bandwidth drop' | tr '\n' ' '
-  echo
+for n in ${SLOW_SIZES:-64}; do
+  echo "One input (node-0) on a link at half speed, 32 writes in flight, $n nodes, ${SLOW_TS:-5120} timeslices:"
+  for s in rr dfs; do
+    printf '%-4s ' "$s"
+    "$bin" fles simulate --platform xc40 --nodes "$n" --scheduler "$s" --timeslices "${SLOW_TS:-5120}" \
+      --interval-length "$n" --buffer-size "$buffer" --in-flight 32 \
+      --event drop:0-10:0.5:local_link_from_router_0_to_node_0_ | grep -v '^bandwidth drop' | tr '\n' ' '
+    echo
+  done
 done
 
 if [ "$big" -gt 0 ]; then
