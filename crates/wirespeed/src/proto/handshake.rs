@@ -21,7 +21,7 @@ use crate::error::{Error, ErrorCode, Violation};
 use crate::fabric::Fabric;
 
 pub const MAGIC: [u8; 4] = *b"WSPD";
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 const HELLO_LEN: usize = 52;
 const PROOF_LEN: usize = 32;
 const CLIENT_LABEL: &[u8] = b"wirespeed-v1 client proof";
@@ -409,21 +409,21 @@ mod tests {
         assert_eq!(
             hex(&hello),
             "010000000000000034000000000000000000000000000000\
-             5753504402000000100000000000100000000000010101010101010101010101010101010101010101010101\
+             5753504403000000100000000000100000000000010101010101010101010101010101010101010101010101\
              0101010101010101"
         );
         let (h, m) = &frames(&hello)[0];
         let server_hello = s.on_frame(h, m).unwrap().send;
         assert_eq!(
             hex(&server_hello[HEADER_LEN + HELLO_LEN..]),
-            "461058b845f9eca108989ef667a673dbc5ec56069b813c85c7cbea4946b1a211"
+            "daaf693c8df0bd61829d613f7fa4bef24de0f4fb3de3c0c0a943bdbf9defb897"
         );
         let (h, m) = &frames(&server_hello)[0];
         let auth = c.on_frame(h, m).unwrap().send;
         assert_eq!(
             hex(&auth),
             "020000000000000020000000000000000000000000000000\
-             433a8a4e233b7beea0bf7f3b5d586528221affb29792624f428b2c802768b40a"
+             e99814846b279146838250e993667a8a0c286b50bd6712e0de928d023eb05494"
         );
         let (h, m) = &frames(&auth)[0];
         let ok = s.on_frame(h, m).unwrap();
@@ -435,7 +435,7 @@ mod tests {
     fn test_vector_hello() {
         // Kept in step with docs/PROTOCOL.md.
         let b = encode_hello(&P, &[0xAB; 32]);
-        assert_eq!(&b[..20], &[b'W', b'S', b'P', b'D', 2, 0, 0, 0, 16, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0]);
+        assert_eq!(&b[..20], &[b'W', b'S', b'P', b'D', 3, 0, 0, 0, 16, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0]);
         assert_eq!(b[20..], [0xAB; 32]);
     }
 }
