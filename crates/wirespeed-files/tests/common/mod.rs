@@ -55,6 +55,9 @@ pub fn offer(dst: &Path, entries: Vec<Entry>, inline: &[u8], streams: Vec<Vec<Ms
         for _ in 0..wanted {
             let Ok(Some(_want)) = control.recv() else { return };
         }
+        // Kept open until the sink's verdict: a stream dropped before its peer finished is
+        // reset, which would discard what it carried before the sink read it.
+        let mut open = Vec::new();
         for data in streams {
             let stream = conn.open_stream().unwrap();
             for m in data {
@@ -63,6 +66,7 @@ pub fn offer(dst: &Path, entries: Vec<Entry>, inline: &[u8], streams: Vec<Vec<Ms
                 }
             }
             let _ = stream.finish();
+            open.push(stream);
         }
         let _ = control.recv();
     });
