@@ -82,9 +82,7 @@ pub fn listen(path: &Path, key: &Key, config: &Config) -> Result<Listener> {
     if !config.shm_ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&config.shm_ring_bytes) {
         return Err(Error::Limit(format!("shm_ring_bytes must be a power of two from {MIN_RING} to {MAX_RING}")));
     }
-    if !(1..=MAX_AREAS).contains(&config.shm_ring_areas)
-        || config.shm_ring_areas as usize * config.shm_ring_bytes > MAX_AREA_BYTES
-    {
+    if !areas_fit(config.shm_ring_bytes, config.shm_ring_areas) {
         return Err(Error::Limit(format!(
             "shm_ring_areas must be from 1 to {MAX_AREAS}, and hold at most {MAX_AREA_BYTES} bytes"
         )));
@@ -204,6 +202,11 @@ fn recv_fds(sock: &UnixStream) -> Result<(usize, [OwnedFd; 5])> {
     Ok((cap, fds))
 }
 
+/// Whether a ring of `cap` bytes may have `areas` areas.
+fn areas_fit(cap: usize, areas: u32) -> bool {
+    (1..=MAX_AREAS).contains(&areas) && areas as usize * cap <= MAX_AREA_BYTES
+}
+
 /// The control page, then ring A's areas (client to server), then ring B's.
 fn memfd_len(cap: usize, areas: u32) -> usize {
     DATA_AT + 2 * areas as usize * cap
@@ -214,7 +217,7 @@ fn map_all(memfd: &OwnedFd, cap: usize) -> Result<(Mapping, u32)> {
     let st = nix::sys::stat::fstat(memfd).map_err(io::Error::from)?;
     let len = st.st_size as usize;
     let areas = (len.saturating_sub(DATA_AT) / (2 * cap)) as u32;
-    if !(1..=MAX_AREAS).contains(&areas) || areas as usize * cap > MAX_AREA_BYTES || len != memfd_len(cap, areas) {
+    if !areas_fit(cap, areas) || len != memfd_len(cap, areas) {
         return Err(Violation::SharedMemorySize.into());
     }
     Ok((Mapping::shared(memfd, 0, len)?, areas))

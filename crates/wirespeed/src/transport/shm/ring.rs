@@ -51,6 +51,8 @@ struct Adopted {
 }
 
 pub const CTL_BYTES: usize = std::mem::size_of::<Ctl>();
+// docs/PROTOCOL.md: six lines each, ring B's at 384, both in the first page.
+const _: () = assert!(CTL_BYTES == 384);
 
 impl Ctl {
     /// A control block in private memory, for tests and the fuzz target.
