@@ -631,6 +631,30 @@ fn reset_reaches_the_peer(scheme: &str) {
     assert_eq!(s.accept_stream().unwrap().recv().unwrap().unwrap().header, b"z");
 }
 
+/// A sender that finishes and drops its stream at once, before the receiver read anything (or
+/// finished its own side), loses nothing: the drop resets only what the receiver would send.
+fn finished_then_dropped_delivers_everything(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let body = pattern(11, 4096);
+    let a = c.open_stream().unwrap();
+    for i in 0..20u32 {
+        a.send(&i.to_le_bytes(), &[&body]).unwrap();
+    }
+    a.finish().unwrap();
+    drop(a);
+    c.open_stream().unwrap().send(b"next", &[]).unwrap();
+    let b = s.accept_stream().unwrap();
+    // Accepting the next stream reads past the first one's messages, finish and reset.
+    assert_eq!(s.accept_stream().unwrap().recv().unwrap().unwrap().header, b"next");
+    for i in 0..20u32 {
+        let m = b.recv().unwrap().unwrap();
+        assert_eq!((m.header.as_slice(), m.body.to_vec()), (&i.to_le_bytes()[..], body.clone()));
+    }
+    assert!(b.recv().unwrap().is_none());
+    let err = b.send(b"late", &[]).unwrap_err();
+    assert!(matches!(err, Error::Reset { code: ErrorCode::CANCELLED, .. }), "{err}");
+}
+
 fn recv_times_out_on_a_silent_peer(scheme: &str) {
     let (_l, c, s) = pair(scheme);
     let mut a = c.open_stream().unwrap();
@@ -979,6 +1003,7 @@ suite! {
         accepts_while_other_streams_sit_idle,
         close_delivers_everything_sent_before_it,
         reset_reaches_the_peer,
+        finished_then_dropped_delivers_everything,
         recv_times_out_on_a_silent_peer,
         sender_to_a_peer_that_never_reads_times_out,
     ],

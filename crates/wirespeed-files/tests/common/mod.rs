@@ -55,9 +55,7 @@ pub fn offer(dst: &Path, entries: Vec<Entry>, inline: &[u8], streams: Vec<Vec<Ms
         for _ in 0..wanted {
             let Ok(Some(_want)) = control.recv() else { return };
         }
-        // Kept open until the sink's verdict: a stream dropped before its peer finished is
-        // reset, which would discard what it carried before the sink read it.
-        let mut open = Vec::new();
+        // Each stream is finished and dropped at once: what it sent stays readable.
         for data in streams {
             let stream = conn.open_stream().unwrap();
             for m in data {
@@ -66,7 +64,6 @@ pub fn offer(dst: &Path, entries: Vec<Entry>, inline: &[u8], streams: Vec<Vec<Ms
                 }
             }
             let _ = stream.finish();
-            open.push(stream);
         }
         let _ = control.recv();
     });

@@ -52,6 +52,8 @@ struct StreamState {
     send_open: bool,
     recv_open: bool,
     reset: Option<ErrorCode>,
+    /// The peer finished sending before it reset: what it sent stays readable, then `Finished`.
+    finished_before_reset: bool,
     queue: VecDeque<RecvEvent>,
     /// Body bytes of the current incoming message that have not arrived yet.
     body_left: u64,
@@ -115,6 +117,7 @@ impl Session {
             send_open: true,
             recv_open: true,
             reset: None,
+            finished_before_reset: false,
             queue: VecDeque::new(),
             body_left: 0,
             recv_window: self.ours.stream_window,
@@ -283,7 +286,12 @@ impl Session {
             }
             Kind::Reset => {
                 s.reset = Some(ErrorCode(h.aux));
-                s.queue.clear();
+                // A peer that finished and then let go (it will not read our side) sent
+                // everything it meant to: only what was cut off mid-stream is discarded.
+                s.finished_before_reset = !s.recv_open;
+                if !s.finished_before_reset {
+                    s.queue.clear();
+                }
                 s.recv_open = false;
                 s.send_open = false;
             }
@@ -440,7 +448,9 @@ impl Session {
             }
             return Some(Ok(ev));
         }
-        if let Some(code) = s.reset {
+        if let Some(code) = s.reset
+            && !s.finished_before_reset
+        {
             return Some(Err(Error::Reset { stream: id, code }));
         }
         if !s.recv_open {
@@ -600,6 +610,22 @@ mod tests {
         s.release(id);
         deliver(&mut s, data_frame(id, &[0; 5])).unwrap();
         assert!(!s.has_transmit());
+    }
+
+    #[test]
+    fn a_reset_after_the_peers_finish_keeps_what_it_sent() {
+        let (mut c, mut s) = pair();
+        let id = c.open_stream().unwrap();
+        deliver(&mut s, message_frame(id, b"", 5, &[7; 5])).unwrap();
+        assert!(c.finish(id).unwrap()); // the caller sends the Finish frame behind the data
+        s.on_frame(&FrameHeader::new(Kind::Finish, id), &[], Buf::empty()).unwrap();
+        c.release(id); // the server never finished its side: this resets the stream
+        pump(&mut c, &mut s);
+        s.poll_accept();
+        assert!(matches!(s.poll_recv(id), Some(Ok(RecvEvent::Message { body_len: 5, .. }))));
+        assert!(matches!(s.poll_recv(id), Some(Ok(RecvEvent::Chunk(b))) if *b == [7; 5]));
+        assert!(matches!(s.poll_recv(id), Some(Ok(RecvEvent::Finished))));
+        assert!(matches!(s.take_send_credit(id, 0, 1, 1), Err(Error::Reset { code: ErrorCode::CANCELLED, .. })));
     }
 
     #[test]
