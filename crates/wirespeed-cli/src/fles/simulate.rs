@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
 use wirespeed_fles::node::RingSizes;
-use wirespeed_fles::sim::{Platform, SimEvent, SimSettings, simulate};
+use wirespeed_fles::sim::{Platform, Progress, SimEvent, SimSettings, simulate};
 
 use super::args::SchedulerFlags;
 use super::{node, report};
@@ -103,7 +103,15 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         events: a.events.clone(),
     };
     let started = Instant::now();
-    let out = simulate(&settings, &std::env::temp_dir()).context("simulating")?;
+    let bar = progress_bar(a.timeslices);
+    let shown = bar.clone();
+    let progress: Progress = Box::new(move |done, simulated| {
+        shown.set_position(done);
+        shown.set_message(format!("{simulated:.4}"));
+    });
+    let out = simulate(&settings, &std::env::temp_dir(), Some(progress));
+    bar.finish_and_clear();
+    let out = out.context("simulating")?;
     let wall = started.elapsed().as_secs_f64();
     let mut summaries: Vec<Value> = out.inputs.iter().map(node::input_json).collect();
     summaries.extend(out.computes.iter().map(|c| node::compute_json(c, 0)));
@@ -162,4 +170,12 @@ fn recovery(r: &Value, drop: (f64, f64)) -> Value {
         "median_during_ms": during.map(|v| v * 1e3), "intervals_after": after.len(),
         "intervals_to_recover": recovered,
     })
+}
+
+/// A bar on a terminal (hidden otherwise): a large cluster can take an hour to simulate.
+fn progress_bar(timeslices: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(timeslices);
+    let style = "{bar:30} {pos}/{len} timeslices, {msg} s simulated, {elapsed} of wall time ({eta} left)";
+    bar.set_style(indicatif::ProgressStyle::with_template(style).expect("a valid template"));
+    bar
 }

@@ -37,6 +37,7 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<C
             match action {
                 ComputeAction::Deliver { ts, components } => {
                     summary.timeslices += 1;
+                    sh.delivered(now);
                     summary.bytes += components.iter().flatten().map(|c| c.size).sum::<u64>();
                     if s.process_ns == 0 {
                         node.release(ts);

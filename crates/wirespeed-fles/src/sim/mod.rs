@@ -12,7 +12,7 @@ pub mod platform;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use engine::{Comm, Engine, Link, Mailbox, hosts, now, sleep_for};
 pub use events::{NodeRef, SimEvent};
@@ -83,9 +83,15 @@ pub struct SimOutcome {
     pub compute_hosts: Vec<String>,
 }
 
+/// Told of every timeslice a compute node completes: how many so far, at which simulated
+/// second. A long run can show how far it got.
+pub type Progress = Box<dyn Fn(u64, f64) + Send + Sync>;
+
 /// What the actors share (they run one at a time, on one thread).
 pub(crate) struct Shared {
     settings: SimSettings,
+    delivered: AtomicU64,
+    progress: Option<Progress>,
     /// Nodes still running; the last to end tells the events' actor.
     live: AtomicUsize,
     /// When the last node ended: the run's simulated length.
@@ -99,6 +105,14 @@ impl Shared {
     /// Inputs, compute nodes and the events' actor.
     fn actors(&self) -> usize {
         self.settings.inputs + self.settings.computes + 1
+    }
+
+    /// A compute node completed a timeslice at `now`.
+    fn delivered(&self, now: Nanos) {
+        let n = self.delivered.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(progress) = &self.progress {
+            progress(n, seconds(now));
+        }
     }
 
     fn compute_id(&self, c: usize) -> usize {
@@ -124,7 +138,7 @@ fn seconds(ns: Nanos) -> f64 {
 
 /// Runs the simulation (once per process: SimGrid's engine is one); platform files it
 /// writes go to `dir`.
-pub fn simulate(s: &SimSettings, dir: &Path) -> Result<SimOutcome> {
+pub fn simulate(s: &SimSettings, dir: &Path, progress: Option<Progress>) -> Result<SimOutcome> {
     let config_error = |why: String| Err(FlesError::Config(why));
     if s.inputs == 0 || s.computes == 0 || s.timeslices == 0 || s.in_flight == 0 || s.component_size == 0 {
         return config_error(
@@ -155,6 +169,8 @@ pub fn simulate(s: &SimSettings, dir: &Path) -> Result<SimOutcome> {
     let (input_hosts, compute_hosts) = place(&all, s.inputs, s.computes);
     let sh = Arc::new(Shared {
         settings: s.clone(),
+        delivered: AtomicU64::new(0),
+        progress,
         live: AtomicUsize::new(nodes),
         ended: Mutex::new(None),
         inputs: Mutex::new(Vec::new()),
