@@ -285,13 +285,13 @@ impl Session {
                 s.recv_open = false;
             }
             Kind::Reset => {
-                s.reset = Some(ErrorCode(h.aux));
                 // A peer that finished and then let go (it will not read our side) sent
                 // everything it meant to: only what was cut off mid-stream is discarded.
-                s.finished_before_reset = !s.recv_open;
+                s.finished_before_reset |= s.reset.is_none() && !s.recv_open;
                 if !s.finished_before_reset {
                     s.queue.clear();
                 }
+                s.reset = Some(ErrorCode(h.aux));
                 s.recv_open = false;
                 s.send_open = false;
             }
@@ -626,6 +626,14 @@ mod tests {
         assert!(matches!(s.poll_recv(id), Some(Ok(RecvEvent::Chunk(b))) if *b == [7; 5]));
         assert!(matches!(s.poll_recv(id), Some(Ok(RecvEvent::Finished))));
         assert!(matches!(s.take_send_credit(id, 0, 1, 1), Err(Error::Reset { code: ErrorCode::CANCELLED, .. })));
+        // A stream we reset ourselves stays reset when the peer's reset crosses ours.
+        let id = c.open_stream().unwrap();
+        deliver(&mut s, message_frame(id, b"", 0, &[])).unwrap();
+        s.poll_accept();
+        s.reset(id, ErrorCode(ErrorCode::APP_BASE));
+        c.reset(id, ErrorCode::CANCELLED);
+        pump(&mut c, &mut s);
+        assert!(matches!(s.poll_recv(id), Some(Err(Error::Reset { .. }))));
     }
 
     #[test]
