@@ -12,7 +12,7 @@
 # runs 16 times longer to fill), IN_FLIGHT (components an input has in flight at once, 1),
 # BIG (1024; 0 skips it), SLOW_SIZES (node counts for the slow input, "64 128"), SLOW_TS
 # (their timeslices, 5120: enough for round robin's buffers to fill up to 128 nodes; 192 nodes
-# take 7680, 7 minutes here, and 384 nodes 15360, 26 minutes), SLOW_IN_FLIGHT (4).
+# take 7680, 7 minutes here, and 384 nodes 15360, over an hour), SLOW_IN_FLIGHT (4).
 #
 # About 8 minutes here, most of it the 384-node DFS run (bench/RESULTS.md).
 set -euo pipefail
