@@ -15,8 +15,9 @@ Medians of RUNS rounds (default 3), each running every case once. A DoGet case r
 times in its turn: the first read, after the other cases ran (25 s or more), then two more at
 once, as a client reading table after table does. All three are reported: a shm client writes
 the next table into the memory the last one left, while the first pays for memory the kernel
-must find and zero, and the second for the rest of the area in which the first ended. Env: RUNS, BYTES per DoGet (default 1.28 GB), WS (the wirespeed binary,
-default target/release/wirespeed).
+must find and zero, and the second for the rest of the area in which the first ended. Env:
+RUNS, BYTES per DoGet (default 1.28 GB), WS (the wirespeed binary, default
+target/release/wirespeed).
 """
 
 import json

@@ -286,8 +286,11 @@ impl Session {
             }
             Kind::Reset => {
                 // A peer that finished and then let go (it will not read our side) sent
-                // everything it meant to: only what was cut off mid-stream is discarded.
-                s.finished_before_reset |= s.reset.is_none() && !s.recv_open;
+                // everything it meant to: only what was cut off mid-stream is discarded. A
+                // reset of ours that crossed it already closed both directions.
+                if s.reset.is_none() {
+                    s.finished_before_reset = !s.recv_open;
+                }
                 if !s.finished_before_reset {
                     s.queue.clear();
                 }
