@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = release ]; then
-  cargo build --locked --release -p wirespeed-python
+  # The workspace as `make build` resolves it, so nothing is built twice.
+  cargo build --locked --release
   cp target/release/lib_native.so python/wirespeed/_native.abi3.so
 else
   # The workspace as `cargo test` resolves it, so nothing is built twice.

@@ -51,7 +51,12 @@ pub fn batch_to_py<'py>(py: Python<'py>, batch: &RecordBatch) -> PyResult<Bound<
 
 /// A pyarrow Table of `batches`, built by pyarrow from one exported stream.
 pub fn table_to_py<'py>(py: Python<'py>, schema: SchemaRef, batches: Vec<RecordBatch>) -> PyResult<Bound<'py, PyAny>> {
-    let reader: BoxedReader = Box::new(RecordBatchIterator::new(batches.into_iter().map(Ok), schema));
+    read_all(py, Box::new(RecordBatchIterator::new(batches.into_iter().map(Ok), schema)))
+}
+
+/// A pyarrow Table of everything `reader` yields, read by pyarrow's `read_all`, which pulls
+/// the batches on this thread without the GIL.
+pub fn read_all<'py>(py: Python<'py>, reader: BoxedReader) -> PyResult<Bound<'py, PyAny>> {
     reader.into_pyarrow(py)?.call_method0("read_all")
 }
 

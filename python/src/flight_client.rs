@@ -16,7 +16,7 @@ use wirespeed_flight::{Client, Payload, Transport};
 
 use crate::arrow;
 use crate::errors;
-use crate::wait::interruptible;
+use crate::wait::{TICK, interruptible, signals_without_attach};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FlightClient>()?;
@@ -225,10 +225,19 @@ impl FlightReader {
         chunk(py, &payload).map(Some)
     }
 
-    /// Every remaining batch, as one pyarrow Table.
+    /// Every remaining batch, as one pyarrow Table. pyarrow pulls the batches on this thread
+    /// without the GIL and takes each in as it arrives, while the server sends the next ones;
+    /// between waits for a batch, Python's signal handlers run, so Ctrl-C interrupts.
     fn read_all<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let batches = self.run(py, |r| r.by_ref().collect::<wirespeed_flight::Result<Vec<RecordBatch>>>())?;
-        arrow::table_to_py(py, self.schema.clone(), batches)
+        let stopped = Arc::new(Mutex::new(None));
+        let batches =
+            Batches { schema: self.schema.clone(), reader: self.reader.clone(), stopped: Some(stopped.clone()) };
+        let table = arrow::read_all(py, Box::new(batches));
+        match stopped.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(Stop::Interrupted(e)) => Err(e),
+            Some(Stop::Failed(e)) => Err(errors::flight(e)),
+            None => table,
+        }
     }
 
     /// Hands the rest of the stream to the caller (pyarrow, polars, duckdb) without a copy.
@@ -241,7 +250,8 @@ impl FlightReader {
         let _ = requested_schema; // best effort by the interface's rules: the stream's own schema
         let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
         let reader = reader.ok_or_else(|| errors::usage("the reader was handed on or closed"))?;
-        arrow::stream_capsule(py, Box::new(Batches { schema: self.schema.clone(), reader }))
+        let reader = Arc::new(Mutex::new(Some(reader)));
+        arrow::stream_capsule(py, Box::new(Batches { schema: self.schema.clone(), reader, stopped: None }))
     }
 
     /// Stops reading; the server sees the call cancelled.
@@ -251,16 +261,52 @@ impl FlightReader {
     }
 }
 
-/// A reader handed to an Arrow consumer.
+/// Why pyarrow's read_all stopped early, for read_all to raise.
+enum Stop {
+    Interrupted(PyErr),
+    Failed(wirespeed_flight::Error),
+}
+
+/// A reader handed to an Arrow consumer, which pulls batches on its own thread.
 struct Batches {
     schema: SchemaRef,
-    reader: wirespeed_flight::FlightReader,
+    reader: SharedReader,
+    /// Set for pyarrow's read_all on the caller's thread: waits are cut into slices with
+    /// Python's signal handlers run between them, and why reading stopped is kept here.
+    stopped: Option<Arc<Mutex<Option<Stop>>>>,
+}
+
+impl Batches {
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, Stop> {
+        let mut guard = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        let reader = guard.as_mut().ok_or_else(|| {
+            Stop::Failed(wirespeed_flight::Error::invalid_argument("the reader was handed on or closed"))
+        })?;
+        if self.stopped.is_some() {
+            while !reader.wait_ready(TICK).map_err(Stop::Failed)? {
+                signals_without_attach().map_err(Stop::Interrupted)?;
+            }
+        }
+        reader.next().transpose().map_err(Stop::Failed)
+    }
 }
 
 impl Iterator for Batches {
     type Item = Result<RecordBatch, ArrowError>;
     fn next(&mut self) -> Option<Self::Item> {
-        self.reader.next().map(|r| r.map_err(|e| ArrowError::ExternalError(Box::new(e))))
+        let stop = match self.next_batch() {
+            Ok(batch) => return batch.map(Ok),
+            Err(stop) => stop,
+        };
+        let message = match &stop {
+            Stop::Interrupted(_) => "interrupted".to_string(),
+            Stop::Failed(e) => e.to_string(),
+        };
+        match &self.stopped {
+            Some(slot) => *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(stop),
+            None => drop(stop), // only Failed: no Python object
+        }
+        Some(Err(ArrowError::ExternalError(message.into())))
     }
 }
 

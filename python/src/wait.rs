@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-const TICK: Duration = Duration::from_millis(50);
+pub const TICK: Duration = Duration::from_millis(50);
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -72,5 +72,20 @@ pub fn interruptible_with<T: Send + 'static>(
                 return Err(pyo3::exceptions::PyRuntimeError::new_err("a wirespeed call panicked"));
             }
         }
+    }
+}
+
+/// Runs Python's signal handlers (Ctrl-C's KeyboardInterrupt) from native code that let the
+/// GIL go on its own (pyarrow's `with nogil`) inside one of our calls. pyo3 still counts the
+/// GIL as held on this thread then, so it is taken back through the C API.
+pub fn signals_without_attach() -> PyResult<()> {
+    // SAFETY: PyGILState_Ensure gives this thread the GIL (with its own thread state, or a new
+    // one) whatever pyo3 believes; the token is used only until the matching release, and the
+    // error it may return owns its exception without borrowing the token.
+    unsafe {
+        let state = pyo3::ffi::PyGILState_Ensure();
+        let checked = Python::assume_attached().check_signals();
+        pyo3::ffi::PyGILState_Release(state);
+        checked
     }
 }

@@ -3,6 +3,7 @@
 
 import gc
 import threading
+import time
 
 import pyarrow as pa
 import pyarrow.flight as pf
@@ -109,6 +110,26 @@ def test_against_pyarrow_server_over_grpc(pyarrow_server):
         assert client.list_actions()[0].type == "echo"
         with pytest.raises(flight.FlightNotFoundError):
             client.do_get(pf.Ticket(b"nope")).read_all()
+
+
+class SlowBatches(flight.FlightServerBase):
+    """Sends three batches 0.1 s apart."""
+
+    def do_get(self, context, ticket):
+        def batches():
+            for i in range(3):
+                yield pa.record_batch([pa.array([i])], names=["a"])
+                time.sleep(0.1)
+        return flight.GeneratorStream(pa.schema([("a", pa.int64())]), batches())
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp", "grpc"])
+def test_a_reader_outlives_its_client(transport):
+    server = SlowBatches("grpc://127.0.0.1:0", key=KEY)
+    reader = flight.connect(server.location, key=KEY, transport=transport).do_get(pf.Ticket(b"x"))
+    gc.collect()  # the client is gone; its call goes on
+    assert reader.read_all().column(0).to_pylist() == [0, 1, 2]
+    server.shutdown()
 
 
 def test_against_wirespeed_serve(served):

@@ -27,7 +27,7 @@ class Stalls(flight.FlightServerBase):
         return flight.GeneratorStream(schema, batches())
 
 server = Stalls("grpc://127.0.0.1:0", key={KEY!r})
-reader = flight.connect(server.location, key={KEY!r}).do_get(flight.Ticket(b"x"))
+reader = flight.connect(server.location, key={KEY!r}, transport=TRANSPORT).do_get(flight.Ticket(b"x"))
 threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 start = time.time()
 try:
@@ -39,8 +39,10 @@ os._exit(1)
 """
 
 
-def test_ctrl_c_interrupts_a_blocking_read_all():
-    done = subprocess.run([sys.executable, "-c", STALLED_READ], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("transport", ["shm", "grpc"])
+def test_ctrl_c_interrupts_a_blocking_read_all(transport):
+    script = STALLED_READ.replace("TRANSPORT", repr(transport))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     seconds = float(done.stdout.split()[2])
     assert seconds < 5, done.stdout

@@ -246,7 +246,7 @@ impl Client {
         let mut grpc = self.grpc.clone();
         let request = self.request(ticket);
         let stream = self.runtime.block_on(grpc.do_get(request))?.into_inner();
-        FlightReader::from_grpc(grpc::Reader::new(stream, self.runtime.handle().clone(), None))
+        FlightReader::from_grpc(stream, &self.runtime)
     }
 
     /// The data plane to use among `uris`, if any.
@@ -333,7 +333,7 @@ impl Client {
             Ok(grpc.do_exchange(request).await?.into_inner())
         })?;
         let stream = runtime.block_on(call).map_err(|e| Error::internal(e.to_string()))??;
-        let reader = FlightReader::from_grpc(grpc::Reader::new(stream, runtime.handle().clone(), None))?;
+        let reader = FlightReader::from_grpc(stream, &runtime)?;
         Ok((FlightWriter { inner: WriterInner::GrpcExchange { writer }, runtime }, reader))
     }
 
@@ -373,21 +373,30 @@ pub struct FlightReader {
     /// Keeps a data-plane stream for closing it properly once read.
     stream: Option<Arc<Stream>>,
     done: bool,
+    /// A gRPC call's connection runs on its client's runtime: kept running while the call is
+    /// read, even once the client is dropped.
+    _runtime: Option<Arc<Runtime>>,
 }
 
 impl FlightReader {
     fn from_plane(stream: Arc<Stream>, kind: Fabric) -> Result<Self> {
         let source = plane::Reader::new(stream.clone());
-        Self::start(Box::new(source), Plane::Data(kind), Some(stream))
+        Self::start(Box::new(source), Plane::Data(kind), Some(stream), None)
     }
 
-    fn from_grpc(source: grpc::Reader) -> Result<Self> {
-        Self::start(Box::new(source), Plane::Grpc, None)
+    fn from_grpc(stream: tonic::Streaming<FlightData>, runtime: &Arc<Runtime>) -> Result<Self> {
+        let source = grpc::Reader::new(stream, runtime.handle().clone(), None);
+        Self::start(Box::new(source), Plane::Grpc, None, Some(runtime.clone()))
     }
 
-    fn start(mut source: Box<dyn DecodedStream>, plane: Plane, stream: Option<Arc<Stream>>) -> Result<Self> {
+    fn start(
+        mut source: Box<dyn DecodedStream>,
+        plane: Plane,
+        stream: Option<Arc<Stream>>,
+        runtime: Option<Arc<Runtime>>,
+    ) -> Result<Self> {
         let schema = source.read_schema()?;
-        Ok(FlightReader { source, schema, plane, stream, done: false })
+        Ok(FlightReader { source, schema, plane, stream, done: false, _runtime: runtime })
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -397,6 +406,16 @@ impl FlightReader {
     /// Which plane carries this call.
     pub fn plane(&self) -> Plane {
         self.plane
+    }
+
+    /// Waits up to `within` for the next message (or the end, or an error) without taking it;
+    /// false if none came. Lets a caller stay responsive between waits: wait in slices, then
+    /// read. Slices that add up to the data plane's timeout fail as one read would.
+    pub fn wait_ready(&mut self, within: std::time::Duration) -> Result<bool> {
+        match self.done {
+            true => Ok(true),
+            false => self.source.wait_ready(within),
+        }
     }
 
     /// The next batch or metadata-only message; None at the end.

@@ -655,6 +655,33 @@ fn finished_then_dropped_delivers_everything(scheme: &str) {
     assert!(matches!(err, Error::Reset { code: ErrorCode::CANCELLED, .. }), "{err}");
 }
 
+/// Waiting until a stream is readable takes nothing from it: a wait in vain says so after its
+/// slice, and a message, a large body and the end all come intact after waits that saw them.
+fn waiting_for_readable_takes_nothing(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    let a = c.open_stream().unwrap();
+    a.send(b"first", &[]).unwrap();
+    let b = s.accept_stream().unwrap();
+    assert!(b.wait_readable(Duration::from_secs(10)).unwrap());
+    assert!(b.wait_readable(Duration::from_secs(10)).unwrap());
+    assert_eq!(b.recv().unwrap().unwrap().header, b"first");
+    let t = Instant::now();
+    assert!(!b.wait_readable(Duration::from_millis(100)).unwrap());
+    assert!((Duration::from_millis(100)..Duration::from_secs(5)).contains(&t.elapsed()));
+    let body = pattern(5, 4 << 20);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            a.send(b"big", &[&body]).unwrap();
+            a.finish().unwrap();
+        });
+        assert!(b.wait_readable(Duration::from_secs(10)).unwrap());
+        let m = b.recv().unwrap().unwrap();
+        assert_eq!((m.header.as_slice(), m.body.to_vec() == body), (&b"big"[..], true));
+        assert!(b.wait_readable(Duration::from_secs(10)).unwrap());
+        assert!(b.recv().unwrap().is_none());
+    });
+}
+
 fn recv_times_out_on_a_silent_peer(scheme: &str) {
     let (_l, c, s) = pair(scheme);
     let mut a = c.open_stream().unwrap();
@@ -1004,6 +1031,7 @@ suite! {
         close_delivers_everything_sent_before_it,
         reset_reaches_the_peer,
         finished_then_dropped_delivers_everything,
+        waiting_for_readable_takes_nothing,
         recv_times_out_on_a_silent_peer,
         sender_to_a_peer_that_never_reads_times_out,
     ],

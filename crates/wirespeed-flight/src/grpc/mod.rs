@@ -10,6 +10,8 @@ pub mod drive;
 pub mod router;
 pub mod server;
 
+use std::time::Duration;
+
 use arrow_buffer::Buffer;
 use arrow_flight::FlightData;
 use arrow_schema::SchemaRef;
@@ -65,11 +67,13 @@ pub struct Reader {
     decoder: Decoder,
     /// A message already taken off the stream (a DoPut's first, read for its descriptor).
     pending: Option<FlightData>,
+    /// The end of the stream, seen while waiting for a message.
+    ended: bool,
 }
 
 impl Reader {
     pub fn new(stream: tonic::Streaming<FlightData>, runtime: Handle, pending: Option<FlightData>) -> Self {
-        Reader { stream, runtime, decoder: Decoder::default(), pending }
+        Reader { stream, runtime, decoder: Decoder::default(), pending, ended: false }
     }
 }
 
@@ -78,6 +82,7 @@ impl DecodedStream for Reader {
         loop {
             let data = match self.pending.take() {
                 Some(d) => d,
+                None if self.ended => return Ok(None),
                 None => match self.runtime.block_on(self.stream.message()).map_err(Error::from)? {
                     Some(d) => d,
                     None => return Ok(None),
@@ -86,6 +91,22 @@ impl DecodedStream for Reader {
             match self.decoder.decode(&data.data_header, Buffer::from(data.data_body), data.app_metadata)? {
                 Decoded::Dictionary => continue,
                 other => return Ok(Some(other)),
+            }
+        }
+    }
+
+    fn wait_ready(&mut self, within: Duration) -> Result<bool> {
+        if self.pending.is_some() || self.ended {
+            return Ok(true);
+        }
+        // Streaming::message keeps its state in the stream, so a wait cut short loses nothing.
+        let message = self.stream.message();
+        match self.runtime.block_on(async { tokio::time::timeout(within, message).await }) {
+            Err(_) => Ok(false),
+            Ok(next) => {
+                self.pending = next.map_err(Error::from)?;
+                self.ended = self.pending.is_none();
+                Ok(true)
             }
         }
     }

@@ -1,6 +1,8 @@
 //! What every source of decoded frames (a data-plane stream, a gRPC stream) offers on top:
 //! the schema first, then payloads.
 
+use std::time::Duration;
+
 use arrow_schema::SchemaRef;
 
 use super::Decoded;
@@ -10,6 +12,10 @@ use crate::service::{Payload, Payloads};
 pub trait DecodedStream: Send + 'static {
     /// The next decoded frame, dictionaries already absorbed; None once the peer finished.
     fn next_decoded(&mut self) -> Result<Option<Decoded>>;
+
+    /// Waits up to `within` for the next frame (or the end) without taking it; false if none
+    /// came. A caller that must stay responsive (to a Python Ctrl-C) waits in slices this way.
+    fn wait_ready(&mut self, within: Duration) -> Result<bool>;
 
     /// Reads up to the schema, which every IPC stream starts with.
     fn read_schema(&mut self) -> Result<SchemaRef> {

@@ -100,11 +100,14 @@ pub struct Reader {
     stream: Arc<Stream>,
     decoder: Decoder,
     done: bool,
+    /// How long `wait_ready` has waited in vain since the last frame: past the stream's
+    /// timeout, the wait fails as one `recv` would.
+    idle: Duration,
 }
 
 impl Reader {
     pub fn new(stream: Arc<Stream>) -> Self {
-        Reader { stream, decoder: Decoder::default(), done: false }
+        Reader { stream, decoder: Decoder::default(), done: false, idle: Duration::ZERO }
     }
 }
 
@@ -131,6 +134,18 @@ impl DecodedStream for Reader {
             }
         }
         Ok(None)
+    }
+
+    fn wait_ready(&mut self, within: Duration) -> Result<bool> {
+        if self.done || self.stream.wait_readable(within)? {
+            self.idle = Duration::ZERO;
+            return Ok(true);
+        }
+        self.idle += within;
+        match self.idle >= self.stream.timeout() {
+            true => Err(wirespeed::Error::Timeout(self.stream.timeout()).into()),
+            false => Ok(false),
+        }
     }
 }
 

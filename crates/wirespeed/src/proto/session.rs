@@ -432,6 +432,17 @@ impl Session {
         self.streams.remove(&id);
     }
 
+    /// Whether [`Session::poll_recv`] would return something for `id` now, without taking it.
+    pub fn recv_ready(&self, id: u32) -> bool {
+        let Some(s) = self.streams.get(&id) else { return true };
+        !s.queue.is_empty()
+            || (s.reset.is_some() && !s.finished_before_reset)
+            || !s.recv_open
+            || self.failed.is_some()
+            || self.local_closed
+            || self.peer_closed
+    }
+
     /// The next event on `id`, an error, or `None` if nothing has arrived yet.
     pub fn poll_recv(&mut self, id: u32) -> Option<Result<RecvEvent, Error>> {
         let threshold = (self.ours.stream_window / 4).max(1);

@@ -11,7 +11,7 @@ use super::engine::{Inner, Waiting};
 use crate::error::{Error, ErrorCode, Result, Violation};
 use crate::mem::{Body, Buf, Chunks};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
-use crate::proto::session::RecvEvent;
+use crate::proto::session::{RecvEvent, Session};
 use crate::sync::Unpoison;
 
 /// A message received whole.
@@ -230,6 +230,26 @@ impl Stream {
             chunks.push(Buf::from(v));
         }
         Ok(Some(Message { header, body: Body::from_chunks(chunks) }))
+    }
+
+    /// Waits up to `within` until the next message, the end of the stream or an error is
+    /// there, without taking it; false if nothing came. A caller that must stay responsive
+    /// between waits (to a Python Ctrl-C) waits in slices, then calls [`Stream::recv`].
+    pub fn wait_readable(&self, within: Duration) -> Result<bool> {
+        if *self.body_left.lock().unpoison() > 0 {
+            return Ok(true); // the rest of a message recv will skip
+        }
+        let ready = |s: &mut Session| s.recv_ready(self.id).then_some(Ok(()));
+        match self.inner.wait_for(within, Waiting::OnStream(self.id), ready) {
+            Ok(()) => Ok(true),
+            Err(Error::Timeout(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// How long each wait on this stream may last.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     fn skip_rest(&self, left: &mut u64) -> Result<()> {
