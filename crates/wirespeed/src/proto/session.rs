@@ -650,6 +650,33 @@ mod tests {
         assert!(matches!(s.poll_recv(id), Some(Err(Error::Reset { .. }))));
     }
 
+    /// Polls `id` once, checking that `recv_ready` said beforehand whether it would get anything.
+    fn poll_agrees(s: &mut Session, id: u32) -> bool {
+        let ready = s.recv_ready(id);
+        assert_eq!(ready, s.poll_recv(id).is_some());
+        ready
+    }
+
+    #[test]
+    fn recv_ready_says_whether_poll_recv_has_something() {
+        let (mut c, mut s) = pair();
+        let id = c.open_stream().unwrap();
+        deliver(&mut s, message_frame(id, b"h", 3, &[1; 3])).unwrap();
+        s.poll_accept();
+        assert!(poll_agrees(&mut s, id) && poll_agrees(&mut s, id)); // the message, its body
+        assert!(!poll_agrees(&mut s, id));
+        s.on_frame(&FrameHeader::new(Kind::Finish, id), &[], Buf::empty()).unwrap();
+        assert!(poll_agrees(&mut s, id) && poll_agrees(&mut s, id)); // the end, for good
+        let id = c.open_stream().unwrap();
+        deliver(&mut s, message_frame(id, b"", 0, &[])).unwrap();
+        s.poll_accept();
+        assert!(poll_agrees(&mut s, id) && !poll_agrees(&mut s, id));
+        c.reset(id, ErrorCode::CANCELLED);
+        pump(&mut c, &mut s);
+        assert!(poll_agrees(&mut s, id)); // the reset
+        assert!(poll_agrees(&mut s, 99)); // a stream never opened
+    }
+
     #[test]
     fn dropping_an_open_stream_cancels_it() {
         let (mut c, mut s) = pair();
