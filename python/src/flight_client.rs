@@ -233,7 +233,12 @@ impl FlightReader {
         let batches =
             Batches { schema: self.schema.clone(), reader: self.reader.clone(), stopped: Some(stopped.clone()) };
         let table = arrow::read_all(py, Box::new(batches));
-        match stopped.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let stop = stopped.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if stop.is_some() || table.is_err() {
+            // What was read went into a table nobody gets: the rest alone would look complete.
+            self.cancel(py);
+        }
+        match stop {
             Some(Stop::Interrupted(e)) => Err(e),
             Some(Stop::Failed(e)) => Err(errors::flight(e)),
             None => table,
