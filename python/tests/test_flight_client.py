@@ -174,7 +174,8 @@ def test_an_exchange_handler_that_raises_fails_the_call(py_server):
         reader.read_all()
 
 
-def test_server_gone_mid_stream(tmp_path):
+@pytest.mark.parametrize("transport", ["shm", "tcp", "grpc"])
+def test_server_gone_mid_stream(tmp_path, transport):
     """The server killed while a client reads: the read fails with a Flight error, not a hang."""
     import pyarrow.feather as feather
 
@@ -182,8 +183,9 @@ def test_server_gone_mid_stream(tmp_path):
     data.mkdir()
     feather.write_feather(table(400_000), data / "big.arrow", compression="uncompressed", chunksize=1000)
     proc = Proc(["serve", str(data), "--listen", f"127.0.0.1:{free_port()}"])
-    client = flight.connect(proc.url, key=KEY)
+    client = flight.connect(proc.url, key=KEY, transport=transport)
     reader = client.do_get(next(client.list_flights()).endpoints[0].ticket)
+    assert reader.plane == transport
     reader.read_chunk()
     proc.stop()
     with pytest.raises(flight.FlightError):
