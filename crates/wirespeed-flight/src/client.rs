@@ -412,10 +412,7 @@ impl FlightReader {
     /// false if none came. Lets a caller stay responsive between waits: wait in slices, then
     /// read. Slices that add up to the data plane's timeout fail as one read would.
     pub fn wait_ready(&mut self, within: std::time::Duration) -> Result<bool> {
-        match self.done {
-            true => Ok(true),
-            false => self.source.wait_ready(within),
-        }
+        Ok(self.done || self.source.wait_ready(within)?)
     }
 
     /// The next batch or metadata-only message; None at the end.

@@ -434,22 +434,15 @@ impl Session {
 
     /// Whether [`Session::poll_recv`] would return something for `id` now, without taking it.
     pub fn recv_ready(&self, id: u32) -> bool {
-        let Some(s) = self.streams.get(&id) else { return true };
-        !s.queue.is_empty()
-            || (s.reset.is_some() && !s.finished_before_reset)
-            || !s.recv_open
-            || self.failed.is_some()
-            || self.local_closed
-            || self.peer_closed
+        self.streams.get(&id).is_some_and(|s| !s.queue.is_empty()) || self.nothing_queued(id).is_some()
     }
 
     /// The next event on `id`, an error, or `None` if nothing has arrived yet.
     pub fn poll_recv(&mut self, id: u32) -> Option<Result<RecvEvent, Error>> {
         let threshold = (self.ours.stream_window / 4).max(1);
-        let Some(s) = self.streams.get_mut(&id) else {
-            return Some(Err(Error::Closed));
-        };
-        if let Some(ev) = s.queue.pop_front() {
+        if let Some(s) = self.streams.get_mut(&id)
+            && let Some(ev) = s.queue.pop_front()
+        {
             s.unacked += match &ev {
                 RecvEvent::Message { header, .. } => 8 + header.len() as u64,
                 RecvEvent::Chunk(b) => b.len() as u64,
@@ -462,6 +455,15 @@ impl Session {
             }
             return Some(Ok(ev));
         }
+        self.nothing_queued(id)
+    }
+
+    /// What `poll_recv` returns for `id` with nothing queued: its end, an error, or `None`
+    /// while more may come.
+    fn nothing_queued(&self, id: u32) -> Option<Result<RecvEvent, Error>> {
+        let Some(s) = self.streams.get(&id) else {
+            return Some(Err(Error::Closed));
+        };
         if let Some(code) = s.reset
             && !s.finished_before_reset
         {
