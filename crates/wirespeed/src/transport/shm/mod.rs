@@ -179,6 +179,7 @@ fn build(
         first_area: tx_at,
         areas,
         seq: 0,
+        adopted_at: 0,
     };
     Ok(Connection::new(role, peer, Box::new(rx), Box::new(tx), Some(Box::new(rma)), config, name))
 }

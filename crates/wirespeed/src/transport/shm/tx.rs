@@ -11,23 +11,28 @@ use super::ring::{Ring, align};
 use super::waker::{Waker, notify};
 use super::{pull, regions, ring};
 use crate::error::{Error, FrameError, Result};
-use crate::mem::Mapping;
+use crate::mem::{Mapping, stream_copy};
 use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, FrameHeader};
 use crate::transport::{Fill, FrameTx};
 
-/// Copies bytes `from..to` of the concatenated `payload` to `dst`.
+/// Copies bytes `from..to` of the concatenated `payload` to `dst`, past the caches if
+/// `streamed` (see `stream_copy`).
 ///
 /// # Safety
 /// `dst` must have room for `to - from` bytes.
-pub(super) unsafe fn copy_range(payload: &[IoSlice<'_>], from: usize, to: usize, mut dst: *mut u8) {
+pub(super) unsafe fn copy_range(payload: &[IoSlice<'_>], from: usize, to: usize, mut dst: *mut u8, streamed: bool) {
     let mut off = 0;
     for s in payload {
         let (lo, hi) = (from.max(off), to.min(off + s.len()));
         if lo < hi {
             // SAFETY: in bounds of `s`, and `dst` has room by the caller's contract.
             unsafe {
-                std::ptr::copy_nonoverlapping(s.as_ptr().add(lo - off), dst, hi - lo);
-                dst = dst.add(hi - lo);
+                let piece = &s[lo - off..hi - off];
+                match streamed {
+                    true => stream_copy::stream(piece, dst),
+                    false => std::ptr::copy_nonoverlapping(piece.as_ptr(), dst, piece.len()),
+                }
+                dst = dst.add(piece.len());
             }
         }
         off += s.len();
@@ -69,6 +74,8 @@ pub(super) struct ShmTx {
     pub(super) first_area: usize,
     pub(super) areas: u32,
     pub(super) seq: u32,
+    /// Our head when we began the current area.
+    pub(super) adopted_at: u64,
 }
 
 impl ShmTx {
@@ -112,7 +119,15 @@ impl ShmTx {
         self.ring = unsafe { self.ring.with_data(self.map.ptr.as_ptr().add(at)) };
         self.ring.adopt(seq, self.head);
         self.seq = seq;
+        self.adopted_at = self.head;
         Ok(())
+    }
+
+    /// Whether a large payload ending at `end` goes past the caches: only on our first pass
+    /// through an area. Memory the receiver keeps (zero-copy batches it collects) makes us
+    /// move to fresh areas, cold ones; a ring we wrap around in is warm, and plain copies win.
+    fn streams(&self, plen: usize, end: u64) -> bool {
+        plen >= stream_copy::MIN_STREAMED && end <= self.adopted_at + self.ring.cap()
     }
 
     /// A frame whose payload stays in a sealed region the peer has: the ring gets the header
@@ -150,6 +165,7 @@ impl FrameTx for ShmTx {
         let body = Ring::frame_bytes(head.len(), plen as u64);
         let total = body + split.as_ref().map_or(0, |(_, tail)| ring::descriptor_bytes(tail.len()));
         let at = self.reserve(total, timeout)?;
+        let streamed = self.streams(plen, at + total);
         let frame = self.ring.data_ptr(at);
         let payload_at = self.ring.data_ptr(at + align(head.len() as u64));
         // SAFETY: `reserve` gave us `total` free bytes at `at`, before the ring's end.
@@ -157,7 +173,7 @@ impl FrameTx for ShmTx {
         self.head = at + total;
         let Some((split, tail)) = split else {
             // SAFETY: as above; the payload area follows the header and meta.
-            unsafe { copy_range(payload, 0, plen, payload_at) };
+            unsafe { copy_range(payload, 0, plen, payload_at, streamed) };
             self.ring.publish(self.head);
             notify(self.ring.consumer_sleeping(), &self.notify);
             return Ok(());
@@ -174,7 +190,7 @@ impl FrameTx for ShmTx {
         self.ring.publish(self.head);
         notify(self.ring.consumer_sleeping(), &self.notify);
         // SAFETY: the head of the payload area is ours to fill.
-        unsafe { copy_range(payload, 0, split, payload_at) };
+        unsafe { copy_range(payload, 0, split, payload_at, streamed) };
         desc.copied().store(pull::HEAD_COPIED, Ordering::Release);
         notify(self.ring.consumer_sleeping(), &self.notify);
         // Our caller may reuse its buffers once we return. A receiver that has not started
@@ -195,7 +211,7 @@ impl FrameTx for ShmTx {
             // The receiver refused (ptrace policy: stop splitting) or was not reading.
             self.split &= state != pull::REFUSED;
             // SAFETY: the tail of the payload area is ours again.
-            unsafe { copy_range(payload, split, plen, payload_at.add(split)) };
+            unsafe { copy_range(payload, split, plen, payload_at.add(split), streamed) };
             desc.copied().store(pull::ALL_COPIED, Ordering::Release);
             notify(self.ring.consumer_sleeping(), &self.notify);
         }
