@@ -11,7 +11,7 @@ use bytes::Bytes;
 mod mapping;
 mod recycler;
 pub mod sealed;
-pub mod stream_copy;
+pub(crate) mod stream_copy;
 
 pub(crate) use mapping::Mapping;
 pub use recycler::Recycler;

@@ -1,11 +1,10 @@
 //! Copies of large payloads into memory another process reads later (a shared-memory ring),
 //! with non-temporal stores on x86-64.
 //!
-//! A receiver keeps what it is lent until it lets go, so a ring's free space is memory nobody
-//! has touched for a while: a plain copy first reads every destination line from DRAM, then
-//! writes it back. Streaming stores skip that read. Measured here, copying 96 KiB pieces into
-//! a 1.2 GB mapping: 15 GB/s against memcpy's 9.3 on one core; memcpy wins only while the
-//! destination still sits in cache (8 MB reused: 18 against 16).
+//! A receiver keeps what it is lent until it lets go, so a ring's free space is often memory
+//! nobody has touched for a while: a plain copy first reads every destination line from DRAM,
+//! then writes it back. Streaming stores skip that read, and copy about 1.6 × as fast there;
+//! into memory still in cache, plain copies win (bench/RESULTS.md, 2026-11-26 late).
 
 /// Payloads at least this long are streamed; shorter ones are likely read again soon.
 pub const MIN_STREAMED: usize = 64 << 10;
