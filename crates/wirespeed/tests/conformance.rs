@@ -896,6 +896,43 @@ fn shm_areas_left_idle_give_their_memory_back() {
     assert!(left < used / 2, "{left} of {used} bytes still held after the areas idled");
 }
 
+/// Bodies too big to lend (over a quarter of the ring) are gathered on the heap; once the
+/// reader drops one, the next reuses its memory. Each arrives intact and a held one is never
+/// reused, whatever the sizes that follow.
+#[test]
+fn shm_gathered_bodies_reuse_memory_the_reader_dropped() {
+    let config = Config { shm_ring_bytes: 8 << 20, ..Config::default() };
+    let (_l, c, s) = pair_with("shm", &config);
+    let sizes = [3 << 20, 3 << 20, (3 << 20) - 5, 5 << 20, (2 << 20) + 1, 1 << 20];
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let st = c.open_stream().unwrap();
+            for (i, &n) in sizes.iter().enumerate() {
+                st.send(&[], &[&pattern(i as u64, n)]).unwrap();
+            }
+            st.finish().unwrap();
+        });
+        let st = s.accept_stream().unwrap();
+        let mut next = |i: usize| {
+            let m = st.recv().unwrap().unwrap();
+            assert!(m.body.to_vec() == pattern(i as u64, sizes[i]), "body {i} differs");
+            m
+        };
+        let at = |m: &Message| m.body.chunks()[0].as_ptr();
+        let (first, second) = (next(0), next(1));
+        assert_ne!(at(&first), at(&second), "a held body's memory is not reused");
+        let kept = at(&first);
+        drop((first, second));
+        let third = next(2);
+        assert_eq!(at(&third), kept, "the body dropped first is reused");
+        drop(third);
+        drop(next(3)); // bigger: the spare grows
+        drop(next(4)); // under half of that: a fresh buffer
+        drop(next(5)); // lent from the ring
+        assert!(st.recv().unwrap().is_none());
+    });
+}
+
 /// Memory the memfd mapped at `addr` holds, from its allocated blocks.
 fn memfd_bytes_at(addr: usize) -> u64 {
     use std::os::unix::fs::MetadataExt;

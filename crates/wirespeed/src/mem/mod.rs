@@ -12,6 +12,7 @@ mod mapping;
 mod recycler;
 pub mod sealed;
 pub(crate) mod stream_copy;
+pub(crate) mod trimmer;
 
 pub(crate) use mapping::Mapping;
 pub use recycler::Recycler;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::NativeRma;
 use super::{Config, Fill, FrameRx, FrameTx};
 use crate::error::{Error, Result};
-use crate::mem::RegionMem;
+use crate::mem::{Recycler, RegionMem};
 use crate::proto::frame::Touched;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
 use crate::proto::handshake::{Peer, error_frame};
@@ -28,6 +28,10 @@ pub(crate) struct Inner {
     pub(super) timeout: Duration,
     pub(super) max_chunk: u64,
     pub(super) zero_copy_limit: u64,
+    /// The last body too big to lend, gathered on the heap, once its reader dropped it: the
+    /// next such body reuses its pages instead of faulting in fresh ones, which costs more
+    /// than the copy itself. Freed after ten idle seconds.
+    pub(super) gathered: Recycler,
     /// The backend lets senders fill frames in place ([`FrameTx::fills_in_place`]).
     pub(super) fills_in_place: bool,
     pub(super) name: String,
@@ -130,6 +134,7 @@ impl Inner {
             timeout: config.timeout,
             max_chunk,
             zero_copy_limit,
+            gathered: Recycler::cooling(1),
             fills_in_place,
             name,
             peer,

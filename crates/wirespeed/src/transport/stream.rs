@@ -214,8 +214,8 @@ impl Stream {
         if got < body_len {
             // Too big to hold as lent views: gather on the heap, giving transport memory back
             // as we go.
-            let mut v = Vec::new();
-            v.try_reserve_exact(body_len as usize)
+            let mut v = (self.inner.gathered)
+                .try_take_empty(body_len as usize)
                 .map_err(|_| Error::Limit(format!("cannot hold a {body_len}-byte body in memory")))?;
             *left = body_len;
             for c in chunks.drain(..) {
@@ -227,7 +227,7 @@ impl Stream {
                 *left -= c.len() as u64;
                 v.extend_from_slice(&c);
             }
-            chunks.push(Buf::from(v));
+            chunks.push(Buf::from(self.inner.gathered.lend(v)));
         }
         Ok(Some(Message { header, body: Body::from_chunks(chunks) }))
     }

@@ -9,12 +9,11 @@
 //! to the kernel. With every area pinned, the consumer copies held views out (`mapping`).
 
 use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use nix::fcntl::{FallocateFlags, fallocate};
 
-/// How long the pages of a free area stay for reuse.
-pub const KEEP_WARM: Duration = Duration::from_secs(10);
+use crate::mem::trimmer::KEEP_WARM;
 
 /// The consumer's record of its ring's areas.
 pub struct Areas {

@@ -7,13 +7,14 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Once, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
 use super::areas::{self, Areas};
 use super::mapping::Privatized;
 use super::ring::Ring;
 use super::waker::notify;
+use crate::mem::trimmer::{self, Trim};
 use crate::mem::{Lender, Mapping};
 use crate::sync::Unpoison;
 
@@ -202,23 +203,8 @@ impl RingLender {
 
     fn watch_if(&self, start: bool) {
         if start {
-            watch(self.me.clone());
+            trimmer::watch(self.me.clone());
         }
-    }
-
-    /// Gives the pages of areas idle past their time back; false once none is warm.
-    fn trim(&self, now: Instant) -> bool {
-        let mut t = self.track.lock().unpoison();
-        let cap = self.ring.cap() as usize;
-        for area in t.areas.cool(now) {
-            areas::punch(&self.memfd, self.area_offset(area), cap);
-        }
-        let warm = t.areas.any_warm();
-        if !warm {
-            // Under the lock, so an area freed meanwhile starts the watch again.
-            self.watched.store(false, Ordering::Relaxed);
-        }
-        warm
     }
 }
 
@@ -249,22 +235,19 @@ impl Lender for RingLender {
     }
 }
 
-/// Has `lender`'s idle areas trimmed, by one thread for the whole process that looks once a
-/// second while any connection has warm areas.
-fn watch(lender: Weak<RingLender>) {
-    static WATCHED: Mutex<Vec<Weak<RingLender>>> = Mutex::new(Vec::new());
-    static START: Once = Once::new();
-    WATCHED.lock().unpoison().push(lender);
-    START.call_once(|| {
-        let trimmer = || loop {
-            std::thread::sleep(Duration::from_secs(1));
-            // Trimmed outside the list's lock: a lender registers itself under its own.
-            let now = Instant::now();
-            let list = std::mem::take(&mut *WATCHED.lock().unpoison());
-            let warm: Vec<_> = list.into_iter().filter(|w| w.upgrade().is_some_and(|l| l.trim(now))).collect();
-            WATCHED.lock().unpoison().extend(warm);
-        };
-        // Without the thread, warm areas stay until their connection closes.
-        let _ = std::thread::Builder::new().name("wirespeed-shm-trim".into()).spawn(trimmer);
-    });
+impl Trim for RingLender {
+    /// Gives the pages of areas idle past their time back; false once none is warm.
+    fn trim(&self, now: Instant) -> bool {
+        let mut t = self.track.lock().unpoison();
+        let cap = self.ring.cap() as usize;
+        for area in t.areas.cool(now) {
+            areas::punch(&self.memfd, self.area_offset(area), cap);
+        }
+        let warm = t.areas.any_warm();
+        if !warm {
+            // Under the lock, so an area freed meanwhile starts the watch again.
+            self.watched.store(false, Ordering::Relaxed);
+        }
+        warm
+    }
 }
