@@ -54,7 +54,7 @@ def test_bad_settings_are_usage_errors():
 
 
 MPI_RANK = """
-import json, sys
+import json, os, sys
 from wirespeed import fles
 node = fles.run_mpi(2, 30, scheduler=sys.argv[1], transport="tcp", host="127.0.0.1", key="mpi test key",
                     microslice_size=100, timeslice_size=5)
@@ -63,12 +63,14 @@ for ts in node:
     ts.verify()
     seen.append(ts.index)
 del ts  # the last timeslice, released
-print(json.dumps({"rank": node.rank, "role": node.role, "seen": seen, **node.finish()}), flush=True)
+# A file per rank: mpirun may interleave the ranks' lines on its stdout.
+with open(os.path.join(sys.argv[2], f"{node.rank}.json"), "w") as f:
+    json.dump({"rank": node.rank, "role": node.role, "seen": seen, **node.finish()}, f)
 """
 
 
 @pytest.mark.parametrize("scheduler", ["rr", "dfs"])
-def test_run_mpi_one_node_per_rank(scheduler):
+def test_run_mpi_one_node_per_rank(scheduler, tmp_path):
     """mpirun starts 2 inputs and 2 compute nodes; every timeslice is built once, in order on
     each compute node."""
     import json
@@ -76,10 +78,10 @@ def test_run_mpi_one_node_per_rank(scheduler):
     import sys
 
     done = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "--allow-run-as-root", "-n", "4",
-                           sys.executable, "-c", MPI_RANK, scheduler], capture_output=True, text=True, timeout=120)
+                           sys.executable, "-c", MPI_RANK, scheduler, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    ranks = sorted((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")),
-                   key=lambda r: r["rank"])
+    ranks = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(4)]
     assert [r["role"] for r in ranks] == ["input", "input", "compute", "compute"]
     built = ranks[2]["seen"] + ranks[3]["seen"]
     assert sorted(built) == list(range(30))

@@ -42,9 +42,24 @@ os._exit(1)
 """
 
 
+STALLED_ITERATION = STALLED_READ.split("threading.Timer")[0] + """
+chunks = iter(reader)
+assert next(chunks).data.num_rows == 1
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+start = time.time()
+try:
+    next(chunks)
+except KeyboardInterrupt:
+    print(f"interrupted after {time.time() - start:.1f} s", flush=True)
+    os._exit(0)
+os._exit(1)
+"""
+
+
 @pytest.mark.parametrize("transport", ["shm", "grpc"])
-def test_ctrl_c_interrupts_a_blocking_read_all(transport):
-    script = STALLED_READ.replace("TRANSPORT", repr(transport))
+@pytest.mark.parametrize("script", [STALLED_READ, STALLED_ITERATION], ids=["read_all", "iteration"])
+def test_ctrl_c_interrupts_a_blocking_read(transport, script):
+    script = script.replace("TRANSPORT", repr(transport))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     seconds = float(done.stdout.split()[2])
