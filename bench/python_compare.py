@@ -8,7 +8,8 @@
    wirespeed.flight.FlightServerBase instead of pyarrow's, read over shm; then with the
    server's table in sealed shared memory (`flight.share`, once, untimed), which the client
    maps instead of receiving.
-3. A 1 GiB `bytes` object sent and received as a memoryview over shm, between two Python
+3. For reference, iperf3's one TCP stream over loopback: the kernel's limit for the tcp plane.
+4. A 1 GiB `bytes` object sent and received as a memoryview over shm, between two Python
    processes, against `wirespeed bench raw --transport shm --size 1 GiB`, each after one
    untimed message. That first message's receiver faults in fresh memory, and right after
    the DoGets free theirs, the host must hand it back (this VM reports freed pages to it):
@@ -142,6 +143,17 @@ def raw_rust():
     return json.loads(out.stdout)["mb_per_s"] / 1e3
 
 
+def iperf3(port):
+    """GB/s of one TCP stream over loopback for 2 s: what the kernel moves with no work per batch."""
+    server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    out = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "2", "-J"], capture_output=True,
+                         text=True, check=True)
+    server.wait(timeout=10)
+    return json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"] / 8e9
+
+
 def main():
     bench = str(ROOT / "bench")
     work = tempfile.mkdtemp()
@@ -166,6 +178,7 @@ def main():
         "wirespeed shm": lambda: timed_reads(lambda: ws_shm.do_get(ticket()).read_all()),
         "wirespeed shm, Python server": lambda: timed_reads(lambda: ws_py.do_get(ticket()).read_all()),
         "wirespeed shm, Python, shared": lambda: timed_reads(lambda: ws_py.do_get(ticket(True)).read_all()),
+        "iperf3 loopback, 1 stream": lambda: [iperf3(port + 2)],
         "raw 1 GiB, Python memoryview": lambda: [raw_python()],
         "raw 1 GiB, wirespeed bench raw": lambda: [raw_rust()],
     }
@@ -199,6 +212,9 @@ def main():
                 base, target = ratios[name]
                 ratio = f"{value / med[base]:.2f} x {base} (>= {target})"
             print(f"{name:32} {value:14.2f}  {runs:15} {ratio}")
+    tcp, kernel = statistics.median(r[2] for r in results["wirespeed tcp"]), statistics.median(
+        r[0] for r in results["iperf3 loopback, 1 stream"])
+    print(f"\nwirespeed tcp, third read: {tcp / kernel:.2f} of iperf3's loopback")
 
 
 if __name__ == "__main__":
