@@ -913,7 +913,7 @@ fn shm_gathered_bodies_reuse_memory_the_reader_dropped() {
             st.finish().unwrap();
         });
         let st = s.accept_stream().unwrap();
-        let mut next = |i: usize| {
+        let next = |i: usize| {
             let m = st.recv().unwrap().unwrap();
             assert!(m.body.to_vec() == pattern(i as u64, sizes[i]), "body {i} differs");
             m
