@@ -214,7 +214,9 @@ impl Stream {
         if got < body_len {
             // Too big to hold as lent views: gather on the heap, giving transport memory back
             // as we go.
-            let mut v = (self.inner.gathered)
+            let mut v = self
+                .inner
+                .gathered
                 .try_take_empty(body_len as usize)
                 .map_err(|_| Error::Limit(format!("cannot hold a {body_len}-byte body in memory")))?;
             *left = body_len;
