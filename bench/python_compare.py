@@ -8,8 +8,10 @@
    wirespeed.flight.FlightServerBase instead of pyarrow's, read over shm; then with the
    server's table in sealed shared memory (`flight.share`, once, untimed), which the client
    maps instead of receiving.
-3. For reference, iperf3's one TCP stream over loopback: the kernel's limit for the tcp plane.
-4. A 1 GiB `bytes` object sent and received as a memoryview over shm, between two Python
+3. DoPut of the same bytes (a table of 128 KiB batches) into a server in Python that reads it
+   batch by batch (pyarrow's PerfServer.do_put), over shm against pyarrow's over grpc+unix.
+4. For reference, iperf3's one TCP stream over loopback: the kernel's limit for the tcp plane.
+5. A 1 GiB `bytes` object sent and received as a memoryview over shm, between two Python
    processes, against `wirespeed bench raw --transport shm --size 1 GiB`, each after one
    untimed message. That first message's receiver faults in fresh memory, and right after
    the DoGets free theirs, the host must hand it back (this VM reports freed pages to it):
@@ -33,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.flight as pf
 
 import wirespeed
@@ -56,6 +59,7 @@ from wirespeed import flight
 
 class PerfServer(flight.FlightServerBase):  # as pyarrow's PerfServer, line for line
     get_flight_info = perf.PerfServer.get_flight_info
+    do_put = perf.PerfServer.do_put
     shared = {{}}
 
     def do_get(self, context, ticket):
@@ -116,6 +120,21 @@ def timed_reads(read):
     return rates
 
 
+def timed_puts(client, table):
+    """GB/s of three uploads of `table` in turn; the server reads each batch by batch."""
+    rates = []
+    for _ in range(3):
+        start = time.perf_counter()
+        writer, results = client.do_put(pf.FlightDescriptor.for_command(b"perf"), table.schema)
+        writer.write_table(table)
+        writer.done_writing()
+        rows = int(bytes(results.read()))
+        writer.close()
+        rates.append(BYTES / (time.perf_counter() - start) / 1e9)
+        assert rows == table.num_rows, rows
+    return rates
+
+
 def raw_python():
     """GB/s of RAW_COUNT 1 GiB messages from a bytes object, received as memoryviews, after one
     untimed one."""
@@ -171,6 +190,8 @@ def main():
     ws_shm = flight.connect(f"grpc://127.0.0.1:{port + 1}", key=KEY, transport="shm")
     ws_tcp = flight.connect(f"grpc://127.0.0.1:{port + 1}", key=KEY, transport="tcp")
     ws_py = flight.connect(py_location, key=KEY, transport="shm")
+    full = pa.record_batch([pa.array(range(PER_BATCH), pa.int64())] * 4, names=list("abcd"))
+    upload = pa.Table.from_batches([full] * (BYTES // 32 // PER_BATCH))
     cases = {
         "pyarrow grpc+tcp": lambda: timed_reads(lambda: pa_tcp.do_get(ticket()).read_all()),
         "pyarrow grpc+unix": lambda: timed_reads(lambda: pa_unix.do_get(ticket()).read_all()),
@@ -178,6 +199,8 @@ def main():
         "wirespeed shm": lambda: timed_reads(lambda: ws_shm.do_get(ticket()).read_all()),
         "wirespeed shm, Python server": lambda: timed_reads(lambda: ws_py.do_get(ticket()).read_all()),
         "wirespeed shm, Python, shared": lambda: timed_reads(lambda: ws_py.do_get(ticket(True)).read_all()),
+        "pyarrow grpc+unix, DoPut": lambda: timed_puts(pa_unix, upload),
+        "wirespeed shm, DoPut": lambda: timed_puts(ws_py, upload),
         "iperf3 loopback, 1 stream": lambda: [iperf3(port + 2)],
         "raw 1 GiB, Python memoryview": lambda: [raw_python()],
         "raw 1 GiB, wirespeed bench raw": lambda: [raw_rust()],
@@ -199,9 +222,10 @@ def main():
         "wirespeed tcp": ("pyarrow grpc+tcp", 2.5),
         "wirespeed shm, Python server": ("pyarrow grpc+unix", 3.0),
         "wirespeed shm, Python, shared": ("pyarrow grpc+unix", 3.0),
+        "wirespeed shm, DoPut": ("pyarrow grpc+unix, DoPut", None),
         "raw 1 GiB, Python memoryview": ("raw 1 GiB, wirespeed bench raw", 0.8),
     }
-    for read, label in enumerate(["first read (raw: each run)", "second read", "third read"]):
+    for read, label in enumerate(["first read or put (raw: each)", "second read or put", "third read or put"]):
         rows = {name: [r[read] for r in v] for name, v in results.items() if len(v[0]) > read}
         med = {name: statistics.median(r) for name, r in rows.items()}
         print(f"\n{label:32} {'GB/s (median)':>14}  runs            ratio (target)")
@@ -210,7 +234,7 @@ def main():
             ratio = ""
             if name in ratios and ratios[name][0] in med:
                 base, target = ratios[name]
-                ratio = f"{value / med[base]:.2f} x {base} (>= {target})"
+                ratio = f"{value / med[base]:.2f} x {base}" + (f" (>= {target})" if target else "")
             print(f"{name:32} {value:14.2f}  {runs:15} {ratio}")
     tcp, kernel = statistics.median(r[2] for r in results["wirespeed tcp"]), statistics.median(
         r[0] for r in results["iperf3 loopback, 1 stream"])

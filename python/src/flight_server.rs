@@ -209,12 +209,12 @@ impl Source for Mutex<Input> {
 #[pyclass(module = "wirespeed._native", frozen)]
 pub struct ServerReader {
     schema: SchemaRef,
-    source: Arc<Mutex<Box<dyn Source>>>,
+    source: Mutex<Box<dyn Source>>,
 }
 
 impl ServerReader {
     fn new(schema: SchemaRef, source: Box<dyn Source>) -> Self {
-        ServerReader { schema, source: Arc::new(Mutex::new(source)) }
+        ServerReader { schema, source: Mutex::new(source) }
     }
 }
 
@@ -225,27 +225,29 @@ impl ServerReader {
         arrow::schema_to_py(py, &self.schema)
     }
 
-    /// The next message as (batch or None, app_metadata or None); None at the end.
+    /// The next message as (batch or None, app_metadata or None); None at the end. Read on
+    /// this thread without the GIL: handlers run on threads of their own, where Python runs
+    /// no signal handlers, so a helper thread (two wake-ups a batch) would buy nothing.
     fn read_chunk<'py>(&self, py: Python<'py>) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
-        let source = self.source.clone();
-        let next = interruptible(py, move || source.lock().unwrap_or_else(|p| p.into_inner()).next())?
-            .map_err(errors::flight)?;
+        let source = &self.source;
+        let next = py.detach(|| source.lock().unwrap_or_else(|p| p.into_inner()).next()).map_err(errors::flight)?;
         let Some(payload) = next else { return Ok(None) };
         crate::flight_client::chunk(py, &payload).map(Some)
     }
 
     /// Every remaining batch, as one pyarrow Table.
     fn read_all<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let source = self.source.clone();
-        let batches = interruptible(py, move || {
-            let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
-            let mut batches = Vec::new();
-            while let Some(p) = source.next()? {
-                batches.extend(p.batch);
-            }
-            Ok::<_, Error>(batches)
-        })?
-        .map_err(errors::flight)?;
+        let source = &self.source;
+        let batches = py
+            .detach(|| {
+                let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
+                let mut batches = Vec::new();
+                while let Some(p) = source.next()? {
+                    batches.extend(p.batch);
+                }
+                Ok::<_, Error>(batches)
+            })
+            .map_err(errors::flight)?;
         arrow::table_to_py(py, self.schema.clone(), batches)
     }
 }
