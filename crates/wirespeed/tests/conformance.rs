@@ -315,6 +315,26 @@ fn bodies_of_every_size_around_the_thresholds(scheme: &str) {
     });
 }
 
+/// `recv` waits for a whole body, even one larger than the stream's window: the credit for
+/// what it took so far must reach the sender while it waits.
+fn recv_takes_a_body_larger_than_the_window(scheme: &str) {
+    let config = Config { stream_window: 1 << 20, ..Config::default() };
+    let (_l, c, s) = pair_with(scheme, &config);
+    let data = pattern(21, (5 << 20) + 3);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let st = c.open_stream().unwrap();
+            st.send(b"big", &[&data]).unwrap();
+            st.finish().unwrap();
+        });
+        let st = s.accept_stream().unwrap();
+        let m = st.recv().unwrap().unwrap();
+        assert_eq!(m.header, b"big");
+        assert!(m.body.to_vec() == data, "the body differs");
+        assert!(st.recv().unwrap().is_none());
+    });
+}
+
 fn many_concurrent_streams(scheme: &str) {
     const STREAMS: usize = 64;
     const MESSAGES: usize = 24;
@@ -1054,6 +1074,7 @@ suite! {
         a_slow_receiver_keeping_some_messages_gets_them_all_intact,
         sealed_region_bodies_arrive_intact,
         bodies_of_every_size_around_the_thresholds,
+        recv_takes_a_body_larger_than_the_window,
         a_body_of_many_slices_arrives_whole,
         many_concurrent_streams,
         headers_survive_a_full_ring,

@@ -194,6 +194,14 @@ impl Inner {
             if let Some(e) = g.session.terminal_error() {
                 return Err(e);
             }
+            if g.session.has_transmit() {
+                // Credit for what `ready` took so far: a wait for a whole body larger than the
+                // stream's window would otherwise hold back what lets the rest come.
+                drop(g);
+                self.flush_control();
+                g = self.lock();
+                continue;
+            }
             let now = Instant::now();
             let deadline = *deadline.get_or_insert(now + timeout);
             if now >= deadline {
