@@ -151,7 +151,7 @@ impl PyStream {
     /// as long as the connection's timeout.
     fn recv<'py>(&self, py: Python<'py>) -> PyResult<Option<(Bound<'py, PyBytes>, Body)>> {
         let stream = self.stream.clone();
-        let message = interruptible(py, move || stream.recv())?.map_err(errors::transport)?;
+        let message = interruptible(py, move || stream.recv_contiguous())?.map_err(errors::transport)?;
         Ok(message.map(|m| (PyBytes::new(py, &m.header), Body { buf: m.body.into_contiguous() })))
     }
 

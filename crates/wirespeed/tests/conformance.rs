@@ -316,7 +316,8 @@ fn bodies_of_every_size_around_the_thresholds(scheme: &str) {
 }
 
 /// `recv` waits for a whole body, even one larger than the stream's window: the credit for
-/// what it took so far must reach the sender while it waits.
+/// what it took so far must reach the sender while it waits. `recv_contiguous` hands such a
+/// body over in one piece.
 fn recv_takes_a_body_larger_than_the_window(scheme: &str) {
     let config = Config { stream_window: 1 << 20, ..Config::default() };
     let (_l, c, s) = pair_with(scheme, &config);
@@ -325,13 +326,17 @@ fn recv_takes_a_body_larger_than_the_window(scheme: &str) {
         scope.spawn(|| {
             let st = c.open_stream().unwrap();
             st.send(b"big", &[&data]).unwrap();
+            st.send(b"whole", &[&data[..1000], &data[1000..]]).unwrap();
             st.finish().unwrap();
         });
         let st = s.accept_stream().unwrap();
         let m = st.recv().unwrap().unwrap();
         assert_eq!(m.header, b"big");
         assert!(m.body.to_vec() == data, "the body differs");
-        assert!(st.recv().unwrap().is_none());
+        let m = st.recv_contiguous().unwrap().unwrap();
+        assert_eq!((m.header.as_slice(), m.body.chunks().len()), (&b"whole"[..], 1));
+        assert!(m.body.chunks()[0][..] == data[..], "the gathered body differs");
+        assert!(st.recv_contiguous().unwrap().is_none());
     });
 }
 

@@ -176,6 +176,18 @@ impl Stream {
     /// Receives the next whole message, or `None` once the peer finished the stream.
     /// Bodies up to the transport's zero-copy limit stay views of transport memory.
     pub fn recv(&self) -> Result<Option<Message>> {
+        self.recv_gathering(false)
+    }
+
+    /// As [`Stream::recv`], with the body in one piece. One that arrived in several (over tcp,
+    /// ucx or ofi, a chunk per frame) is gathered into the buffer the connection reuses for
+    /// bodies too big to lend, so a reader of one large message after another copies into
+    /// pages already faulted in.
+    pub fn recv_contiguous(&self) -> Result<Option<Message>> {
+        self.recv_gathering(true)
+    }
+
+    fn recv_gathering(&self, whole: bool) -> Result<Option<Message>> {
         let mut left = self.body_left.lock().unpoison();
         self.skip_rest(&mut left)?;
         // One wait takes the message and as much of its body as has arrived: a small message
@@ -211,9 +223,9 @@ impl Stream {
             return Err(e);
         }
         let Some((header, body_len)) = start else { return Ok(None) };
-        if got < body_len {
-            // Too big to hold as lent views: gather on the heap, giving transport memory back
-            // as we go.
+        if got < body_len || (whole && chunks.len() > 1) {
+            // Too big to hold as lent views (or wanted whole): gather on the heap, giving
+            // transport memory back as we go.
             let mut v = self
                 .inner
                 .gathered
