@@ -51,6 +51,30 @@ def test_messages_both_ways(url):
     server.close()
 
 
+@pytest.mark.parametrize("url", ["tcp://127.0.0.1:0", "shm://@wirespeed-pytest-big"])
+def test_bodies_larger_than_the_window_arrive_whole_and_in_one_piece(url):
+    client, server = pair(url)
+    out = client.open_stream()
+    big = bytes(range(251)) * (160 << 10)  # 40 MiB: over the 16 MiB stream window and the ring
+
+    def send_twice():
+        out.send(big)
+        out.send(big)
+        out.finish()
+
+    sender = threading.Thread(target=send_twice)
+    sender.start()
+    inc = server.accept_stream(timeout=10)
+    for _ in range(2):
+        _, body = inc.recv()
+        assert memoryview(body) == big
+        del body  # its memory is reused for the next
+    assert inc.recv() is None
+    sender.join()
+    client.close()
+    server.close()
+
+
 def test_wrong_key_and_bad_urls():
     listener = wirespeed.listen("tcp://127.0.0.1:0", key=KEY)
     threading.Thread(target=lambda: pytest.raises(wirespeed.Error, listener.accept, 2), daemon=True).start()
