@@ -192,7 +192,10 @@ impl Stream {
         self.skip_rest(&mut left)?;
         // One wait takes the message and as much of its body as has arrived: a small message
         // costs one lock, not one per event.
-        let limit = self.inner.zero_copy_limit;
+        // A body wanted whole and longer than one chunk is gathered as its chunks come, so
+        // each goes back to the transport at once instead of all waiting for the last.
+        let limit =
+            if whole { self.inner.zero_copy_limit.min(self.inner.max_chunk) } else { self.inner.zero_copy_limit };
         let mut start: Option<(Vec<u8>, u64)> = None;
         let mut chunks = Chunks::new();
         let mut got = 0u64;
