@@ -190,12 +190,12 @@ impl Stream {
     fn recv_gathering(&self, whole: bool) -> Result<Option<Message>> {
         let mut left = self.body_left.lock().unpoison();
         self.skip_rest(&mut left)?;
-        // One wait takes the message and as much of its body as has arrived: a small message
-        // costs one lock, not one per event.
         // A body wanted whole and longer than one chunk is gathered as its chunks come, so
         // each goes back to the transport at once instead of all waiting for the last.
         let limit =
             if whole { self.inner.zero_copy_limit.min(self.inner.max_chunk) } else { self.inner.zero_copy_limit };
+        // One wait takes the message and as much of its body as has arrived: a small message
+        // costs one lock, not one per event.
         let mut start: Option<(Vec<u8>, u64)> = None;
         let mut chunks = Chunks::new();
         let mut got = 0u64;
