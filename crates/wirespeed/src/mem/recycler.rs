@@ -18,8 +18,9 @@ pub struct Recycler {
 }
 
 struct Pool {
-    /// Spare buffers, with when each came back.
-    spare: Mutex<Vec<(Vec<u8>, Instant)>>,
+    /// Spare buffers, with when each came back if the pool cools (a clock read per loan
+    /// otherwise buys nothing).
+    spare: Mutex<Vec<(Vec<u8>, Option<Instant>)>>,
     keep: usize,
     /// Spares idle for [`KEEP_WARM`] are freed (else they stay while the pool lives).
     cools: bool,
@@ -98,7 +99,7 @@ impl Drop for Loan {
         let pool = &self.home.pool;
         let mut spare = pool.spare.lock().unpoison();
         if spare.len() < pool.keep {
-            spare.push((std::mem::take(&mut self.buf), Instant::now()));
+            spare.push((std::mem::take(&mut self.buf), pool.cools.then(Instant::now)));
             let start = pool.cools && !pool.watched.swap(true, Ordering::Relaxed);
             drop(spare);
             if start {
@@ -111,7 +112,7 @@ impl Drop for Loan {
 impl Trim for Pool {
     fn trim(&self, now: Instant) -> bool {
         let mut spare = self.spare.lock().unpoison();
-        spare.retain(|(_, since)| now.duration_since(*since) < KEEP_WARM);
+        spare.retain(|(_, since)| since.is_some_and(|t| now.duration_since(t) < KEEP_WARM));
         let warm = !spare.is_empty();
         if !warm {
             // Under the lock, so a buffer coming back meanwhile starts the watch again.
