@@ -28,13 +28,14 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-fn fles_error(e: FlesError) -> PyErr {
+pub(crate) fn fles_error(e: FlesError) -> PyErr {
     match e {
         FlesError::Config(m) => errors::usage(m),
         FlesError::Crc { .. } | FlesError::Malformed { .. } => {
             errors::raise("wirespeed._errors", "ChecksumError", e.to_string())
         }
         FlesError::Net(m) => errors::raise("wirespeed._errors", "ConnectionError", m),
+        FlesError::Gpu(m) => errors::raise("wirespeed._errors", "GpuError", m),
         other => errors::raise("wirespeed._errors", "ProtocolError", other.to_string()),
     }
 }
@@ -43,7 +44,7 @@ fn fles_error(e: FlesError) -> PyErr {
 #[pyclass(module = "wirespeed._native", frozen, from_py_object)]
 #[derive(Clone)]
 pub struct RunSettings {
-    settings: Settings,
+    pub(crate) settings: Settings,
 }
 
 #[pymethods]

@@ -7,13 +7,16 @@
 //! - `arrow`: Arrow data in and out through the C data and stream interfaces (no copies).
 //! - `flight_client`, `flight_server`: Flight on every plane, as `wirespeed.flight` uses it.
 //! - `core`: connections and streams; `files`: copies and transfers of files; `fles`:
-//!   timeslice building.
+//!   timeslice building; `frames`: timeslices built in GPU (or host) frames, handed over by
+//!   `dlpack` or CUDA's array interface.
 
 mod arrow;
 mod core;
+mod dlpack;
 mod errors;
 mod files;
 mod fles;
+mod frames;
 mod flight_client;
 mod flight_server;
 mod keys;
@@ -28,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     core::register(m)?;
     files::register(m)?;
     fles::register(m)?;
+    frames::register(m)?;
     flight_client::register(m)?;
     flight_server::register(m)?;
     Ok(())

@@ -52,6 +52,12 @@ class ChecksumError(Error):
     exit_code = 6
 
 
+class GpuError(Error):
+    """No GPU (no driver, no such device), or the GPU failed: out of memory, a driver error."""
+
+    exit_code = 1
+
+
 # Shown as wirespeed.X in tracebacks, where users catch them.
-for _class in (Error, UsageError, AuthenticationError, ConnectionError, TimeoutError, ProtocolError, FileError, ChecksumError):
+for _class in (Error, UsageError, AuthenticationError, ConnectionError, TimeoutError, ProtocolError, FileError, ChecksumError, GpuError):
     _class.__module__ = "wirespeed"

@@ -9,6 +9,13 @@ Each `Timeslice` holds its components in the compute node's rings: `memoryview(c
 reads one in place (FLESnet's layout: microslice descriptors, then contents), `verify()` checks
 every microslice's CRC-32C, and `to_arrow()` gives a pyarrow RecordBatch with a row per
 microslice. Ring space comes back once a timeslice and its views are dropped.
+
+With `gpu=N` (or `gpu="host"`), each timeslice is built contiguously in a frame in that GPU's
+memory (or the host's) as its components arrive, and every microslice's CRC-32C is checked
+there before the `Frame` comes out. `cupy.from_dlpack(frame)`, `torch.from_dlpack(frame)` or
+`numpy.from_dlpack(frame)` see it as a uint8 vector without a copy (`frame.parts` says where
+each component lies), and the frame returns to the pool once it and every array over it are
+gone.
 """
 
 from __future__ import annotations
@@ -19,13 +26,19 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Union
 
 from . import Key, _key, _native
 from ._errors import UsageError
-from ._native import Component, ComputeNode, RunSettings, Timeslice
+from ._native import Component, ComputeNode, Frame, FrameNode, RunSettings, Timeslice
 
-__all__ = ["Build", "Component", "ComputeNode", "MpiNode", "RunSettings", "Timeslice", "build", "feed", "run_mpi"]
+__all__ = [
+    "Build", "Component", "ComputeNode", "Frame", "FrameNode", "MpiNode", "RunSettings", "Timeslice", "build", "feed",
+    "run_mpi",
+]
+
+# Where frames are built: a GPU's number, "host", or None for timeslices left in the rings.
+FrameTarget = Union[int, str, None]
 
 
 
@@ -38,9 +51,17 @@ def feed(settings: RunSettings, index: int, urls: list[str], key: Key = None) ->
 class Build:
     """A builder running in this process; iterate it for the complete timeslices."""
 
-    def __init__(self, settings: RunSettings, transport: str, key: bytes) -> None:
+    def __init__(self, settings: RunSettings, transport: str, key: bytes, gpu: FrameTarget = None,
+                 frames: int = 8, frame_bytes: int | None = None) -> None:
         listen = "shm://@wirespeed-fles-py-%d" % id(self) if transport == "shm" else f"{transport}://127.0.0.1:0"
-        self.node = ComputeNode(settings, listen, 0, key)
+        self.node: ComputeNode | FrameNode
+        if gpu is None:
+            self.node = ComputeNode(settings, listen, 0, key)
+        else:
+            if gpu != "host" and not isinstance(gpu, int):
+                raise UsageError(f"gpu={gpu!r}: a GPU's number, or \"host\"")
+            device = None if gpu == "host" else int(gpu)
+            self.node = FrameNode(settings, listen, 0, key, device, frames, frame_bytes)
         self.errors: list[BaseException] = []
         self._threads = [
             threading.Thread(target=self._feed, args=(settings, i, key), daemon=True, name=f"fles-input-{i}")
@@ -55,13 +76,13 @@ class Build:
         except BaseException as e:  # reported by finish()
             self.errors.append(e)
 
-    def __iter__(self) -> Iterator[Timeslice]:
+    def __iter__(self) -> Iterator[Timeslice | Frame]:
         return iter(self.node)
 
     def finish(self) -> dict[str, float]:
         """Waits for the run to end and returns the compute node's summary; raises the first
-        input's error, if one failed. The run ends once every timeslice is released, so drop
-        what you kept first, the loop variable included (`del ts`)."""
+        input's error, if one failed. The run ends once every timeslice (or frame) is released,
+        so drop what you kept first, the loop variable and arrays over frames included."""
         summary = dict(self.node.finish())
         for t in self._threads:
             t.join()
@@ -71,14 +92,16 @@ class Build:
 
 
 def build(inputs: int, timeslices: int, *, scheduler: str = "dfs", transport: str = "shm", key: Key = None,
-          **options: Any) -> Build:
+          gpu: FrameTarget = None, frames: int = 8, frame_bytes: int | None = None, **options: Any) -> Build:
     """Starts a builder in this process: `inputs` inputs on threads and one compute node, over
     `transport` (shm or tcp, or ucx, ofi+tcp, ...), for `timeslices` timeslices. `options` are
     `RunSettings`' (timeslice_size, overlap, microslice_size, rate, buffer_size, ...). A key is
-    made up when none is given: everything runs here."""
+    made up when none is given: everything runs here. With `gpu` (a GPU's number, or "host"),
+    timeslices come out as `Frame`s: `frames` of them in flight, of `frame_bytes` each
+    (default: the largest timeslice these settings make)."""
     settings = RunSettings(inputs, 1, scheduler, timeslices, **options)
     secret = _key(key) or os.urandom(16).hex().encode()
-    return Build(settings, transport, secret)
+    return Build(settings, transport, secret, gpu, frames, frame_bytes)
 
 
 class MpiNode:

@@ -201,20 +201,12 @@ impl RunFlags {
     }
 
     /// Where `--gpu` builds frames, and how large they are; None without it.
-    pub fn frame_settings(&self, inputs: usize) -> Result<Option<FrameSettings>> {
+    pub fn frame_settings(&self, s: &Settings) -> Result<Option<FrameSettings>> {
         let Some(target) = self.gpu else { return Ok(None) };
         if self.frames == 0 {
             bail!("--frames must be at least 1");
         }
-        let per_input = match &self.replay {
-            Some(_) => self.buffer_size.min(16 << 20) as usize,
-            None => {
-                let microslices = (self.timeslice_size + self.overlap) as usize;
-                let most = (self.microslice_size + self.microslice_spread.min(self.microslice_size)) as usize;
-                microslices * (32 + most)
-            }
-        };
-        let capacity = self.frame_bytes.unwrap_or(inputs * (per_input + wirespeed_fles::frames::PART_ALIGN));
+        let capacity = self.frame_bytes.unwrap_or_else(|| s.frame_capacity());
         Ok(Some(FrameSettings { target, frames: self.frames, capacity }))
     }
 

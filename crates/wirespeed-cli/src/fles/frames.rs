@@ -18,27 +18,43 @@ use wirespeed_fles::run::{ComputeListener, ComputeSummary, Settings};
 use super::args::{FrameSettings, FrameTarget};
 use super::node::PROGRESS_EVERY;
 
+/// Frame memory made before the node listens, so that a GPU that is missing or too small
+/// fails the node before any input connects to it.
+pub enum Prepared {
+    Host(HostFrames),
+    Gpu { gpu: Gpu, memory: GpuFrames, total: usize, free_before: usize },
+}
+
+pub fn prepare(f: &FrameSettings, inputs: usize) -> Result<Prepared> {
+    Ok(match f.target {
+        FrameTarget::Host => Prepared::Host(HostFrames::new(f.frames, f.capacity)),
+        FrameTarget::Gpu(n) => {
+            let gpu = Gpu::open(n).map_err(gpu_error)?;
+            let (free_before, total) = gpu.memory().map_err(gpu_error)?;
+            let memory = GpuFrames::new(&gpu, f.frames, f.capacity, inputs)
+                .with_context(|| format!("{} frames of {} bytes on GPU {n}", f.frames, f.capacity))?;
+            Prepared::Gpu { gpu, memory, total, free_before }
+        }
+    })
+}
+
 /// Runs a compute node whose timeslices are built in frames; the summary's "frames" holds
 /// their figures.
 pub fn compute(
     s: &Settings,
     index: usize,
     listener: ComputeListener,
-    f: FrameSettings,
+    prepared: Prepared,
     barrier: impl FnOnce() -> Result<(), FlesError>,
     progress: impl FnMut(u64, u64),
 ) -> Result<(ComputeSummary, Value)> {
-    match f.target {
-        FrameTarget::Host => {
-            let memory = HostFrames::new(f.frames, f.capacity);
+    match prepared {
+        Prepared::Host(memory) => {
             let (summary, mut figures) = build(s, index, listener, memory, barrier, progress)?;
             figures["device"] = json!("host");
             Ok((summary, figures))
         }
-        FrameTarget::Gpu(n) => {
-            let gpu = Gpu::open(n).map_err(gpu_error)?;
-            let (free_before, total) = gpu.memory().map_err(gpu_error)?;
-            let memory = GpuFrames::new(&gpu, f.frames, f.capacity, s.inputs)?;
+        Prepared::Gpu { gpu, memory, total, free_before } => {
             let (summary, mut figures) = build(s, index, listener, memory, barrier, progress)?;
             // Every frame is back and the memory freed: the driver should say so.
             let free_after = gpu.memory().map_err(gpu_error)?.0;

@@ -16,6 +16,7 @@ use mpi::traits::{CommunicatorCollectives, Destination, Root, Source};
 use serde_json::Value;
 use wirespeed::{Config, Key};
 
+use super::frames::prepare;
 use super::{RunArgs, node, report};
 
 /// How often the first compute node logs its progress.
@@ -63,7 +64,6 @@ fn run_rank(
     }
     let computes = size - inputs;
     let s = a.flags.settings(inputs, computes, stop)?;
-    let frames = a.flags.frame_settings(inputs)?;
     let base = Key::require(a.key_file.as_deref()).context("every rank needs the same key")?;
     let mut nonce = [0u8; 64];
     if rank == 0 {
@@ -73,6 +73,11 @@ fn run_rank(
     let key = base.derive(&[&b"wirespeed fles run "[..], &nonce].concat());
     let config = Config::default();
 
+    // A compute rank makes its frame memory first: a GPU it lacks fails it before it listens.
+    let frames = match (rank >= inputs, a.flags.frame_settings(&s)?) {
+        (true, Some(f)) => Some(prepare(&f, inputs)?),
+        _ => None,
+    };
     let listener = match rank.checked_sub(inputs) {
         Some(c) => Some(node::listen(a.flags.transport, c, &node::listen_host(), &key, &config)?),
         None => None,

@@ -17,7 +17,8 @@ use wirespeed::{Config, Fabric, Key};
 use wirespeed_fles::FlesError;
 use wirespeed_fles::run::{ComputeListener, ComputeSummary, InputSummary, Settings, run_input};
 
-use super::args::{FrameSettings, RunFlags};
+use super::args::RunFlags;
+use super::frames::{Prepared, prepare};
 use super::sink::{Output, Sink};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -88,7 +89,7 @@ pub fn compute(
     index: usize,
     listener: ComputeListener,
     output: &Output,
-    frames: Option<FrameSettings>,
+    frames: Option<Prepared>,
     barrier: impl FnOnce() -> Result<(), FlesError>,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<Value> {
@@ -175,9 +176,9 @@ pub fn run(a: NodeArgs) -> Result<()> {
     let config = Config::default();
     let summary = match a.role {
         Role::Compute => {
+            let frames = a.flags.frame_settings(&s)?.map(|f| prepare(&f, s.inputs)).transpose()?;
             let listener = listen(a.flags.transport, a.index, "127.0.0.1", &key, &config)?;
             println!("listening {}", listener.url());
-            let frames = a.flags.frame_settings(a.inputs)?;
             compute(&s, a.index, listener, &a.output, frames, barrier, |t, b| println!("progress {t} {b}"))?
         }
         Role::Input => {

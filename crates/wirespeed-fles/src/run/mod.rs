@@ -53,6 +53,23 @@ pub struct Settings {
     pub stop: Arc<AtomicBool>,
 }
 
+impl Settings {
+    /// Bytes a frame needs for the largest timeslice these settings make: every input's
+    /// largest component, each aligned. A replayed archive's components are bounded by the
+    /// ring they must fit (at most 16 MiB each, so that frames stay modest).
+    pub fn frame_capacity(&self) -> usize {
+        let per_input = match &self.replay {
+            Some(_) => self.rings.data.min(16 << 20) as usize,
+            None => {
+                let microslices = (self.slicing.core + self.slicing.overlap) as usize;
+                let most = (self.microslice_size + self.microslice_spread.min(self.microslice_size)) as usize;
+                microslices * (crate::model::microslice::DESCRIPTOR_LEN + most)
+            }
+        };
+        self.inputs * (per_input + crate::frames::PART_ALIGN)
+    }
+}
+
 /// Nanoseconds since `t0`, the node's barrier.
 fn since(t0: Instant) -> u64 {
     t0.elapsed().as_nanos() as u64

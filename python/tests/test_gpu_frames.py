@@ -1,0 +1,93 @@
+"""Frames in GPU memory, handed to CuPy and PyTorch without a copy. Runs where a GPU and CuPy
+are (bench/gpu_device.sh runs it on the lent GPU machine); skipped elsewhere."""
+
+import pytest
+
+import wirespeed
+from wirespeed import fles
+
+cupy = pytest.importorskip("cupy")
+try:
+    if cupy.cuda.runtime.getDeviceCount() < 1:
+        pytest.skip("no GPU", allow_module_level=True)
+except cupy.cuda.runtime.CUDARuntimeError:
+    pytest.skip("no GPU", allow_module_level=True)
+
+np = pytest.importorskip("numpy")
+
+# 8 inputs, components of 101 microslices of 2,000 bytes (about 200 KiB).
+SETTINGS = dict(microslice_size=2000, timeslice_size=100)
+
+
+def test_eight_inputs_every_crc_right_and_the_bytes_the_host_builds():
+    """Every microslice is checked on the GPU, and every frame holds, byte for byte, what the
+    same run builds in host frames (generated microslices are the same in every run)."""
+    count = 200
+    host = {}
+    run = fles.build(8, count, gpu="host", **SETTINGS)
+    for frame in run:
+        host[frame.index] = (frame.parts, np.from_dlpack(frame).copy())
+        del frame
+    run.finish()
+    run = fles.build(8, count, gpu=0, **SETTINGS)
+    checked = 0
+    for frame in run:
+        assert frame.device_name == "cuda:0" and frame.__dlpack_device__() == (2, 0)
+        microslices, bad = frame.check
+        assert bad == 0 and microslices == 8 * 101
+        checked += microslices
+        parts, expected = host[frame.index]
+        assert frame.parts == parts
+        on_gpu = cupy.from_dlpack(frame)
+        assert on_gpu.data.ptr == frame.address and on_gpu.size == len(frame)  # no copy
+        assert np.array_equal(cupy.asnumpy(on_gpu), expected)
+        del on_gpu, frame
+    assert checked == count * 8 * 101
+    assert run.finish()["timeslices"] == count
+
+
+def test_torch_and_the_cuda_array_interface_see_the_frame_in_place():
+    torch = pytest.importorskip("torch")
+    run = fles.build(2, 20, gpu=0, **SETTINGS)
+    for frame in run:
+        t = torch.from_dlpack(frame)
+        assert t.is_cuda and t.dtype == torch.uint8 and t.data_ptr() == frame.address
+        c = cupy.asarray(frame)  # by __cuda_array_interface__
+        assert c.data.ptr == frame.address
+        for _, offset, _, _ in frame.parts:
+            assert int(t[offset]) == 0xDD and int(c[offset + 1]) == 0x01
+        del t, c, frame
+    run.finish()
+
+
+def test_a_frame_held_by_cupy_is_not_reused_until_released():
+    run = fles.build(2, 60, gpu=0, frames=3, **SETTINGS)
+    frames = iter(run)
+    first = next(frames)
+    held, address = cupy.from_dlpack(first), first.address
+    snapshot = held.copy()
+    del first
+    for _ in range(20):
+        frame = next(frames)
+        assert frame.address != address
+        del frame
+    cupy.cuda.Device().synchronize()
+    assert bool((held == snapshot).all())  # nothing was built into it meanwhile
+    del held
+    reused = False
+    for frame in frames:
+        reused |= frame.address == address
+        del frame
+    assert reused
+    assert run.finish()["timeslices"] == 60
+
+
+def test_gpu_errors_are_clear():
+    with pytest.raises(wirespeed.GpuError, match="no device 64"):
+        fles.build(1, 3, gpu=64, **SETTINGS)
+    with pytest.raises(wirespeed.GpuError, match="(?i)out of memory"):
+        fles.build(1, 3, gpu=0, frames=4, frame_bytes=1 << 40, **SETTINGS)
+    # The GPU is still usable afterwards.
+    run = fles.build(1, 3, gpu=0, **SETTINGS)
+    assert [f.check[1] for f in run] == [0, 0, 0]
+    run.finish()
