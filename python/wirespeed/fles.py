@@ -53,7 +53,9 @@ class Build:
 
     def __init__(self, settings: RunSettings, transport: str, key: bytes, gpu: FrameTarget = None,
                  frames: int = 8, frame_bytes: int | None = None) -> None:
-        listen = "shm://@wirespeed-fles-py-%d" % id(self) if transport == "shm" else f"{transport}://127.0.0.1:0"
+        # A name of its own: a finished node's may still be bound while its last connections close.
+        name = f"wirespeed-fles-py-{os.getpid()}-{os.urandom(6).hex()}"
+        listen = f"shm://@{name}" if transport == "shm" else f"{transport}://127.0.0.1:0"
         self.node: ComputeNode | FrameNode
         if gpu is None:
             self.node = ComputeNode(settings, listen, 0, key)
