@@ -17,6 +17,7 @@ export LD_LIBRARY_PATH=$(dirname "${nvrtc:-/}"):${LD_LIBRARY_PATH:-}
 echo "nvrtc: ${nvrtc:-none}"
 nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv
 echo "cores: $(nproc)"
+python3 -c "import pyarrow, pyarrow.cuda; print('pyarrow.cuda', pyarrow.__version__)" 2>&1 | tail -1
 step() { echo; echo "== $1 ($(date +%T))"; }
 
 step "Python: frames handed to CuPy and PyTorch (DLPack, __cuda_array_interface__), host frames to numpy"
