@@ -96,8 +96,9 @@ impl FrameNode {
     /// The next frame; StopIteration when the run ends.
     fn __next__(&self, py: Python<'_>) -> PyResult<Frame> {
         let frames = self.frames.clone();
-        let next =
-            interruptible(py, move || frames.lock().unwrap_or_else(|p| p.into_inner()).as_mut().and_then(|f| f.next()))?;
+        let next = interruptible(py, move || {
+            frames.lock().unwrap_or_else(|p| p.into_inner()).as_mut().and_then(|f| f.next())
+        })?;
         match next {
             Some(built) => Ok(Frame::new(built, self.gpu)),
             None => Err(PyStopIteration::new_err(())),

@@ -15,8 +15,8 @@ use wirespeed_fles::FlesError;
 use wirespeed_fles::frames::{FrameMemory, GpuFrames, HostFrames, gpu_error};
 use wirespeed_fles::run::{ComputeListener, ComputeSummary, Settings};
 
+use super::PROGRESS_EVERY;
 use super::args::{FrameSettings, FrameTarget};
-use super::node::PROGRESS_EVERY;
 
 /// Frame memory made before the node listens, so that a GPU that is missing or too small
 /// fails the node before any input connects to it.

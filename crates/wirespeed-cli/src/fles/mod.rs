@@ -21,6 +21,9 @@ use clap::{Args, Subcommand};
 use args::RunFlags;
 use sink::Output;
 
+/// How often a compute node tells its progress.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[derive(Args)]
 pub struct FlesArgs {
     #[command(subcommand)]

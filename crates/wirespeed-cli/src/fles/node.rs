@@ -7,7 +7,7 @@
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
@@ -17,6 +17,7 @@ use wirespeed::{Config, Fabric, Key};
 use wirespeed_fles::FlesError;
 use wirespeed_fles::run::{ComputeListener, ComputeSummary, InputSummary, Settings, run_input};
 
+use super::PROGRESS_EVERY;
 use super::args::RunFlags;
 use super::frames::{Prepared, prepare};
 use super::sink::{Output, Sink};
@@ -78,9 +79,6 @@ pub fn listen_host() -> String {
         .find(|a| a.is_ipv4() && !a.ip().is_loopback() && std::net::TcpListener::bind((a.ip(), 0)).is_ok());
     usable.map_or_else(|| "127.0.0.1".into(), |a| a.ip().to_string())
 }
-
-/// How often a compute node tells its progress.
-pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs a compute node until its last timeslice, putting each out through `output` (or
 /// building it in `frames`), and calling `progress(timeslices, bytes)` every second or so.
