@@ -12,7 +12,7 @@ use wirespeed::Config;
 use wirespeed_fles::FlesError;
 use wirespeed_fles::model::Slicing;
 use wirespeed_fles::node::ring::RingSizes;
-use wirespeed_fles::run::{ComputeListener, KeptTimeslice, Settings, Timeslices, run_input};
+use wirespeed_fles::run::{ComputeListener, ComputeSummary, KeptTimeslice, Settings, Timeslices, run_input};
 use wirespeed_fles::sched::{DfsSettings, Kind};
 
 use crate::arrow;
@@ -185,15 +185,21 @@ impl ComputeNode {
         let timeslices = self.timeslices.lock().unwrap_or_else(|p| p.into_inner()).take();
         let timeslices = timeslices.ok_or_else(|| errors::usage("the node has finished already"))?;
         let s = interruptible(py, move || timeslices.finish())?.map_err(fles_error)?;
-        Ok(vec![
-            ("timeslices", s.timeslices as f64),
-            ("bytes", s.bytes as f64),
-            ("seconds", s.seconds),
-            ("incomplete", s.incomplete as f64),
-            ("lost_inputs", s.lost_inputs.len() as f64),
-            ("lost_computes", s.lost_computes.len() as f64),
-        ])
+        Ok(summary(&s))
     }
+}
+
+/// A compute node's summary as Python gets it: timeslices, bytes, seconds, and the timeslices
+/// left incomplete, inputs and compute nodes lost.
+pub(crate) fn summary(s: &ComputeSummary) -> Vec<(&'static str, f64)> {
+    vec![
+        ("timeslices", s.timeslices as f64),
+        ("bytes", s.bytes as f64),
+        ("seconds", s.seconds),
+        ("incomplete", s.incomplete as f64),
+        ("lost_inputs", s.lost_inputs.len() as f64),
+        ("lost_computes", s.lost_computes.len() as f64),
+    ]
 }
 
 type Kept = Arc<Mutex<KeptTimeslice>>;

@@ -17,7 +17,7 @@ use wirespeed_fles::run::{BuiltFrame, ComputeListener, Frames};
 
 use crate::dlpack;
 use crate::errors;
-use crate::fles::{RunSettings, fles_error};
+use crate::fles::{RunSettings, fles_error, summary};
 use crate::wait::interruptible;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -106,17 +106,12 @@ impl FrameNode {
     }
 
     /// Waits for the node to end and its frame memory to be freed (let go of every frame and
-    /// every array over one first), and gives its summary.
+    /// every array over one first), and gives its summary, as `ComputeNode.finish` does.
     fn finish(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, f64)>> {
         let frames = self.frames.lock().unwrap_or_else(|p| p.into_inner()).take();
         let frames = frames.ok_or_else(|| errors::usage("the node has finished already"))?;
         let s = interruptible(py, move || frames.finish())?.map_err(fles_error)?;
-        Ok(vec![
-            ("timeslices", s.timeslices as f64),
-            ("bytes", s.bytes as f64),
-            ("seconds", s.seconds),
-            ("incomplete", s.incomplete as f64),
-        ])
+        Ok(summary(&s))
     }
 }
 
