@@ -18,6 +18,8 @@ __all__ = [
     "FlightReader",
     "FlightServer",
     "FlightWriter",
+    "Frame",
+    "FrameNode",
     "Listener",
     "PutResults",
     "Receiver",
