@@ -52,27 +52,25 @@ if ! "$VENV/bin/python" -c "import pyarrow.flight, pytest, maturin, mypy, mpi4py
 fi
 
 # Go builds arrow-go's Flight client for the interop tests. Without a Go of 1.21 or later (which
-# fetches the version go.mod asks for itself), one comes from the Go module proxy.
+# fetches the version go.mod asks for itself), the Go client fetches one as a module.
 GO_TOOLCHAIN=go1.26.1
 TOOLS="$(cd "$(dirname "$0")/.." && pwd)/.tools"
 go_ok() { command -v go >/dev/null 2>&1 && go version | grep -qE 'go1\.(2[1-9]|[3-9][0-9])'; }
 if ! go_ok && [ ! -x "$TOOLS/go/bin/go" ]; then
-  echo "bootstrap: fetching $GO_TOOLCHAIN from the Go module proxy"
+  # Debian's Go (1.19) is too old to build the client, but its own client fetches the newer
+  # toolchain by name, as a module from the Go module proxy.
+  if ! command -v go >/dev/null 2>&1; then
+    echo "bootstrap: installing golang-go"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends golang-go >/dev/null
+  fi
+  echo "bootstrap: fetching $GO_TOOLCHAIN through go mod download"
+  module="golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-amd64"
+  dir=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "$module" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
   mkdir -p "$TOOLS"
-  zip="$TOOLS/go.zip"
-  curl -fsSL -o "$zip" "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-$GO_TOOLCHAIN.linux-amd64.zip"
-  python3 - "$zip" "$TOOLS/go" <<'PY'
-import os, sys, zipfile
-zip, dest = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(zip) as z:
-    for info in z.infolist():
-        path = os.path.join(dest, info.filename.split("/", 2)[2])  # golang.org/toolchain@VERSION/...
-        if info.is_dir():
-            continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with z.open(info) as src, open(path, "wb") as out:
-            out.write(src.read())
-        os.chmod(path, (info.external_attr >> 16) & 0o777 or 0o644)
-PY
-  rm -f "$zip"
+  cp -r "$dir" "$TOOLS/go"
+  chmod -R u+w "$TOOLS/go"
+  chmod +x "$TOOLS/go/bin/"* "$TOOLS/go/pkg/tool/"*/*
 fi
