@@ -9,7 +9,7 @@ set -euo pipefail
 # remote to remote tests. Open MPI: `fles run` under mpirun (the `mpi` crate builds against
 # mpicc). g++ and Boost.Serialization: the test that reads our .tsa files as FLESnet does.
 # SimGrid: simulating timeslice building (crates/simgrid-sys binds its headers).
-APT_PACKAGES=(pkg-config iperf3 ucx-utils libucx-dev libfabric-dev libfabric-bin libclang-dev openssh-server openssh-client rsync netcat-openbsd
+APT_PACKAGES=(pkg-config openssl iperf3 ucx-utils libucx-dev libfabric-dev libfabric-bin libclang-dev openssh-server openssh-client rsync netcat-openbsd
   iproute2 libopenmpi-dev openmpi-bin g++ libboost-serialization-dev libsimgrid-dev)
 
 missing=()

@@ -23,7 +23,8 @@ use wirespeed::{Key, Stream};
 
 use crate::error::{Code, Error, Result};
 use crate::grpc::server::{EXCHANGE_ACTION, GET_ACTION, PUT_ACTION};
-use crate::grpc::{self, CONNECTION_WINDOW, MAX_FRAME, MAX_MESSAGE, STREAM_WINDOW};
+use crate::grpc::tls::ClientTls;
+use crate::grpc::{self, MAX_MESSAGE};
 use crate::ipc::DecodedStream;
 use crate::location::PlaneLocation;
 use crate::plane::client::Planes;
@@ -73,28 +74,23 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to `grpc://host:port` (or `grpc+tcp://`). The data-plane key comes from
+    /// Connects to `grpc://host:port` (or `grpc+tcp://`), or to `grpc+tls://host:port`
+    /// checking the server against the system's roots. The data-plane key comes from
     /// `WIRESPEED_KEY` if set; see [`Client::with_key`].
     pub fn connect(url: &str) -> Result<Self> {
-        let addr = url
-            .strip_prefix("grpc://")
-            .or_else(|| url.strip_prefix("grpc+tcp://"))
-            .ok_or_else(|| Error::invalid_argument(format!("{url:?}: expected grpc://host:port")))?;
+        Self::connect_tls(url, &ClientTls::default())
+    }
+
+    /// As [`Client::connect`], with what a `grpc+tls://` connection trusts and presents
+    /// (unused for `grpc://`).
+    pub fn connect_tls(url: &str, tls: &ClientTls) -> Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .thread_name("flight-client")
             .build()
             .map_err(|e| Error::internal(format!("cannot start a runtime: {e}")))?;
-        let endpoint = Channel::from_shared(format!("http://{addr}"))
-            .map_err(|e| Error::invalid_argument(format!("{url:?}: {e}")))?
-            .connect_timeout(std::time::Duration::from_secs(10))
-            .initial_stream_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW)
-            .max_frame_size(MAX_FRAME)
-            .tcp_nodelay(true);
-        let channel =
-            runtime.block_on(endpoint.connect()).map_err(|e| Error::unavailable(format!("cannot reach {url}: {e}")))?;
+        let channel = runtime.block_on(grpc::channel::connect(url, tls))?;
         let grpc = FlightServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
@@ -575,3 +571,4 @@ impl FlightWriter {
         }
     }
 }
+

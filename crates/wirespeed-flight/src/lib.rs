@@ -21,6 +21,7 @@ pub use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 pub use client::{Client, FlightReader, FlightWriter, Plane, Transport};
 pub use error::{Code, Error, Result};
 pub use grpc::connections::Limits;
+pub use grpc::tls::{ClientTls, ServerTls};
 pub use ipc::{share, share_all};
 pub use plane::server::Calls;
 pub use server::{Server, ServerBuilder};

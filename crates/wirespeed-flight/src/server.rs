@@ -14,6 +14,7 @@ use crate::grpc::auth::Auth;
 use crate::grpc::connections::{self, Limits};
 use crate::grpc::router::Router;
 use crate::grpc::server::{Advert, Service};
+use crate::grpc::tls::{self, ServerTls};
 use crate::plane::capability::Minter;
 use crate::plane::server::{Calls, Shared, accept_loop};
 use crate::service::Handler;
@@ -26,6 +27,8 @@ pub struct ServerBuilder {
     key: Option<Key>,
     planes: Vec<Fabric>,
     password: Option<String>,
+    password_over_plaintext: bool,
+    tls: Option<ServerTls>,
     handler_threads: usize,
     limits: Limits,
 }
@@ -49,9 +52,22 @@ impl ServerBuilder {
         self
     }
 
-    /// Requires Basic auth at the Flight handshake and a bearer token on every call.
+    /// Requires Basic auth at the Flight handshake and a bearer token on every call. Without
+    /// TLS, [`ServerBuilder::start`] refuses it unless [`ServerBuilder::password_over_plaintext`].
     pub fn password(mut self, password: String) -> Self {
         self.password = Some(password);
+        self
+    }
+
+    /// Lets a password be asked for without TLS, where it travels readable by anyone on the path.
+    pub fn password_over_plaintext(mut self) -> Self {
+        self.password_over_plaintext = true;
+        self
+    }
+
+    /// Serves gRPC over TLS (`grpc+tls://`), with mutual TLS when it names a client CA.
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -69,6 +85,12 @@ impl ServerBuilder {
     }
 
     pub fn start(self) -> Result<Server> {
+        if self.password.is_some() && self.tls.is_none() && !self.password_over_plaintext {
+            return Err(Error::invalid_argument(
+                "a password travels in clear without TLS: give a certificate, or allow plaintext by name",
+            ));
+        }
+        let tls = self.tls.as_ref().map(tls::acceptor).transpose()?;
         let std_listener = TcpListener::bind(&self.listen)
             .map_err(|e| Error::unavailable(format!("cannot listen on {}: {e}", self.listen)))?;
         let local = std_listener.local_addr().map_err(|e| Error::internal(e.to_string()))?;
@@ -104,6 +126,7 @@ impl ServerBuilder {
             default_host,
             grpc_port: local.port(),
             host_id: host_id(),
+            tls: tls.is_some(),
             exchanges: Arc::new(tokio::sync::Semaphore::new((self.handler_threads / 2).max(1))),
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -118,10 +141,18 @@ impl ServerBuilder {
             let _entered = runtime.enter();
             tokio::net::TcpListener::from_std(std_listener).map_err(|e| Error::internal(e.to_string()))?
         };
-        let grpc =
-            runtime.spawn(connections::serve(listener, Router::new(service), self.limits, shared.clone(), stop_rx));
+        let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
+        let grpc = runtime.spawn(connections::serve(
+            listener,
+            Router::new(service),
+            self.limits,
+            tls,
+            shared.clone(),
+            stop_rx,
+        ));
         Ok(Server {
             addr: SocketAddr::new(default_host, local.port()),
+            scheme,
             adverts,
             shared,
             runtime,
@@ -135,6 +166,7 @@ impl ServerBuilder {
 /// A running server; dropping it stops it.
 pub struct Server {
     addr: SocketAddr,
+    scheme: &'static str,
     adverts: Vec<Advert>,
     shared: Arc<Shared>,
     runtime: tokio::runtime::Runtime,
@@ -151,14 +183,16 @@ impl Server {
             key: None,
             planes: Fabric::ALL.into_iter().filter(|k| default_plane(*k)).collect(),
             password: None,
+            password_over_plaintext: false,
+            tls: None,
             handler_threads: 512,
             limits: Limits::default(),
         }
     }
 
-    /// `grpc://host:port`, for clients.
+    /// `grpc://host:port` (or `grpc+tls://`), for clients.
     pub fn url(&self) -> String {
-        format!("grpc://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     pub fn addr(&self) -> SocketAddr {

@@ -433,7 +433,8 @@ fn many_concurrent_gets_and_puts_on_every_plane() {
 #[test]
 fn a_password_protects_the_control_plane() {
     let memory = Memory::default();
-    let server = Server::builder(memory.clone()).key(key()).password("hunter2".into()).start().unwrap();
+    let server =
+        Server::builder(memory.clone()).key(key()).password("hunter2".into()).password_over_plaintext().start().unwrap();
     let mut c = client(&server, Transport::Auto);
     assert_eq!(c.list_flights(b"").unwrap_err().code(), Code::Unauthenticated);
     assert_eq!(c.authenticate("me", "wrong").unwrap_err().code(), Code::Unauthenticated);

@@ -15,9 +15,11 @@ use wirespeed_flight::{Client, Fabric, FlightDescriptor, Transport};
 
 use wirespeed_files::part::PartFile;
 
+use super::TlsArgs;
+
 #[derive(Args, Debug)]
 pub struct GetArgs {
-    /// The server: grpc://host:port.
+    /// The server: grpc://host:port, or grpc+tls://host:port.
     url: String,
     /// The flight's path on the server.
     path: String,
@@ -34,6 +36,20 @@ pub struct GetArgs {
     /// Password file (or WIRESPEED_FLIGHT_PASSWORD) for servers that want Basic auth.
     #[arg(long)]
     password_file: Option<PathBuf>,
+    /// Send the password over grpc:// too, where anyone on the path can read it.
+    #[arg(long)]
+    password_over_plaintext: bool,
+    /// grpc+tls: trust these PEM roots instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    tls_roots: Option<PathBuf>,
+    /// grpc+tls: the name the server's certificate must carry, instead of the URL's host.
+    #[arg(long, value_name = "NAME")]
+    tls_server_name: Option<String>,
+    /// grpc+tls: accept any server certificate (encrypted, but the server is not checked).
+    #[arg(long)]
+    tls_insecure: bool,
+    #[command(flatten)]
+    tls: TlsArgs,
     /// Print rows, bytes, plane and speed.
     #[arg(short, long)]
     verbose: bool,
@@ -54,11 +70,15 @@ pub fn transport(name: &str) -> anyhow::Result<Transport> {
 pub fn run(a: GetArgs) -> anyhow::Result<()> {
     crate::interrupt::install()?;
     let transport = transport(&a.transport)?;
-    let mut client = Client::connect(&a.url)?.with_transport(transport);
+    let tls = a.tls.client(a.tls_roots.as_deref(), a.tls_server_name.clone(), a.tls_insecure)?;
+    let mut client = Client::connect_tls(&a.url, &tls)?.with_transport(transport);
     if let Some(key) = super::key(a.key_file.as_deref())? {
         client = client.with_key(key);
     }
     if let Some(p) = super::password(a.password_file.as_deref())? {
+        if !a.url.starts_with("grpc+tls://") && !a.password_over_plaintext {
+            anyhow::bail!("a password over {} travels in clear: use grpc+tls://, or --password-over-plaintext", a.url);
+        }
         client.authenticate("wirespeed", &p)?;
     }
     let started = Instant::now();

@@ -12,6 +12,8 @@ use wirespeed_flight::{Calls, Fabric, Limits, Server};
 
 use wirespeed_serve::DirService;
 
+use super::TlsArgs;
+
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// The directory to serve; uploads land in it too.
@@ -20,9 +22,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "0.0.0.0:8815")]
     listen: String,
     /// Data planes to offer besides gRPC: any of shm, tcp, ucx, ofi+<provider> (shm, tcp,
-    /// verbs, efa, cxi), or none.
-    #[arg(long, default_value = "shm,ucx,tcp", value_delimiter = ',')]
-    planes: Vec<String>,
+    /// verbs, efa, cxi), or none. Default: shm,ucx,tcp; with TLS, shm only, as the others
+    /// carry data unencrypted between hosts.
+    #[arg(long, value_delimiter = ',')]
+    planes: Option<Vec<String>>,
     /// Data-plane key file instead of WIRESPEED_KEY; with neither, one is generated and printed.
     #[arg(long)]
     key_file: Option<PathBuf>,
@@ -30,6 +33,11 @@ pub struct ServeArgs {
     /// WIRESPEED_FLIGHT_PASSWORD; with neither, gRPC is open.
     #[arg(long)]
     password_file: Option<PathBuf>,
+    /// Ask for the password without TLS, where anyone on the path can read it.
+    #[arg(long)]
+    password_over_plaintext: bool,
+    #[command(flatten)]
+    tls: TlsArgs,
     /// Keep up to this many MiB of decoded tables in memory (0: none). A table read again is
     /// then served without reading its file, and same-host clients on the shm plane map it
     /// instead of receiving a copy. A changed file is read afresh.
@@ -52,8 +60,11 @@ pub struct ServeArgs {
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     crate::interrupt::install()?;
     let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?;
+    let tls = a.tls.server()?;
+    let default_planes = if tls.is_some() { "shm" } else { "shm,ucx,tcp" };
+    let named = a.planes.unwrap_or_else(|| default_planes.split(',').map(String::from).collect());
     let mut planes = Vec::new();
-    for p in a.planes.iter().filter(|p| p.as_str() != "none") {
+    for p in named.iter().filter(|p| p.as_str() != "none") {
         planes.push(
             p.parse::<Fabric>()
                 .map_err(|_| anyhow::anyhow!("unknown plane {p:?} (expected {} or none)", Fabric::names()))?,
@@ -78,14 +89,21 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         builder = builder.key(key);
     }
     if let Some(p) = super::password(a.password_file.as_deref())? {
-        builder = builder.password(p);
+        if tls.is_none() && !a.password_over_plaintext {
+            anyhow::bail!("a password needs TLS (--tls-cert and --tls-key), or --password-over-plaintext");
+        }
+        builder = builder.password(p).password_over_plaintext();
+    }
+    if let Some(tls) = tls {
+        builder = builder.tls(tls);
     }
     let server = builder.start().with_context(|| format!("cannot serve on {}", a.listen))?;
     let planes: Vec<&str> = server.planes().iter().map(|(k, _)| k.name()).collect();
     let planes = if planes.is_empty() { "none".to_string() } else { planes.join(", ") };
     eprintln!(
-        "wirespeed: serving {} on grpc://{} (data planes: {planes})",
+        "wirespeed: serving {} on {}://{} (data planes: {planes})",
         a.dir.display(),
+        server.url().split_once("://").map_or("grpc", |(scheme, _)| scheme),
         listen_addr(&a.listen, &server)
     );
     let calls = server.calls();

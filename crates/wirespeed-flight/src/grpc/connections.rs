@@ -18,7 +18,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Sleep;
 use tonic::Status;
@@ -71,11 +72,13 @@ const PREFACE_LEN: usize = 24;
 /// The largest header block a request may send (hyper's default is 16 MiB).
 const MAX_HEADER_LIST: u32 = 64 << 10;
 
-/// Accepts and serves connections until `stop` fires.
+/// Accepts and serves connections until `stop` fires; with `tls`, each one's handshake must
+/// end within `limits.start` before HTTP/2's preface gets the same time again.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    tls: Option<TlsAcceptor>,
     shared: Arc<Shared>,
     mut stop: oneshot::Receiver<()>,
 ) {
@@ -115,17 +118,29 @@ pub async fn serve(
             shared: shared.clone(),
             budget: budget.clone(),
         };
-        let io = TokioIo::new(StartDeadline::new(socket, limits.start));
-        let connection = http2.serve_connection(io, TowerToHyperService::new(calls));
-        tokio::spawn(serve_connection(connection, idle, limits.idle));
+        let (http2, tls, limits) = (http2.clone(), tls.clone(), limits.clone());
+        tokio::spawn(async move {
+            let io: Box<dyn Io> = match tls {
+                None => Box::new(socket),
+                Some(tls) => match tokio::time::timeout(limits.start, tls.accept(socket)).await {
+                    Ok(Ok(socket)) => Box::new(socket),
+                    // A failed or slow handshake: the peer learns it from the TLS alert or the close.
+                    _ => return,
+                },
+            };
+            let io = TokioIo::new(StartDeadline::new(io, limits.start));
+            let connection = http2.serve_connection(io, TowerToHyperService::new(calls));
+            serve_connection(connection, idle, limits.idle).await
+        });
     }
 }
 
-type Connection = hyper::server::conn::http2::Connection<
-    TokioIo<StartDeadline<TcpStream>>,
-    TowerToHyperService<Calls>,
-    TokioExecutor,
->;
+/// A connection's byte stream: a TCP socket, or TLS over one.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+type Connection =
+    hyper::server::conn::http2::Connection<TokioIo<StartDeadline<Box<dyn Io>>>, TowerToHyperService<Calls>, TokioExecutor>;
 
 /// How long a connection asked to close may take to do so (HTTP/2 waits for the peer's answer
 /// to a ping first) before it is dropped.

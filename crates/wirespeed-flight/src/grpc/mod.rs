@@ -4,11 +4,13 @@
 
 pub mod auth;
 pub mod budget;
+pub mod channel;
 pub mod codec;
 pub mod connections;
 pub mod drive;
 pub mod router;
 pub mod server;
+pub mod tls;
 
 use std::time::Duration;
 

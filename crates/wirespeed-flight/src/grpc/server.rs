@@ -61,6 +61,8 @@ pub struct Service {
     pub default_host: std::net::IpAddr,
     pub grpc_port: u16,
     pub host_id: String,
+    /// gRPC is served over TLS, so its own location is `grpc+tls://`.
+    pub tls: bool,
     /// Exchanges that may run at once (each holds a handler thread).
     pub exchanges: Arc<tokio::sync::Semaphore>,
 }
@@ -91,7 +93,8 @@ impl Service {
     fn locations(&self, local: Option<SocketAddr>, method: Method, target: &[u8]) -> Vec<Location> {
         let ip = local.map(|a| a.ip()).unwrap_or(self.default_host);
         let port = local.map(|a| a.port()).unwrap_or(self.grpc_port);
-        let mut out = vec![Location { uri: format!("grpc://{}", SocketAddr::new(ip, port)) }];
+        let scheme = if self.tls { "grpc+tls" } else { "grpc" };
+        let mut out = vec![Location { uri: format!("{scheme}://{}", SocketAddr::new(ip, port)) }];
         for a in &self.adverts {
             // A socket path is the same wherever the client is; a port is on the address it
             // reached us at. A fabric of one host tells which host that is.
