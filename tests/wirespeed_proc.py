@@ -24,7 +24,7 @@ class WirespeedProc:
 
     key = ""
 
-    def __init__(self, args, env=None, pattern=r"grpc://(\S+)"):
+    def __init__(self, args, env=None, pattern=r"grpc(?:\+tls)?://\S+"):
         self.proc = subprocess.Popen([str(BIN), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env={**os.environ, "WIRESPEED_KEY": self.key, **(env or {})}, text=True)
         deadline = time.time() + 30
@@ -36,7 +36,7 @@ class WirespeedProc:
             self.output.append(line)
             m = re.search(pattern, line)
             if m:
-                self.url = "grpc://" + m.group(1)
+                self.url = m.group(0)
                 return
         self.proc.kill()
         raise RuntimeError("wirespeed did not start: " + "".join(self.output))

@@ -1,6 +1,7 @@
 """`wirespeed serve` with Arrow's Go Flight client (arrow-go, built from tests/interop/goflight):
 unpadded Basic credentials, a lower-case bearer scheme, list, get, a lock-step upload whose
-batches' metadata come back one by one, and a wrong password refused."""
+batches' metadata come back one by one, and a wrong password refused; in the clear and over
+TLS (grpc+tls with the test CA as its roots)."""
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ import pyarrow as pa
 import pyarrow.feather as feather
 import pytest
 
+import tls_certs
 from conftest import ROOT, Proc, free_port, table
 
 
@@ -20,22 +22,26 @@ def goflight():
     return out
 
 
-def served(tmp_path, password=None):
+def served(tmp_path, password=None, certs=None):
     data = tmp_path / "data"
     data.mkdir()
     feather.write_feather(table(10_000), data / "t.arrow", compression="uncompressed")
     env = {"WIRESPEED_FLIGHT_PASSWORD": password} if password else {}
-    proc = Proc(["serve", str(data), "--listen", f"127.0.0.1:{free_port()}"], env=env)
+    tls = ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)] if certs else []
+    proc = Proc(["serve", str(data), "--listen", f"127.0.0.1:{free_port()}", *tls], env=env)
     proc.dir = data
     return proc
 
 
-@pytest.mark.parametrize("password", [None, "s3cret"], ids=["open", "password"])
-def test_the_go_client_lists_gets_and_puts(goflight, tmp_path, password):
-    proc = served(tmp_path, password)
+@pytest.mark.parametrize("password,tls", [(None, False), (None, True), ("s3cret", True)],
+                         ids=["open", "tls", "password-over-tls"])
+def test_the_go_client_lists_gets_and_puts(goflight, tmp_path, password, tls):
+    certs = tls_certs.make(tmp_path / "certs") if tls else None
+    proc = served(tmp_path, password, certs)
     try:
-        r = subprocess.run([str(goflight), proc.url.removeprefix("grpc://"), password or ""], capture_output=True,
-                           text=True, timeout=120)
+        address = proc.url.split("://", 1)[1]
+        r = subprocess.run([str(goflight), address, password or "", str(certs.ca) if certs else ""],
+                           capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         got = json.loads(r.stdout)
         assert got["flights"] == ["t.arrow"]

@@ -1,7 +1,8 @@
 // A Flight client written with arrow-go, for the interop tests: it talks to a running
 // `wirespeed serve` as a Go user would and prints what it found as one JSON object.
 //
-// Usage: goflight ADDRESS PASSWORD (an empty password: an open server).
+// Usage: goflight ADDRESS PASSWORD [CA_FILE] (an empty password: an open server; with a CA
+// file, gRPC over TLS checked against it).
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -36,16 +38,27 @@ type report struct {
 }
 
 func main() {
-	if err := run(os.Args[1], os.Args[2]); err != nil {
+	ca := ""
+	if len(os.Args) > 3 {
+		ca = os.Args[3]
+	}
+	if err := run(os.Args[1], os.Args[2], ca); err != nil {
 		fmt.Fprintln(os.Stderr, "goflight:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, password string) error {
+func run(addr, password, ca string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	client, err := flight.NewClientWithMiddleware(addr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if ca != "" {
+		var err error
+		if creds, err = credentials.NewClientTLSFromFile(ca, ""); err != nil {
+			return err
+		}
+	}
+	client, err := flight.NewClientWithMiddleware(addr, nil, nil, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return err
 	}
