@@ -1,4 +1,6 @@
 """Fixtures for the Flight interop tests: the real `wirespeed` binary and pyarrow.flight."""
+import hashlib
+import hmac
 import os
 import subprocess
 import sys
@@ -62,3 +64,11 @@ def run(*args, env=None, timeout=120):
 
 def python():
     return sys.executable
+
+
+def hello(key=KEY):
+    """The header with which a client holding `key` asks a server for its data planes
+    (docs/PROTOCOL.md, "Hello")."""
+    nonce = os.urandom(16)
+    tag = hmac.new(key.encode(), b"wirespeed-flight hello v1" + nonce, hashlib.sha256).hexdigest()
+    return (b"x-wirespeed-hello", f"v1.{nonce.hex()}.{tag}".encode())

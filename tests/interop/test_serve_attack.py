@@ -15,7 +15,7 @@ import pyarrow.feather as feather
 import pyarrow.flight as flight
 import pytest
 
-from conftest import Proc, free_port, run, table
+from conftest import Proc, free_port, hello, run, table
 
 
 def path(name):
@@ -163,7 +163,8 @@ def test_one_client_cannot_hold_every_call(tmp_path):
 
 
 def test_unauthenticated_requests_are_refused_before_their_bodies_are_read(tmp_path):
-    proc = serve(tmp_path, {"t.arrow": table(100)}, env={"WIRESPEED_FLIGHT_PASSWORD": "s3cret"})
+    proc = serve(tmp_path, {"t.arrow": table(100)}, args=["--password-over-plaintext"],
+                 env={"WIRESPEED_FLIGHT_PASSWORD": "s3cret"})
     try:
         before = peak_rss_mb(proc.proc.pid)
         c = flight.connect(proc.url)
@@ -234,7 +235,7 @@ def test_uploads_share_one_memory_bound_on_an_open_server(tmp_path):
 
 
 def test_failed_logins_are_slowed_down(tmp_path):
-    proc = serve(tmp_path, env={"WIRESPEED_FLIGHT_PASSWORD": "s3cret"})
+    proc = serve(tmp_path, args=["--password-over-plaintext"], env={"WIRESPEED_FLIGHT_PASSWORD": "s3cret"})
     try:
         c = flight.connect(proc.url)
         refused = 0
@@ -255,10 +256,10 @@ def test_failed_logins_are_slowed_down(tmp_path):
 
 def plane_addresses(url):
     c = flight.connect(url)
-    info = next(iter(c.list_flights()))
+    options = flight.FlightCallOptions(headers=[hello()])
     out = {}
-    for loc in info.endpoints[0].locations:
-        uri = loc.uri.decode()
+    for result in c.do_action(flight.Action("wirespeed.get", b"t.arrow"), options):
+        uri = result.body.to_pybytes().decode()
         if uri.startswith("wirespeed+"):
             u = urlparse(uri[len("wirespeed+"):])
             out[u.scheme] = u.netloc if u.scheme != "shm" else u.netloc + u.path

@@ -28,6 +28,7 @@ use crate::grpc::{self, MAX_MESSAGE};
 use crate::ipc::DecodedStream;
 use crate::location::PlaneLocation;
 use crate::plane::client::Planes;
+use crate::plane::hello::{self, HELLO_HEADER, PLANES_HEADER};
 use crate::plane::proto::Method;
 use crate::plane::{self, close};
 use crate::service::Payload;
@@ -71,6 +72,8 @@ pub struct Client {
     planes: Option<Arc<Planes>>,
     transport: Transport,
     host_id: String,
+    /// Whether the server answered our hello, once known.
+    offers: std::sync::Mutex<Option<bool>>,
 }
 
 impl Client {
@@ -102,6 +105,7 @@ impl Client {
             planes: key.map(|k| Arc::new(Planes::new(k))),
             transport: Transport::Auto,
             host_id: crate::server::host_id(),
+            offers: Default::default(),
         })
     }
 
@@ -173,8 +177,11 @@ impl Client {
     }
 
     pub fn do_action(&self, action: Action) -> Result<Vec<Bytes>> {
+        self.action(self.request(action))
+    }
+
+    fn action(&self, request: tonic::Request<Action>) -> Result<Vec<Bytes>> {
         let mut grpc = self.grpc.clone();
-        let request = self.request(action);
         self.runtime.block_on(async move {
             let mut stream = grpc.do_action(request).await?.into_inner();
             let mut out = Vec::new();
@@ -194,10 +201,48 @@ impl Client {
         })
     }
 
-    /// Reads one endpoint of a flight.
+    /// Whether this server answered our hello (see [`crate::plane::hello`]), asked once with
+    /// ListActions, which any Flight server answers; a failed ask is not remembered.
+    fn offers_planes(&self) -> Result<bool> {
+        let Some(planes) = &self.planes else { return Ok(false) };
+        if self.transport == Transport::Grpc {
+            return Ok(false);
+        }
+        if let Some(known) = *self.offers.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Ok(known);
+        }
+        let request = self.hello(planes, Empty {})?;
+        let mut grpc = self.grpc.clone();
+        let offered = match self.runtime.block_on(grpc.list_actions(request)) {
+            Ok(response) => response.metadata().contains_key(PLANES_HEADER),
+            Err(_) => return Ok(false),
+        };
+        *self.offers.lock().unwrap_or_else(|p| p.into_inner()) = Some(offered);
+        Ok(offered)
+    }
+
+    /// A request that carries our hello.
+    fn hello<T>(&self, planes: &Planes, message: T) -> Result<tonic::Request<T>> {
+        let mut request = self.request(message);
+        let value = hello::hello(planes.key())?.parse().map_err(|_| Error::internal("hello is not a header value"))?;
+        request.metadata_mut().insert(HELLO_HEADER, value);
+        Ok(request)
+    }
+
+    /// One of our actions, with the hello that lets the server answer it.
+    fn plane_action(&self, action: Action) -> Result<Vec<Bytes>> {
+        let planes = self.planes.as_ref().ok_or_else(|| Error::internal("no key for a data-plane action"))?;
+        self.action(self.hello(planes, action)?)
+    }
+
+    /// Reads one endpoint of a flight: over a data plane its locations name, else one this
+    /// server offers for its ticket, else gRPC.
     pub fn do_get(&self, endpoint: &FlightEndpoint) -> Result<FlightReader> {
         let ticket = endpoint.ticket.clone().ok_or_else(|| Error::invalid_argument("the endpoint has no ticket"))?;
         let uris: Vec<&str> = endpoint.location.iter().map(|l| l.uri.as_str()).collect();
+        if !uris.iter().any(|u| PlaneLocation::parse(u).is_some()) && self.planes.is_some() {
+            return self.do_get_ticket(&ticket.ticket);
+        }
         if let Some((location, planes)) = self.pick(&uris)? {
             match planes.open(&location, Method::Get, &ticket.ticket) {
                 Ok(stream) => {
@@ -216,6 +261,9 @@ impl Client {
     pub fn do_get_ticket(&self, ticket: &[u8]) -> Result<FlightReader> {
         let ticket = Ticket { ticket: Bytes::copy_from_slice(ticket) };
         let uris = self.plane_uris(GET_ACTION, ticket.ticket.clone())?;
+        if uris.is_empty() {
+            return self.grpc_get(ticket);
+        }
         let location = uris.into_iter().map(|uri| arrow_flight::Location { uri }).collect();
         self.do_get(&FlightEndpoint { ticket: Some(ticket), location, ..Default::default() })
     }
@@ -282,10 +330,10 @@ impl Client {
 
     /// The data-plane locations a wirespeed server offers for one call; none from others.
     fn plane_uris(&self, action: &str, body: Bytes) -> Result<Vec<String>> {
-        if self.planes.is_none() || self.transport == Transport::Grpc {
+        if !self.offers_planes()? {
             return Ok(Vec::new());
         }
-        match self.do_action(Action { r#type: action.into(), body }) {
+        match self.plane_action(Action { r#type: action.into(), body }) {
             Ok(uris) => Ok(uris.iter().map(|u| String::from_utf8_lossy(u).into_owned()).collect()),
             Err(e) if e.code() == tonic::Code::Unimplemented || e.code() == tonic::Code::InvalidArgument => {
                 Ok(Vec::new())

@@ -122,6 +122,7 @@ impl ServerBuilder {
         let service = Service {
             shared: shared.clone(),
             adverts: adverts.clone(),
+            key: self.key.clone(),
             auth: self.password.map(Auth::new).transpose()?,
             default_host,
             grpc_port: local.port(),

@@ -20,6 +20,7 @@ use super::codec::FrameCodec;
 use super::drive::Responses;
 use super::server::{FrameStream, Service};
 use crate::ipc::Frame;
+use crate::plane::hello::PLANES_HEADER;
 
 #[derive(Clone)]
 pub struct Router {
@@ -59,6 +60,23 @@ where
         if let Err(status) = service.admit(&mut req) {
             return Box::pin(async move { Ok(status.into_http()) });
         }
+        let Some(offer) = service.offer(req.headers()) else { return self.route(req) };
+        let response = self.route(req);
+        Box::pin(async move {
+            let mut response = response.await?;
+            response.headers_mut().insert(PLANES_HEADER, offer);
+            Ok(response)
+        })
+    }
+}
+
+impl Router {
+    fn route<B>(&mut self, req: http::Request<B>) -> BoxFuture<http::Response<tonic::body::Body>, Infallible>
+    where
+        B: Body + Send + 'static,
+        B::Error: Into<StdError> + Send + 'static,
+    {
+        let service = self.service.clone();
         match req.uri().path() {
             "/arrow.flight.protocol.FlightService/DoGet" => {
                 Box::pin(async move { Ok(grpc::<Ticket>().server_streaming(DoGet(service), req).await) })

@@ -27,10 +27,11 @@ use super::{Reader, flight_data};
 use crate::error::{Error, Result};
 use crate::ipc::{Decoded, DecodedStream, Decoder, Frame};
 use crate::location::PlaneLocation;
+use crate::plane::hello::{self, HELLO_HEADER};
 use crate::plane::proto::Method;
 use crate::plane::server::Shared;
 use crate::service::{Handler, Input};
-use wirespeed::Fabric;
+use wirespeed::{Fabric, Key};
 use wirespeed::fabric::AddressKind;
 
 /// Actions that hand out data-plane locations for an upload or an exchange.
@@ -56,6 +57,8 @@ pub struct Advert {
 pub struct Service {
     pub shared: Arc<Shared>,
     pub adverts: Vec<Advert>,
+    /// The data planes' key: hellos made with it are answered with the planes.
+    pub key: Option<Key>,
     pub auth: Option<Auth>,
     /// Used when the request does not say which address it came in on.
     pub default_host: std::net::IpAddr,
@@ -109,14 +112,15 @@ impl Service {
         out
     }
 
-    fn complete(&self, mut info: FlightInfo, local: Option<SocketAddr>) -> FlightInfo {
-        for ep in &mut info.endpoint {
-            if ep.location.is_empty() {
-                let ticket = ep.ticket.as_ref().map(|t| t.ticket.clone()).unwrap_or_default();
-                ep.location = self.locations(local, Method::Get, &ticket);
-            }
+    /// The planes to name to a client whose hello proves it holds our key (see
+    /// [`crate::plane::hello`]).
+    pub fn offer(&self, headers: &http::HeaderMap) -> Option<http::HeaderValue> {
+        let (key, hello) = (self.key.as_ref()?, headers.get(HELLO_HEADER)?.to_str().ok()?);
+        if self.adverts.is_empty() || !hello::verify(key, hello) {
+            return None;
         }
-        info
+        let names: Vec<&str> = self.adverts.iter().map(|a| a.kind.name()).collect();
+        http::HeaderValue::from_str(&names.join(",")).ok()
     }
 
     /// DoGet, answered with frames.
@@ -236,20 +240,18 @@ impl FlightService for Service {
     }
 
     async fn list_flights(&self, request: Request<Criteria>) -> Result<Response<Self::ListFlightsStream>, Status> {
-        let local = request.local_addr();
         let handler = self.handler();
         let criteria = request.into_inner().expression;
         let infos = blocking(move || handler.list_flights(&criteria)).await?;
-        let infos: Vec<_> = infos.into_iter().map(|i| Ok(self.complete(i, local))).collect();
+        let infos: Vec<_> = infos.into_iter().map(Ok).collect();
         Ok(Response::new(stream::iter(infos).boxed()))
     }
 
     async fn get_flight_info(&self, request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
-        let local = request.local_addr();
         let handler = self.handler();
         let descriptor = request.into_inner();
         let info = blocking(move || handler.get_flight_info(&descriptor)).await?;
-        Ok(Response::new(self.complete(info, local)))
+        Ok(Response::new(info))
     }
 
     async fn poll_flight_info(&self, request: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
@@ -287,8 +289,11 @@ impl FlightService for Service {
 
     async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
         let local = request.local_addr();
+        // Ours only for a client that proves it holds the key; to others, the handler's.
+        let hello = self.offer(request.metadata().as_ref()).is_some();
         let action = request.into_inner();
         let method = match action.r#type.as_str() {
+            _ if !hello => None,
             GET_ACTION => Some(Method::Get),
             PUT_ACTION => Some(Method::Put),
             EXCHANGE_ACTION => Some(Method::Exchange),
@@ -314,17 +319,8 @@ impl FlightService for Service {
     }
 
     async fn list_actions(&self, _request: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {
-        let mut actions = self.handler().list_actions();
-        if !self.adverts.is_empty() {
-            for (name, what) in [
-                (GET_ACTION, "reading a ticket; body: the ticket"),
-                (PUT_ACTION, "an upload; body: a FlightDescriptor"),
-                (EXCHANGE_ACTION, "an exchange; body: a FlightDescriptor"),
-            ] {
-                actions
-                    .push(ActionType { r#type: name.into(), description: format!("data-plane locations for {what}") });
-            }
-        }
+        // The data-plane actions are for clients that said hello, not for listing.
+        let actions = self.handler().list_actions();
         Ok(Response::new(stream::iter(actions.into_iter().map(Ok)).boxed()))
     }
 }

@@ -21,6 +21,10 @@ impl Planes {
         Planes { key, config: super::config(), connections: Mutex::new(HashMap::new()) }
     }
 
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
     /// Opens a call: a new stream on the location's connection, starting with OPEN.
     pub fn open(&self, location: &PlaneLocation, method: Method, target: &[u8]) -> Result<Arc<Stream>> {
         let grant = location

@@ -4,6 +4,7 @@
 
 pub mod capability;
 pub mod client;
+pub mod hello;
 pub mod proto;
 pub mod server;
 
