@@ -18,11 +18,12 @@ pub mod server;
 pub mod service;
 
 pub use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
-pub use client::{Client, FlightReader, FlightWriter, Plane, Transport};
+pub use client::{Client, FlightReader, FlightWriter, Method, Plane, PlaneClient, Transport};
 pub use error::{Code, Error, Result};
 pub use grpc::connections::Limits;
 pub use grpc::tls::{ClientTls, ServerTls};
 pub use ipc::{share, share_all};
+pub use plane::listeners::PlaneServer;
 pub use plane::server::Calls;
 pub use server::{Server, ServerBuilder};
 pub use service::{Handler, Input, Output, Payload, Payloads, Upload};

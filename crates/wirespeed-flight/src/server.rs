@@ -3,8 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::sync::atomic::Ordering;
 
 use tokio::sync::oneshot;
 use wirespeed::Key;
@@ -13,13 +12,12 @@ use crate::error::{Error, Result};
 use crate::grpc::auth::Auth;
 use crate::grpc::connections::{self, Limits};
 use crate::grpc::router::Router;
-use crate::grpc::server::{Advert, Service};
+use crate::grpc::server::Service;
 use crate::grpc::tls::{self, ServerTls};
-use crate::plane::capability::Minter;
-use crate::plane::server::{Calls, Shared, accept_loop};
+use crate::plane::listeners::PlaneServer;
+use crate::plane::server::{Calls, Shared};
 use crate::service::Handler;
 use wirespeed::Fabric;
-use wirespeed::fabric::AddressKind;
 
 pub struct ServerBuilder {
     handler: Arc<dyn Handler>,
@@ -94,39 +92,19 @@ impl ServerBuilder {
         let std_listener = TcpListener::bind(&self.listen)
             .map_err(|e| Error::unavailable(format!("cannot listen on {}: {e}", self.listen)))?;
         let local = std_listener.local_addr().map_err(|e| Error::internal(e.to_string()))?;
-        let shared = Arc::new(Shared {
-            handler: self.handler,
-            minter: Minter::new()?,
-            stop: AtomicBool::new(false),
-            calls: Arc::default(),
-        });
-
-        let mut adverts = Vec::new();
-        let mut threads = Vec::new();
-        if let Some(key) = &self.key {
-            for kind in self.planes {
-                let url = match kind.address_kind() {
-                    AddressKind::SocketPath => format!("{kind}://{}", shm_name()),
-                    AddressKind::HostPort => format!("{kind}://{}", SocketAddr::new(local.ip(), 0)),
-                };
-                let listener = wirespeed::listen(&url, key, &crate::plane::config())?;
-                let url = listener.url().to_string();
-                let port = url.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).unwrap_or(0);
-                adverts.push(Advert { kind, port, url });
-                let shared = shared.clone();
-                threads.push(std::thread::spawn(move || accept_loop(listener, shared)));
-            }
-        }
+        let shared = Shared::new(self.handler)?;
+        let planes = match self.key {
+            Some(key) => Some(PlaneServer::start(shared.clone(), local.ip(), key, &self.planes)?),
+            None => None,
+        };
+        let plane_list = planes.as_ref().map(PlaneServer::planes).unwrap_or_default();
 
         let default_host = if local.ip().is_unspecified() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { local.ip() };
         let service = Service {
             shared: shared.clone(),
-            adverts: adverts.clone(),
-            key: self.key.clone(),
+            planes,
             auth: self.password.map(Auth::new).transpose()?,
             default_host,
-            grpc_port: local.port(),
-            host_id: host_id(),
             tls: tls.is_some(),
             exchanges: Arc::new(tokio::sync::Semaphore::new((self.handler_threads / 2).max(1))),
         };
@@ -154,12 +132,11 @@ impl ServerBuilder {
         Ok(Server {
             addr: SocketAddr::new(default_host, local.port()),
             scheme,
-            adverts,
+            planes: plane_list,
             shared,
             runtime,
             stop: Some(stop_tx),
             grpc,
-            threads,
         })
     }
 }
@@ -168,12 +145,11 @@ impl ServerBuilder {
 pub struct Server {
     addr: SocketAddr,
     scheme: &'static str,
-    adverts: Vec<Advert>,
+    planes: Vec<(Fabric, String)>,
     shared: Arc<Shared>,
     runtime: tokio::runtime::Runtime,
     stop: Option<oneshot::Sender<()>>,
     grpc: tokio::task::JoinHandle<()>,
-    threads: Vec<JoinHandle<()>>,
 }
 
 impl Server {
@@ -207,7 +183,7 @@ impl Server {
 
     /// The data planes it serves, as `(kind, listener URL)`.
     pub fn planes(&self) -> Vec<(Fabric, String)> {
-        self.adverts.iter().map(|a| (a.kind, a.url.clone())).collect()
+        self.planes.clone()
     }
 
     /// Serves until the server is dropped (from another thread) or its runtime fails.
@@ -223,9 +199,6 @@ impl Drop for Server {
             let _ = stop.send(());
         }
         self.shared.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }
 
@@ -237,20 +210,4 @@ fn default_plane(kind: Fabric) -> bool {
         Fabric::Ofi(_) | Fabric::InProcess => false,
         Fabric::Shm | Fabric::Tcp => true,
     }
-}
-
-/// A fresh rendezvous name for the shm plane, in Linux's abstract socket namespace: it leaves
-/// no file behind however the server ends.
-fn shm_name() -> String {
-    let mut nonce = [0u8; 8];
-    let _ = getrandom::fill(&mut nonce);
-    format!("@wirespeed-flight-{}-{:016x}", std::process::id(), u64::from_le_bytes(nonce))
-}
-
-/// Who can use this server's shared memory: the same boot of the same machine, and the same
-/// network namespace (where its abstract socket lives).
-pub(crate) fn host_id() -> String {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
-    format!("{}/{}", boot.trim(), netns.trim_start_matches("net:").trim_matches(['[', ']']))
 }

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use arrow_array::types::Int32Type;
 use arrow_array::{ArrayRef, DictionaryArray, Int64Array, RecordBatch, StringArray};
-use arrow_flight::{Action, FlightDescriptor, FlightEndpoint, FlightInfo, Location, Ticket};
+use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Location, Ticket};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use wirespeed::{Key, Provider};
 use wirespeed_flight::{
-    Client, Code, Error, Fabric, Handler, Input, Output, Payload, Result, Server, Transport, Upload,
+    Client, Code, Error, Fabric, Handler, Input, Method, Output, Payload, Result, Server, Transport, Upload,
 };
 
 type Flights = HashMap<String, (SchemaRef, Vec<RecordBatch>)>;
@@ -308,8 +308,8 @@ fn forged_and_altered_capabilities_get_no_data() {
     put(&c, "secret", &[batch(0, 100)]);
     put(&c, "public", &[batch(0, 100)]);
     let offered = |c: &Client| {
-        let uris = c.do_action(Action { r#type: "wirespeed.get".into(), body: "public".into() }).unwrap();
-        let location = uris.into_iter().map(|u| Location { uri: String::from_utf8(u.to_vec()).unwrap() }).collect();
+        let uris = c.plane_locations(Method::Get, b"public").unwrap();
+        let location = uris.into_iter().map(|uri| Location { uri }).collect();
         FlightEndpoint { ticket: Some(Ticket::new("public")), location, ..Default::default() }
     };
     let info = FlightInfo::new().with_endpoint(offered(&c));
@@ -439,8 +439,12 @@ fn many_concurrent_gets_and_puts_on_every_plane() {
 #[test]
 fn a_password_protects_the_control_plane() {
     let memory = Memory::default();
-    let server =
-        Server::builder(memory.clone()).key(key()).password("hunter2".into()).password_over_plaintext().start().unwrap();
+    let server = Server::builder(memory.clone())
+        .key(key())
+        .password("hunter2".into())
+        .password_over_plaintext()
+        .start()
+        .unwrap();
     let mut c = client(&server, Transport::Auto);
     assert_eq!(c.list_flights(b"").unwrap_err().code(), Code::Unauthenticated);
     assert_eq!(c.authenticate("me", "wrong").unwrap_err().code(), Code::Unauthenticated);

@@ -7,7 +7,9 @@ use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 use wirespeed::Key;
-use wirespeed_flight::{Client, ClientTls, Code, Fabric, Handler, Output, Payload, Result, Server, ServerTls, Transport};
+use wirespeed_flight::{
+    Client, ClientTls, Code, Fabric, Handler, Output, Payload, Result, Server, ServerTls, Transport,
+};
 
 /// One flight, "t", of 1000 rows.
 struct One;

@@ -57,7 +57,12 @@ impl TlsArgs {
         Ok(Some(ServerTls { cert_chain, private_key, client_ca }))
     }
 
-    fn client(&self, roots: Option<&Path>, server_name: Option<String>, skip_verification: bool) -> anyhow::Result<ClientTls> {
+    fn client(
+        &self,
+        roots: Option<&Path>,
+        server_name: Option<String>,
+        skip_verification: bool,
+    ) -> anyhow::Result<ClientTls> {
         if self.tls_client_ca.is_some() {
             anyhow::bail!("--tls-client-ca is for serve; get takes --tls-roots");
         }

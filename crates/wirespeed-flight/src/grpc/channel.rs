@@ -48,6 +48,12 @@ pub async fn connect(url: &str, tls: &ClientTls) -> Result<Channel> {
     connected.map_err(|e| Error::unavailable(format!("cannot reach {url}: {}", chain(&e))))
 }
 
+/// The host a `grpc://` or `grpc+tls://` URL names.
+pub fn host(url: &str) -> Option<String> {
+    let uri: Uri = format!("http://{}", url.split_once("://")?.1).parse().ok()?;
+    Some(uri.host()?.trim_matches(['[', ']']).to_string())
+}
+
 /// An error with its sources, which name what failed (a refused connection, an unknown CA).
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();

@@ -19,9 +19,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Sleep;
+use tokio_rustls::TlsAcceptor;
 use tonic::Status;
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::transport::server::TcpConnectInfo;
@@ -139,8 +139,11 @@ pub async fn serve(
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-type Connection =
-    hyper::server::conn::http2::Connection<TokioIo<StartDeadline<Box<dyn Io>>>, TowerToHyperService<Calls>, TokioExecutor>;
+type Connection = hyper::server::conn::http2::Connection<
+    TokioIo<StartDeadline<Box<dyn Io>>>,
+    TowerToHyperService<Calls>,
+    TokioExecutor,
+>;
 
 /// How long a connection asked to close may take to do so (HTTP/2 waits for the peer's answer
 /// to a ping first) before it is dropped.

@@ -3,14 +3,13 @@
 //! a capability for its ticket. Calls reach it through [`super::router::Router`], which admits
 //! them first ([`Service::admit`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use arrow_buffer::Buffer;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse,
-    Location, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
+    PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use bytes::Bytes;
@@ -26,13 +25,11 @@ use super::drive::{self, Responses};
 use super::{Reader, flight_data};
 use crate::error::{Error, Result};
 use crate::ipc::{Decoded, DecodedStream, Decoder, Frame};
-use crate::location::PlaneLocation;
-use crate::plane::hello::{self, HELLO_HEADER};
+use crate::plane::hello::HELLO_HEADER;
+use crate::plane::listeners::PlaneServer;
 use crate::plane::proto::Method;
 use crate::plane::server::Shared;
 use crate::service::{Handler, Input};
-use wirespeed::{Fabric, Key};
-use wirespeed::fabric::AddressKind;
 
 /// Actions that hand out data-plane locations for an upload or an exchange.
 pub const PUT_ACTION: &str = "wirespeed.put";
@@ -45,25 +42,13 @@ const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
 #[derive(Clone)]
 struct Token(String);
 
-/// A data-plane listener as advertised.
-#[derive(Clone, Debug)]
-pub struct Advert {
-    pub kind: Fabric,
-    /// For tcp and ucx, the port (the host is the one the client reached us at); for shm, the URL.
-    pub port: u16,
-    pub url: String,
-}
-
 pub struct Service {
     pub shared: Arc<Shared>,
-    pub adverts: Vec<Advert>,
-    /// The data planes' key: hellos made with it are answered with the planes.
-    pub key: Option<Key>,
+    /// The data planes, with a key.
+    pub planes: Option<PlaneServer>,
     pub auth: Option<Auth>,
     /// Used when the request does not say which address it came in on.
     pub default_host: std::net::IpAddr,
-    pub grpc_port: u16,
-    pub host_id: String,
     /// gRPC is served over TLS, so its own location is `grpc+tls://`.
     pub tls: bool,
     /// Exchanges that may run at once (each holds a handler thread).
@@ -92,35 +77,11 @@ impl Service {
         self.shared.handler.clone()
     }
 
-    /// gRPC first (clients that take the first location get a plain Flight one), then ours.
-    fn locations(&self, local: Option<SocketAddr>, method: Method, target: &[u8]) -> Vec<Location> {
-        let ip = local.map(|a| a.ip()).unwrap_or(self.default_host);
-        let port = local.map(|a| a.port()).unwrap_or(self.grpc_port);
-        let scheme = if self.tls { "grpc+tls" } else { "grpc" };
-        let mut out = vec![Location { uri: format!("{scheme}://{}", SocketAddr::new(ip, port)) }];
-        for a in &self.adverts {
-            // A socket path is the same wherever the client is; a port is on the address it
-            // reached us at. A fabric of one host tells which host that is.
-            let url = match a.kind.address_kind() {
-                AddressKind::SocketPath => a.url.clone(),
-                AddressKind::HostPort => format!("{}://{}", a.kind, SocketAddr::new(ip, a.port)),
-            };
-            let host = a.kind.capabilities().same_host_only.then(|| self.host_id.clone());
-            let grant = Some(self.shared.minter.grant(method, target));
-            out.push(Location { uri: PlaneLocation { kind: a.kind, url, host, grant }.to_uri() });
-        }
-        out
-    }
-
     /// The planes to name to a client whose hello proves it holds our key (see
     /// [`crate::plane::hello`]).
     pub fn offer(&self, headers: &http::HeaderMap) -> Option<http::HeaderValue> {
-        let (key, hello) = (self.key.as_ref()?, headers.get(HELLO_HEADER)?.to_str().ok()?);
-        if self.adverts.is_empty() || !hello::verify(key, hello) {
-            return None;
-        }
-        let names: Vec<&str> = self.adverts.iter().map(|a| a.kind.name()).collect();
-        http::HeaderValue::from_str(&names.join(",")).ok()
+        let hello = headers.get(HELLO_HEADER)?.to_str().ok()?;
+        http::HeaderValue::from_str(&self.planes.as_ref()?.answer(hello)?).ok()
     }
 
     /// DoGet, answered with frames.
@@ -306,8 +267,9 @@ impl FlightService for Service {
                     FlightDescriptor::decode(action.body.clone())
                         .map_err(|e| Status::invalid_argument(format!("bad FlightDescriptor: {e}")))?;
                 }
-                // Only the data-plane locations: the caller already has the gRPC one.
-                self.locations(local, method, &action.body).into_iter().skip(1).map(|l| Bytes::from(l.uri)).collect()
+                let host = local.map(|a| a.ip()).unwrap_or(self.default_host);
+                let planes = self.planes.as_ref().map(|p| p.locations(host, method, &action.body));
+                planes.unwrap_or_default().into_iter().map(Bytes::from).collect()
             }
             None => {
                 let handler = self.handler();

@@ -5,6 +5,7 @@
 pub mod capability;
 pub mod client;
 pub mod hello;
+pub mod listeners;
 pub mod proto;
 pub mod server;
 

@@ -29,6 +29,12 @@ pub struct Shared {
     pub calls: Arc<Calls>,
 }
 
+impl Shared {
+    pub fn new(handler: Arc<dyn Handler>) -> Result<Arc<Self>> {
+        Ok(Arc::new(Shared { handler, minter: Minter::new()?, stop: AtomicBool::new(false), calls: Arc::default() }))
+    }
+}
+
 /// How many calls are open, and how many ever started.
 #[derive(Default)]
 pub struct Calls {

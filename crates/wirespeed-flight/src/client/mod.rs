@@ -1,0 +1,384 @@
+//! A blocking Flight client that takes the fastest plane each call can use: shared memory on
+//! the same host, then ucx, then tcp, and plain gRPC against any other Flight server or when no
+//! data-plane key is at hand. The caller's code is the same whichever plane carries the data.
+
+pub mod planes;
+pub mod stream;
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket,
+};
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use futures::StreamExt;
+use prost::Message as _;
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+use wirespeed::Key;
+
+pub use planes::PlaneClient;
+pub use stream::{FlightReader, FlightWriter};
+use stream::{GrpcWriter, WriterInner};
+
+use crate::error::{Error, Result};
+use crate::grpc::server::{EXCHANGE_ACTION, GET_ACTION, PUT_ACTION};
+use crate::grpc::tls::ClientTls;
+use crate::grpc::{self, MAX_MESSAGE};
+use crate::location::PlaneLocation;
+use crate::plane::hello::{self, HELLO_HEADER, PLANES_HEADER};
+pub use crate::plane::proto::Method;
+use wirespeed::Fabric;
+
+/// Which plane a client may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// The fastest one offered and reachable, else gRPC.
+    Auto,
+    /// gRPC only, like any Flight client.
+    Grpc,
+    /// This data plane or an error.
+    Only(Fabric),
+}
+
+/// The plane a call ran on, for reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plane {
+    Grpc,
+    Data(Fabric),
+}
+
+impl Plane {
+    pub fn name(self) -> &'static str {
+        match self {
+            Plane::Grpc => "grpc",
+            Plane::Data(k) => k.name(),
+        }
+    }
+}
+
+pub struct Client {
+    runtime: Arc<Runtime>,
+    grpc: FlightServiceClient<Channel>,
+    token: Option<MetadataValue<tonic::metadata::Ascii>>,
+    planes: Option<PlaneClient>,
+    transport: Transport,
+    /// The server's host as the URL names it.
+    host: String,
+    /// Whether the server answered our hello, once known.
+    offers: std::sync::Mutex<Option<bool>>,
+}
+
+impl Client {
+    /// Connects to `grpc://host:port` (or `grpc+tcp://`), or to `grpc+tls://host:port`
+    /// checking the server against the system's roots. The data-plane key comes from
+    /// `WIRESPEED_KEY` if set; see [`Client::with_key`].
+    pub fn connect(url: &str) -> Result<Self> {
+        Self::connect_tls(url, &ClientTls::default())
+    }
+
+    /// As [`Client::connect`], with what a `grpc+tls://` connection trusts and presents
+    /// (unused for `grpc://`).
+    pub fn connect_tls(url: &str, tls: &ClientTls) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("flight-client")
+            .build()
+            .map_err(|e| Error::internal(format!("cannot start a runtime: {e}")))?;
+        let channel = runtime.block_on(grpc::channel::connect(url, tls))?;
+        let grpc = FlightServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let host = grpc::channel::host(url).unwrap_or_default();
+        let client = Client {
+            runtime: Arc::new(runtime),
+            grpc,
+            token: None,
+            planes: None,
+            transport: Transport::Auto,
+            host,
+            offers: Default::default(),
+        };
+        Ok(match Key::from_env_or_file(None).ok().flatten() {
+            Some(key) => client.with_key(key),
+            None => client,
+        })
+    }
+
+    /// The key for data planes; without one every call uses gRPC.
+    pub fn with_key(mut self, key: Key) -> Self {
+        self.planes = Some(PlaneClient::new(key).with_transport(self.transport).reached(&self.host));
+        self
+    }
+
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self.planes = self.planes.map(|p| p.with_transport(transport));
+        self
+    }
+
+    /// Flight's Basic-then-Bearer handshake; later calls carry the token.
+    pub fn authenticate(&mut self, user: &str, password: &str) -> Result<()> {
+        let mut request = tonic::Request::new(futures::stream::iter([arrow_flight::HandshakeRequest::default()]));
+        let basic =
+            grpc::auth::basic(user, password).parse().map_err(|_| Error::invalid_argument("bad credentials"))?;
+        request.metadata_mut().insert("authorization", basic);
+        let mut grpc = self.grpc.clone();
+        let response = self.runtime.block_on(grpc.handshake(request))?;
+        let token = response
+            .metadata()
+            .get("authorization")
+            .cloned()
+            .ok_or_else(|| Error::unauthenticated("the server sent no bearer token"))?;
+        self.token = Some(token);
+        Ok(())
+    }
+
+    /// The bearer token from [`Client::authenticate`], as the `authorization` header's value.
+    pub fn token(&self) -> Option<String> {
+        self.token.as_ref().and_then(|t| t.to_str().ok()).map(str::to_string)
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
+        request
+    }
+
+    pub fn list_flights(&self, criteria: &[u8]) -> Result<Vec<FlightInfo>> {
+        let mut grpc = self.grpc.clone();
+        let request = self.request(Criteria { expression: Bytes::copy_from_slice(criteria) });
+        self.runtime.block_on(async move {
+            let mut stream = grpc.list_flights(request).await?.into_inner();
+            let mut out = Vec::new();
+            while let Some(info) = stream.message().await? {
+                out.push(info);
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo> {
+        let mut grpc = self.grpc.clone();
+        let request = self.request(descriptor.clone());
+        Ok(self.runtime.block_on(grpc.get_flight_info(request))?.into_inner())
+    }
+
+    pub fn get_schema(&self, descriptor: &FlightDescriptor) -> Result<SchemaRef> {
+        let mut grpc = self.grpc.clone();
+        let request = self.request(descriptor.clone());
+        let result = self.runtime.block_on(grpc.get_schema(request))?.into_inner();
+        Ok(Arc::new(arrow_schema::Schema::try_from(&result)?))
+    }
+
+    pub fn do_action(&self, action: Action) -> Result<Vec<Bytes>> {
+        self.action(self.request(action))
+    }
+
+    fn action(&self, request: tonic::Request<Action>) -> Result<Vec<Bytes>> {
+        let mut grpc = self.grpc.clone();
+        self.runtime.block_on(async move {
+            let mut stream = grpc.do_action(request).await?.into_inner();
+            let mut out = Vec::new();
+            while let Some(r) = stream.message().await? {
+                out.push(r.body);
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn list_actions(&self) -> Result<Vec<ActionType>> {
+        let mut grpc = self.grpc.clone();
+        let request = self.request(Empty {});
+        self.runtime.block_on(async move {
+            let stream = grpc.list_actions(request).await?.into_inner();
+            Ok(stream.collect::<Vec<_>>().await.into_iter().collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// Whether this server answered our hello (see [`crate::plane::hello`]), asked once with
+    /// ListActions, which any Flight server answers; a failed ask is not remembered.
+    fn offers_planes(&self) -> Result<bool> {
+        let Some(planes) = &self.planes else { return Ok(false) };
+        if self.transport == Transport::Grpc {
+            return Ok(false);
+        }
+        if let Some(known) = *self.offers.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Ok(known);
+        }
+        let request = self.hello(planes, Empty {})?;
+        let mut grpc = self.grpc.clone();
+        let offered = match self.runtime.block_on(grpc.list_actions(request)) {
+            Ok(response) => response.metadata().contains_key(PLANES_HEADER),
+            Err(_) => return Ok(false),
+        };
+        *self.offers.lock().unwrap_or_else(|p| p.into_inner()) = Some(offered);
+        Ok(offered)
+    }
+
+    /// A request that carries our hello.
+    fn hello<T>(&self, planes: &PlaneClient, message: T) -> Result<tonic::Request<T>> {
+        let mut request = self.request(message);
+        let value = hello::hello(planes.key())?.parse().map_err(|_| Error::internal("hello is not a header value"))?;
+        request.metadata_mut().insert(HELLO_HEADER, value);
+        Ok(request)
+    }
+
+    /// One of our actions, with the hello that lets the server answer it.
+    fn plane_action(&self, action: Action) -> Result<Vec<Bytes>> {
+        let planes = self.planes.as_ref().ok_or_else(|| Error::internal("no key for a data-plane action"))?;
+        self.action(self.hello(planes, action)?)
+    }
+
+    /// Reads one endpoint of a flight: over a data plane its locations name, else one this
+    /// server offers for its ticket, else gRPC.
+    pub fn do_get(&self, endpoint: &FlightEndpoint) -> Result<FlightReader> {
+        let ticket = endpoint.ticket.clone().ok_or_else(|| Error::invalid_argument("the endpoint has no ticket"))?;
+        let uris: Vec<String> = endpoint.location.iter().map(|l| l.uri.clone()).collect();
+        if !uris.iter().any(|u| PlaneLocation::parse(u).is_some()) {
+            return self.do_get_ticket(&ticket.ticket);
+        }
+        self.get_over(&uris, ticket)
+    }
+
+    /// Reads a ticket from this server, as pyarrow's `do_get(ticket)` does: a wirespeed server
+    /// is asked for data-plane locations first (one more round trip); others serve it on gRPC.
+    pub fn do_get_ticket(&self, ticket: &[u8]) -> Result<FlightReader> {
+        let ticket = Ticket { ticket: Bytes::copy_from_slice(ticket) };
+        let uris = self.plane_uris(GET_ACTION, ticket.ticket.clone())?;
+        self.get_over(&uris, ticket)
+    }
+
+    fn get_over(&self, uris: &[String], ticket: Ticket) -> Result<FlightReader> {
+        if let Some(reader) = self.planes()?.map(|p| p.get(uris, &ticket.ticket)).transpose()?.flatten() {
+            return Ok(reader);
+        }
+        let mut grpc = self.grpc.clone();
+        let request = self.request(ticket);
+        let stream = self.runtime.block_on(grpc.do_get(request))?.into_inner();
+        FlightReader::from_grpc(stream, &self.runtime)
+    }
+
+    /// Reads a whole flight, endpoint after endpoint.
+    pub fn get(&self, descriptor: &FlightDescriptor) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let info = self.get_flight_info(descriptor)?;
+        let mut schema = Arc::new(info.clone().try_decode_schema()?);
+        let mut batches = Vec::new();
+        for endpoint in &info.endpoint {
+            let reader = self.do_get(endpoint)?;
+            schema = reader.schema();
+            for batch in reader {
+                batches.push(batch?);
+            }
+        }
+        Ok((schema, batches))
+    }
+
+    /// The data-plane half, unless this client uses gRPC only; asking for one plane without a
+    /// key is an error.
+    fn planes(&self) -> Result<Option<&PlaneClient>> {
+        match (&self.planes, self.transport) {
+            (_, Transport::Grpc) => Ok(None),
+            (None, Transport::Only(_)) => Err(Error::unauthenticated("a data plane needs a key (WIRESPEED_KEY)")),
+            (planes, _) => Ok(planes.as_ref()),
+        }
+    }
+
+    /// Where this server would run a call of `method` on `target` (a ticket, or an encoded
+    /// FlightDescriptor): data-plane location URIs, each with a capability for this call alone;
+    /// none from a server without planes.
+    pub fn plane_locations(&self, method: Method, target: &[u8]) -> Result<Vec<String>> {
+        let action = match method {
+            Method::Get => GET_ACTION,
+            Method::Put => PUT_ACTION,
+            Method::Exchange => EXCHANGE_ACTION,
+        };
+        self.plane_uris(action, Bytes::copy_from_slice(target))
+    }
+
+    /// The data-plane locations a wirespeed server offers for one call; none from others.
+    fn plane_uris(&self, action: &str, body: Bytes) -> Result<Vec<String>> {
+        if !self.offers_planes()? {
+            return Ok(Vec::new());
+        }
+        match self.plane_action(Action { r#type: action.into(), body }) {
+            Ok(uris) => Ok(uris.iter().map(|u| String::from_utf8_lossy(u).into_owned()).collect()),
+            Err(e) if e.code() == tonic::Code::Unimplemented || e.code() == tonic::Code::InvalidArgument => {
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Starts an upload of batches with `schema` to `descriptor`.
+    pub fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<FlightWriter> {
+        if let Some(planes) = self.planes()? {
+            let uris = self.plane_uris(PUT_ACTION, descriptor.encode_to_vec().into())?;
+            if let Some(writer) = planes.put(&uris, descriptor, schema)? {
+                return Ok(writer);
+            }
+        }
+        let (tx, results) = std::sync::mpsc::channel();
+        let (writer, call) = self.grpc_stream(descriptor, schema, |mut grpc, request| async move {
+            let mut answers = grpc.do_put(request).await?.into_inner();
+            while let Some(r) = answers.message().await? {
+                let _ = tx.send(r.app_metadata);
+            }
+            Ok(())
+        })?;
+        let inner = WriterInner::GrpcPut { writer, call: Some(call), results };
+        Ok(FlightWriter { inner, runtime: Some(self.runtime.clone()) })
+    }
+
+    /// Starts an exchange: write to the first half, read from the second.
+    pub fn do_exchange(
+        &self,
+        descriptor: &FlightDescriptor,
+        schema: &SchemaRef,
+    ) -> Result<(FlightWriter, FlightReader)> {
+        if let Some(planes) = self.planes()? {
+            let uris = self.plane_uris(EXCHANGE_ACTION, descriptor.encode_to_vec().into())?;
+            if let Some(pair) = planes.exchange(&uris, descriptor, schema)? {
+                return Ok(pair);
+            }
+        }
+        let runtime = self.runtime.clone();
+        let (writer, call) = self.grpc_stream(descriptor, schema, |mut grpc, request| async move {
+            Ok(grpc.do_exchange(request).await?.into_inner())
+        })?;
+        let stream = runtime.block_on(call).map_err(|e| Error::internal(e.to_string()))??;
+        let reader = FlightReader::from_grpc(stream, &runtime)?;
+        Ok((FlightWriter { inner: WriterInner::GrpcExchange { writer }, runtime: Some(runtime) }, reader))
+    }
+
+    /// Starts a streaming gRPC call whose request stream the returned writer feeds.
+    fn grpc_stream<T, F, Fut>(
+        &self,
+        descriptor: &FlightDescriptor,
+        schema: &SchemaRef,
+        call: F,
+    ) -> Result<(GrpcWriter, JoinHandle<Result<T>>)>
+    where
+        T: Send + 'static,
+        F: FnOnce(FlightServiceClient<Channel>, tonic::Request<ReceiverStream<FlightData>>) -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        let (encoder, first) = grpc::Writer::start(schema)?;
+        let mut first = grpc::flight_data(first);
+        first.flight_descriptor = Some(descriptor.clone());
+        let (tx, rx) = mpsc::channel(2);
+        tx.try_send(first).map_err(|_| Error::internal("request queue full at start"))?;
+        let handle = self.runtime.spawn(call(self.grpc.clone(), self.request(ReceiverStream::new(rx))));
+        Ok((GrpcWriter { encoder, tx: Some(tx) }, handle))
+    }
+}

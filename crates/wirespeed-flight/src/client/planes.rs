@@ -1,0 +1,137 @@
+//! The data-plane half of a client, apart from gRPC so that a client whose control plane is
+//! someone else's (pyarrow's, in `wirespeed.flight`) can use it: given the locations a server
+//! handed out for one call, it picks the fastest plane this process can reach and runs the
+//! call there.
+
+use std::sync::Arc;
+
+use arrow_flight::FlightDescriptor;
+use arrow_schema::SchemaRef;
+use prost::Message as _;
+use wirespeed::Key;
+
+use super::Transport;
+use super::stream::{FlightReader, FlightWriter};
+use crate::error::{Error, Result};
+use crate::location::PlaneLocation;
+use crate::plane::client::Planes;
+use crate::plane::proto::Method;
+
+pub struct PlaneClient {
+    planes: Arc<Planes>,
+    transport: Transport,
+    host_id: String,
+    /// The host this client reached the server at: a location on an unspecified address (a
+    /// server listening on every one) means that host.
+    reached: Option<String>,
+}
+
+impl PlaneClient {
+    pub fn new(key: Key) -> Self {
+        PlaneClient {
+            planes: Arc::new(Planes::new(key)),
+            transport: Transport::Auto,
+            host_id: crate::plane::listeners::host_id(),
+            reached: None,
+        }
+    }
+
+    /// Auto (the fastest offered, else the caller's gRPC) or one plane (else an error).
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    pub fn reached(mut self, host: &str) -> Self {
+        self.reached = Some(host.to_string());
+        self
+    }
+
+    pub fn key(&self) -> &Key {
+        self.planes.key()
+    }
+
+    /// The plane to use among `uris`; None if none fits (then the call goes over gRPC), an
+    /// error if the one plane asked for is not among them.
+    fn pick(&self, uris: &[String]) -> Result<Option<PlaneLocation>> {
+        if self.transport == Transport::Grpc {
+            return Ok(None);
+        }
+        let mut offered: Vec<PlaneLocation> = uris
+            .iter()
+            .filter_map(|u| PlaneLocation::parse(u))
+            .filter(|l| l.grant.is_some())
+            .filter(|l| !l.kind.capabilities().same_host_only || l.host.as_deref() == Some(self.host_id.as_str()))
+            .map(|l| self.on_reached_host(l))
+            .collect();
+        offered.sort_by_key(|l| l.kind);
+        match self.transport {
+            Transport::Only(kind) => match offered.into_iter().find(|l| l.kind == kind) {
+                Some(l) => Ok(Some(l)),
+                None => Err(Error::unavailable(format!("the server offers no {} data plane here", kind.name()))),
+            },
+            _ => Ok(offered.into_iter().next()),
+        }
+    }
+
+    fn on_reached_host(&self, mut location: PlaneLocation) -> PlaneLocation {
+        let Some(host) = &self.reached else { return location };
+        for unspecified in ["0.0.0.0:", "[::]:"] {
+            if let Some(at) = location.url.find(unspecified) {
+                let host =
+                    if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host.clone() };
+                location.url.replace_range(at..at + unspecified.len() - 1, &host);
+            }
+        }
+        location
+    }
+
+    /// Opens a call on the chosen plane; with Auto, a plane that does not answer means gRPC.
+    fn open(
+        &self,
+        uris: &[String],
+        method: Method,
+        target: &[u8],
+    ) -> Result<Option<(PlaneLocation, Arc<wirespeed::Stream>)>> {
+        let Some(location) = self.pick(uris)? else { return Ok(None) };
+        match self.planes.open(&location, method, target) {
+            Ok(stream) => Ok(Some((location, stream))),
+            Err(e) if self.transport != Transport::Auto => Err(e),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Reads `ticket` over a plane among `uris`.
+    pub fn get(&self, uris: &[String], ticket: &[u8]) -> Result<Option<FlightReader>> {
+        let Some((location, stream)) = self.open(uris, Method::Get, ticket)? else { return Ok(None) };
+        stream.finish()?;
+        FlightReader::from_plane(stream, location.kind).map(Some)
+    }
+
+    /// Starts an upload over a plane among `uris`.
+    pub fn put(
+        &self,
+        uris: &[String],
+        descriptor: &FlightDescriptor,
+        schema: &SchemaRef,
+    ) -> Result<Option<FlightWriter>> {
+        let Some((location, stream)) = self.open(uris, Method::Put, &descriptor.encode_to_vec())? else {
+            return Ok(None);
+        };
+        FlightWriter::on_plane(stream, schema, location.kind, true).map(Some)
+    }
+
+    /// Starts an exchange over a plane among `uris`.
+    pub fn exchange(
+        &self,
+        uris: &[String],
+        descriptor: &FlightDescriptor,
+        schema: &SchemaRef,
+    ) -> Result<Option<(FlightWriter, FlightReader)>> {
+        let Some((location, stream)) = self.open(uris, Method::Exchange, &descriptor.encode_to_vec())? else {
+            return Ok(None);
+        };
+        let writer = FlightWriter::on_plane(stream.clone(), schema, location.kind, false)?;
+        Ok(Some((writer, FlightReader::from_plane(stream, location.kind)?)))
+    }
+}

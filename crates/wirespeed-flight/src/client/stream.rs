@@ -1,0 +1,253 @@
+//! What a call reads and writes, whichever plane carries it: [`FlightReader`] and
+//! [`FlightWriter`] over a data-plane stream or a gRPC call.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_flight::FlightData;
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use wirespeed::{Fabric, Stream};
+
+use super::Plane;
+use crate::error::{Code, Error, Result};
+use crate::grpc;
+use crate::ipc::DecodedStream;
+use crate::plane::{self, close};
+use crate::service::Payload;
+
+/// How long `next_result` waits for a PutResult over gRPC (a data plane's stream has its own
+/// timeout).
+const RESULT_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The batches of one call.
+pub struct FlightReader {
+    source: Box<dyn DecodedStream>,
+    schema: SchemaRef,
+    plane: Plane,
+    /// Keeps a data-plane stream for closing it properly once read.
+    stream: Option<Arc<Stream>>,
+    done: bool,
+    /// A gRPC call's connection runs on its client's runtime: kept running while the call is
+    /// read, even once the client is dropped.
+    _runtime: Option<Arc<Runtime>>,
+}
+
+impl FlightReader {
+    pub(crate) fn from_plane(stream: Arc<Stream>, kind: Fabric) -> Result<Self> {
+        let source = plane::Reader::new(stream.clone());
+        Self::start(Box::new(source), Plane::Data(kind), Some(stream), None)
+    }
+
+    pub(crate) fn from_grpc(stream: tonic::Streaming<FlightData>, runtime: &Arc<Runtime>) -> Result<Self> {
+        let source = grpc::Reader::new(stream, runtime.handle().clone(), None);
+        Self::start(Box::new(source), Plane::Grpc, None, Some(runtime.clone()))
+    }
+
+    fn start(
+        mut source: Box<dyn DecodedStream>,
+        plane: Plane,
+        stream: Option<Arc<Stream>>,
+        runtime: Option<Arc<Runtime>>,
+    ) -> Result<Self> {
+        let schema = source.read_schema()?;
+        Ok(FlightReader { source, schema, plane, stream, done: false, _runtime: runtime })
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// Which plane carries this call.
+    pub fn plane(&self) -> Plane {
+        self.plane
+    }
+
+    /// Waits up to `within` for the next message (or the end, or an error) without taking it;
+    /// false if none came. Lets a caller stay responsive between waits: wait in slices, then
+    /// read. Slices that add up to the data plane's timeout fail as one read would.
+    pub fn wait_ready(&mut self, within: std::time::Duration) -> Result<bool> {
+        Ok(self.done || self.source.wait_ready(within)?)
+    }
+
+    /// The next batch or metadata-only message; None at the end.
+    pub fn next_payload(&mut self) -> Result<Option<Payload>> {
+        if self.done {
+            return Ok(None);
+        }
+        let next = self.source.next_payload();
+        if !matches!(next, Ok(Some(_))) {
+            self.done = true;
+            if let Some(stream) = self.stream.take() {
+                close(&stream, std::time::Duration::from_secs(1));
+            }
+        }
+        next
+    }
+}
+
+impl Iterator for FlightReader {
+    type Item = Result<RecordBatch>;
+    /// The batches, skipping messages that carry only metadata.
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            match self.next_payload() {
+                Ok(Some(Payload { batch: Some(b), .. })) => return Some(Ok(b)),
+                Ok(Some(_)) => continue,
+                Ok(None) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+pub(crate) struct GrpcWriter {
+    pub(crate) encoder: grpc::Writer,
+    pub(crate) tx: Option<mpsc::Sender<FlightData>>,
+}
+
+pub(crate) enum WriterInner {
+    /// A DoPut reads the server's PutResults through `results`; an exchange's answers are
+    /// read through its reader instead.
+    Plane {
+        stream: Arc<Stream>,
+        writer: plane::Writer,
+        kind: Fabric,
+        results: Option<plane::Reader>,
+    },
+    GrpcPut {
+        writer: GrpcWriter,
+        call: Option<JoinHandle<Result<()>>>,
+        /// The PutResults as the call receives them.
+        results: std::sync::mpsc::Receiver<Bytes>,
+    },
+    GrpcExchange {
+        writer: GrpcWriter,
+    },
+}
+
+/// The sending half of an upload or exchange.
+pub struct FlightWriter {
+    pub(crate) inner: WriterInner,
+    /// Runs a gRPC call's task.
+    pub(crate) runtime: Option<Arc<Runtime>>,
+}
+
+impl FlightWriter {
+    /// A writer over a data-plane stream, the schema sent; with `put`, PutResults come back.
+    pub(crate) fn on_plane(stream: Arc<Stream>, schema: &SchemaRef, kind: Fabric, put: bool) -> Result<Self> {
+        let writer = plane::Writer::start(&stream, schema)?;
+        let results = put.then(|| plane::Reader::new(stream.clone()));
+        Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, results }, runtime: None })
+    }
+
+    pub fn plane(&self) -> Plane {
+        match &self.inner {
+            WriterInner::Plane { kind, .. } => Plane::Data(*kind),
+            _ => Plane::Grpc,
+        }
+    }
+
+    pub fn write(&mut self, batch: RecordBatch) -> Result<()> {
+        self.write_payload(Payload::batch(batch))
+    }
+
+    pub fn write_payload(&mut self, payload: Payload) -> Result<()> {
+        match &mut self.inner {
+            WriterInner::Plane { stream, writer, .. } => match writer.write(stream, payload) {
+                // The server gave up (and said why on the stream): report its reason.
+                Err(Error::Transport(_)) => Err(self.failure()),
+                other => other,
+            },
+            WriterInner::GrpcPut { writer, .. } | WriterInner::GrpcExchange { writer } => {
+                for frame in writer.encoder.encode(payload)? {
+                    let tx = writer.tx.as_ref().ok_or_else(|| Error::internal("writer already finished"))?;
+                    if tx.blocking_send(grpc::flight_data(frame)).is_err() {
+                        return Err(self.failure());
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Why the call failed, once sending did.
+    fn failure(&mut self) -> Error {
+        let runtime = self.runtime.clone();
+        match &mut self.inner {
+            WriterInner::Plane { stream, .. } => {
+                let mut reader = plane::Reader::new(stream.clone());
+                loop {
+                    match reader.next_payload() {
+                        Ok(Some(_)) => continue,
+                        Ok(None) => return Error::unavailable("the server ended the call"),
+                        Err(e) => return e,
+                    }
+                }
+            }
+            WriterInner::GrpcPut { call, .. } => match call.take() {
+                Some(call) => match block_on(&runtime, call) {
+                    Ok(Err(e)) => e,
+                    _ => Error::unavailable("the server ended the call"),
+                },
+                None => Error::internal("writer already finished"),
+            },
+            WriterInner::GrpcExchange { .. } => Error::unavailable("the server ended the exchange"),
+        }
+    }
+
+    /// A DoPut's next PutResult, as the server sends it while we write (a server may answer
+    /// each message, and a client wait for it); None once the call has ended. Results read
+    /// here are not returned again by [`FlightWriter::finish`].
+    pub fn next_result(&mut self) -> Result<Option<Bytes>> {
+        match &mut self.inner {
+            WriterInner::Plane { results: Some(reader), .. } => Ok(reader.next_payload()?.map(|p| p.app_metadata)),
+            WriterInner::GrpcPut { results, .. } => match results.recv_timeout(RESULT_WAIT) {
+                Ok(result) => Ok(Some(result)),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Ok(None),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    Err(Error::status(Code::DeadlineExceeded, "no PutResult within 300 s"))
+                }
+            },
+            _ => Err(Error::internal("only a DoPut has PutResults")),
+        }
+    }
+
+    /// Ends the upload; for DoPut, returns the server's PutResults not read yet.
+    pub fn finish(mut self) -> Result<Vec<Bytes>> {
+        let runtime = self.runtime.clone();
+        match &mut self.inner {
+            WriterInner::Plane { stream, results, .. } => {
+                stream.finish()?;
+                let mut all = Vec::new();
+                if let Some(reader) = results {
+                    while let Some(p) = reader.next_payload()? {
+                        all.push(p.app_metadata);
+                    }
+                }
+                Ok(all)
+            }
+            WriterInner::GrpcPut { writer, call, results } => {
+                writer.tx = None;
+                let call = call.take().ok_or_else(|| Error::internal("writer already finished"))?;
+                block_on(&runtime, call).map_err(|e| Error::internal(e.to_string()))??;
+                Ok(results.try_iter().collect())
+            }
+            WriterInner::GrpcExchange { writer } => {
+                writer.tx = None;
+                Ok(Vec::new())
+            }
+        }
+    }
+}
+
+/// Waits for a gRPC call's task on its runtime.
+fn block_on<T>(runtime: &Option<Arc<Runtime>>, call: JoinHandle<T>) -> std::result::Result<T, tokio::task::JoinError> {
+    match runtime {
+        Some(runtime) => runtime.block_on(call),
+        None => futures::executor::block_on(call),
+    }
+}

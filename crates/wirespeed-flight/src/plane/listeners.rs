@@ -1,0 +1,125 @@
+//! A server's data planes: a listener and accept thread per plane, the locations that lead a
+//! client to one for a call (each with a capability for that call), and the answer to a
+//! client's hello. The gRPC service uses it, and so does any other Flight server that serves
+//! data planes beside its own gRPC (pyarrow's, in `wirespeed.flight`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+
+use wirespeed::fabric::AddressKind;
+use wirespeed::{Fabric, Key};
+
+use super::hello;
+use super::proto::Method;
+use super::server::{Calls, Shared, accept_loop};
+use crate::error::Result;
+use crate::location::PlaneLocation;
+use crate::service::Handler;
+
+/// A data-plane listener as advertised.
+#[derive(Clone, Debug)]
+struct Advert {
+    kind: Fabric,
+    /// For host:port planes, the port (the host is the one the client reached us at); for
+    /// socket paths, the URL.
+    port: u16,
+    url: String,
+}
+
+pub struct PlaneServer {
+    shared: Arc<Shared>,
+    adverts: Vec<Advert>,
+    key: Key,
+    host_id: String,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl PlaneServer {
+    /// Listens on each of `planes` (host:port ones on `host`) for calls to `handler`.
+    pub fn serve(handler: Arc<dyn Handler>, host: IpAddr, key: Key, planes: &[Fabric]) -> Result<Self> {
+        Self::start(Shared::new(handler)?, host, key, planes)
+    }
+
+    pub(crate) fn start(shared: Arc<Shared>, host: IpAddr, key: Key, planes: &[Fabric]) -> Result<Self> {
+        let mut adverts = Vec::new();
+        let mut threads = Vec::new();
+        for &kind in planes {
+            let url = match kind.address_kind() {
+                AddressKind::SocketPath => format!("{kind}://{}", shm_name()),
+                AddressKind::HostPort => format!("{kind}://{}", SocketAddr::new(host, 0)),
+            };
+            let listener = wirespeed::listen(&url, &key, &super::config())?;
+            let url = listener.url().to_string();
+            let port = url.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).unwrap_or(0);
+            adverts.push(Advert { kind, port, url });
+            let shared = shared.clone();
+            threads.push(std::thread::spawn(move || accept_loop(listener, shared)));
+        }
+        Ok(PlaneServer { shared, adverts, key, host_id: host_id(), threads })
+    }
+
+    /// The calls open and started so far on the data planes.
+    pub fn calls(&self) -> Arc<Calls> {
+        self.shared.calls.clone()
+    }
+
+    /// The planes served, as `(kind, listener URL)`.
+    pub fn planes(&self) -> Vec<(Fabric, String)> {
+        self.adverts.iter().map(|a| (a.kind, a.url.clone())).collect()
+    }
+
+    /// Where a client that reached us at `host` may run one call, each location with a
+    /// capability for that call alone.
+    pub fn locations(&self, host: IpAddr, method: Method, target: &[u8]) -> Vec<String> {
+        let grant = self.shared.minter.grant(method, target);
+        self.adverts
+            .iter()
+            .map(|a| {
+                // A socket path is the same wherever the client is; a port is on the address
+                // it reached us at. A fabric of one host tells which host that is.
+                let url = match a.kind.address_kind() {
+                    AddressKind::SocketPath => a.url.clone(),
+                    AddressKind::HostPort => format!("{}://{}", a.kind, SocketAddr::new(host, a.port)),
+                };
+                let host = a.kind.capabilities().same_host_only.then(|| self.host_id.clone());
+                PlaneLocation { kind: a.kind, url, host, grant: Some(grant) }.to_uri()
+            })
+            .collect()
+    }
+
+    /// The planes to name to a client whose hello proves it holds our key, as
+    /// [`hello::PLANES_HEADER`] carries them; None for anyone else.
+    pub fn answer(&self, hello_value: &str) -> Option<String> {
+        if self.adverts.is_empty() || !hello::verify(&self.key, hello_value) {
+            return None;
+        }
+        Some(self.adverts.iter().map(|a| a.kind.name()).collect::<Vec<_>>().join(","))
+    }
+}
+
+impl Drop for PlaneServer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A fresh rendezvous name for the shm plane, in Linux's abstract socket namespace: it leaves
+/// no file behind however the server ends.
+fn shm_name() -> String {
+    let mut nonce = [0u8; 8];
+    let _ = getrandom::fill(&mut nonce);
+    format!("@wirespeed-flight-{}-{:016x}", std::process::id(), u64::from_le_bytes(nonce))
+}
+
+/// Who can use this server's shared memory: the same boot of the same machine, and the same
+/// network namespace (where its abstract socket lives).
+pub(crate) fn host_id() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
+    format!("{}/{}", boot.trim(), netns.trim_start_matches("net:").trim_matches(['[', ']']))
+}
