@@ -45,3 +45,16 @@ def make(d: Path) -> Certs:
     _issue(d, "ca", "client", "extendedKeyUsage=clientAuth\n")
     return Certs(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key",
                  d / "other-ca.pem")
+
+
+def arrow_test_data(d: Path) -> Path:
+    """The certificates Arrow's own Flight tests read from ARROW_TEST_DATA/flight (in Arrow's
+    repository they are checked in): a root CA, and two localhost certificates that serve as
+    both server and client (mutual TLS). Returns the directory to set ARROW_TEST_DATA to."""
+    flight = d / "flight"
+    flight.mkdir(parents=True, exist_ok=True)
+    _ca(flight, "root-ca")
+    for name in ("cert0", "cert1"):
+        _issue(flight, "root-ca", name, "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+               "extendedKeyUsage=serverAuth,clientAuth\n")
+    return d

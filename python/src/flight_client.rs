@@ -1,25 +1,26 @@
-//! The Flight client, reader and writer that `wirespeed.flight` wraps. Descriptors, tickets,
-//! FlightInfos and endpoints cross as their protobuf bytes (pyarrow.flight's `serialize()`);
+//! The data-plane client, reader and writer that `wirespeed.flight` wraps (its gRPC is
+//! pyarrow's). Descriptors cross as their protobuf bytes (pyarrow.flight's `serialize()`);
 //! schemas and batches through the Arrow C interfaces.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
-use arrow_flight::{Action, FlightDescriptor, FlightEndpoint};
+use arrow_flight::FlightDescriptor;
 use arrow_schema::{ArrowError, SchemaRef};
 use bytes::Bytes;
 use prost::Message;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule};
 use wirespeed::Fabric;
-use wirespeed_flight::{Client, Payload, Transport};
+use wirespeed_flight::{Payload, Transport};
 
 use crate::arrow;
 use crate::errors;
 use crate::wait::{TICK, interruptible, signals_without_attach};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<FlightClient>()?;
+    m.add_class::<PlaneClient>()?;
+    m.add_class::<PendingReader>()?;
     m.add_class::<FlightReader>()?;
     m.add_class::<FlightWriter>()?;
     Ok(())
@@ -40,124 +41,85 @@ pub fn transport(name: &str) -> PyResult<Transport> {
     }
 }
 
-type Shared = Arc<RwLock<Option<Client>>>;
-
+/// The data-plane half of `wirespeed.flight.FlightClient`, whose gRPC is pyarrow's own: it
+/// makes the hello the client's middleware sends, and runs a call on the locations the server
+/// handed out for it.
 #[pyclass(module = "wirespeed._native", frozen)]
-pub struct FlightClient {
-    client: Shared,
+pub struct PlaneClient {
+    planes: Arc<wirespeed_flight::PlaneClient>,
 }
 
-/// Runs `call` on the client on a helper thread, interruptibly.
-fn on_client<T: Send + 'static>(
-    py: Python<'_>,
-    client: &Shared,
-    call: impl FnOnce(&Client) -> wirespeed_flight::Result<T> + Send + 'static,
-) -> PyResult<T> {
-    let client = client.clone();
-    interruptible(py, move || {
-        let guard = client.read().unwrap_or_else(|p| p.into_inner());
-        match guard.as_ref() {
-            Some(c) => call(c),
-            None => Err(wirespeed_flight::Error::invalid_argument("the client is closed")),
-        }
-    })?
-    .map_err(errors::flight)
+impl PlaneClient {
+    fn run<T: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        call: impl FnOnce(&wirespeed_flight::PlaneClient) -> wirespeed_flight::Result<T> + Send + 'static,
+    ) -> PyResult<T> {
+        let planes = self.planes.clone();
+        interruptible(py, move || call(&planes))?.map_err(errors::flight)
+    }
 }
 
 #[pymethods]
-impl FlightClient {
+impl PlaneClient {
+    /// `reached`: the host the client's location names, where a plane on every address is.
     #[new]
-    #[pyo3(signature = (location, key=None, transport="auto"))]
-    fn new(py: Python<'_>, location: String, key: Option<Vec<u8>>, transport: &str) -> PyResult<Self> {
-        let transport = self::transport(transport)?;
-        let key = crate::keys::key(key)?;
-        let client = interruptible(py, move || {
-            let mut client = Client::connect(&location)?.with_transport(transport);
-            if let Some(k) = key {
-                client = client.with_key(k);
-            }
-            Ok::<_, wirespeed_flight::Error>(client)
-        })?
-        .map_err(errors::flight)?;
-        Ok(FlightClient { client: Arc::new(RwLock::new(Some(client))) })
+    #[pyo3(signature = (key, transport, reached))]
+    fn new(key: Option<Vec<u8>>, transport: &str, reached: &str) -> PyResult<Self> {
+        let key = crate::keys::required_key(key)?;
+        let planes = wirespeed_flight::PlaneClient::new(key).with_transport(self::transport(transport)?).reached(reached);
+        Ok(PlaneClient { planes: Arc::new(planes) })
     }
 
-    /// Flight's Basic-then-Bearer handshake; returns the bearer header's value, which later
-    /// calls carry.
-    fn authenticate(&self, py: Python<'_>, user: String, password: String) -> PyResult<String> {
-        let client = self.client.clone();
-        interruptible(py, move || {
-            let mut guard = client.write().unwrap_or_else(|p| p.into_inner());
-            match guard.as_mut() {
-                Some(c) => c.authenticate(&user, &password).map(|()| c.token().unwrap_or_default()),
-                None => Err(wirespeed_flight::Error::invalid_argument("the client is closed")),
-            }
-        })?
-        .map_err(errors::flight)
+    /// A fresh value for the hello header.
+    fn hello(&self) -> PyResult<String> {
+        wirespeed_flight::plane::hello::hello(self.planes.key()).map_err(errors::flight)
     }
 
-    fn list_flights<'py>(&self, py: Python<'py>, criteria: Vec<u8>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let infos = on_client(py, &self.client, move |c| c.list_flights(&criteria))?;
-        Ok(infos.iter().map(|i| PyBytes::new(py, &i.encode_to_vec())).collect())
+    /// Reads `ticket` over one of `uris`; None when none fits (the call then goes over gRPC).
+    fn get(&self, py: Python<'_>, uris: Vec<String>, ticket: Vec<u8>) -> PyResult<Option<FlightReader>> {
+        Ok(self.run(py, move |p| p.get(&uris, &ticket))?.map(FlightReader::new))
     }
 
-    fn get_flight_info<'py>(&self, py: Python<'py>, descriptor: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
-        let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
-        let info = on_client(py, &self.client, move |c| c.get_flight_info(&descriptor))?;
-        Ok(PyBytes::new(py, &info.encode_to_vec()))
-    }
-
-    fn get_schema<'py>(&self, py: Python<'py>, descriptor: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-        let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
-        let schema = on_client(py, &self.client, move |c| c.get_schema(&descriptor))?;
-        arrow::schema_to_py(py, &schema)
-    }
-
-    /// Reads a ticket; with its serialized endpoint, the endpoint's data planes are used.
-    #[pyo3(signature = (ticket, endpoint=None))]
-    fn do_get(&self, py: Python<'_>, ticket: Vec<u8>, endpoint: Option<Vec<u8>>) -> PyResult<FlightReader> {
-        let endpoint: Option<FlightEndpoint> = endpoint.map(|e| decode("FlightEndpoint", &e)).transpose()?;
-        let reader = on_client(py, &self.client, move |c| match endpoint {
-            Some(e) => c.do_get(&e),
-            None => c.do_get_ticket(&ticket),
-        })?;
-        Ok(FlightReader::new(reader))
-    }
-
-    fn do_put(&self, py: Python<'_>, descriptor: &[u8], schema: &Bound<'_, PyAny>) -> PyResult<FlightWriter> {
-        let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
-        let schema = arrow::schema_from_py(schema)?;
-        let writer = on_client(py, &self.client, move |c| c.do_put(&descriptor, &schema))?;
-        Ok(FlightWriter::new(writer))
-    }
-
-    fn do_exchange(
+    fn put(
         &self,
         py: Python<'_>,
+        uris: Vec<String>,
         descriptor: &[u8],
         schema: &Bound<'_, PyAny>,
-    ) -> PyResult<(FlightWriter, FlightReader)> {
+    ) -> PyResult<Option<FlightWriter>> {
         let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
         let schema = arrow::schema_from_py(schema)?;
-        let (writer, reader) = on_client(py, &self.client, move |c| c.do_exchange(&descriptor, &schema))?;
-        Ok((FlightWriter::new(writer), FlightReader::new(reader)))
+        Ok(self.run(py, move |p| p.put(&uris, &descriptor, &schema))?.map(FlightWriter::new))
     }
 
-    fn do_action<'py>(&self, py: Python<'py>, kind: String, body: Vec<u8>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let action = Action { r#type: kind, body: body.into() };
-        let results = on_client(py, &self.client, move |c| c.do_action(action))?;
-        Ok(results.iter().map(|r| PyBytes::new(py, r)).collect())
+    /// Starts an exchange: its writer, and the reader to open once answers are wanted.
+    fn exchange(
+        &self,
+        py: Python<'_>,
+        uris: Vec<String>,
+        descriptor: &[u8],
+        schema: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<(FlightWriter, PendingReader)>> {
+        let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
+        let schema = arrow::schema_from_py(schema)?;
+        let pair = self.run(py, move |p| p.exchange(&uris, &descriptor, &schema))?;
+        Ok(pair.map(|(w, r)| (FlightWriter::new(w), PendingReader(Mutex::new(Some(r))))))
     }
+}
 
-    fn list_actions(&self, py: Python<'_>) -> PyResult<Vec<(String, String)>> {
-        let actions = on_client(py, &self.client, |c| c.list_actions())?;
-        Ok(actions.into_iter().map(|a| (a.r#type, a.description)).collect())
-    }
+/// An exchange's reader before the server's schema has come.
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct PendingReader(Mutex<Option<wirespeed_flight::ExchangeReader>>);
 
-    /// Ends the gRPC channel and the data-plane connections; later calls raise.
-    fn close(&self, py: Python<'_>) {
-        let taken = self.client.write().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(move || drop(taken));
+#[pymethods]
+impl PendingReader {
+    /// Waits for the server's schema; once only.
+    fn open(&self, py: Python<'_>) -> PyResult<FlightReader> {
+        let pending = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let pending = pending.ok_or_else(|| errors::usage("the exchange's reader is open already"))?;
+        let reader = interruptible(py, move || pending.open())?.map_err(errors::flight)?;
+        Ok(FlightReader::new(reader))
     }
 }
 

@@ -1,35 +1,31 @@
-//! A Flight service written in Python, served on gRPC and every data plane. The Rust server
-//! calls the Python layer's dispatcher (`wirespeed.flight._Dispatcher`) with protobuf bytes
-//! and Arrow streams; uploads and exchanges, which Python handles as whole calls with a reader
+//! A Flight service written in Python, served on the data planes beside pyarrow's gRPC server.
+//! The planes call the Python layer's dispatcher (`wirespeed.flight._Dispatcher`) with
+//! protobuf bytes and Arrow streams; uploads and exchanges, which Python handles as whole calls with a reader
 //! and a writer, run on a thread of their own fed through bounded channels.
 
-use std::path::PathBuf;
+use std::net::IpAddr;
 use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use arrow_flight::{Action, ActionType, FlightDescriptor, FlightInfo};
+use arrow_flight::{FlightDescriptor, FlightInfo};
 use arrow_schema::{Schema, SchemaRef};
 use bytes::Bytes;
 use prost::Message;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use wirespeed::Fabric;
-use wirespeed_flight::{Code, Error, Handler, Input, Output, Payload, Result, Server, Upload};
-use wirespeed_serve::DirService;
+use wirespeed_flight::{Code, Error, Handler, Input, Method, Output, Payload, Result, Upload};
 
 use crate::arrow;
 use crate::errors;
 use crate::put::{Event, Messages, PutResults, PyUpload};
-use crate::wait::interruptible;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<FlightServer>()?;
+    m.add_class::<PlaneServer>()?;
     m.add_class::<ServerReader>()?;
     m.add_class::<ServerWriter>()?;
     m.add_class::<PutResults>()?;
-    m.add_function(wrap_pyfunction!(serve_directory, m)?)?;
-    m.add_function(wrap_pyfunction!(share_table, m)?)?;
     Ok(())
 }
 
@@ -65,7 +61,7 @@ fn code_named(name: &str) -> Code {
     }
 }
 
-struct PyHandler {
+pub struct PyHandler {
     dispatcher: Py<PyAny>,
 }
 
@@ -83,41 +79,36 @@ impl PyHandler {
     }
 }
 
-fn decode<M: Message + Default>(what: &str, bytes: &[u8]) -> Result<M> {
-    M::decode(bytes).map_err(|e| Error::internal(format!("the handler returned a bad {what}: {e}")))
-}
-
-/// A Python Arrow stream as payloads; pulled without the GIL (pyarrow takes it where its
-/// stream is backed by Python).
-fn output_of(stream: &Bound<'_, PyAny>) -> PyResult<Output> {
-    let reader = arrow::stream_from_py(stream)?;
+/// What the dispatcher's do_get returns as payloads: an Arrow stream, pulled without the GIL
+/// (pyarrow takes it where its stream is backed by Python), or (schema, iterator of (batch or
+/// None, app_metadata or None)) for streams that carry metadata.
+fn output_of(value: &Bound<'_, PyAny>) -> PyResult<Output> {
+    if let Ok((schema, items)) = value.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>() {
+        let schema = arrow::schema_from_py(&schema)?;
+        let items: Py<PyAny> = items.try_iter()?.into_any().unbind();
+        let payloads = std::iter::from_fn(move || {
+            Python::attach(|py| match items.bind(py).call_method0("__next__") {
+                Err(e) if e.is_instance_of::<pyo3::exceptions::PyStopIteration>(py) => None,
+                Err(e) => Some(Err(from_python(py, e))),
+                Ok(item) => Some(payload_of(&item).map_err(|e| from_python(py, e))),
+            })
+        });
+        return Ok(Output::new(schema, payloads));
+    }
+    let reader = arrow::stream_from_py(value)?;
     let schema = arrow_array::RecordBatchReader::schema(&reader);
     Ok(Output::new(schema, reader.map(|b| b.map(Payload::batch).map_err(Error::from))))
 }
 
+fn payload_of(item: &Bound<'_, PyAny>) -> PyResult<Payload> {
+    let (batch, metadata) = item.extract::<(Bound<'_, PyAny>, Option<Vec<u8>>)>()?;
+    let batch = if batch.is_none() { None } else { Some(arrow::batch_from_py(&batch)?) };
+    Ok(Payload { batch, app_metadata: Bytes::from(metadata.unwrap_or_default()) })
+}
+
 impl Handler for PyHandler {
-    fn list_flights(&self, criteria: &[u8]) -> Result<Vec<FlightInfo>> {
-        let infos = self.call(
-            "list_flights",
-            |py| (PyBytes::new(py, criteria),).into_pyobject(py),
-            |r| r.extract::<Vec<Vec<u8>>>(),
-        )?;
-        infos.iter().map(|i| decode("FlightInfo", i)).collect()
-    }
-
-    fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo> {
-        let bytes = descriptor.encode_to_vec();
-        let info = self.call(
-            "get_flight_info",
-            |py| (PyBytes::new(py, &bytes),).into_pyobject(py),
-            |r| r.extract::<Vec<u8>>(),
-        )?;
-        decode("FlightInfo", &info)
-    }
-
-    fn get_schema(&self, descriptor: &FlightDescriptor) -> Result<SchemaRef> {
-        let bytes = descriptor.encode_to_vec();
-        self.call("get_schema", |py| (PyBytes::new(py, &bytes),).into_pyobject(py), |r| arrow::schema_from_py(&r))
+    fn get_flight_info(&self, _descriptor: &FlightDescriptor) -> Result<FlightInfo> {
+        Err(Error::status(Code::Unimplemented, "GetFlightInfo is served over gRPC"))
     }
 
     fn do_get(&self, ticket: &[u8]) -> Result<Output> {
@@ -160,24 +151,6 @@ impl Handler for PyHandler {
         // The handler's writer.begin(schema) (or its end) says what the output is.
         let (schema, rx) = begun.recv().map_err(|_| Error::internal("the exchange handler ended without a word"))??;
         Ok(Output::new(schema, rx.into_iter()))
-    }
-
-    fn do_action(&self, action: &Action) -> Result<Vec<Bytes>> {
-        let results = self.call(
-            "do_action",
-            |py| (action.r#type.clone(), PyBytes::new(py, &action.body)).into_pyobject(py),
-            |r| r.extract::<Vec<Vec<u8>>>(),
-        )?;
-        Ok(results.into_iter().map(Bytes::from).collect())
-    }
-
-    fn list_actions(&self) -> Vec<ActionType> {
-        let listed = self.call(
-            "list_actions",
-            |py| Ok(pyo3::types::PyTuple::empty(py)),
-            |r| r.extract::<Vec<(String, String)>>(),
-        );
-        listed.unwrap_or_default().into_iter().map(|(r#type, description)| ActionType { r#type, description }).collect()
     }
 }
 
@@ -330,126 +303,71 @@ impl ServerWriter {
     }
 }
 
-/// A running server; `shutdown` stops it.
+
+/// The data planes of `wirespeed.flight.FlightServerBase`, beside pyarrow's gRPC server: calls
+/// that arrive on them run the Python service through its dispatcher.
 #[pyclass(module = "wirespeed._native", frozen)]
-pub struct FlightServer {
-    server: Mutex<Option<Server>>,
-    stopped: Arc<(Mutex<bool>, Condvar)>,
-    port: u16,
-    planes: Vec<(String, String)>,
-}
-
-impl FlightServer {
-    /// Starts `handler` on gRPC at `listen` and, with a key, on `planes` (default: all).
-    fn start(
-        py: Python<'_>,
-        handler: impl Handler,
-        listen: &str,
-        key: Option<Vec<u8>>,
-        planes: Option<Vec<String>>,
-        password: Option<String>,
-        handler_threads: usize,
-    ) -> PyResult<Self> {
-        let mut builder = Server::builder(handler).listen(listen).handler_threads(handler_threads);
-        if let Some(planes) = planes {
-            let kinds = planes
-                .iter()
-                .map(|p| {
-                    p.parse::<Fabric>().map_err(|_| errors::usage(format!("unknown plane {p:?} ({})", Fabric::names())))
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            builder = builder.planes(&kinds);
-        }
-        if let Some(k) = crate::keys::key(key)? {
-            builder = builder.key(k);
-        }
-        if let Some(p) = password {
-            builder = builder.password(p);
-        }
-        let server = py.detach(|| builder.start()).map_err(errors::flight)?;
-        let planes = server.planes().into_iter().map(|(k, url)| (k.name().to_string(), url)).collect();
-        Ok(FlightServer {
-            port: server.addr().port(),
-            planes,
-            server: Mutex::new(Some(server)),
-            stopped: Arc::default(),
-        })
-    }
-}
-
-/// The batches of `data` (a Table or any Arrow stream) copied once into one sealed shared
-/// region: served over the shm plane, clients on this host map them and nobody copies again.
-#[pyfunction]
-pub fn share_table<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let stream = arrow::stream_from_py(data)?;
-    let schema = arrow_array::RecordBatchReader::schema(&stream);
-    let batches = stream.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| errors::usage(e.to_string()))?;
-    let shared = py.detach(|| wirespeed_flight::share_all(&batches)).map_err(errors::flight)?;
-    arrow::table_to_py(py, schema, shared)
-}
-
-/// `wirespeed serve`: the Arrow and Parquet files under `root` as flights, with uploads.
-#[pyfunction]
-#[pyo3(signature = (root, listen, key=None, planes=None, password=None, handler_threads=64, cache_mb=0))]
-#[allow(clippy::too_many_arguments)]
-pub fn serve_directory(
-    py: Python<'_>,
-    root: PathBuf,
-    listen: String,
-    key: Option<Vec<u8>>,
-    planes: Option<Vec<String>>,
-    password: Option<String>,
-    handler_threads: usize,
-    cache_mb: usize,
-) -> PyResult<FlightServer> {
-    let service = DirService::new(root, cache_mb << 20).map_err(errors::flight)?;
-    FlightServer::start(py, service, &listen, key, planes, password, handler_threads)
+pub struct PlaneServer {
+    planes: Mutex<Option<wirespeed_flight::PlaneServer>>,
+    listed: Vec<(String, String)>,
 }
 
 #[pymethods]
-impl FlightServer {
+impl PlaneServer {
+    /// Listens on `planes` (default: shm, ucx where built, tcp), host:port ones on `host`.
     #[new]
-    #[pyo3(signature = (dispatcher, listen, key=None, planes=None, password=None, handler_threads=64))]
+    #[pyo3(signature = (dispatcher, host, key, planes=None))]
     fn new(
         py: Python<'_>,
         dispatcher: Py<PyAny>,
-        listen: String,
+        host: &str,
         key: Option<Vec<u8>>,
         planes: Option<Vec<String>>,
-        password: Option<String>,
-        handler_threads: usize,
     ) -> PyResult<Self> {
-        FlightServer::start(py, PyHandler { dispatcher }, &listen, key, planes, password, handler_threads)
+        let key = crate::keys::required_key(key)?;
+        let host: IpAddr = host.parse().map_err(|_| errors::usage(format!("{host:?} is not an IP address")))?;
+        let kinds = match planes {
+            Some(names) => names
+                .iter()
+                .map(|p| p.parse::<Fabric>().map_err(|_| errors::usage(format!("unknown plane {p:?} ({})", Fabric::names()))))
+                .collect::<PyResult<Vec<_>>>()?,
+            None => wirespeed_flight::server::default_planes(),
+        };
+        let handler = Arc::new(PyHandler { dispatcher });
+        let planes = py.detach(|| wirespeed_flight::PlaneServer::serve(handler, host, key, &kinds)).map_err(errors::flight)?;
+        let listed = planes.planes().into_iter().map(|(k, url)| (k.name().to_string(), url)).collect();
+        Ok(PlaneServer { planes: Mutex::new(Some(planes)), listed })
     }
 
-    #[getter]
-    fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The data planes served, as (name, listener URL).
+    /// The planes served, as (name, listener URL).
     #[getter]
     fn planes(&self) -> Vec<(String, String)> {
-        self.planes.clone()
+        self.listed.clone()
     }
 
-    /// Blocks until `shutdown` (from another thread) or Ctrl-C.
-    fn wait(&self, py: Python<'_>) -> PyResult<()> {
-        let stopped = self.stopped.clone();
-        interruptible(py, move || {
-            let (lock, cv) = &*stopped;
-            let mut done = lock.lock().unwrap_or_else(|p| p.into_inner());
-            while !*done {
-                done = cv.wait(done).unwrap_or_else(|p| p.into_inner());
-            }
-        })
+    /// What to answer a hello header with: the planes' names, or None if it does not prove
+    /// the key.
+    fn answer(&self, hello: &str) -> Option<String> {
+        self.planes.lock().unwrap_or_else(|p| p.into_inner()).as_ref()?.answer(hello)
     }
 
+    /// Locations for one call of `method` ("get", "put" or "exchange") on `target` (a
+    /// ticket, or a serialized FlightDescriptor), for a client that reached us at `host`.
+    fn locations(&self, method: &str, target: &[u8], host: &str) -> PyResult<Vec<String>> {
+        let method = match method {
+            "get" => Method::Get,
+            "put" => Method::Put,
+            "exchange" => Method::Exchange,
+            other => return Err(errors::usage(format!("unknown data-plane method {other:?}"))),
+        };
+        let host: IpAddr = host.parse().map_err(|_| errors::usage(format!("{host:?} is not an IP address")))?;
+        let guard = self.planes.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(guard.as_ref().map(|p| p.locations(host, method, target)).unwrap_or_default())
+    }
+
+    /// Stops the listeners; calls under way end.
     fn shutdown(&self, py: Python<'_>) {
-        let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(move || drop(server));
-        let (lock, cv) = &*self.stopped;
-        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        cv.notify_all();
+        let taken = self.planes.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(taken));
     }
 }

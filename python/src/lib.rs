@@ -5,7 +5,8 @@
 //! - `keys`: keys as Python gives them.
 //! - `wait`: blocking calls that release the GIL and give way to Ctrl-C.
 //! - `arrow`: Arrow data in and out through the C data and stream interfaces (no copies).
-//! - `flight_client`, `flight_server`: Flight on every plane, as `wirespeed.flight` uses it.
+//! - `flight_client`, `flight_server`: Flight's data planes, as `wirespeed.flight` uses them
+//!   beside pyarrow's gRPC; `serve`: the `wirespeed serve` service in this process.
 //! - `core`: connections and streams; `files`: copies and transfers of files; `fles`:
 //!   timeslice building; `frames`: timeslices built in GPU (or host) frames, handed over by
 //!   `dlpack` or CUDA's array interface.
@@ -21,6 +22,7 @@ mod flight_server;
 mod frames;
 mod keys;
 mod put;
+mod serve;
 mod wait;
 
 use pyo3::prelude::*;
@@ -34,5 +36,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     frames::register(m)?;
     flight_client::register(m)?;
     flight_server::register(m)?;
+    serve::register(m)?;
     Ok(())
 }

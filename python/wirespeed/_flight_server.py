@@ -1,48 +1,84 @@
-"""wirespeed.flight's server side: FlightServerBase for services written in Python, and
-`serve` for the `wirespeed serve` service in this process."""
+"""wirespeed.flight's server side: FlightServerBase (pyarrow's, with data planes beside its
+gRPC), the stream classes the planes can read back, and `serve` for the `wirespeed serve`
+service in this process."""
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Iterator
+import socket
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as _pf
-from pyarrow.flight import Action, ActionType, FlightDescriptor, FlightInfo, Location, Result, SchemaResult, Ticket
 
 from . import Key, _key, _native
 from ._errors import UsageError
 from ._flight_base import _Reading, _uri
 
-class RecordBatchStream:
-    """What `do_get` may return, as in pyarrow: a Table or RecordBatchReader to send."""
-
-    def __init__(self, data_source: Any, options: object = None) -> None:
-        self.data_source = data_source
-
-    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
-        return self.data_source.__arrow_c_stream__(requested_schema)
+HELLO_HEADER = "x-wirespeed-hello"
+PLANES_HEADER = "x-wirespeed-planes"
+# The middleware key under which a call that said hello is marked.
+_MIDDLEWARE = "wirespeed.hello"
+_PLANE_ACTIONS = {"wirespeed.get": "get", "wirespeed.put": "put", "wirespeed.exchange": "exchange"}
 
 
-class GeneratorStream:
-    """What `do_get` may return, as in pyarrow: `schema` and a generator of RecordBatches or
-    Tables (application metadata in (batch, metadata) pairs is not sent)."""
+def _key_or_env(key: Key) -> bytes | None:
+    if key is not None:
+        return _key(key)
+    return os.environb.get(b"WIRESPEED_KEY") or None
 
-    def __init__(self, schema: pa.Schema, generator: Iterable[Any], options: object = None) -> None:
-        self.schema, self.generator = schema, generator
 
-    def _batches(self) -> Iterator[pa.RecordBatch]:
-        for item in self.generator:
-            item = item[0] if isinstance(item, tuple) else item
-            if isinstance(item, pa.Table):
-                yield from item.to_batches()
-            else:
-                yield item
+class RecordBatchStream(_pf.RecordBatchStream):
+    """pyarrow.flight.RecordBatchStream, which a data plane can also send."""
 
-    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
-        reader = pa.RecordBatchReader.from_batches(self.schema, self._batches())
-        return reader.__arrow_c_stream__(requested_schema)
+    def __init__(self, data_source: Any, options: Any = None) -> None:
+        super().__init__(data_source, options)
+        self._source = data_source
+
+
+class GeneratorStream(_pf.GeneratorStream):
+    """pyarrow.flight.GeneratorStream, which a data plane can also send, (batch, metadata)
+    pairs included."""
+
+    def __init__(self, schema: pa.Schema, generator: Any, options: Any = None) -> None:
+        generator = iter(generator)
+        super().__init__(schema, generator, options)
+        self._schema, self._generator = schema, generator
+
+
+def _payloads(item: Any) -> Iterator[tuple[Any, Any]]:
+    """What a GeneratorStream may yield, as (batch or None, metadata or None) pairs."""
+    if isinstance(item, tuple):
+        batch, metadata = item
+        yield batch, None if metadata is None else bytes(metadata)
+    elif isinstance(item, pa.RecordBatch):
+        yield item, None
+    elif isinstance(item, RecordBatchStream):
+        yield from _payloads(item._source)
+    elif isinstance(item, (pa.Table, pa.RecordBatchReader)):
+        for batch in item:
+            yield batch, None
+    else:
+        raise TypeError(f"a GeneratorStream yielded {type(item).__name__}")
+
+
+def _output(stream: Any) -> Any:
+    """A do_get's answer as the data plane sends it: an Arrow stream, or (schema, pairs)."""
+    if isinstance(stream, RecordBatchStream):
+        return stream._source
+    if isinstance(stream, GeneratorStream):
+        return stream._schema, (pair for item in stream._generator for pair in _payloads(item))
+    if isinstance(stream, _pf.FlightDataStream):
+        raise TypeError("do_get returned a pyarrow.flight stream, which a data plane cannot read: return "
+                        "wirespeed.flight's RecordBatchStream or GeneratorStream (the same classes, subclassed)")
+    if isinstance(stream, pa.RecordBatch):
+        return pa.Table.from_batches([stream])
+    if not hasattr(stream, "__arrow_c_stream__"):
+        raise TypeError(f"do_get returned {type(stream).__name__}, not a FlightDataStream")
+    return stream
 
 
 def share(data: Any) -> pa.Table:
@@ -53,8 +89,10 @@ def share(data: Any) -> pa.Table:
     return _native.share_table(data)
 
 
-class ServerCallContext:
-    """Per-call state, as pyarrow's (without middleware)."""
+class _PlaneCallContext:
+    """A data-plane call's context, with pyarrow's ServerCallContext methods. The call was
+    granted by an action that passed the server's auth and middleware; those middleware
+    instances do not carry over to it."""
 
     def peer_identity(self) -> bytes:
         return b""
@@ -64,6 +102,9 @@ class ServerCallContext:
 
     def is_cancelled(self) -> bool:
         return False
+
+    def get_middleware(self, key: str) -> Any:
+        return None
 
 
 class _ServerReader(_Reading):
@@ -91,7 +132,7 @@ class _ExchangeWriter:
     def begin(self, schema: pa.Schema, options: object = None) -> None:
         self._native.begin(schema)
 
-    def write_batch(self, batch: Any) -> None:
+    def write_batch(self, batch: Any, custom_metadata: object = None) -> None:
         self._native.write_batch(batch)
 
     def write_with_metadata(self, batch: Any, buf: bytes | pa.Buffer) -> None:
@@ -115,84 +156,181 @@ class _ExchangeWriter:
 
 
 class _Dispatcher:
-    """What the native server calls: protobuf bytes in and out, the user's methods between."""
+    """What the native data planes call: protobuf bytes in, the user's methods between. It
+    holds the server weakly, so that a server nobody keeps is collected."""
 
     def __init__(self, server: FlightServerBase) -> None:
-        self.server = server
+        self._server = weakref.ref(server)
 
-    def list_flights(self, criteria: bytes) -> list[bytes]:
-        return [info.serialize() for info in self.server.list_flights(ServerCallContext(), criteria)]
-
-    def get_flight_info(self, descriptor: bytes) -> bytes:
-        return self.server.get_flight_info(ServerCallContext(), FlightDescriptor.deserialize(descriptor)).serialize()
-
-    def get_schema(self, descriptor: bytes) -> pa.Schema:
-        result = self.server.get_schema(ServerCallContext(), FlightDescriptor.deserialize(descriptor))
-        return result.schema if isinstance(result, SchemaResult) else result
+    def server(self) -> FlightServerBase:
+        server = self._server()
+        if server is None:
+            raise _pf.FlightUnavailableError("the server is gone")
+        return server
 
     def do_get(self, ticket: bytes) -> Any:
-        stream = self.server.do_get(ServerCallContext(), Ticket(ticket))
-        if isinstance(stream, (_pf.RecordBatchStream, _pf.GeneratorStream)):
-            raise TypeError("do_get returned a pyarrow.flight stream; return wirespeed.flight's, or the table itself")
-        if isinstance(stream, pa.RecordBatch):
-            stream = pa.Table.from_batches([stream])
-        if not hasattr(stream, "__arrow_c_stream__"):
-            raise TypeError(f"do_get returned {type(stream).__name__}, not a Table or an Arrow stream")
-        return stream
+        return _output(self.server().do_get(_PlaneCallContext(), _pf.Ticket(ticket)))
 
     def do_put(self, descriptor: bytes, reader: Any, writer: Any) -> None:
-        descriptor_ = FlightDescriptor.deserialize(descriptor)
-        self.server.do_put(ServerCallContext(), descriptor_, _ServerReader(reader), _MetadataWriter(writer))
+        d = _pf.FlightDescriptor.deserialize(descriptor)
+        self.server().do_put(_PlaneCallContext(), d, _ServerReader(reader), _MetadataWriter(writer))
 
     def do_exchange(self, descriptor: bytes, reader: Any, writer: Any) -> None:
-        descriptor_ = FlightDescriptor.deserialize(descriptor)
-        self.server.do_exchange(ServerCallContext(), descriptor_, _ServerReader(reader), _ExchangeWriter(writer))
-
-    def do_action(self, kind: str, body: bytes) -> list[bytes]:
-        results = self.server.do_action(ServerCallContext(), Action(kind, body)) or []
-        return [r.body.to_pybytes() if isinstance(r, Result) else bytes(r) for r in results]
-
-    def list_actions(self) -> list[tuple[str, str]]:
-        return [(a[0], a[1]) for a in self.server.list_actions(ServerCallContext())]
+        d = _pf.FlightDescriptor.deserialize(descriptor)
+        self.server().do_exchange(_PlaneCallContext(), d, _ServerReader(reader), _ExchangeWriter(writer))
 
 
-def _listen(location: str | Location | tuple[str, int] | None) -> str:
-    """`host:port` from a gRPC location."""
-    listen = _uri(location or "grpc://127.0.0.1:0")
-    if "://" in listen:
-        scheme, listen = listen.split("://", 1)
-        if scheme not in ("grpc", "grpc+tcp"):
-            raise UsageError(f"{scheme}://: wirespeed.flight serves grpc://host:port")
-    return listen
+class _HelloAnswer(_pf.ServerMiddlewareFactory):
+    """Answers a client's hello that proves the key with the planes' names, and marks the call
+    so that the data-plane actions are answered for it."""
+
+    def __init__(self, planes: Any) -> None:
+        self.planes = planes
+
+    def start_call(self, info: _pf.CallInfo, headers: dict[str, list[Any]]) -> _pf.ServerMiddleware | None:
+        for value in headers.get(HELLO_HEADER, []):
+            answer = self.planes.answer(value.decode() if isinstance(value, bytes) else value)
+            if answer:
+                return _Answered(answer)
+        return None
 
 
-class _Running:
-    """A started server: where it listens, and how to wait for it and stop it."""
+class _Answered(_pf.ServerMiddleware):
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
 
-    _native: Any
-    _host: str
+    def sending_headers(self) -> dict[str, str]:
+        return {PLANES_HEADER: self.answer}
 
-    @property
-    def port(self) -> int:
-        return self._native.port
+
+def _listen_host(location: Any) -> str:
+    """The IP address a gRPC location listens on, for the data planes to listen on too."""
+    if location is None:
+        host = "localhost"
+    elif isinstance(location, tuple):
+        host = str(location[0])
+    else:
+        uri = _uri(location)
+        if uri.startswith("grpc+unix"):
+            return "127.0.0.1"
+        rest = uri.split("://", 1)[-1]
+        host = rest[1:].split("]", 1)[0] if rest.startswith("[") else rest.rsplit(":", 1)[0]
+    try:
+        return str(socket.getaddrinfo(host or "0.0.0.0", None)[0][4][0])
+    except OSError as e:
+        raise UsageError(f"cannot resolve {host!r}: {e}") from None
+
+
+def _where(location: Any, tls: bool) -> tuple[str, str]:
+    """The scheme and host clients use for a server given `location`."""
+    if location is None or isinstance(location, tuple):
+        host = "localhost" if location is None else str(location[0])
+        scheme = "grpc+tls" if tls else "grpc"
+    else:
+        scheme, _, rest = _uri(location).rpartition("://")
+        host = rest.rsplit(":", 1)[0]
+    return scheme, "127.0.0.1" if host in ("0.0.0.0", "[::]", "") else host
+
+
+class FlightServerBase(_pf.FlightServerBase):
+    """pyarrow.flight.FlightServerBase, with `key` (else WIRESPEED_KEY) for data planes beside
+    its gRPC: `planes` (default shm, ucx where built, tcp; with TLS, shm only, as the others
+    carry data between hosts unencrypted). DoGet, DoPut and DoExchange of a client holding the
+    key then run on a plane, calling the same methods; everything else is pyarrow's."""
+
+    def __init__(self, location: Any = None, auth_handler: Any = None, tls_certificates: Any = None,
+                 verify_client: Any = None, root_certificates: Any = None, middleware: Any = None, *,
+                 key: Key = None, planes: list[str] | None = None) -> None:
+        secret = _key_or_env(key)
+        self._planes: Any = None
+        self._plane_host = ""
+        self._given = (location, bool(tls_certificates))
+        middleware = dict(middleware or {})
+        if secret is not None and planes != []:
+            if planes is None and tls_certificates:
+                planes = ["shm"]
+            self._plane_host = _listen_host(location)
+            self._planes = _native.PlaneServer(_Dispatcher(self), self._plane_host, secret, planes)
+            middleware[_MIDDLEWARE] = _HelloAnswer(self._planes)
+        try:
+            super().__init__(location, auth_handler, tls_certificates, verify_client, root_certificates,
+                             middleware or None)
+        except BaseException:
+            self._stop_planes()
+            raise
 
     @property
     def location(self) -> str:
-        """`grpc://host:port` for clients (127.0.0.1 for a server on every address)."""
-        host = "127.0.0.1" if self._host in ("0.0.0.0", "") else self._host
-        return f"grpc://{host}:{self.port}"
+        """Where clients reach this server: `grpc://host:port` or `grpc+tls://` (127.0.0.1
+        for a server on every address)."""
+        scheme, host = _where(*self._given)
+        return f"{scheme}://{host}:{self.port}"
 
     @property
     def planes(self) -> list[tuple[str, str]]:
         """The data planes served, as (name, listener URL)."""
-        return self._native.planes
+        return [] if self._planes is None else self._planes.planes
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A service's own do_action answers every action but ours.
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("do_action")
+        if own is not None:
+            @functools.wraps(own)
+            def do_action(self: FlightServerBase, context: Any, action: Any) -> Any:
+                answer = self._plane_action(context, action)
+                return own(self, context, action) if answer is None else answer
+
+            cls.do_action = do_action  # type: ignore[method-assign]
+
+    def _plane_action(self, context: Any, action: Any) -> list[_pf.Result] | None:
+        method = _PLANE_ACTIONS.get(action.type)
+        if method is None or self._planes is None or context.get_middleware(_MIDDLEWARE) is None:
+            return None
+        uris = self._planes.locations(method, action.body.to_pybytes(), self._plane_host)
+        return [_pf.Result(pa.py_buffer(uri.encode())) for uri in uris]
+
+    def do_action(self, context: Any, action: Any) -> Any:
+        answer = self._plane_action(context, action)
+        return super().do_action(context, action) if answer is None else answer
+
+    def _stop_planes(self) -> None:
+        if self._planes is not None:
+            self._planes.shutdown()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._stop_planes()
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        self._stop_planes()
+
+
+class DirectoryServer:
+    """`wirespeed serve` running in this process; see `serve`."""
+
+    def __init__(self, native: Any, host: str, scheme: str) -> None:
+        self._native, self._host, self._scheme = native, host, scheme
+
+    @property
+    def port(self) -> int:
+        return int(self._native.port)
+
+    @property
+    def location(self) -> str:
+        """`grpc://host:port` (or `grpc+tls://`) for clients; 127.0.0.1 for every address."""
+        host = "127.0.0.1" if self._host in ("0.0.0.0", "") else self._host
+        return f"{self._scheme}://{host}:{self.port}"
+
+    @property
+    def planes(self) -> list[tuple[str, str]]:
+        """The data planes served, as (name, listener URL)."""
+        return list(self._native.planes)
 
     def serve(self) -> None:
         """Blocks until `shutdown` (from another thread) or Ctrl-C."""
         self._native.wait()
-
-    def run(self) -> None:
-        self.serve()
 
     def wait(self) -> None:
         self.serve()
@@ -200,71 +338,30 @@ class _Running:
     def shutdown(self) -> None:
         self._native.shutdown()
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> DirectoryServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
 
-class FlightServerBase(_Running):
-    """A Flight service, as `pyarrow.flight.FlightServerBase`: subclass it and override the
-    calls. It serves on gRPC at `location` and, with a `key` (else WIRESPEED_KEY), on the data
-    planes too (`planes`: default shm, ucx where built, tcp). Handlers run on many threads at
-    once; data moves without the GIL. `password` asks clients for Flight's Basic auth."""
-
-    def __init__(self, location: str | Location | tuple[str, int] | None = None, auth_handler: object = None, *,
-                 key: Key = None, planes: list[str] | None = None, password: str | None = None,
-                 handler_threads: int = 64, **unsupported: object) -> None:
-        if auth_handler is not None:
-            raise UsageError("auth_handler: not supported by wirespeed.flight; pass password= for Basic auth")
-        for name, value in unsupported.items():
-            if value not in (None, False):
-                raise UsageError(f"{name}: not supported by wirespeed.flight")
-        listen = _listen(location)
-        self._native = _native.FlightServer(_Dispatcher(self), listen, _key(key), planes, password, handler_threads)
-        self._host = listen.rsplit(":", 1)[0]
-
-    def list_flights(self, context: ServerCallContext, criteria: bytes) -> Iterable[FlightInfo]:
-        return []
-
-    def get_flight_info(self, context: ServerCallContext, descriptor: FlightDescriptor) -> FlightInfo:
-        raise NotImplementedError("GetFlightInfo is not implemented")
-
-    def get_schema(self, context: ServerCallContext, descriptor: FlightDescriptor) -> SchemaResult | pa.Schema:
-        return SchemaResult(self.get_flight_info(context, descriptor).schema)
-
-    def do_get(self, context: ServerCallContext, ticket: Ticket) -> Any:
-        raise NotImplementedError("DoGet is not implemented")
-
-    def do_put(self, context: ServerCallContext, descriptor: FlightDescriptor, reader: Any, writer: Any) -> None:
-        raise NotImplementedError("DoPut is not implemented")
-
-    def do_exchange(self, context: ServerCallContext, descriptor: FlightDescriptor, reader: Any, writer: Any) -> None:
-        raise NotImplementedError("DoExchange is not implemented")
-
-    def do_action(self, context: ServerCallContext, action: Action) -> Iterable[Result | bytes] | None:
-        raise NotImplementedError(f"unknown action {action.type!r}")
-
-    def list_actions(self, context: ServerCallContext) -> Iterable[ActionType | tuple[str, str]]:
-        return []
-
-
-class DirectoryServer(_Running):
-    """`wirespeed serve` running in this process; see `serve`."""
-
-    def __init__(self, native: Any, host: str) -> None:
-        self._native, self._host = native, host
-
-
-def serve(directory: str | os.PathLike[str], location: str | Location | tuple[str, int] | None = None,
-          key: Key = None, *, planes: list[str] | None = None, password: str | None = None, cache_mb: int = 0,
-          handler_threads: int = 64) -> DirectoryServer:
+def serve(directory: str | os.PathLike[str], location: Any = None, key: Key = None, *,
+          planes: list[str] | None = None, password: str | None = None, password_over_plaintext: bool = False,
+          tls_certificates: list[tuple[bytes, bytes]] | None = None, root_certificates: bytes | None = None,
+          cache_mb: int = 0, handler_threads: int = 64) -> DirectoryServer:
     """Serves the Arrow IPC and Parquet files under `directory` as flights (keyed by relative
     path), as `wirespeed serve` does: uploads land whole or not at all, `cache_mb` keeps
-    decoded tables in memory. Returns the running server; `serve()` on it blocks."""
-    listen = _listen(location)
-    native = _native.serve_directory(os.fspath(directory), listen, _key(key), planes, password, handler_threads,
-                                     cache_mb)
-    return DirectoryServer(native, listen.rsplit(":", 1)[0])
-
+    decoded tables in memory. `tls_certificates` ([(cert PEM, key PEM)]) serves grpc+tls,
+    `root_certificates` then asks clients for certificates from that CA (mutual TLS); a
+    `password` needs TLS unless `password_over_plaintext`. Returns the running server."""
+    uri = _uri(location or "grpc://127.0.0.1:0")
+    scheme, listen = uri.split("://", 1) if "://" in uri else ("grpc", uri)
+    if scheme not in ("grpc", "grpc+tcp", "grpc+tls"):
+        raise UsageError(f"{scheme}://: serve listens on grpc://host:port or grpc+tls://host:port")
+    tls = None
+    if tls_certificates:
+        (cert, private_key), = tls_certificates
+        tls = (bytes(cert), bytes(private_key), None if root_certificates is None else bytes(root_certificates))
+    native = _native.serve_directory(os.fspath(directory), listen, _key(key), planes, password,
+                                     password_over_plaintext, tls, handler_threads, cache_mb)
+    return DirectoryServer(native, listen.rsplit(":", 1)[0], "grpc+tls" if tls else "grpc")

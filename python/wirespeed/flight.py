@@ -1,111 +1,90 @@
-"""Arrow Flight shaped like `pyarrow.flight`: change the import and the data of every call
-can travel over shared memory (same host), UCX, libfabric or TCP instead of gRPC.
+"""`pyarrow.flight`, whose data can travel over shared memory (same host), UCX, libfabric or
+TCP instead of gRPC: change the import, keep the program.
 
-The control plane is standard gRPC, so the client talks to any Flight server and any Flight
-client talks to the server. Descriptors, tickets, FlightInfo and the rest are pyarrow.flight's
-own classes. A data plane needs a key both ends hold (`key=` or WIRESPEED_KEY); without one,
-calls go over gRPC.
+Everything here is pyarrow.flight's own (the same classes, not copies), except FlightClient
+and FlightServerBase, which are pyarrow's with a data-plane key added (`key=`, else the
+WIRESPEED_KEY environment variable). Without a key they behave as pyarrow's do, to the byte.
+With one, a client asks the server once, in a way any Flight server answers harmlessly,
+whether it serves data planes; if it does, DoGet, DoPut and DoExchange run on the fastest one
+this process can reach, everything else (and every call to any other server) on gRPC.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+import socket
 from typing import Any
 
 import pyarrow as pa
-from pyarrow.flight import (
-    Action,
-    ActionType,
-    DescriptorType,
-    FlightDescriptor,
-    FlightEndpoint,
-    FlightInfo,
-    Location,
-    Result,
-    SchemaResult,
-    Ticket,
-)
-
+import pyarrow.flight as _pf
+from pyarrow.flight import *  # noqa: F401,F403 - pyarrow.flight's whole API is this module's
 
 from . import Key, _key, _native
 from ._errors import UsageError
-from ._flight_base import (
-    FlightAlreadyExistsError,
-    FlightCancelledError,
-    FlightError,
-    FlightInternalError,
-    FlightInvalidArgumentError,
-    FlightNotFoundError,
-    FlightNotImplementedError,
-    FlightServerError,
-    FlightStreamChunk,
-    FlightTimedOutError,
-    FlightUnauthenticatedError,
-    FlightUnauthorizedError,
-    FlightUnavailableError,
-    _descriptor,
-    _Reading,
-    _uri,
-)
-from ._flight_server import (
-    DirectoryServer,
-    FlightServerBase,
-    GeneratorStream,
-    RecordBatchStream,
-    ServerCallContext,
-    serve,
-    share,
-)
+from ._flight_base import _Reading
+from ._flight_server import DirectoryServer, FlightServerBase, GeneratorStream, RecordBatchStream, serve, share
+
+__all__ = sorted({n for n in dir(_pf) if not n.startswith("_")} | {"DirectoryServer", "serve", "share"})
+
+HELLO_HEADER = "x-wirespeed-hello"
+PLANES_HEADER = "x-wirespeed-planes"
 
 
-__all__ = [
-    "Action",
-    "ActionType",
-    "DescriptorType",
-    "FlightAlreadyExistsError",
-    "FlightCancelledError",
-    "FlightClient",
-    "FlightDescriptor",
-    "FlightEndpoint",
-    "FlightError",
-    "FlightInfo",
-    "FlightInternalError",
-    "FlightInvalidArgumentError",
-    "FlightMetadataReader",
-    "FlightNotFoundError",
-    "FlightNotImplementedError",
-    "FlightServerBase",
-    "FlightServerError",
-    "FlightStreamChunk",
-    "FlightStreamReader",
-    "FlightStreamWriter",
-    "FlightTimedOutError",
-    "FlightUnauthenticatedError",
-    "FlightUnauthorizedError",
-    "FlightUnavailableError",
-    "GeneratorStream",
-    "Location",
-    "RecordBatchStream",
-    "Result",
-    "SchemaResult",
-    "ServerCallContext",
-    "DirectoryServer",
-    "Ticket",
-    "connect",
-    "serve",
-    "share",
-]
+def _key_or_env(key: Key) -> bytes | None:
+    if key is not None:
+        return _key(key)
+    return os.environb.get(b"WIRESPEED_KEY") or None
+
+
+def _host(location: Any) -> str:
+    """The host a location names, as an address a data plane on every address is reached at."""
+    if isinstance(location, tuple):
+        host = str(location[0])
+    else:
+        uri = location.uri.decode() if isinstance(location, _pf.Location) else str(location)
+        rest = uri.split("://", 1)[-1]
+        host = rest.rsplit(":", 1)[0] if not rest.startswith("[") else rest[1:].split("]", 1)[0]
+        if uri.startswith("grpc+unix"):
+            host = "127.0.0.1"
+    try:
+        return socket.getaddrinfo(host or "127.0.0.1", None)[0][4][0]
+    except OSError:
+        return host
+
+
+class _Hello(_pf.ClientMiddlewareFactory):
+    """Adds the hello to each call and notes whether the server answered it."""
+
+    def __init__(self, planes: Any) -> None:
+        self.planes = planes
+        self.answered: bool | None = None
+
+    def start_call(self, info: _pf.CallInfo) -> _pf.ClientMiddleware:
+        return _HelloCall(self)
+
+
+class _HelloCall(_pf.ClientMiddleware):
+    def __init__(self, factory: _Hello) -> None:
+        self.factory = factory
+
+    def sending_headers(self) -> dict[str, str]:
+        return {HELLO_HEADER: self.factory.planes.hello()}
+
+    def received_headers(self, headers: dict[str, Any]) -> None:
+        if PLANES_HEADER in headers:
+            self.factory.answered = True
 
 
 class FlightStreamReader(_Reading):
-    """The batches of a `do_get` (or the answers of a `do_exchange`)."""
+    """A do_get's (or do_exchange's) batches arriving over a data plane, with pyarrow's
+    FlightStreamReader methods."""
 
     def __init__(self, native: Any) -> None:
         self._native = native
 
     @property
     def plane(self) -> str:
-        """The plane carrying the data: shm, ucx, tcp, ofi+<provider> or grpc."""
+        """The plane carrying the data: shm, ucx, tcp or ofi+<provider>."""
         return self._native.plane
 
     def cancel(self) -> None:
@@ -118,10 +97,28 @@ class FlightStreamReader(_Reading):
         self.cancel()
 
 
+class _ExchangeReader(FlightStreamReader):
+    """An exchange's reader: it waits for the server's schema only when first read, as the
+    server may read all its input before it writes."""
+
+    def __init__(self, writer: FlightStreamWriter) -> None:
+        self._writer = writer
+        self._opened: Any = None
+
+    @property
+    def _native(self) -> Any:  # type: ignore[override]
+        if self._opened is None:
+            pending = self._writer._pending
+            if pending is None:
+                raise UsageError("call writer.begin(schema) before reading an exchange")
+            self._opened = pending.open()
+        return self._opened
+
+
 class FlightMetadataReader:
-    """The server's PutResults of a `do_put`. While writing goes on, `read` waits for the next
-    (a server may acknowledge each batch, as Arrow's examples do); after `done_writing` it
-    gives the rest, then None."""
+    """A do_put's PutResults over a data plane: while writing goes on, `read` waits for the
+    next (a server may acknowledge each batch); after `done_writing` it gives the rest, then
+    None."""
 
     def __init__(self, writer: FlightStreamWriter) -> None:
         self._writer = writer
@@ -129,66 +126,64 @@ class FlightMetadataReader:
     def read(self) -> pa.Buffer | None:
         writer = self._writer
         if not writer._done:
-            result = writer._writer().next_result()
+            result = writer._begun().next_result()
             return None if result is None else pa.py_buffer(result)
         return pa.py_buffer(writer._results.pop(0)) if writer._results else None
 
 
 class FlightStreamWriter:
-    """The sending half of a `do_put` or `do_exchange`."""
+    """The sending half of a do_put or do_exchange over a data plane, with pyarrow's
+    FlightStreamWriter methods."""
 
-    def __init__(self, start: Callable[[pa.Schema], Any], native: Any = None) -> None:
-        self._start = start
-        self._native = native
+    def __init__(self, native: Any = None, start: Any = None) -> None:
+        self._native, self._start = native, start
+        self._pending: Any = None
         self._results: list[bytes] = []
         self._done = False
 
     @property
     def plane(self) -> str:
-        return self._writer().plane
+        return self._begun().plane
 
-    def _writer(self) -> Any:
+    def _begun(self) -> Any:
         if self._native is None:
             raise UsageError("call begin(schema) first")
         return self._native
 
     def begin(self, schema: pa.Schema, options: object = None) -> None:
-        """Starts an exchange's stream with `schema` (an upload's starts in `do_put`)."""
-        if self._native is not None:
+        """Starts an exchange's stream with `schema` (an upload's starts in do_put)."""
+        if self._native is not None or self._start is None:
             raise UsageError("the stream has begun already")
-        self._native = self._start(schema)
+        self._native, self._pending = self._start(schema)
 
-    def write_batch(self, batch: Any) -> None:
-        """Sends a RecordBatch (or anything with `__arrow_c_array__`)."""
-        self._writer().write_batch(batch)
+    def write_batch(self, batch: Any, custom_metadata: object = None) -> None:
+        self._begun().write_batch(batch)
 
     def write_with_metadata(self, batch: Any, buf: bytes | pa.Buffer) -> None:
-        self._writer().write_batch(batch, bytes(buf))
+        self._begun().write_batch(batch, bytes(buf))
 
     def write_metadata(self, buf: bytes | pa.Buffer) -> None:
-        self._writer().write_metadata(bytes(buf))
+        self._begun().write_metadata(bytes(buf))
 
     def write_table(self, table: Any, max_chunksize: int | None = None) -> None:
-        """Sends a Table, RecordBatchReader or anything with `__arrow_c_stream__`."""
         if max_chunksize is not None and isinstance(table, pa.Table):
             table = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize))
-        self._writer().write_stream(table)
+        self._begun().write_stream(table)
 
     def write(self, table_or_batch: Any) -> None:
-        if hasattr(table_or_batch, "__arrow_c_stream__") and not isinstance(table_or_batch, pa.RecordBatch):
-            self.write_table(table_or_batch)
-        else:
+        if isinstance(table_or_batch, pa.RecordBatch):
             self.write_batch(table_or_batch)
+        else:
+            self.write_table(table_or_batch)
 
     def done_writing(self) -> None:
         """Tells the server this side is done; for an upload, waits for its PutResults."""
-        if not self._done:
+        if not self._done and self._native is not None:
             self._done = True
-            self._results = list(self._writer().finish())
+            self._results = list(self._native.finish())
 
     def close(self) -> None:
-        if self._native is not None:
-            self.done_writing()
+        self.done_writing()
 
     def __enter__(self) -> FlightStreamWriter:
         return self
@@ -197,108 +192,93 @@ class FlightStreamWriter:
         self.close()
 
 
-class _ExchangeReader(FlightStreamReader):
-    """An exchange's reader, whose stream opens once the writer begins."""
+class FlightClient(_pf.FlightClient):
+    """pyarrow.flight.FlightClient, with `key` (else WIRESPEED_KEY) for the data planes of a
+    wirespeed server, and `transport`: "auto" (the fastest plane offered, else gRPC), "grpc",
+    or one plane ("shm", "tcp", "ucx", "ofi+tcp", ...) or an error."""
 
-    def __init__(self, box: list[Any]) -> None:
-        self._box = box
+    def __init__(self, location: Any, *, tls_root_certs: bytes | None = None, cert_chain: bytes | None = None,
+                 private_key: bytes | None = None, override_hostname: str | None = None,
+                 middleware: list[_pf.ClientMiddlewareFactory] | None = None,
+                 write_size_limit_bytes: int | None = None, disable_server_verification: bool | None = None,
+                 generic_options: list[tuple[str, Any]] | None = None, key: Key = None,
+                 transport: str = "auto") -> None:
+        secret = _key_or_env(key)
+        self._planes: Any = None
+        self._hello: _Hello | None = None
+        self._transport = transport
+        middleware = list(middleware or [])
+        if transport != "grpc" and (secret is not None or transport != "auto"):
+            if secret is None:
+                raise UsageError(f"transport {transport!r}: a data plane needs a key (key= or WIRESPEED_KEY)")
+            self._planes = _native.PlaneClient(secret, transport, _host(location))
+            self._hello = _Hello(self._planes)
+            middleware.append(self._hello)
+        super().__init__(location, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key,
+                         override_hostname=override_hostname, middleware=middleware or None,
+                         write_size_limit_bytes=write_size_limit_bytes,
+                         disable_server_verification=disable_server_verification, generic_options=generic_options)
 
-    @property
-    def _native(self) -> Any:
-        if not self._box:
-            raise UsageError("call writer.begin(schema) before reading an exchange")
-        return self._box[0]
+    @classmethod
+    def connect(cls, location: Any, tls_root_certs: bytes | None = None, cert_chain: bytes | None = None,
+                private_key: bytes | None = None, override_hostname: str | None = None,
+                disable_server_verification: bool | None = None) -> FlightClient:
+        return cls(location, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key,
+                   override_hostname=override_hostname, disable_server_verification=disable_server_verification)
 
+    def _locations(self, method: str, target: bytes, options: Any) -> list[str]:
+        """Where the server would run this call, if it serves data planes: asked only of a
+        server that answered our hello (with ListActions, once, if no call has yet)."""
+        hello = self._hello
+        if hello is None:
+            return []
+        if hello.answered is None:
+            try:
+                super().list_actions(options)
+            except (_pf.FlightError, pa.ArrowException):
+                return []
+            hello.answered = bool(hello.answered)
+        if not hello.answered:
+            return []
+        results = super().do_action(_pf.Action(f"wirespeed.{method}", target), options)
+        return [r.body.to_pybytes().decode() for r in results]
 
-class FlightClient:
-    """A Flight client, as `pyarrow.flight.FlightClient`.
+    def do_get(self, ticket: _pf.Ticket, options: _pf.FlightCallOptions | None = None) -> Any:
+        if self._planes is not None:
+            native = self._planes.get(self._locations("get", ticket.ticket, options), ticket.ticket)
+            if native is not None:
+                return FlightStreamReader(native)
+        return super().do_get(ticket, options)
 
-    `key` (else WIRESPEED_KEY) opens the data planes a wirespeed server offers; the fastest
-    reachable one carries each call (shm on the same host, then ucx, ofi, tcp). `transport`
-    forces one ("grpc", "shm", "tcp", ...). TLS options are not supported.
-    """
+    def do_put(self, descriptor: _pf.FlightDescriptor, schema: pa.Schema,
+               options: _pf.FlightCallOptions | None = None) -> tuple[Any, Any]:
+        if self._planes is not None:
+            raw = descriptor.serialize()
+            native = self._planes.put(self._locations("put", raw, options), raw, schema)
+            if native is not None:
+                writer = FlightStreamWriter(native)
+                return writer, FlightMetadataReader(writer)
+        return super().do_put(descriptor, schema, options)
 
-    def __init__(self, location: str | Location | tuple[str, int], key: Key = None, *, transport: str = "auto",
-                 **unsupported: object) -> None:
-        for name, value in unsupported.items():
-            if value not in (None, False):
-                raise UsageError(f"{name}: not supported by wirespeed.flight")
-        self._native = _native.FlightClient(_uri(location), _key(key), transport)
-        self._endpoints: dict[bytes, bytes] = {}
+    def do_exchange(self, descriptor: _pf.FlightDescriptor,
+                    options: _pf.FlightCallOptions | None = None) -> tuple[Any, Any]:
+        if self._planes is not None:
+            raw = descriptor.serialize()
+            uris = self._locations("exchange", raw, options)
+            if uris or self._transport != "auto":
+                planes = self._planes
 
-    def _remember(self, info: FlightInfo) -> FlightInfo:
-        # do_get(ticket) then uses the endpoint's data planes without asking again.
-        for endpoint in info.endpoints:
-            if len(self._endpoints) > 4096:
-                self._endpoints.clear()
-            self._endpoints[endpoint.ticket.ticket] = endpoint.serialize()
-        return info
+                def start(schema: pa.Schema) -> tuple[Any, Any]:
+                    pair = planes.exchange(uris, raw, schema)
+                    if pair is None:
+                        raise _pf.FlightUnavailableError("no data plane the server offered could be reached")
+                    return pair
 
-    def authenticate_basic_token(self, username: str, password: str, options: object = None) -> tuple[bytes, bytes]:
-        """Flight's Basic-then-Bearer handshake; later calls carry the token. Returns the
-        header pair, as pyarrow does."""
-        token = self._native.authenticate(username, password)
-        return b"authorization", token.encode()
-
-    def list_flights(self, criteria: bytes = b"", options: object = None) -> Iterator[FlightInfo]:
-        return iter([self._remember(FlightInfo.deserialize(i)) for i in self._native.list_flights(criteria)])
-
-    def get_flight_info(self, descriptor: FlightDescriptor, options: object = None) -> FlightInfo:
-        return self._remember(FlightInfo.deserialize(self._native.get_flight_info(_descriptor(descriptor))))
-
-    def get_schema(self, descriptor: FlightDescriptor, options: object = None) -> SchemaResult:
-        return SchemaResult(self._native.get_schema(_descriptor(descriptor)))
-
-    def do_get(self, ticket: Ticket | FlightEndpoint | bytes, options: object = None) -> FlightStreamReader:
-        """Reads a ticket (or an endpoint of a FlightInfo) over the fastest plane offered."""
-        if isinstance(ticket, FlightEndpoint):
-            return FlightStreamReader(self._native.do_get(ticket.ticket.ticket, ticket.serialize()))
-        raw = ticket.ticket if isinstance(ticket, Ticket) else bytes(ticket)
-        return FlightStreamReader(self._native.do_get(raw, self._endpoints.get(raw)))
-
-    def do_put(self, descriptor: FlightDescriptor, schema: pa.Schema,
-               options: object = None) -> tuple[FlightStreamWriter, FlightMetadataReader]:
-        native = self._native.do_put(_descriptor(descriptor), schema)
-        writer = FlightStreamWriter(lambda _: native, native)
-        return writer, FlightMetadataReader(writer)
-
-    def do_exchange(self, descriptor: FlightDescriptor,
-                    options: object = None) -> tuple[FlightStreamWriter, FlightStreamReader]:
-        """Returns (writer, reader); the call starts at `writer.begin(schema)`."""
-        raw = _descriptor(descriptor)
-        box: list[Any] = []
-
-        def start(schema: pa.Schema) -> Any:
-            native_writer, native_reader = self._native.do_exchange(raw, schema)
-            box.append(native_reader)
-            return native_writer
-
-        writer = FlightStreamWriter(start)
-        return writer, _ExchangeReader(box)
-
-    def do_action(self, action: Action | str | tuple[str, bytes], options: object = None) -> Iterator[Result]:
-        if isinstance(action, str):
-            kind, body = action, b""
-        elif isinstance(action, tuple):
-            kind, body = action[0], bytes(action[1])
-        else:
-            kind, body = action.type, action.body.to_pybytes()
-        return iter([Result(pa.py_buffer(r)) for r in self._native.do_action(kind, body)])
-
-    def list_actions(self, options: object = None) -> list[ActionType]:
-        return [ActionType(t, d) for t, d in self._native.list_actions()]
-
-    def close(self) -> None:
-        self._native.close()
-
-    def __enter__(self) -> FlightClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+                writer = FlightStreamWriter(start=start)
+                return writer, _ExchangeReader(writer)
+        return super().do_exchange(descriptor, options)
 
 
-def connect(location: str | Location | tuple[str, int], key: Key = None, **kwargs: Any) -> FlightClient:
-    """Connects to a Flight server at `location` (`grpc://host:port`)."""
-    return FlightClient(location, key, **kwargs)
-
+def connect(location: Any, **kwargs: Any) -> FlightClient:
+    """pyarrow.flight.connect, with FlightClient's `key` and `transport`."""
+    return FlightClient(location, **kwargs)

@@ -158,7 +158,7 @@ impl Server {
             handler: Arc::new(handler),
             listen: "127.0.0.1:0".into(),
             key: None,
-            planes: Fabric::ALL.into_iter().filter(|k| default_plane(*k)).collect(),
+            planes: default_planes(),
             password: None,
             password_over_plaintext: false,
             tls: None,
@@ -200,6 +200,11 @@ impl Drop for Server {
         }
         self.shared.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// The planes a server offers unless told otherwise.
+pub fn default_planes() -> Vec<Fabric> {
+    Fabric::ALL.into_iter().filter(|k| default_plane(*k)).collect()
 }
 
 /// Whether a server offers `kind` unless told otherwise: every plane this build has but

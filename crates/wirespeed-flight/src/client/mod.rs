@@ -24,7 +24,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use wirespeed::Key;
 
-pub use planes::PlaneClient;
+pub use planes::{ExchangeReader, PlaneClient};
 pub use stream::{FlightReader, FlightWriter};
 use stream::{GrpcWriter, WriterInner};
 
@@ -348,8 +348,8 @@ impl Client {
     ) -> Result<(FlightWriter, FlightReader)> {
         if let Some(planes) = self.planes()? {
             let uris = self.plane_uris(EXCHANGE_ACTION, descriptor.encode_to_vec().into())?;
-            if let Some(pair) = planes.exchange(&uris, descriptor, schema)? {
-                return Ok(pair);
+            if let Some((writer, reader)) = planes.exchange(&uris, descriptor, schema)? {
+                return Ok((writer, reader.open()?));
             }
         }
         let runtime = self.runtime.clone();

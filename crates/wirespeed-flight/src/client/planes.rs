@@ -121,17 +121,31 @@ impl PlaneClient {
         FlightWriter::on_plane(stream, schema, location.kind, true).map(Some)
     }
 
-    /// Starts an exchange over a plane among `uris`.
+    /// Starts an exchange over a plane among `uris`. Its answers are read once asked for, as
+    /// a server may read all its input before it writes.
     pub fn exchange(
         &self,
         uris: &[String],
         descriptor: &FlightDescriptor,
         schema: &SchemaRef,
-    ) -> Result<Option<(FlightWriter, FlightReader)>> {
+    ) -> Result<Option<(FlightWriter, ExchangeReader)>> {
         let Some((location, stream)) = self.open(uris, Method::Exchange, &descriptor.encode_to_vec())? else {
             return Ok(None);
         };
         let writer = FlightWriter::on_plane(stream.clone(), schema, location.kind, false)?;
-        Ok(Some((writer, FlightReader::from_plane(stream, location.kind)?)))
+        Ok(Some((writer, ExchangeReader { stream, kind: location.kind })))
+    }
+}
+
+/// The reading half of an exchange on a data plane, before its schema has come.
+pub struct ExchangeReader {
+    stream: Arc<wirespeed::Stream>,
+    kind: wirespeed::Fabric,
+}
+
+impl ExchangeReader {
+    /// Waits for the server's schema.
+    pub fn open(self) -> Result<FlightReader> {
+        FlightReader::from_plane(self.stream, self.kind)
     }
 }

@@ -1,0 +1,152 @@
+//! `wirespeed serve` in a Python process: the directory service on our own gRPC server and
+//! every data plane, and tables put in sealed shared memory for it (or any server) to send.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+
+use pyo3::prelude::*;
+use wirespeed::Fabric;
+use wirespeed_flight::{Handler, Server, ServerTls};
+use wirespeed_serve::DirService;
+
+use crate::arrow;
+use crate::errors;
+use crate::wait::interruptible;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<FlightServer>()?;
+    m.add_function(wrap_pyfunction!(serve_directory, m)?)?;
+    m.add_function(wrap_pyfunction!(share_table, m)?)?;
+    Ok(())
+}
+
+/// A running server; `shutdown` stops it.
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct FlightServer {
+    server: Mutex<Option<Server>>,
+    stopped: Arc<(Mutex<bool>, Condvar)>,
+    port: u16,
+    planes: Vec<(String, String)>,
+}
+
+/// Who may call a server, and how they reach it.
+struct Access {
+    password: Option<String>,
+    password_over_plaintext: bool,
+    tls: Option<ServerTls>,
+}
+
+impl FlightServer {
+    /// Starts `handler` on gRPC at `listen` and, with a key, on `planes` (default: all; with
+    /// TLS, shm only).
+    fn start(
+        py: Python<'_>,
+        handler: impl Handler,
+        listen: &str,
+        key: Option<Vec<u8>>,
+        planes: Option<Vec<String>>,
+        access: Access,
+        handler_threads: usize,
+    ) -> PyResult<Self> {
+        let mut builder = Server::builder(handler).listen(listen).handler_threads(handler_threads);
+        let planes = planes.or_else(|| access.tls.is_some().then(|| vec!["shm".to_string()]));
+        if let Some(planes) = planes {
+            let kinds = planes
+                .iter()
+                .map(|p| {
+                    p.parse::<Fabric>().map_err(|_| errors::usage(format!("unknown plane {p:?} ({})", Fabric::names())))
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            builder = builder.planes(&kinds);
+        }
+        if let Some(k) = crate::keys::key(key)? {
+            builder = builder.key(k);
+        }
+        if let Some(p) = access.password {
+            builder = builder.password(p);
+        }
+        if access.password_over_plaintext {
+            builder = builder.password_over_plaintext();
+        }
+        if let Some(tls) = access.tls {
+            builder = builder.tls(tls);
+        }
+        let server = py.detach(|| builder.start()).map_err(errors::flight)?;
+        let planes = server.planes().into_iter().map(|(k, url)| (k.name().to_string(), url)).collect();
+        Ok(FlightServer {
+            port: server.addr().port(),
+            planes,
+            server: Mutex::new(Some(server)),
+            stopped: Arc::default(),
+        })
+    }
+}
+
+/// The batches of `data` (a Table or any Arrow stream) copied once into one sealed shared
+/// region: served over the shm plane, clients on this host map them and nobody copies again.
+#[pyfunction]
+pub fn share_table<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let stream = arrow::stream_from_py(data)?;
+    let schema = arrow_array::RecordBatchReader::schema(&stream);
+    let batches = stream.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| errors::usage(e.to_string()))?;
+    let shared = py.detach(|| wirespeed_flight::share_all(&batches)).map_err(errors::flight)?;
+    arrow::table_to_py(py, schema, shared)
+}
+
+/// `wirespeed serve`: the Arrow and Parquet files under `root` as flights, with uploads.
+/// `tls`: (certificate chain, private key, client CA for mutual TLS), all PEM.
+#[pyfunction]
+#[pyo3(signature = (root, listen, key=None, planes=None, password=None, password_over_plaintext=false, tls=None,
+                    handler_threads=64, cache_mb=0))]
+#[allow(clippy::too_many_arguments)]
+pub fn serve_directory(
+    py: Python<'_>,
+    root: PathBuf,
+    listen: String,
+    key: Option<Vec<u8>>,
+    planes: Option<Vec<String>>,
+    password: Option<String>,
+    password_over_plaintext: bool,
+    tls: Option<(Vec<u8>, Vec<u8>, Option<Vec<u8>>)>,
+    handler_threads: usize,
+    cache_mb: usize,
+) -> PyResult<FlightServer> {
+    let service = DirService::new(root, cache_mb << 20).map_err(errors::flight)?;
+    let tls = tls.map(|(cert_chain, private_key, client_ca)| ServerTls { cert_chain, private_key, client_ca });
+    let access = Access { password, password_over_plaintext, tls };
+    FlightServer::start(py, service, &listen, key, planes, access, handler_threads)
+}
+
+#[pymethods]
+impl FlightServer {
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The data planes served, as (name, listener URL).
+    #[getter]
+    fn planes(&self) -> Vec<(String, String)> {
+        self.planes.clone()
+    }
+
+    /// Blocks until `shutdown` (from another thread) or Ctrl-C.
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        let stopped = self.stopped.clone();
+        interruptible(py, move || {
+            let (lock, cv) = &*stopped;
+            let mut done = lock.lock().unwrap_or_else(|p| p.into_inner());
+            while !*done {
+                done = cv.wait(done).unwrap_or_else(|p| p.into_inner());
+            }
+        })
+    }
+
+    fn shutdown(&self, py: Python<'_>) {
+        let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(server));
+        let (lock, cv) = &*self.stopped;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+    }
+}
