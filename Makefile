@@ -35,7 +35,7 @@ conformance-ucx: bootstrap
 # Arrow Flight interop with a real pyarrow (from the bootstrap's venv), both directions.
 interop: bootstrap
 	$(TEST_BUILD)
-	.venv/bin/python -m pytest -q tests/interop
+	.venv/bin/python -m pytest -q --timeout 300 tests/interop
 
 # The conformance suite over libfabric once more without one-sided access, as on a provider
 # that lacks FI_RMA: bodies travel in pieces and one-sided access as frames.
@@ -45,7 +45,7 @@ conformance-ofi: bootstrap
 # The Python package (python/), built into the venv, against the real binary and pyarrow.
 python: bootstrap
 	bash scripts/python_dev.sh
-	.venv/bin/python -m pytest -q python/tests
+	.venv/bin/python -m pytest -q --timeout 300 python/tests
 
 test: lint unit conformance-ucx conformance-ofi interop python
 

@@ -3,6 +3,7 @@
 //! schemas and batches through the Arrow C interfaces.
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use arrow_array::RecordBatch;
 use arrow_flight::FlightDescriptor;
@@ -201,7 +202,12 @@ impl FlightReader {
     fn read_all<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let stopped = Arc::new(Mutex::new(None));
         let batches =
-            Batches { schema: self.schema.clone(), reader: self.reader.clone(), stopped: Some(stopped.clone()) };
+            Batches {
+            schema: self.schema.clone(),
+            reader: self.reader.clone(),
+            stopped: Some(stopped.clone()),
+            checked: Instant::now(),
+        };
         let table = arrow::read_all(py, Box::new(batches));
         let stop = stopped.lock().unwrap_or_else(|p| p.into_inner()).take();
         if stop.is_some() || table.is_err() {
@@ -226,7 +232,7 @@ impl FlightReader {
         let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
         let reader = reader.ok_or_else(|| errors::usage("the reader was handed on or closed"))?;
         let reader = Arc::new(Mutex::new(Some(reader)));
-        arrow::stream_capsule(py, Box::new(Batches { schema: self.schema.clone(), reader, stopped: None }))
+        arrow::stream_capsule(py, Box::new(Batches { schema: self.schema.clone(), reader, stopped: None, checked: Instant::now() }))
     }
 
     /// Stops reading; the server sees the call cancelled.
@@ -249,6 +255,8 @@ struct Batches {
     /// Set for pyarrow's read_all on the caller's thread: waits are cut into slices with
     /// Python's signal handlers run between them, and why reading stopped is kept here.
     stopped: Option<Arc<Mutex<Option<Stop>>>>,
+    /// When Python's signal handlers last ran.
+    checked: Instant,
 }
 
 impl Batches {
@@ -258,6 +266,11 @@ impl Batches {
             Stop::Failed(wirespeed_flight::Error::invalid_argument("the reader was handed on or closed"))
         })?;
         if self.stopped.is_some() {
+            // Between waits, and every TICK of a stream that never makes us wait.
+            if self.checked.elapsed() >= TICK {
+                self.checked = Instant::now();
+                signals_without_attach().map_err(Stop::Interrupted)?;
+            }
             while !reader.wait_ready(TICK).map_err(Stop::Failed)? {
                 signals_without_attach().map_err(Stop::Interrupted)?;
             }
@@ -296,13 +309,16 @@ type SharedWriter = Arc<Mutex<Option<wirespeed_flight::FlightWriter>>>;
 #[pyclass(module = "wirespeed._native", frozen)]
 pub struct FlightWriter {
     writer: SharedWriter,
+    /// A DoPut's PutResults, apart so that one thread may wait for them while another writes.
+    results: Arc<Mutex<Option<wirespeed_flight::PutResults>>>,
     plane: &'static str,
 }
 
 impl FlightWriter {
-    pub fn new(writer: wirespeed_flight::FlightWriter) -> Self {
+    pub fn new(mut writer: wirespeed_flight::FlightWriter) -> Self {
         let plane = writer.plane().name();
-        FlightWriter { writer: Arc::new(Mutex::new(Some(writer))), plane }
+        let results = Arc::new(Mutex::new(writer.take_results()));
+        FlightWriter { writer: Arc::new(Mutex::new(Some(writer))), results, plane }
     }
 
     fn write(&self, py: Python<'_>, payloads: Vec<Payload>) -> PyResult<()> {
@@ -349,9 +365,9 @@ impl FlightWriter {
     /// A DoPut's next PutResult, as the server sends it while we write; None once the call
     /// has ended.
     fn next_result<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let writer = self.writer.clone();
-        let result = interruptible(py, move || match writer.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            Some(w) => w.next_result(),
+        let results = self.results.clone();
+        let result = interruptible(py, move || match results.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(r) => r.next(),
             None => Ok(None),
         })?
         .map_err(errors::flight)?;
@@ -360,11 +376,14 @@ impl FlightWriter {
 
     /// Ends the upload; returns the server's PutResults not read yet (for an exchange, none).
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let writer = self.writer.clone();
+        let (writer, results) = (self.writer.clone(), self.results.clone());
         let results = interruptible(py, move || {
             let taken = writer.lock().unwrap_or_else(|p| p.into_inner()).take();
-            match taken {
-                Some(w) => w.finish(),
+            if let Some(w) = taken {
+                w.finish()?;
+            }
+            match results.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+                Some(r) => r.rest(),
                 None => Ok(Vec::new()),
             }
         })?

@@ -21,6 +21,12 @@ from wirespeed_proc import BIN, ROOT, WirespeedProc, free_port  # noqa: E402, F4
 KEY = "python test key, 0123456789"
 
 
+def plane(reader_or_writer):
+    """The plane a call runs on: a data plane's reader or writer says; on gRPC they are
+    pyarrow's own, which do not."""
+    return getattr(reader_or_writer, "plane", "grpc")
+
+
 def table(rows=20_000, seed=0):
     return pa.table({
         "a": pa.array(range(seed, seed + rows), pa.int64()),
@@ -43,6 +49,9 @@ class Tables(flight.FlightServerBase):
 
     def list_flights(self, context, criteria):
         return [self._info(n) for n in sorted(self.tables)]
+
+    def get_schema(self, context, descriptor):
+        return pf.SchemaResult(self.get_flight_info(context, descriptor).schema)
 
     def get_flight_info(self, context, descriptor):
         if descriptor.command not in self.tables:

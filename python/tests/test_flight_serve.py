@@ -1,10 +1,14 @@
 """`wirespeed.flight.serve`: the `wirespeed serve` service from Python, for any client."""
 
+import functools
+
+import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.flight as pf
 import pytest
 
 from wirespeed import flight
+import tls_certs
 from conftest import KEY, table
 
 
@@ -27,22 +31,34 @@ def test_serve_a_directory_to_pyarrow_and_wirespeed_clients(directory):
         writer.write_table(table(9))
         writer.close()
         assert b'"rows":9' in results.read().to_pybytes()
-        assert ours.do_get(ours.get_flight_info(pf.FlightDescriptor.for_path("up.parquet")).endpoints[0]).read_all().num_rows == 9
+        info = ours.get_flight_info(pf.FlightDescriptor.for_path("up.parquet"))
+        assert ours.do_get(info.endpoints[0].ticket).read_all().num_rows == 9
         assert (directory / "up.parquet").exists()
 
 
-def test_serve_with_a_password(directory):
-    with flight.serve(directory, password="sesame") as server:
-        client = flight.connect(server.location)
+def test_serve_with_a_password(directory, tmp_path):
+    with pytest.raises(pa.ArrowInvalid, match="in clear"):
+        flight.serve(directory, password="sesame")
+    certs = tls_certs.make(tmp_path / "certs")
+    tls = [(certs.read("server_cert"), certs.read("server_key"))]
+    with flight.serve(directory, password="sesame", tls_certificates=tls, key=KEY) as server:
+        assert server.location.startswith("grpc+tls://")
+        assert [name for name, _ in server.planes] == ["shm"]  # with TLS, only what stays on this host
+        connect = functools.partial(flight.connect, tls_root_certs=certs.read("ca"))
+        client = connect(server.location)
         with pytest.raises(flight.FlightUnauthenticatedError):
             client.get_flight_info(pf.FlightDescriptor.for_path("t.arrow"))
         header = client.authenticate_basic_token("user", "sesame")
         assert header[0] == b"authorization" and header[1].startswith(b"Bearer ")
-        assert client.get_flight_info(pf.FlightDescriptor.for_path("t.arrow")).total_records == 20_000
+        options = pf.FlightCallOptions(headers=[header])
+        info = client.get_flight_info(pf.FlightDescriptor.for_path("t.arrow"), options)
+        assert info.total_records == 20_000
+        reader = connect(server.location, key=KEY).do_get(info.endpoints[0].ticket, options)
+        assert reader.plane == "shm" and reader.read_all().equals(table(seed=3))
         with pytest.raises(flight.FlightUnauthenticatedError):
-            flight.connect(server.location).authenticate_basic_token("user", "wrong")
+            connect(server.location).authenticate_basic_token("user", "wrong")
 
 
 def test_serve_refuses_what_is_not_a_directory(tmp_path):
-    with pytest.raises(flight.FlightInvalidArgumentError, match="not a directory"):
+    with pytest.raises(pa.ArrowInvalid, match="not a directory"):
         flight.serve(tmp_path / "missing")

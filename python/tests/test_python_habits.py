@@ -19,6 +19,9 @@ import pyarrow as pa
 from wirespeed import flight
 
 class Stalls(flight.FlightServerBase):
+    def list_actions(self, context):
+        return []
+
     def do_get(self, context, ticket):
         schema = pa.schema([("a", pa.int64())])
         def batches():
@@ -56,7 +59,8 @@ os._exit(1)
 """
 
 
-@pytest.mark.parametrize("transport", ["shm", "grpc"])
+# On gRPC the reader is pyarrow's own, which takes Ctrl-C between batches only, as pyarrow does.
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize("script", [STALLED_READ, STALLED_ITERATION], ids=["read_all", "iteration"])
 def test_ctrl_c_interrupts_a_blocking_read(transport, script):
     script = script.replace("TRANSPORT", repr(transport))

@@ -58,7 +58,10 @@ def _payloads(item: Any) -> Iterator[tuple[Any, Any]]:
         yield item, None
     elif isinstance(item, RecordBatchStream):
         yield from _payloads(item._source)
-    elif isinstance(item, (pa.Table, pa.RecordBatchReader)):
+    elif isinstance(item, pa.Table):
+        for batch in item.to_batches():
+            yield batch, None
+    elif isinstance(item, pa.RecordBatchReader):
         for batch in item:
             yield batch, None
     else:
@@ -184,10 +187,11 @@ class _HelloAnswer(_pf.ServerMiddlewareFactory):
     """Answers a client's hello that proves the key with the planes' names, and marks the call
     so that the data-plane actions are answered for it."""
 
-    def __init__(self, planes: Any) -> None:
-        self.planes = planes
+    planes: Any = None
 
     def start_call(self, info: _pf.CallInfo, headers: dict[str, list[Any]]) -> _pf.ServerMiddleware | None:
+        if self.planes is None:
+            return None
         for value in headers.get(HELLO_HEADER, []):
             answer = self.planes.answer(value.decode() if isinstance(value, bytes) else value)
             if answer:
@@ -246,18 +250,28 @@ class FlightServerBase(_pf.FlightServerBase):
         self._plane_host = ""
         self._given = (location, bool(tls_certificates))
         middleware = dict(middleware or {})
+        hello = None
         if secret is not None and planes != []:
-            if planes is None and tls_certificates:
-                planes = ["shm"]
-            self._plane_host = _listen_host(location)
-            self._planes = _native.PlaneServer(_Dispatcher(self), self._plane_host, secret, planes)
-            middleware[_MIDDLEWARE] = _HelloAnswer(self._planes)
-        try:
-            super().__init__(location, auth_handler, tls_certificates, verify_client, root_certificates,
-                             middleware or None)
-        except BaseException:
-            self._stop_planes()
-            raise
+            hello = middleware[_MIDDLEWARE] = _HelloAnswer()
+        # pyarrow's first: it checks the location and the TLS files, and says what is wrong.
+        super().__init__(location, auth_handler, tls_certificates, verify_client, root_certificates,
+                         middleware or None)
+        if hello is not None:
+            try:
+                self._plane_host = _listen_host(location)
+                planes = ["shm"] if planes is None and tls_certificates else planes
+                self._planes = hello.planes = _native.PlaneServer(_Dispatcher(self), self._plane_host, secret, planes)
+            except BaseException:
+                super().shutdown()
+                raise
+
+    # pyarrow's defaults declare pyarrow's reader and writer types, which a data-plane call's
+    # are not; these raise as pyarrow's would for a method not implemented.
+    def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+        raise NotImplementedError
+
+    def do_exchange(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+        raise NotImplementedError
 
     @property
     def location(self) -> str:

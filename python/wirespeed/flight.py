@@ -47,7 +47,7 @@ def _host(location: Any) -> str:
         if uri.startswith("grpc+unix"):
             host = "127.0.0.1"
     try:
-        return socket.getaddrinfo(host or "127.0.0.1", None)[0][4][0]
+        return str(socket.getaddrinfo(host or "127.0.0.1", None)[0][4][0])
     except OSError:
         return host
 
@@ -106,7 +106,7 @@ class _ExchangeReader(FlightStreamReader):
         self._opened: Any = None
 
     @property
-    def _native(self) -> Any:  # type: ignore[override]
+    def _native(self) -> Any:
         if self._opened is None:
             pending = self._writer._pending
             if pending is None:
@@ -236,7 +236,7 @@ class FlightClient(_pf.FlightClient):
             try:
                 super().list_actions(options)
             except (_pf.FlightError, pa.ArrowException):
-                return []
+                return []  # unknown yet: this call goes over gRPC, and the next one asks again
             hello.answered = bool(hello.answered)
         if not hello.answered:
             return []
@@ -252,7 +252,7 @@ class FlightClient(_pf.FlightClient):
 
     def do_put(self, descriptor: _pf.FlightDescriptor, schema: pa.Schema,
                options: _pf.FlightCallOptions | None = None) -> tuple[Any, Any]:
-        if self._planes is not None:
+        if self._planes is not None and isinstance(schema, pa.Schema):
             raw = descriptor.serialize()
             native = self._planes.put(self._locations("put", raw, options), raw, schema)
             if native is not None:

@@ -25,7 +25,7 @@ use tonic::transport::Channel;
 use wirespeed::Key;
 
 pub use planes::{ExchangeReader, PlaneClient};
-pub use stream::{FlightReader, FlightWriter};
+pub use stream::{FlightReader, FlightWriter, PutResults};
 use stream::{GrpcWriter, WriterInner};
 
 use crate::error::{Error, Result};
@@ -336,7 +336,7 @@ impl Client {
             }
             Ok(())
         })?;
-        let inner = WriterInner::GrpcPut { writer, call: Some(call), results };
+        let inner = WriterInner::GrpcPut { writer, call: Some(call), results: Some(PutResults::grpc(results)) };
         Ok(FlightWriter { inner, runtime: Some(self.runtime.clone()) })
     }
 

@@ -116,13 +116,13 @@ pub(crate) enum WriterInner {
         stream: Arc<Stream>,
         writer: plane::Writer,
         kind: Fabric,
-        results: Option<plane::Reader>,
+        results: Option<PutResults>,
     },
     GrpcPut {
         writer: GrpcWriter,
         call: Option<JoinHandle<Result<()>>>,
         /// The PutResults as the call receives them.
-        results: std::sync::mpsc::Receiver<Bytes>,
+        results: Option<PutResults>,
     },
     GrpcExchange {
         writer: GrpcWriter,
@@ -140,7 +140,7 @@ impl FlightWriter {
     /// A writer over a data-plane stream, the schema sent; with `put`, PutResults come back.
     pub(crate) fn on_plane(stream: Arc<Stream>, schema: &SchemaRef, kind: Fabric, put: bool) -> Result<Self> {
         let writer = plane::Writer::start(&stream, schema)?;
-        let results = put.then(|| plane::Reader::new(stream.clone()));
+        let results = put.then(|| PutResults(Source::Plane(plane::Reader::new(stream.clone()))));
         Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, results }, runtime: None })
     }
 
@@ -204,15 +204,16 @@ impl FlightWriter {
     /// here are not returned again by [`FlightWriter::finish`].
     pub fn next_result(&mut self) -> Result<Option<Bytes>> {
         match &mut self.inner {
-            WriterInner::Plane { results: Some(reader), .. } => Ok(reader.next_payload()?.map(|p| p.app_metadata)),
-            WriterInner::GrpcPut { results, .. } => match results.recv_timeout(RESULT_WAIT) {
-                Ok(result) => Ok(Some(result)),
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Ok(None),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    Err(Error::status(Code::DeadlineExceeded, "no PutResult within 300 s"))
-                }
-            },
-            _ => Err(Error::internal("only a DoPut has PutResults")),
+            WriterInner::Plane { results: Some(r), .. } | WriterInner::GrpcPut { results: Some(r), .. } => r.next(),
+            _ => Err(Error::internal("no PutResults here: not a DoPut, or taken")),
+        }
+    }
+
+    /// A DoPut's PutResults, to read on another thread while this one writes.
+    pub fn take_results(&mut self) -> Option<PutResults> {
+        match &mut self.inner {
+            WriterInner::Plane { results, .. } | WriterInner::GrpcPut { results, .. } => results.take(),
+            WriterInner::GrpcExchange { .. } => None,
         }
     }
 
@@ -222,24 +223,55 @@ impl FlightWriter {
         match &mut self.inner {
             WriterInner::Plane { stream, results, .. } => {
                 stream.finish()?;
-                let mut all = Vec::new();
-                if let Some(reader) = results {
-                    while let Some(p) = reader.next_payload()? {
-                        all.push(p.app_metadata);
-                    }
-                }
-                Ok(all)
+                results.as_mut().map(PutResults::rest).unwrap_or(Ok(Vec::new()))
             }
             WriterInner::GrpcPut { writer, call, results } => {
                 writer.tx = None;
                 let call = call.take().ok_or_else(|| Error::internal("writer already finished"))?;
                 block_on(&runtime, call).map_err(|e| Error::internal(e.to_string()))??;
-                Ok(results.try_iter().collect())
+                results.as_mut().map(PutResults::rest).unwrap_or(Ok(Vec::new()))
             }
             WriterInner::GrpcExchange { writer } => {
                 writer.tx = None;
                 Ok(Vec::new())
             }
+        }
+    }
+}
+
+/// A DoPut's answers from the server, in order.
+pub struct PutResults(Source);
+
+enum Source {
+    Plane(plane::Reader),
+    /// What the gRPC call's task received.
+    Grpc(std::sync::mpsc::Receiver<Bytes>),
+}
+
+impl PutResults {
+    pub(crate) fn grpc(received: std::sync::mpsc::Receiver<Bytes>) -> Self {
+        PutResults(Source::Grpc(received))
+    }
+
+    /// The next one, waiting for it; None once the call has ended.
+    pub fn next(&mut self) -> Result<Option<Bytes>> {
+        match &mut self.0 {
+            Source::Plane(reader) => Ok(reader.next_payload()?.map(|p| p.app_metadata)),
+            Source::Grpc(received) => match received.recv_timeout(RESULT_WAIT) {
+                Ok(result) => Ok(Some(result)),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Ok(None),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    Err(Error::status(Code::DeadlineExceeded, "no PutResult within 300 s"))
+                }
+            },
+        }
+    }
+
+    /// Every one still to come, once the upload is finished.
+    pub fn rest(&mut self) -> Result<Vec<Bytes>> {
+        match &mut self.0 {
+            Source::Grpc(received) => Ok(received.try_iter().collect()),
+            Source::Plane(_) => std::iter::from_fn(|| self.next().transpose()).collect(),
         }
     }
 }

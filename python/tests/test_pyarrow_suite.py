@@ -1,0 +1,63 @@
+"""pyarrow's own Flight tests (pyarrow/tests/test_flight.py, shipped in its wheel) run against
+wirespeed.flight: their `flight`, `FlightClient` and `FlightServerBase` swapped for ours (see
+pyarrow_suite/swap_in_wirespeed.py), without a key and with one. Every test that passes with
+pyarrow itself on this machine must pass, except those listed here with their reason (and in
+python/README.md)."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tls_certs
+from conftest import KEY
+
+HERE = Path(__file__).resolve().parent
+
+# With a key, data calls run on a plane; these tests see what that changes.
+KEYED_EXCEPTIONS = {
+    # The client asks the server for plane locations (ListActions once, then DoAction), and
+    # the test counts the calls its middleware saw.
+    "test_middleware_mapping",
+    # pyarrow looks a middleware up among the Python ones only once any answered the call,
+    # and the hello's does: a TracingServerMiddlewareFactory's is then not found.
+    "test_tracing",
+    # ReadStats counts IPC messages as pyarrow's writer sends them; a plane's are arrow-rs's.
+    "test_flight_dictionary_deltas_do_exchange",
+    # An exchange on a plane starts at writer.begin(schema), not at do_exchange: reading an
+    # exchange never begun is refused.
+    "test_interrupt",
+}
+
+
+def run_suite(tmp_path: Path, swap: bool, key: str | None) -> tuple[set[str], str]:
+    env = dict(os.environ, ARROW_TEST_DATA=str(tls_certs.arrow_test_data(tmp_path / "arrow-testing")))
+    env.pop("WIRESPEED_KEY", None)
+    if key:
+        env["WIRESPEED_KEY"] = key
+    args = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--timeout", "120",
+            "--pyargs", "pyarrow.tests.test_flight"]
+    if swap:
+        args += ["-p", "swap_in_wirespeed"]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE / "pyarrow_suite"), env.get("PYTHONPATH")]))
+    r = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    return set(re.findall(r"^PASSED \S*::(\S+)", r.stdout, re.M)), r.stdout[-6000:]
+
+
+@pytest.fixture(scope="module")
+def pyarrows_own(tmp_path_factory):
+    passed, out = run_suite(tmp_path_factory.mktemp("pyarrow"), swap=False, key=None)
+    assert len(passed) > 60, out
+    return passed
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("key", [None, KEY], ids=["no key", "key"])
+def test_pyarrows_flight_suite_passes_against_wirespeed(pyarrows_own, tmp_path, key):
+    passed, out = run_suite(tmp_path, swap=True, key=key)
+    excepted = KEYED_EXCEPTIONS if key else set()
+    missing = pyarrows_own - passed - excepted
+    assert not missing, f"pass with pyarrow, not with wirespeed.flight: {sorted(missing)}\n{out}"
