@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin
 
-.PHONY: run test bootstrap build lint unit conformance-ucx conformance-ofi interop python bench-compare bench-flight bench-python fuzz
+.PHONY: run test bootstrap build lint unit conformance-ucx conformance-ofi interop python bench-compare bench-flight bench-python bench-flight-tls fuzz
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -61,6 +61,11 @@ bench-flight: build
 bench-python: build
 	bash scripts/python_dev.sh release
 	.venv/bin/python bench/python_compare.py
+
+# Flight over TLS: serve against pyarrow's TLS server, and a keyed client on the shm plane.
+bench-flight-tls: build
+	bash scripts/python_dev.sh release
+	.venv/bin/python bench/flight_tls.py
 
 # Every cargo-fuzz target for FUZZ_SECONDS each (default 60), on nightly; not part of `make test`.
 fuzz: bootstrap

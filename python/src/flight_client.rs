@@ -68,7 +68,8 @@ impl PlaneClient {
     #[pyo3(signature = (key, transport, reached))]
     fn new(key: Option<Vec<u8>>, transport: &str, reached: &str) -> PyResult<Self> {
         let key = crate::keys::required_key(key)?;
-        let planes = wirespeed_flight::PlaneClient::new(key).with_transport(self::transport(transport)?).reached(reached);
+        let planes =
+            wirespeed_flight::PlaneClient::new(key).with_transport(self::transport(transport)?).reached(reached);
         Ok(PlaneClient { planes: Arc::new(planes) })
     }
 
@@ -201,8 +202,7 @@ impl FlightReader {
     /// between waits for a batch, Python's signal handlers run, so Ctrl-C interrupts.
     fn read_all<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let stopped = Arc::new(Mutex::new(None));
-        let batches =
-            Batches {
+        let batches = Batches {
             schema: self.schema.clone(),
             reader: self.reader.clone(),
             stopped: Some(stopped.clone()),
@@ -232,7 +232,10 @@ impl FlightReader {
         let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
         let reader = reader.ok_or_else(|| errors::usage("the reader was handed on or closed"))?;
         let reader = Arc::new(Mutex::new(Some(reader)));
-        arrow::stream_capsule(py, Box::new(Batches { schema: self.schema.clone(), reader, stopped: None, checked: Instant::now() }))
+        arrow::stream_capsule(
+            py,
+            Box::new(Batches { schema: self.schema.clone(), reader, stopped: None, checked: Instant::now() }),
+        )
     }
 
     /// Stops reading; the server sees the call cancelled.
@@ -367,7 +370,7 @@ impl FlightWriter {
     fn next_result<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let results = self.results.clone();
         let result = interruptible(py, move || match results.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            Some(r) => r.next(),
+            Some(r) => r.next_result(),
             None => Ok(None),
         })?
         .map_err(errors::flight)?;

@@ -303,7 +303,6 @@ impl ServerWriter {
     }
 }
 
-
 /// The data planes of `wirespeed.flight.FlightServerBase`, beside pyarrow's gRPC server: calls
 /// that arrive on them run the Python service through its dispatcher.
 #[pyclass(module = "wirespeed._native", frozen)]
@@ -329,12 +328,15 @@ impl PlaneServer {
         let kinds = match planes {
             Some(names) => names
                 .iter()
-                .map(|p| p.parse::<Fabric>().map_err(|_| errors::usage(format!("unknown plane {p:?} ({})", Fabric::names()))))
+                .map(|p| {
+                    p.parse::<Fabric>().map_err(|_| errors::usage(format!("unknown plane {p:?} ({})", Fabric::names())))
+                })
                 .collect::<PyResult<Vec<_>>>()?,
             None => wirespeed_flight::server::default_planes(),
         };
         let handler = Arc::new(PyHandler { dispatcher });
-        let planes = py.detach(|| wirespeed_flight::PlaneServer::serve(handler, host, key, &kinds)).map_err(errors::flight)?;
+        let planes =
+            py.detach(|| wirespeed_flight::PlaneServer::serve(handler, host, key, &kinds)).map_err(errors::flight)?;
         let listed = planes.planes().into_iter().map(|(k, url)| (k.name().to_string(), url)).collect();
         Ok(PlaneServer { planes: Mutex::new(Some(planes)), listed })
     }

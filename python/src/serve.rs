@@ -29,6 +29,9 @@ pub struct FlightServer {
     planes: Vec<(String, String)>,
 }
 
+/// PEM: certificate chain, private key, and the client CA for mutual TLS.
+type TlsFiles = (Vec<u8>, Vec<u8>, Option<Vec<u8>>);
+
 /// Who may call a server, and how they reach it.
 struct Access {
     password: Option<String>,
@@ -107,7 +110,7 @@ pub fn serve_directory(
     planes: Option<Vec<String>>,
     password: Option<String>,
     password_over_plaintext: bool,
-    tls: Option<(Vec<u8>, Vec<u8>, Option<Vec<u8>>)>,
+    tls: Option<TlsFiles>,
     handler_threads: usize,
     cache_mb: usize,
 ) -> PyResult<FlightServer> {

@@ -26,6 +26,7 @@ _PLANE_ACTIONS = {"wirespeed.get": "get", "wirespeed.put": "put", "wirespeed.exc
 
 
 def _key_or_env(key: Key) -> bytes | None:
+    """The key given, else WIRESPEED_KEY, else none."""
     if key is not None:
         return _key(key)
     return os.environb.get(b"WIRESPEED_KEY") or None
@@ -207,8 +208,9 @@ class _Answered(_pf.ServerMiddleware):
         return {PLANES_HEADER: self.answer}
 
 
-def _listen_host(location: Any) -> str:
-    """The IP address a gRPC location listens on, for the data planes to listen on too."""
+def _address(location: Any) -> str:
+    """The IP address a gRPC location names (unresolved if it cannot be): where a server's
+    data planes listen too, and where a client reaches a plane on every address."""
     if location is None:
         host = "localhost"
     elif isinstance(location, tuple):
@@ -221,8 +223,8 @@ def _listen_host(location: Any) -> str:
         host = rest[1:].split("]", 1)[0] if rest.startswith("[") else rest.rsplit(":", 1)[0]
     try:
         return str(socket.getaddrinfo(host or "0.0.0.0", None)[0][4][0])
-    except OSError as e:
-        raise UsageError(f"cannot resolve {host!r}: {e}") from None
+    except OSError:
+        return host
 
 
 def _where(location: Any, tls: bool) -> tuple[str, str]:
@@ -258,7 +260,7 @@ class FlightServerBase(_pf.FlightServerBase):
                          middleware or None)
         if hello is not None:
             try:
-                self._plane_host = _listen_host(location)
+                self._plane_host = _address(location)
                 planes = ["shm"] if planes is None and tls_certificates else planes
                 self._planes = hello.planes = _native.PlaneServer(_Dispatcher(self), self._plane_host, secret, planes)
             except BaseException:

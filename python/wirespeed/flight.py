@@ -11,46 +11,29 @@ this process can reach, everything else (and every call to any other server) on 
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as _pf
 from pyarrow.flight import *  # noqa: F401,F403 - pyarrow.flight's whole API is this module's
 
-from . import Key, _key, _native
+from . import Key, _native
 from ._errors import UsageError
 from ._flight_base import _Reading
-from ._flight_server import DirectoryServer, FlightServerBase, GeneratorStream, RecordBatchStream, serve, share
+from ._flight_server import (
+    HELLO_HEADER,
+    PLANES_HEADER,
+    DirectoryServer,
+    FlightServerBase,
+    GeneratorStream,
+    RecordBatchStream,
+    _address,
+    _key_or_env,
+    serve,
+    share,
+)
 
 __all__ = sorted({n for n in dir(_pf) if not n.startswith("_")} | {"DirectoryServer", "serve", "share"})
-
-HELLO_HEADER = "x-wirespeed-hello"
-PLANES_HEADER = "x-wirespeed-planes"
-
-
-def _key_or_env(key: Key) -> bytes | None:
-    if key is not None:
-        return _key(key)
-    return os.environb.get(b"WIRESPEED_KEY") or None
-
-
-def _host(location: Any) -> str:
-    """The host a location names, as an address a data plane on every address is reached at."""
-    if isinstance(location, tuple):
-        host = str(location[0])
-    else:
-        uri = location.uri.decode() if isinstance(location, _pf.Location) else str(location)
-        rest = uri.split("://", 1)[-1]
-        host = rest.rsplit(":", 1)[0] if not rest.startswith("[") else rest[1:].split("]", 1)[0]
-        if uri.startswith("grpc+unix"):
-            host = "127.0.0.1"
-    try:
-        return str(socket.getaddrinfo(host or "127.0.0.1", None)[0][4][0])
-    except OSError:
-        return host
-
 
 class _Hello(_pf.ClientMiddlewareFactory):
     """Adds the hello to each call and notes whether the server answered it."""
@@ -211,7 +194,7 @@ class FlightClient(_pf.FlightClient):
         if transport != "grpc" and (secret is not None or transport != "auto"):
             if secret is None:
                 raise UsageError(f"transport {transport!r}: a data plane needs a key (key= or WIRESPEED_KEY)")
-            self._planes = _native.PlaneClient(secret, transport, _host(location))
+            self._planes = _native.PlaneClient(secret, transport, _address(location))
             self._hello = _Hello(self._planes)
             middleware.append(self._hello)
         super().__init__(location, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key,

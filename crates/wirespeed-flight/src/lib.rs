@@ -18,7 +18,9 @@ pub mod server;
 pub mod service;
 
 pub use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
-pub use client::{Client, ExchangeReader, FlightReader, FlightWriter, PutResults, Method, Plane, PlaneClient, Transport};
+pub use client::{
+    Client, ExchangeReader, FlightReader, FlightWriter, Method, Plane, PlaneClient, PutResults, Transport,
+};
 pub use error::{Code, Error, Result};
 pub use grpc::connections::Limits;
 pub use grpc::tls::{ClientTls, ServerTls};

@@ -204,7 +204,9 @@ impl FlightWriter {
     /// here are not returned again by [`FlightWriter::finish`].
     pub fn next_result(&mut self) -> Result<Option<Bytes>> {
         match &mut self.inner {
-            WriterInner::Plane { results: Some(r), .. } | WriterInner::GrpcPut { results: Some(r), .. } => r.next(),
+            WriterInner::Plane { results: Some(r), .. } | WriterInner::GrpcPut { results: Some(r), .. } => {
+                r.next_result()
+            }
             _ => Err(Error::internal("no PutResults here: not a DoPut, or taken")),
         }
     }
@@ -254,7 +256,7 @@ impl PutResults {
     }
 
     /// The next one, waiting for it; None once the call has ended.
-    pub fn next(&mut self) -> Result<Option<Bytes>> {
+    pub fn next_result(&mut self) -> Result<Option<Bytes>> {
         match &mut self.0 {
             Source::Plane(reader) => Ok(reader.next_payload()?.map(|p| p.app_metadata)),
             Source::Grpc(received) => match received.recv_timeout(RESULT_WAIT) {
@@ -271,7 +273,7 @@ impl PutResults {
     pub fn rest(&mut self) -> Result<Vec<Bytes>> {
         match &mut self.0 {
             Source::Grpc(received) => Ok(received.try_iter().collect()),
-            Source::Plane(_) => std::iter::from_fn(|| self.next().transpose()).collect(),
+            Source::Plane(_) => std::iter::from_fn(|| self.next_result().transpose()).collect(),
         }
     }
 }
