@@ -251,3 +251,28 @@ def test_a_shared_table_is_mapped_not_sent(py_server):
     assert holder and "memfd:wirespeed-sealed" in " ".join(holder[0][5:]), holder
     # Over tcp the same table travels as bytes.
     assert flight.connect(py_server.location, key=KEY, transport="tcp").do_get(pf.Ticket(b"shared")).read_all().equals(got)
+
+
+class ReadsAllFirst(flight.FlightServerBase):
+    """An exchange handler that reads its whole input before it writes, as pyarrow allows."""
+
+    def list_actions(self, context):
+        return []
+
+    def do_exchange(self, context, descriptor, reader, writer):
+        got = reader.read_all()
+        writer.begin(got.schema)
+        writer.write_table(got)
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp", "grpc"])
+def test_an_exchange_whose_handler_reads_everything_first(transport):
+    server = ReadsAllFirst("grpc://127.0.0.1:0", key=KEY)
+    client = flight.connect(server.location, key=KEY, transport=transport)
+    writer, reader = client.do_exchange(pf.FlightDescriptor.for_command(b"echo"))
+    writer.begin(table(5000).schema)
+    writer.write_table(table(5000), max_chunksize=1000)
+    writer.done_writing()
+    assert reader.read_all().equals(table(5000))
+    assert plane(reader) == {"auto": "shm"}.get(transport, transport)
+    server.shutdown()
