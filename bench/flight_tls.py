@@ -1,6 +1,6 @@
 """Flight over TLS, in turns: `wirespeed serve` over grpc+tls read by pyarrow's client, against
 pyarrow's own TLS server holding the same table, and wirespeed.flight with the key over TLS
-(shm plane) against the same `serve`. A 0.5 GB Arrow file of 128 KiB batches (4 int64 columns),
+(shm plane) against the same `serve`; then the same in the clear. A 0.5 GB Arrow file of 128 KiB batches (4 int64 columns),
 read ROUNDS times by each; medians and their ratios. Run from the repository root after a
 release build (`make bench-flight-tls`)."""
 
@@ -26,6 +26,7 @@ from wirespeed import flight  # noqa: E402
 WS = os.environ.get("WIRESPEED_BIN", str(ROOT / "target" / "release" / "wirespeed"))
 KEY = "flight tls bench key 0123456789"
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
+CACHE_MB = os.environ.get("CACHE_MB", "0")  # serve's --cache-mb: 0 reads the file each time
 BYTES = 512 << 20
 PER_BATCH = 4096  # 128 KiB of 4 int64 columns
 
@@ -60,11 +61,13 @@ def main():
     feather.write_feather(table, work / "data" / "t.arrow", compression="uncompressed", chunksize=PER_BATCH)
     roots = certs.read("ca")
 
-    serve = subprocess.Popen([WS, "serve", str(work / "data"), "--listen", "127.0.0.1:0", "--cache-mb", "1024",
-                              "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)],
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, "WIRESPEED_KEY": KEY})
-    line = serve.stderr.readline()
-    url = line.split(" on ")[1].split()[0]
+    def start(*tls):
+        proc = subprocess.Popen([WS, "serve", str(work / "data"), "--listen", "127.0.0.1:0", "--cache-mb", CACHE_MB,
+                                 *tls], stderr=subprocess.PIPE, text=True, env={**os.environ, "WIRESPEED_KEY": KEY})
+        return proc, proc.stderr.readline().split(" on ")[1].split()[0]
+
+    serve, url = start("--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key))
+    plain, plain_url = start()
     theirs = Tables("grpc+tls://127.0.0.1:0", table, tls_certificates=[(certs.read("server_cert"),
                                                                       certs.read("server_key"))])
     threading.Thread(target=theirs.serve, daemon=True).start()
@@ -72,11 +75,15 @@ def main():
     pa_serve = pf.connect(url, tls_root_certs=roots)
     pa_theirs = pf.connect(f"grpc+tls://127.0.0.1:{theirs.port}", tls_root_certs=roots)
     ws_serve = flight.connect(url, tls_root_certs=roots, key=KEY)
+    pa_plain = pf.connect(plain_url)
+    ws_plain = flight.connect(plain_url, key=KEY)
     assert ws_serve.do_get(ticket).plane == "shm"
     cases = {
         "pyarrow client, wirespeed serve over grpc+tls": lambda: pa_serve.do_get(ticket).read_all(),
         "pyarrow client, pyarrow server over grpc+tls": lambda: pa_theirs.do_get(ticket).read_all(),
         "wirespeed.flight with the key, serve over grpc+tls (shm)": lambda: ws_serve.do_get(ticket).read_all(),
+        "pyarrow client, wirespeed serve over grpc": lambda: pa_plain.do_get(ticket).read_all(),
+        "wirespeed.flight with the key, serve over grpc (shm)": lambda: ws_plain.do_get(ticket).read_all(),
     }
     for read in cases.values():
         read()  # warm: the cache, the connections
@@ -90,6 +97,7 @@ def main():
     for name, v in runs.items():
         print(f"{name:58} {medians[name]:14.2f} {min(v):6.2f} {max(v):6.2f} {medians[name] / base:10.2f}")
     serve.kill()
+    plain.kill()
     theirs.shutdown()
 
 
