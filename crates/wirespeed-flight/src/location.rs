@@ -1,4 +1,4 @@
-//! Data-plane locations, advertised in FlightEndpoint.locations next to `grpc://`:
+//! Data-plane locations, as the `wirespeed.*` actions hand them out (see `plane::hello`):
 //! `wirespeed+tcp://host:port?exp=…&cap=…`, `wirespeed+ucx://host:port?…` and
 //! `wirespeed+shm://@<abstract socket name>?host=<boot id>/<network namespace>&…`. `exp` and `cap`
 //! are the call's capability; `host` tells a client whether it shares the machine (and so the
