@@ -218,7 +218,11 @@ class FlightClient(_pf.FlightClient):
         if hello.answered is None:
             try:
                 super().list_actions(options)
-            except (_pf.FlightError, pa.ArrowException):
+            except (_pf.FlightError, pa.ArrowException) as e:
+                if self._transport != "auto":
+                    raise _pf.FlightUnavailableError(
+                        f"transport {self._transport!r}: the server's ListActions failed ({type(e).__name__}), so whether it "
+                        "serves data planes is unknown until another call to it succeeds") from e
                 return []  # unknown yet: this call goes over gRPC, and the next one asks again
             hello.answered = bool(hello.answered)
         if not hello.answered:
