@@ -85,8 +85,8 @@ pub trait Upload: Send {
 }
 
 /// A Flight service. Only `get_flight_info` and `do_get` are required; the rest answer
-/// Unimplemented. FlightInfo endpoints left without locations get this server's gRPC and
-/// data-plane locations added by the framework.
+/// Unimplemented. Its FlightInfos go out as it makes them: clients holding the key learn the
+/// data planes by asking (see [`crate::plane::hello`]).
 pub trait Handler: Send + Sync + 'static {
     fn list_flights(&self, _criteria: &[u8]) -> Result<Vec<FlightInfo>> {
         Ok(Vec::new())
