@@ -95,17 +95,16 @@ impl PlaneClient {
         Ok(self.run(py, move |p| p.put(&uris, &descriptor, &schema))?.map(FlightWriter::new))
     }
 
-    /// Starts an exchange: its writer, and the reader to open once answers are wanted.
+    /// Starts an exchange: its writer (to begin with a schema), and the reader to open once
+    /// answers are wanted.
     fn exchange(
         &self,
         py: Python<'_>,
         uris: Vec<String>,
         descriptor: &[u8],
-        schema: &Bound<'_, PyAny>,
     ) -> PyResult<Option<(FlightWriter, PendingReader)>> {
         let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
-        let schema = arrow::schema_from_py(schema)?;
-        let pair = self.run(py, move |p| p.exchange(&uris, &descriptor, &schema))?;
+        let pair = self.run(py, move |p| p.exchange(&uris, &descriptor))?;
         Ok(pair.map(|(w, r)| (FlightWriter::new(w), PendingReader(Mutex::new(Some(r))))))
     }
 }
@@ -340,6 +339,18 @@ impl FlightWriter {
     #[getter]
     fn plane(&self) -> &'static str {
         self.plane
+    }
+
+    /// Sends an exchange's schema.
+    fn begin(&self, py: Python<'_>, schema: &Bound<'_, PyAny>) -> PyResult<()> {
+        let schema = arrow::schema_from_py(schema)?;
+        let writer = self.writer.clone();
+        interruptible(py, move || {
+            let mut guard = writer.lock().unwrap_or_else(|p| p.into_inner());
+            let w = guard.as_mut().ok_or_else(|| wirespeed_flight::Error::invalid_argument("the writer is closed"))?;
+            w.begin(&schema)
+        })?
+        .map_err(errors::flight)
     }
 
     /// Sends one batch (a pyarrow RecordBatch or anything with `__arrow_c_array__`), with

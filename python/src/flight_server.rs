@@ -118,7 +118,7 @@ impl Handler for PyHandler {
     fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {
         let (tx, rx) = sync_channel::<Result<Payload>>(QUEUE);
         let (events, handler_events) = channel();
-        let reader = ServerReader::new(schema.clone(), Box::new(Messages { rx, events: events.clone() }));
+        let reader = ServerReader::new(Some(schema.clone()), Box::new(Messages { rx, events: events.clone() }));
         let writer = PutResults { events: events.clone() };
         let dispatcher = Python::attach(|py| self.dispatcher.clone_ref(py));
         let bytes = descriptor.encode_to_vec();
@@ -134,8 +134,9 @@ impl Handler for PyHandler {
     }
 
     fn do_exchange(&self, descriptor: &FlightDescriptor, input: Input) -> Result<Output> {
-        let schema = input.schema().clone();
-        let reader = ServerReader::new(schema, Box::new(Mutex::new(input)));
+        // The client's schema comes when it begins writing, which may be after the handler
+        // has written: the reader asks for it when the handler does.
+        let reader = ServerReader::new(None, Box::new(Mutex::new(input)));
         let (writer, begun) = ServerWriter::new();
         let dispatcher = Python::attach(|py| self.dispatcher.clone_ref(py));
         let bytes = descriptor.encode_to_vec();
@@ -164,6 +165,11 @@ fn spawn<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result
 /// Where a server reader's messages come from.
 trait Source: Send {
     fn next(&mut self) -> Result<Option<Payload>>;
+
+    /// The schema, where the reader was made without it.
+    fn schema(&mut self) -> Result<SchemaRef> {
+        Err(Error::internal("this reader's schema was given"))
+    }
 }
 
 impl Source for Messages {
@@ -176,18 +182,35 @@ impl Source for Mutex<Input> {
     fn next(&mut self) -> Result<Option<Payload>> {
         self.get_mut().unwrap_or_else(|p| p.into_inner()).next().transpose()
     }
+
+    fn schema(&mut self) -> Result<SchemaRef> {
+        self.get_mut().unwrap_or_else(|p| p.into_inner()).schema()
+    }
 }
 
 /// What a Python handler reads a client's batches from (`do_put`, `do_exchange`).
 #[pyclass(module = "wirespeed._native", frozen)]
 pub struct ServerReader {
-    schema: SchemaRef,
+    /// Known from the start for an upload; an exchange's comes when the client begins.
+    schema: Mutex<Option<SchemaRef>>,
     source: Mutex<Box<dyn Source>>,
 }
 
 impl ServerReader {
-    fn new(schema: SchemaRef, source: Box<dyn Source>) -> Self {
-        ServerReader { schema, source: Mutex::new(source) }
+    fn new(schema: Option<SchemaRef>, source: Box<dyn Source>) -> Self {
+        ServerReader { schema: Mutex::new(schema), source: Mutex::new(source) }
+    }
+
+    /// The schema, waiting (without the GIL) for the client to begin if it has not.
+    fn known_schema(&self, py: Python<'_>) -> PyResult<SchemaRef> {
+        let mut schema = self.schema.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = schema.as_ref() {
+            return Ok(s.clone());
+        }
+        let source = &self.source;
+        let read = py.detach(|| source.lock().unwrap_or_else(|p| p.into_inner()).schema()).map_err(errors::flight)?;
+        *schema = Some(read.clone());
+        Ok(read)
     }
 }
 
@@ -195,7 +218,7 @@ impl ServerReader {
 impl ServerReader {
     #[getter]
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        arrow::schema_to_py(py, &self.schema)
+        arrow::schema_to_py(py, &self.known_schema(py)?)
     }
 
     /// The next message as (batch or None, app_metadata or None); None at the end. Read on
@@ -221,7 +244,7 @@ impl ServerReader {
                 Ok::<_, Error>(batches)
             })
             .map_err(errors::flight)?;
-        arrow::table_to_py(py, self.schema.clone(), batches)
+        arrow::table_to_py(py, self.known_schema(py)?, batches)
     }
 }
 

@@ -25,11 +25,8 @@ KEYED_EXCEPTIONS = {
     # pyarrow looks a middleware up among the Python ones only once any answered the call,
     # and the hello's does: a TracingServerMiddlewareFactory's is then not found.
     "test_tracing",
-    # ReadStats counts IPC messages as pyarrow's writer sends them; a plane's are arrow-rs's.
+    # ReadStats (reader.stats) is not kept on a plane.
     "test_flight_dictionary_deltas_do_exchange",
-    # An exchange on a plane starts at writer.begin(schema), not at do_exchange: reading an
-    # exchange never begun is refused.
-    "test_interrupt",
 }
 
 

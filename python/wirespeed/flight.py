@@ -84,18 +84,28 @@ class _ExchangeReader(FlightStreamReader):
     """An exchange's reader: it waits for the server's schema only when first read, as the
     server may read all its input before it writes."""
 
-    def __init__(self, writer: FlightStreamWriter) -> None:
-        self._writer = writer
+    def __init__(self, pending: Any) -> None:
+        self._pending = pending
         self._opened: Any = None
+        self._failed: BaseException | None = None
 
     @property
     def _native(self) -> Any:
         if self._opened is None:
-            pending = self._writer._pending
-            if pending is None:
-                raise UsageError("call writer.begin(schema) before reading an exchange")
-            self._opened = pending.open()
+            if self._failed is not None:
+                raise self._failed  # the call's error, again
+            try:
+                self._opened = self._pending.open()
+            except BaseException as e:
+                self._failed = e
+                raise
         return self._opened
+
+    def _drain(self) -> None:
+        """Reads what was never asked for, so that a failed call raises its error."""
+        if self._opened is None:
+            for _ in self:
+                pass
 
 
 class FlightMetadataReader:
@@ -109,7 +119,7 @@ class FlightMetadataReader:
     def read(self) -> pa.Buffer | None:
         writer = self._writer
         if not writer._done:
-            result = writer._begun().next_result()
+            result = writer._writer().next_result()
             return None if result is None else pa.py_buffer(result)
         return pa.py_buffer(writer._results.pop(0)) if writer._results else None
 
@@ -118,40 +128,41 @@ class FlightStreamWriter:
     """The sending half of a do_put or do_exchange over a data plane, with pyarrow's
     FlightStreamWriter methods."""
 
-    def __init__(self, native: Any = None, start: Any = None) -> None:
-        self._native, self._start = native, start
-        self._pending: Any = None
+    def __init__(self, native: Any, exchange: _ExchangeReader | None = None) -> None:
+        self._native, self._exchange = native, exchange
+        self._begun = exchange is None  # an upload's schema went with do_put
         self._results: list[bytes] = []
         self._done = False
 
     @property
     def plane(self) -> str:
-        return self._begun().plane
+        return self._writer().plane
 
-    def _begun(self) -> Any:
-        if self._native is None:
+    def _writer(self) -> Any:
+        if not self._begun:
             raise UsageError("call begin(schema) first")
         return self._native
 
     def begin(self, schema: pa.Schema, options: object = None) -> None:
         """Starts an exchange's stream with `schema` (an upload's starts in do_put)."""
-        if self._native is not None or self._start is None:
+        if self._begun:
             raise UsageError("the stream has begun already")
-        self._native, self._pending = self._start(schema)
+        self._native.begin(schema)
+        self._begun = True
 
     def write_batch(self, batch: Any, custom_metadata: object = None) -> None:
-        self._begun().write_batch(batch)
+        self._writer().write_batch(batch)
 
     def write_with_metadata(self, batch: Any, buf: bytes | pa.Buffer) -> None:
-        self._begun().write_batch(batch, bytes(buf))
+        self._writer().write_batch(batch, bytes(buf))
 
     def write_metadata(self, buf: bytes | pa.Buffer) -> None:
-        self._begun().write_metadata(bytes(buf))
+        self._writer().write_metadata(bytes(buf))
 
     def write_table(self, table: Any, max_chunksize: int | None = None) -> None:
         if max_chunksize is not None and isinstance(table, pa.Table):
             table = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize))
-        self._begun().write_stream(table)
+        self._writer().write_stream(table)
 
     def write(self, table_or_batch: Any) -> None:
         if isinstance(table_or_batch, pa.RecordBatch):
@@ -161,12 +172,14 @@ class FlightStreamWriter:
 
     def done_writing(self) -> None:
         """Tells the server this side is done; for an upload, waits for its PutResults."""
-        if not self._done and self._native is not None:
+        if not self._done:
             self._done = True
             self._results = list(self._native.finish())
 
     def close(self) -> None:
         self.done_writing()
+        if self._exchange is not None:
+            self._exchange._drain()
 
     def __enter__(self) -> FlightStreamWriter:
         return self
@@ -251,18 +264,11 @@ class FlightClient(_pf.FlightClient):
                     options: _pf.FlightCallOptions | None = None) -> tuple[Any, Any]:
         if self._planes is not None:
             raw = descriptor.serialize()
-            uris = self._locations("exchange", raw, options)
-            if uris or self._transport != "auto":
-                planes = self._planes
-
-                def start(schema: pa.Schema) -> tuple[Any, Any]:
-                    pair = planes.exchange(uris, raw, schema)
-                    if pair is None:
-                        raise _pf.FlightUnavailableError("no data plane the server offered could be reached")
-                    return pair
-
-                writer = FlightStreamWriter(start=start)
-                return writer, _ExchangeReader(writer)
+            pair = self._planes.exchange(self._locations("exchange", raw, options), raw)
+            if pair is not None:
+                native, pending = pair
+                reader = _ExchangeReader(pending)
+                return FlightStreamWriter(native, reader), reader
         return super().do_exchange(descriptor, options)
 
 

@@ -49,25 +49,48 @@ impl Output {
     }
 }
 
-/// A stream of batches received from a client (DoPut, DoExchange): the schema, then payloads.
+/// Waits for an input's schema; then its payloads follow.
+pub(crate) type Begin = Box<dyn FnOnce() -> Result<(SchemaRef, Payloads)> + Send>;
+
+/// A stream of batches received from a client (DoExchange): the schema, then payloads. On a
+/// data plane the schema comes when the client begins writing, which may be after the handler
+/// has started (and written), as on gRPC.
 pub struct Input {
-    schema: SchemaRef,
+    schema: Option<SchemaRef>,
+    /// Until the schema has come, what waits for it.
+    pending: Option<Begin>,
     payloads: Payloads,
 }
 
 impl Input {
     pub(crate) fn new(schema: SchemaRef, payloads: Payloads) -> Self {
-        Input { schema, payloads }
+        Input { schema: Some(schema), pending: None, payloads }
     }
 
-    pub fn schema(&self) -> &SchemaRef {
-        &self.schema
+    /// An input whose schema is read when first wanted.
+    pub(crate) fn lazy(begin: Begin) -> Self {
+        Input { schema: None, pending: Some(begin), payloads: Box::new(std::iter::empty()) }
+    }
+
+    /// The client's schema, waiting for it to begin if it has not yet.
+    pub fn schema(&mut self) -> Result<SchemaRef> {
+        if let Some(schema) = &self.schema {
+            return Ok(schema.clone());
+        }
+        let begin = self.pending.take().ok_or_else(|| Error::Protocol("the input has no schema".into()))?;
+        let (schema, payloads) = begin()?;
+        self.payloads = payloads;
+        self.schema = Some(schema.clone());
+        Ok(schema)
     }
 }
 
 impl Iterator for Input {
     type Item = Result<Payload>;
     fn next(&mut self) -> Option<Result<Payload>> {
+        if let Err(e) = self.schema() {
+            return Some(Err(e));
+        }
         self.payloads.next()
     }
 }

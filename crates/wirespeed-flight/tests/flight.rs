@@ -86,8 +86,8 @@ impl Handler for Memory {
     }
 
     /// Echoes each batch back with its row count as metadata.
-    fn do_exchange(&self, _descriptor: &FlightDescriptor, input: Input) -> Result<Output> {
-        let schema = input.schema().clone();
+    fn do_exchange(&self, _descriptor: &FlightDescriptor, mut input: Input) -> Result<Output> {
+        let schema = input.schema()?;
         Ok(Output::new(
             schema,
             input.map(|p| {

@@ -144,8 +144,8 @@ impl Handler for PerfService {
         Ok(Box::new(Count(0)))
     }
 
-    fn do_exchange(&self, _descriptor: &FlightDescriptor, input: Input) -> wirespeed_flight::Result<Output> {
-        Ok(Output::new(input.schema().clone(), input))
+    fn do_exchange(&self, _descriptor: &FlightDescriptor, mut input: Input) -> wirespeed_flight::Result<Output> {
+        Ok(Output::new(input.schema()?, input))
     }
 }
 

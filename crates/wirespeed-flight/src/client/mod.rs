@@ -348,7 +348,8 @@ impl Client {
     ) -> Result<(FlightWriter, FlightReader)> {
         if let Some(planes) = self.planes()? {
             let uris = self.plane_uris(EXCHANGE_ACTION, descriptor.encode_to_vec().into())?;
-            if let Some((writer, reader)) = planes.exchange(&uris, descriptor, schema)? {
+            if let Some((mut writer, reader)) = planes.exchange(&uris, descriptor)? {
+                writer.begin(schema)?;
                 return Ok((writer, reader.open()?));
             }
         }

@@ -118,21 +118,22 @@ impl PlaneClient {
         let Some((location, stream)) = self.open(uris, Method::Put, &descriptor.encode_to_vec())? else {
             return Ok(None);
         };
-        FlightWriter::on_plane(stream, schema, location.kind, true).map(Some)
+        FlightWriter::on_plane(stream, Some(schema), location.kind, true).map(Some)
     }
 
-    /// Starts an exchange over a plane among `uris`. Its answers are read once asked for, as
-    /// a server may read all its input before it writes.
+    /// Starts an exchange over a plane among `uris`, as gRPC does: the server's handler runs
+    /// at once; the writer sends its schema at [`FlightWriter::begin`], and the answers are
+    /// read once asked for (a handler may read all its input before it writes, or write
+    /// without reading).
     pub fn exchange(
         &self,
         uris: &[String],
         descriptor: &FlightDescriptor,
-        schema: &SchemaRef,
     ) -> Result<Option<(FlightWriter, ExchangeReader)>> {
         let Some((location, stream)) = self.open(uris, Method::Exchange, &descriptor.encode_to_vec())? else {
             return Ok(None);
         };
-        let writer = FlightWriter::on_plane(stream.clone(), schema, location.kind, false)?;
+        let writer = FlightWriter::on_plane(stream.clone(), None, location.kind, false)?;
         Ok(Some((writer, ExchangeReader { stream, kind: location.kind })))
     }
 }

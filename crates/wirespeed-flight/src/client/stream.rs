@@ -114,7 +114,8 @@ pub(crate) enum WriterInner {
     /// read through its reader instead.
     Plane {
         stream: Arc<Stream>,
-        writer: plane::Writer,
+        /// None until an exchange begins.
+        writer: Option<plane::Writer>,
         kind: Fabric,
         results: Option<PutResults>,
     },
@@ -137,11 +138,23 @@ pub struct FlightWriter {
 }
 
 impl FlightWriter {
-    /// A writer over a data-plane stream, the schema sent; with `put`, PutResults come back.
-    pub(crate) fn on_plane(stream: Arc<Stream>, schema: &SchemaRef, kind: Fabric, put: bool) -> Result<Self> {
-        let writer = plane::Writer::start(&stream, schema)?;
+    /// A writer over a data-plane stream, the schema sent if given (else at
+    /// [`FlightWriter::begin`]); with `put`, PutResults come back.
+    pub(crate) fn on_plane(stream: Arc<Stream>, schema: Option<&SchemaRef>, kind: Fabric, put: bool) -> Result<Self> {
+        let writer = schema.map(|s| plane::Writer::start(&stream, s)).transpose()?;
         let results = put.then(|| PutResults(Source::Plane(plane::Reader::new(stream.clone()))));
         Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, results }, runtime: None })
+    }
+
+    /// Sends the schema of an exchange started without one.
+    pub fn begin(&mut self, schema: &SchemaRef) -> Result<()> {
+        match &mut self.inner {
+            WriterInner::Plane { stream, writer: writer @ None, .. } => {
+                *writer = Some(plane::Writer::start(stream, schema)?);
+                Ok(())
+            }
+            _ => Err(Error::invalid_argument("the stream has begun already")),
+        }
     }
 
     pub fn plane(&self) -> Plane {
@@ -157,7 +170,10 @@ impl FlightWriter {
 
     pub fn write_payload(&mut self, payload: Payload) -> Result<()> {
         match &mut self.inner {
-            WriterInner::Plane { stream, writer, .. } => match writer.write(stream, payload) {
+            WriterInner::Plane { writer: None, .. } => {
+                Err(Error::invalid_argument("begin the stream with a schema first"))
+            }
+            WriterInner::Plane { stream, writer: Some(writer), .. } => match writer.write(stream, payload) {
                 // The server gave up (and said why on the stream): report its reason.
                 Err(Error::Transport(_)) => Err(self.failure()),
                 other => other,

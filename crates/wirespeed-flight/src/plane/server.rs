@@ -137,7 +137,9 @@ fn run_call(stream: &Arc<Stream>, shared: &Shared) -> Result<()> {
         }
         Method::Exchange => {
             let descriptor = descriptor(&target)?;
-            let output = handler.do_exchange(&descriptor, input(stream)?)?;
+            let mut reader = Reader::new(stream.clone());
+            let input = Input::lazy(Box::new(move || Ok((reader.read_schema()?, reader.into_payloads()))));
+            let output = handler.do_exchange(&descriptor, input)?;
             send_output(stream, &output.schema, output.payloads)
         }
     }
@@ -145,10 +147,4 @@ fn run_call(stream: &Arc<Stream>, shared: &Shared) -> Result<()> {
 
 fn descriptor(target: &[u8]) -> Result<FlightDescriptor> {
     FlightDescriptor::decode(target).map_err(|e| Error::invalid_argument(format!("bad FlightDescriptor: {e}")))
-}
-
-fn input(stream: &Arc<Stream>) -> Result<Input> {
-    let mut reader = Reader::new(stream.clone());
-    let schema = reader.read_schema()?;
-    Ok(Input::new(schema, reader.into_payloads()))
 }
