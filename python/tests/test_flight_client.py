@@ -276,3 +276,15 @@ def test_an_exchange_whose_handler_reads_everything_first(transport):
     assert reader.read_all().equals(table(5000))
     assert plane(reader) == {"auto": "shm"}.get(transport, transport)
     server.shutdown()
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_closing_an_exchange_before_reading_loses_no_answer(transport):
+    server = ReadsAllFirst("grpc://127.0.0.1:0", key=KEY)
+    writer, reader = flight.connect(server.location, key=KEY, transport=transport).do_exchange(
+        pf.FlightDescriptor.for_command(b"echo"))
+    writer.begin(table(3000).schema)
+    writer.write_table(table(3000))
+    writer.close()
+    assert reader.read_all().equals(table(3000))
+    server.shutdown()

@@ -101,11 +101,10 @@ class _ExchangeReader(FlightStreamReader):
                 raise
         return self._opened
 
-    def _drain(self) -> None:
-        """Reads what was never asked for, so that a failed call raises its error."""
-        if self._opened is None:
-            for _ in self:
-                pass
+    def _started(self) -> None:
+        """Waits for the server's schema (or error), taking none of its batches: a call that
+        failed before answering raises its error here."""
+        _ = self._native
 
 
 class FlightMetadataReader:
@@ -179,7 +178,7 @@ class FlightStreamWriter:
     def close(self) -> None:
         self.done_writing()
         if self._exchange is not None:
-            self._exchange._drain()
+            self._exchange._started()
 
     def __enter__(self) -> FlightStreamWriter:
         return self
