@@ -135,7 +135,7 @@ fn feed(
 #[pyclass(module = "wirespeed._native", frozen)]
 pub struct ComputeNode {
     url: String,
-    timeslices: Arc<Mutex<Option<Timeslices>>>,
+    timeslices: NodeOutput<Timeslices>,
 }
 
 #[pymethods]
@@ -154,7 +154,7 @@ impl ComputeNode {
         let listener = py.detach(|| ComputeListener::bind(&listen, &key, &Config::default())).map_err(fles_error)?;
         let url = listener.url().to_string();
         let timeslices = listener.timeslices(settings.settings, index, || Ok(())).map_err(fles_error)?;
-        Ok(ComputeNode { url, timeslices: Arc::new(Mutex::new(Some(timeslices))) })
+        Ok(ComputeNode { url, timeslices: NodeOutput::new(timeslices) })
     }
 
     /// Where inputs connect.
@@ -169,22 +169,50 @@ impl ComputeNode {
 
     /// The next complete timeslice; StopIteration when the run ends.
     fn __next__(&self, py: Python<'_>) -> PyResult<Timeslice> {
-        let timeslices = self.timeslices.clone();
-        let next = interruptible(py, move || {
-            timeslices.lock().unwrap_or_else(|p| p.into_inner()).as_mut().and_then(|t| t.next())
-        })?;
-        match next {
-            Some(kept) => Ok(Timeslice::new(kept)),
-            None => Err(PyStopIteration::new_err(())),
-        }
+        self.timeslices.next(py).map(Timeslice::new)
     }
 
     /// Waits for the node to end and gives its summary: timeslices, bytes, seconds, and the
     /// inputs and compute nodes lost.
     fn finish(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, f64)>> {
-        let timeslices = self.timeslices.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let timeslices = timeslices.ok_or_else(|| errors::usage("the node has finished already"))?;
-        let s = interruptible(py, move || timeslices.finish())?.map_err(fles_error)?;
+        self.timeslices.finish(py, Timeslices::finish)
+    }
+}
+
+/// What a compute node in this process hands out, shared with the helper thread each wait
+/// runs on (see [`interruptible`]); taken away when the node finishes.
+pub(crate) struct NodeOutput<T>(Arc<Mutex<Option<T>>>);
+
+impl<T> NodeOutput<T>
+where
+    T: Iterator + Send + 'static,
+    T::Item: Send + 'static,
+{
+    pub(crate) fn new(output: T) -> Self {
+        NodeOutput(Arc::new(Mutex::new(Some(output))))
+    }
+
+    /// Looks at the output while the node runs.
+    pub(crate) fn with<R>(&self, look: impl FnOnce(&T) -> R) -> Option<R> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(look)
+    }
+
+    /// The next item, waiting for it; StopIteration once the run (or the node) has ended.
+    pub(crate) fn next(&self, py: Python<'_>) -> PyResult<T::Item> {
+        let output = self.0.clone();
+        let next = interruptible(py, move || output.lock().unwrap_or_else(|p| p.into_inner()).as_mut()?.next())?;
+        next.ok_or_else(|| PyStopIteration::new_err(()))
+    }
+
+    /// Ends the node, once: waits for `finish` and gives its summary.
+    pub(crate) fn finish(
+        &self,
+        py: Python<'_>,
+        finish: fn(T) -> wirespeed_fles::Result<ComputeSummary>,
+    ) -> PyResult<Vec<(&'static str, f64)>> {
+        let output = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let output = output.ok_or_else(|| errors::usage("the node has finished already"))?;
+        let s = interruptible(py, move || finish(output))?.map_err(fles_error)?;
         Ok(summary(&s))
     }
 }

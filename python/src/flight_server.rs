@@ -379,12 +379,8 @@ impl PlaneServer {
     /// Locations for one call of `method` ("get", "put" or "exchange") on `target` (a
     /// ticket, or a serialized FlightDescriptor), for a client that reached us at `host`.
     fn locations(&self, method: &str, target: &[u8], host: &str) -> PyResult<Vec<String>> {
-        let method = match method {
-            "get" => Method::Get,
-            "put" => Method::Put,
-            "exchange" => Method::Exchange,
-            other => return Err(errors::usage(format!("unknown data-plane method {other:?}"))),
-        };
+        let method =
+            Method::named(method).ok_or_else(|| errors::usage(format!("unknown data-plane method {method:?}")))?;
         let host: IpAddr = host.parse().map_err(|_| errors::usage(format!("{host:?} is not an IP address")))?;
         let guard = self.planes.lock().unwrap_or_else(|p| p.into_inner());
         Ok(guard.as_ref().map(|p| p.locations(host, method, target)).unwrap_or_default())

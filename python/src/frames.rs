@@ -5,9 +5,9 @@
 //! pool once the frame and every array over it are gone.
 
 use std::ffi::c_int;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyStopIteration};
+use pyo3::exceptions::{PyAttributeError, PyBufferError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use wirespeed::Config;
@@ -17,8 +17,7 @@ use wirespeed_fles::run::{BuiltFrame, ComputeListener, Frames};
 
 use crate::dlpack;
 use crate::errors;
-use crate::fles::{RunSettings, fles_error, summary};
-use crate::wait::interruptible;
+use crate::fles::{NodeOutput, RunSettings, fles_error};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FrameNode>()?;
@@ -32,7 +31,7 @@ pub struct FrameNode {
     url: String,
     /// The GPU's number; None for host memory.
     gpu: Option<usize>,
-    frames: Arc<Mutex<Option<Frames>>>,
+    frames: NodeOutput<Frames>,
 }
 
 #[pymethods]
@@ -74,7 +73,7 @@ impl FrameNode {
             Ok((url, frames))
         });
         let (url, frames) = started.map_err(fles_error)?;
-        Ok(FrameNode { url, gpu, frames: Arc::new(Mutex::new(Some(frames))) })
+        Ok(FrameNode { url, gpu, frames: NodeOutput::new(frames) })
     }
 
     /// Where inputs connect.
@@ -86,7 +85,7 @@ impl FrameNode {
     /// How the bytes travel to frame memory ("rings page-locked in place, copied by DMA", ...).
     #[getter]
     fn path(&self) -> String {
-        self.frames.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(Frames::path).unwrap_or_default()
+        self.frames.with(Frames::path).unwrap_or_default()
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
@@ -95,23 +94,13 @@ impl FrameNode {
 
     /// The next frame; StopIteration when the run ends.
     fn __next__(&self, py: Python<'_>) -> PyResult<Frame> {
-        let frames = self.frames.clone();
-        let next = interruptible(py, move || {
-            frames.lock().unwrap_or_else(|p| p.into_inner()).as_mut().and_then(|f| f.next())
-        })?;
-        match next {
-            Some(built) => Ok(Frame::new(built, self.gpu)),
-            None => Err(PyStopIteration::new_err(())),
-        }
+        self.frames.next(py).map(|built| Frame::new(built, self.gpu))
     }
 
     /// Waits for the node to end and its frame memory to be freed (let go of every frame and
     /// every array over one first), and gives its summary, as `ComputeNode.finish` does.
     fn finish(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, f64)>> {
-        let frames = self.frames.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let frames = frames.ok_or_else(|| errors::usage("the node has finished already"))?;
-        let s = interruptible(py, move || frames.finish())?.map_err(fles_error)?;
-        Ok(summary(&s))
+        self.frames.finish(py, Frames::finish)
     }
 }
 

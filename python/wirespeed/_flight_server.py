@@ -208,34 +208,25 @@ class _Answered(_pf.ServerMiddleware):
         return {PLANES_HEADER: self.answer}
 
 
+def _parts(location: Any, tls: bool = False) -> tuple[str, str]:
+    """The scheme and host (as a URL writes it) of a gRPC location, or of pyarrow's defaults."""
+    if location is None or isinstance(location, tuple):
+        return "grpc+tls" if tls else "grpc", "localhost" if location is None else str(location[0])
+    scheme, _, rest = _uri(location).rpartition("://")
+    return scheme, rest.rsplit(":", 1)[0]
+
+
 def _address(location: Any) -> str:
     """The IP address a gRPC location names (unresolved if it cannot be): where a server's
     data planes listen too, and where a client reaches a plane on every address."""
-    if location is None:
-        host = "localhost"
-    elif isinstance(location, tuple):
-        host = str(location[0])
-    else:
-        uri = _uri(location)
-        if uri.startswith("grpc+unix"):
-            return "127.0.0.1"
-        rest = uri.split("://", 1)[-1]
-        host = rest[1:].split("]", 1)[0] if rest.startswith("[") else rest.rsplit(":", 1)[0]
+    scheme, host = _parts(location)
+    if scheme == "grpc+unix":
+        return "127.0.0.1"
+    host = host.strip("[]")
     try:
         return str(socket.getaddrinfo(host or "0.0.0.0", None)[0][4][0])
     except OSError:
         return host
-
-
-def _where(location: Any, tls: bool) -> tuple[str, str]:
-    """The scheme and host clients use for a server given `location`."""
-    if location is None or isinstance(location, tuple):
-        host = "localhost" if location is None else str(location[0])
-        scheme = "grpc+tls" if tls else "grpc"
-    else:
-        scheme, _, rest = _uri(location).rpartition("://")
-        host = rest.rsplit(":", 1)[0]
-    return scheme, "127.0.0.1" if host in ("0.0.0.0", "[::]", "") else host
 
 
 class FlightServerBase(_pf.FlightServerBase):
@@ -279,7 +270,8 @@ class FlightServerBase(_pf.FlightServerBase):
     def location(self) -> str:
         """Where clients reach this server: `grpc://host:port` or `grpc+tls://` (127.0.0.1
         for a server on every address)."""
-        scheme, host = _where(*self._given)
+        scheme, host = _parts(*self._given)
+        host = "127.0.0.1" if host in ("0.0.0.0", "[::]", "") else host
         return f"{scheme}://{host}:{self.port}"
 
     @property

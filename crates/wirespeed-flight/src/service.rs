@@ -88,7 +88,9 @@ impl Input {
 impl Iterator for Input {
     type Item = Result<Payload>;
     fn next(&mut self) -> Option<Result<Payload>> {
-        if let Err(e) = self.schema() {
+        if self.schema.is_none()
+            && let Err(e) = self.schema()
+        {
             return Some(Err(e));
         }
         self.payloads.next()

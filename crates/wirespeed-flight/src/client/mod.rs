@@ -29,7 +29,7 @@ pub use stream::{FlightReader, FlightWriter, PutResults};
 use stream::{GrpcWriter, WriterInner};
 
 use crate::error::{Error, Result};
-use crate::grpc::server::{EXCHANGE_ACTION, GET_ACTION, PUT_ACTION};
+use crate::grpc::server::plane_action;
 use crate::grpc::tls::ClientTls;
 use crate::grpc::{self, MAX_MESSAGE};
 use crate::location::PlaneLocation;
@@ -235,7 +235,7 @@ impl Client {
     }
 
     /// One of our actions, with the hello that lets the server answer it.
-    fn plane_action(&self, action: Action) -> Result<Vec<Bytes>> {
+    fn action_with_hello(&self, action: Action) -> Result<Vec<Bytes>> {
         let planes = self.planes.as_ref().ok_or_else(|| Error::internal("no key for a data-plane action"))?;
         self.action(self.hello(planes, action)?)
     }
@@ -255,7 +255,7 @@ impl Client {
     /// is asked for data-plane locations first (one more round trip); others serve it on gRPC.
     pub fn do_get_ticket(&self, ticket: &[u8]) -> Result<FlightReader> {
         let ticket = Ticket { ticket: Bytes::copy_from_slice(ticket) };
-        let uris = self.plane_uris(GET_ACTION, ticket.ticket.clone())?;
+        let uris = self.plane_locations(Method::Get, &ticket.ticket)?;
         self.get_over(&uris, ticket)
     }
 
@@ -298,20 +298,11 @@ impl Client {
     /// FlightDescriptor): data-plane location URIs, each with a capability for this call alone;
     /// none from a server without planes.
     pub fn plane_locations(&self, method: Method, target: &[u8]) -> Result<Vec<String>> {
-        let action = match method {
-            Method::Get => GET_ACTION,
-            Method::Put => PUT_ACTION,
-            Method::Exchange => EXCHANGE_ACTION,
-        };
-        self.plane_uris(action, Bytes::copy_from_slice(target))
-    }
-
-    /// The data-plane locations a wirespeed server offers for one call; none from others.
-    fn plane_uris(&self, action: &str, body: Bytes) -> Result<Vec<String>> {
         if !self.offers_planes()? {
             return Ok(Vec::new());
         }
-        match self.plane_action(Action { r#type: action.into(), body }) {
+        let action = Action { r#type: plane_action(method), body: Bytes::copy_from_slice(target) };
+        match self.action_with_hello(action) {
             Ok(uris) => Ok(uris.iter().map(|u| String::from_utf8_lossy(u).into_owned()).collect()),
             Err(e) if e.code() == tonic::Code::Unimplemented || e.code() == tonic::Code::InvalidArgument => {
                 Ok(Vec::new())
@@ -323,7 +314,7 @@ impl Client {
     /// Starts an upload of batches with `schema` to `descriptor`.
     pub fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<FlightWriter> {
         if let Some(planes) = self.planes()? {
-            let uris = self.plane_uris(PUT_ACTION, descriptor.encode_to_vec().into())?;
+            let uris = self.plane_locations(Method::Put, &descriptor.encode_to_vec())?;
             if let Some(writer) = planes.put(&uris, descriptor, schema)? {
                 return Ok(writer);
             }
@@ -337,7 +328,7 @@ impl Client {
             Ok(())
         })?;
         let inner = WriterInner::GrpcPut { writer, call: Some(call), results: Some(PutResults::grpc(results)) };
-        Ok(FlightWriter { inner, runtime: Some(self.runtime.clone()) })
+        Ok(FlightWriter { inner })
     }
 
     /// Starts an exchange: write to the first half, read from the second.
@@ -347,7 +338,7 @@ impl Client {
         schema: &SchemaRef,
     ) -> Result<(FlightWriter, FlightReader)> {
         if let Some(planes) = self.planes()? {
-            let uris = self.plane_uris(EXCHANGE_ACTION, descriptor.encode_to_vec().into())?;
+            let uris = self.plane_locations(Method::Exchange, &descriptor.encode_to_vec())?;
             if let Some((mut writer, reader)) = planes.exchange(&uris, descriptor)? {
                 writer.begin(schema)?;
                 return Ok((writer, reader.open()?));
@@ -359,7 +350,7 @@ impl Client {
         })?;
         let stream = runtime.block_on(call).map_err(|e| Error::internal(e.to_string()))??;
         let reader = FlightReader::from_grpc(stream, &runtime)?;
-        Ok((FlightWriter { inner: WriterInner::GrpcExchange { writer }, runtime: Some(runtime) }, reader))
+        Ok((FlightWriter { inner: WriterInner::GrpcExchange { writer } }, reader))
     }
 
     /// Starts a streaming gRPC call whose request stream the returned writer feeds.
@@ -380,6 +371,6 @@ impl Client {
         let (tx, rx) = mpsc::channel(2);
         tx.try_send(first).map_err(|_| Error::internal("request queue full at start"))?;
         let handle = self.runtime.spawn(call(self.grpc.clone(), self.request(ReceiverStream::new(rx))));
-        Ok((GrpcWriter { encoder, tx: Some(tx) }, handle))
+        Ok((GrpcWriter { encoder, tx: Some(tx), runtime: self.runtime.clone() }, handle))
     }
 }

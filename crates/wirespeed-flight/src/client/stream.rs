@@ -107,6 +107,9 @@ impl Iterator for FlightReader {
 pub(crate) struct GrpcWriter {
     pub(crate) encoder: grpc::Writer,
     pub(crate) tx: Option<mpsc::Sender<FlightData>>,
+    /// Runs the call's task, kept running while the writer lives, even once its client is
+    /// dropped.
+    pub(crate) runtime: Arc<Runtime>,
 }
 
 pub(crate) enum WriterInner {
@@ -133,8 +136,6 @@ pub(crate) enum WriterInner {
 /// The sending half of an upload or exchange.
 pub struct FlightWriter {
     pub(crate) inner: WriterInner,
-    /// Runs a gRPC call's task.
-    pub(crate) runtime: Option<Arc<Runtime>>,
 }
 
 impl FlightWriter {
@@ -143,7 +144,7 @@ impl FlightWriter {
     pub(crate) fn on_plane(stream: Arc<Stream>, schema: Option<&SchemaRef>, kind: Fabric, put: bool) -> Result<Self> {
         let writer = schema.map(|s| plane::Writer::start(&stream, s)).transpose()?;
         let results = put.then(|| PutResults(Source::Plane(plane::Reader::new(stream.clone()))));
-        Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, results }, runtime: None })
+        Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, results } })
     }
 
     /// Sends the schema of an exchange started without one.
@@ -192,7 +193,6 @@ impl FlightWriter {
 
     /// Why the call failed, once sending did.
     fn failure(&mut self) -> Error {
-        let runtime = self.runtime.clone();
         match &mut self.inner {
             WriterInner::Plane { stream, .. } => {
                 let mut reader = plane::Reader::new(stream.clone());
@@ -204,8 +204,8 @@ impl FlightWriter {
                     }
                 }
             }
-            WriterInner::GrpcPut { call, .. } => match call.take() {
-                Some(call) => match block_on(&runtime, call) {
+            WriterInner::GrpcPut { writer, call, .. } => match call.take() {
+                Some(call) => match writer.runtime.block_on(call) {
                     Ok(Err(e)) => e,
                     _ => Error::unavailable("the server ended the call"),
                 },
@@ -237,7 +237,6 @@ impl FlightWriter {
 
     /// Ends the upload; for DoPut, returns the server's PutResults not read yet.
     pub fn finish(mut self) -> Result<Vec<Bytes>> {
-        let runtime = self.runtime.clone();
         match &mut self.inner {
             WriterInner::Plane { stream, results, .. } => {
                 stream.finish()?;
@@ -246,7 +245,7 @@ impl FlightWriter {
             WriterInner::GrpcPut { writer, call, results } => {
                 writer.tx = None;
                 let call = call.take().ok_or_else(|| Error::internal("writer already finished"))?;
-                block_on(&runtime, call).map_err(|e| Error::internal(e.to_string()))??;
+                writer.runtime.block_on(call).map_err(|e| Error::internal(e.to_string()))??;
                 results.as_mut().map(PutResults::rest).unwrap_or(Ok(Vec::new()))
             }
             WriterInner::GrpcExchange { writer } => {
@@ -291,13 +290,5 @@ impl PutResults {
             Source::Grpc(received) => Ok(received.try_iter().collect()),
             Source::Plane(_) => std::iter::from_fn(|| self.next_result().transpose()).collect(),
         }
-    }
-}
-
-/// Waits for a gRPC call's task on its runtime.
-fn block_on<T>(runtime: &Option<Arc<Runtime>>, call: JoinHandle<T>) -> std::result::Result<T, tokio::task::JoinError> {
-    match runtime {
-        Some(runtime) => runtime.block_on(call),
-        None => futures::executor::block_on(call),
     }
 }

@@ -31,10 +31,11 @@ use crate::plane::proto::Method;
 use crate::plane::server::Shared;
 use crate::service::{Handler, Input};
 
-/// Actions that hand out data-plane locations for an upload or an exchange.
-pub const PUT_ACTION: &str = "wirespeed.put";
-pub const GET_ACTION: &str = "wirespeed.get";
-pub const EXCHANGE_ACTION: &str = "wirespeed.exchange";
+/// The action that hands out a call's data-plane locations: `wirespeed.get`, `wirespeed.put`
+/// or `wirespeed.exchange`.
+pub fn plane_action(method: Method) -> String {
+    format!("wirespeed.{}", method.name())
+}
 
 const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
 
@@ -253,13 +254,7 @@ impl FlightService for Service {
         // Ours only for a client that proves it holds the key; to others, the handler's.
         let hello = self.offer(request.metadata().as_ref()).is_some();
         let action = request.into_inner();
-        let method = match action.r#type.as_str() {
-            _ if !hello => None,
-            GET_ACTION => Some(Method::Get),
-            PUT_ACTION => Some(Method::Put),
-            EXCHANGE_ACTION => Some(Method::Exchange),
-            _ => None,
-        };
+        let method = action.r#type.strip_prefix("wirespeed.").and_then(Method::named).filter(|_| hello);
         let bodies = match method {
             Some(method) => {
                 // A ticket is any bytes; uploads and exchanges name a descriptor.

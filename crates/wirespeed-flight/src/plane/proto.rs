@@ -30,6 +30,11 @@ impl Method {
         }
     }
 
+    /// The method called `name` ("get", "put", "exchange").
+    pub fn named(name: &str) -> Option<Self> {
+        [Method::Get, Method::Put, Method::Exchange].into_iter().find(|m| m.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Method::Get => "get",
