@@ -58,6 +58,8 @@ pub use error::{Error, ErrorCode, Result, Violation};
 pub use fabric::{Fabric, Provider};
 pub use key::Key;
 pub use mem::{Body, Buf, Recycler, SealedRegion};
+#[cfg(feature = "gpu")]
+pub use transport::DeviceRegion;
 pub use transport::{
     Config, Connection, Incoming, Listener, Message, Ready, Region, RemoteRegion, Stream, connect, listen,
 };

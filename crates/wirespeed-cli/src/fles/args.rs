@@ -128,6 +128,12 @@ pub struct RunFlags {
     /// With --gpu: timeslices in flight in frame memory.
     #[arg(long, default_value_t = 8)]
     pub frames: usize,
+    /// With --gpu DEVICE: the receive rings in GPU memory, for the inputs to put into
+    /// directly (shm: by CUDA IPC, from replayed components page-locked for DMA; ucx: with
+    /// its CUDA transports), so frames are copied within the GPU. Where the fabric cannot
+    /// (tcp, ofi), the rings stay in host memory and the report says why.
+    #[arg(long)]
+    pub gpu_rings: bool,
     /// With --gpu: bytes per frame (default: the largest timeslice these settings make; when
     /// replaying, the data ring per input, at most 16 MiB).
     #[arg(long)]
@@ -171,6 +177,8 @@ pub struct FrameSettings {
     pub target: FrameTarget,
     pub frames: usize,
     pub capacity: usize,
+    /// The receive rings in GPU memory (`--gpu-rings`).
+    pub gpu_rings: bool,
 }
 
 impl RunFlags {
@@ -202,12 +210,20 @@ impl RunFlags {
 
     /// Where `--gpu` builds frames, and how large they are; None without it.
     pub fn frame_settings(&self, s: &Settings) -> Result<Option<FrameSettings>> {
-        let Some(target) = self.gpu else { return Ok(None) };
+        let Some(target) = self.gpu else {
+            if self.gpu_rings {
+                bail!("--gpu-rings goes with --gpu DEVICE");
+            }
+            return Ok(None);
+        };
         if self.frames == 0 {
             bail!("--frames must be at least 1");
         }
+        if self.gpu_rings && target == FrameTarget::Host {
+            bail!("--gpu-rings puts the rings in a GPU's memory: give --gpu a GPU's number");
+        }
         let capacity = self.frame_bytes.unwrap_or_else(|| s.frame_capacity());
-        Ok(Some(FrameSettings { target, frames: self.frames, capacity }))
+        Ok(Some(FrameSettings { target, frames: self.frames, capacity, gpu_rings: self.gpu_rings }))
     }
 
     /// What the report says about the run.
@@ -242,6 +258,9 @@ impl RunFlags {
         if let Some(g) = self.gpu {
             v.push(format!("--gpu={g}"));
             v.push(format!("--frames={}", self.frames));
+        }
+        if self.gpu_rings {
+            v.push("--gpu-rings".into());
         }
         if let Some(b) = self.frame_bytes {
             v.push(format!("--frame-bytes={b}"));

@@ -31,8 +31,11 @@ pub fn prepare(f: &FrameSettings, inputs: usize) -> Result<Prepared> {
         FrameTarget::Gpu(n) => {
             let gpu = Gpu::open(n).map_err(gpu_error)?;
             let (free_before, total) = gpu.memory().map_err(gpu_error)?;
-            let memory = GpuFrames::new(&gpu, f.frames, f.capacity, inputs)
+            let mut memory = GpuFrames::new(&gpu, f.frames, f.capacity, inputs)
                 .with_context(|| format!("{} frames of {} bytes on GPU {n}", f.frames, f.capacity))?;
+            if f.gpu_rings {
+                memory = memory.with_gpu_rings();
+            }
             Prepared::Gpu { gpu, memory, total, free_before }
         }
     })

@@ -113,6 +113,7 @@ pub fn run(layout: (usize, usize), a: &RunArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     crate::interrupt::install_winding_down(stop.clone())?;
     let s = a.flags.settings(inputs, computes, stop)?;
+    a.flags.frame_settings(&s)?; // flags that do not fit together, before any node starts
     let (_, key) = Key::generate()?;
     let (tx, lines) = mpsc::channel();
     let mut nodes = Nodes { nodes: Vec::new(), lines, tx };

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
 
-use super::{FrameMemory, PART_ALIGN, Part};
+use super::{FrameMemory, PART_ALIGN, Part, Source};
 use crate::error::{FlesError, Result};
 
 /// A frame being filled.
@@ -64,7 +64,7 @@ impl<M: FrameMemory> Assembler<M> {
     /// # Safety
     /// `bytes` must stay unchanged until the frame's copy completes (the ring space is given
     /// back only after that).
-    pub unsafe fn arrived(&mut self, ts: u64, input: usize, bytes: &[u8], microslices: u64) -> Result<()> {
+    pub unsafe fn arrived(&mut self, ts: u64, input: usize, bytes: Source<'_>, microslices: u64) -> Result<()> {
         self.take_recycled();
         if !self.building.contains_key(&ts) {
             if self.free.len() < 2 {
@@ -83,7 +83,7 @@ impl<M: FrameMemory> Assembler<M> {
     ///
     /// # Safety
     /// As for [`arrived`](Self::arrived).
-    pub unsafe fn complete(&mut self, ts: u64, components: &[(usize, &[u8], u64)]) -> Result<Sealed<M::Sealed>> {
+    pub unsafe fn complete(&mut self, ts: u64, components: &[(usize, Source<'_>, u64)]) -> Result<Sealed<M::Sealed>> {
         let mut b = match self.building.remove(&ts) {
             Some(b) => b,
             None => Building { frame: self.wait_for_frame()?, end: 0, placed: Vec::new() },
@@ -148,7 +148,7 @@ unsafe fn place<M: FrameMemory>(
     memory: &mut M,
     b: &mut Building,
     input: usize,
-    bytes: &[u8],
+    bytes: Source<'_>,
     microslices: u64,
 ) -> Result<Option<Part>> {
     let offset = b.end;
@@ -179,9 +179,9 @@ mod tests {
         let mut a = Assembler::new(HostFrames::new(2, 1 << 16), Duration::from_millis(10));
         let c: Vec<Vec<u8>> = (0..3).map(|i| component(i, 5)).collect();
         unsafe {
-            a.arrived(5, 2, &c[2], 10).unwrap(); // arrivals in any order
-            a.arrived(5, 0, &c[0], 10).unwrap();
-            let done: Vec<_> = (0..3).map(|i| (i, &c[i][..], 10)).collect();
+            a.arrived(5, 2, c[2][..].into(), 10).unwrap(); // arrivals in any order
+            a.arrived(5, 0, c[0][..].into(), 10).unwrap();
+            let done: Vec<_> = (0..3).map(|i| (i, c[i][..].into(), 10)).collect();
             let mut s = a.complete(5, &done).unwrap();
             assert_eq!(s.parts.iter().map(|p| p.input).collect::<Vec<_>>(), [0, 1, 2]);
             assert_eq!(s.parts[0].offset % PART_ALIGN, 0);
@@ -201,7 +201,7 @@ mod tests {
         let mut c1 = component(1, 1);
         let last = c1.len() - 1;
         c1[last] ^= 0x40;
-        let mut s = unsafe { a.complete(1, &[(0, &c0, 10), (1, &c1, 10)]) }.unwrap();
+        let mut s = unsafe { a.complete(1, &[(0, c0[..].into(), 10), (1, c1[..].into(), 10)]) }.unwrap();
         let check = s.sealed.checked().unwrap();
         assert_eq!((check.bad, check.first_bad), (1, Some((1, 9))));
     }
@@ -211,16 +211,16 @@ mod tests {
         let mut a = Assembler::new(HostFrames::new(2, 1 << 16), Duration::from_millis(50));
         let c = component(0, 0);
         let recycle = a.recycler();
-        let first = unsafe { a.complete(0, &[(0, &c, 10)]) }.unwrap().frame;
-        let second = unsafe { a.complete(1, &[(0, &c, 10)]) }.unwrap().frame;
+        let first = unsafe { a.complete(0, &[(0, c[..].into(), 10)]) }.unwrap().frame;
+        let second = unsafe { a.complete(1, &[(0, c[..].into(), 10)]) }.unwrap().frame;
         assert_ne!(first, second);
         // Every frame is out: an arrival waits in its ring, completion gives up in time.
-        unsafe { a.arrived(2, 0, &c, 10) }.unwrap();
+        unsafe { a.arrived(2, 0, c[..].into(), 10) }.unwrap();
         assert!(a.building.is_empty());
-        let e = unsafe { a.complete(2, &[(0, &c, 10)]) }.err().unwrap();
+        let e = unsafe { a.complete(2, &[(0, c[..].into(), 10)]) }.err().unwrap();
         assert!(e.to_string().contains("no frame came back"), "{e}");
         recycle.send(first).unwrap();
-        assert_eq!(unsafe { a.complete(2, &[(0, &c, 10)]) }.unwrap().frame, first);
+        assert_eq!(unsafe { a.complete(2, &[(0, c[..].into(), 10)]) }.unwrap().frame, first);
     }
 
     #[test]
@@ -228,11 +228,11 @@ mod tests {
         let mut a = Assembler::new(HostFrames::new(3, 1 << 16), Duration::from_millis(10));
         let c = component(0, 0);
         for ts in 0..5 {
-            unsafe { a.arrived(ts, 0, &c, 10) }.unwrap();
+            unsafe { a.arrived(ts, 0, c[..].into(), 10) }.unwrap();
         }
         assert_eq!(a.building.len(), 2);
         // A timeslice begun later completes first: the kept frame takes it.
-        let s = unsafe { a.complete(4, &[(0, &c, 10)]) }.unwrap();
+        let s = unsafe { a.complete(4, &[(0, c[..].into(), 10)]) }.unwrap();
         assert_eq!(s.frame, 2);
     }
 
@@ -241,8 +241,8 @@ mod tests {
         let mut a = Assembler::new(HostFrames::new(2, 1000), Duration::from_millis(10));
         let c = component(0, 0);
         assert!(c.len() > 1000);
-        unsafe { a.arrived(0, 0, &c, 10) }.unwrap(); // left in its ring
-        let e = unsafe { a.complete(0, &[(0, &c, 10)]) }.err().unwrap();
+        unsafe { a.arrived(0, 0, c[..].into(), 10) }.unwrap(); // left in its ring
+        let e = unsafe { a.complete(0, &[(0, c[..].into(), 10)]) }.err().unwrap();
         assert!(e.to_string().contains("more than a frame's 1000"), "{e}");
     }
 }

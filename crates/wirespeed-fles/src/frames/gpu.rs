@@ -1,13 +1,14 @@
 //! Frames in GPU memory: components are copied host to device on one of several streams
 //! (lanes, by input) as they arrive, from the receive rings page-locked in place where the
-//! driver allows it; a sealed frame's check (every microslice's CRC-32C) runs on the GPU
+//! driver allows it, or within the GPU from rings in device memory that the inputs put into
+//! directly (`with_gpu_rings`); a sealed frame's check (every microslice's CRC-32C) runs on the GPU
 //! after its copies, on a stream of its own, and only four counters come back.
 
 use std::sync::Arc;
 
 use wirespeed::gpu::{DeviceBuffer, Gpu, GpuError, GpuEvent, GpuStream, Kernel, KernelArg, PinnedBuffer, Registration};
 
-use super::{Check, FrameMemory, Part, SealedFrame};
+use super::{Check, FrameMemory, Part, SealedFrame, Source};
 use crate::error::{FlesError, Result};
 
 /// Copy streams: enough that copies from several inputs overlap.
@@ -35,6 +36,8 @@ pub struct GpuFrames {
     tables: Vec<(Arc<PinnedBuffer>, DeviceBuffer)>,
     max_parts: usize,
     rings: Vec<Registration>,
+    /// Whether the inputs should put into rings in GPU memory.
+    gpu_rings: bool,
     path: String,
 }
 
@@ -66,8 +69,16 @@ impl GpuFrames {
             tables,
             max_parts,
             rings: Vec::new(),
+            gpu_rings: false,
             path,
         })
+    }
+
+    /// Asks for the receive rings in GPU memory, for the inputs to put into directly (where
+    /// their fabric can), so that frames are copied within the GPU.
+    pub fn with_gpu_rings(mut self) -> Self {
+        self.gpu_rings = true;
+        self
     }
 }
 
@@ -97,6 +108,14 @@ impl FrameMemory for GpuFrames {
         self.path = "rings page-locked in place, copied by DMA".into();
     }
 
+    fn ring_gpu(&self) -> Option<Gpu> {
+        self.gpu_rings.then(|| self.gpu.clone())
+    }
+
+    fn rings_placed(&mut self, why: String) {
+        self.path = why;
+    }
+
     fn path(&self) -> String {
         self.path.clone()
     }
@@ -105,11 +124,18 @@ impl FrameMemory for GpuFrames {
         self.frames[frame].device_ptr()
     }
 
-    unsafe fn place(&mut self, frame: usize, offset: usize, src: &[u8], input: usize) -> Result<()> {
+    unsafe fn place(&mut self, frame: usize, offset: usize, src: Source<'_>, input: usize) -> Result<()> {
         let lane = input % LANES;
         self.used[frame] |= 1 << lane;
+        let (lane, dst) = (&self.lanes[lane], &self.frames[frame]);
         // SAFETY: the caller keeps `src` until `copied` returns, which waits for this lane.
-        unsafe { self.lanes[lane].copy_to_device(&self.frames[frame], offset, src) }.map_err(gpu_error)
+        unsafe {
+            match src {
+                Source::Host(bytes) => lane.copy_to_device(dst, offset, bytes),
+                Source::Device { address, len } => lane.copy_within_device(dst, offset, address, len),
+            }
+        }
+        .map_err(gpu_error)
     }
 
     fn seal(&mut self, frame: usize, parts: &[Part]) -> Result<GpuSealed> {

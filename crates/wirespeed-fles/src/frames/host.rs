@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Check, FrameMemory, Part, SealedFrame};
-use crate::error::Result;
+use super::{Check, FrameMemory, Part, SealedFrame, Source};
+use crate::error::{FlesError, Result};
 use crate::model::ComponentView;
 use wirespeed::sync::Unpoison;
 
@@ -44,7 +44,10 @@ impl FrameMemory for HostFrames {
         self.frames[frame].lock().unpoison().as_ptr() as u64
     }
 
-    unsafe fn place(&mut self, frame: usize, offset: usize, src: &[u8], _input: usize) -> Result<()> {
+    unsafe fn place(&mut self, frame: usize, offset: usize, src: Source<'_>, _input: usize) -> Result<()> {
+        let Source::Host(src) = src else {
+            return Err(FlesError::Config("host frames cannot be built from GPU rings".into()));
+        };
         self.frames[frame].lock().unpoison()[offset..offset + src.len()].copy_from_slice(src);
         Ok(())
     }

@@ -20,6 +20,32 @@ use crate::error::Result;
 /// Where each component starts in a frame, so that the frames are aligned for wide loads.
 pub const PART_ALIGN: usize = 256;
 
+/// Where a component is copied from: a host ring, or a GPU ring the input put it into.
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    Host(&'a [u8]),
+    Device { address: u64, len: usize },
+}
+
+impl Source<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Source::Host(b) => b.len(),
+            Source::Device { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<'a> From<&'a [u8]> for Source<'a> {
+    fn from(bytes: &'a [u8]) -> Self {
+        Source::Host(bytes)
+    }
+}
+
 /// One component's place in its frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Part {
@@ -52,6 +78,17 @@ pub trait FrameMemory: Send + 'static {
     /// Prepares to copy from these host ranges (the receive rings): a GPU page-locks them.
     fn adopt(&mut self, _rings: &[(*mut u8, usize)]) {}
 
+    /// The GPU whose memory the inputs should put into directly (the receive rings live
+    /// there), when these frames are built that way.
+    #[cfg(feature = "gpu")]
+    fn ring_gpu(&self) -> Option<wirespeed::gpu::Gpu> {
+        None
+    }
+
+    /// The inputs put into GPU rings after all (`why`), or could not and the rings stay in
+    /// host memory.
+    fn rings_placed(&mut self, _why: String) {}
+
     /// How the bytes travel, for the report ("host memory", "registered ring", ...).
     fn path(&self) -> String;
 
@@ -61,8 +98,9 @@ pub trait FrameMemory: Send + 'static {
     /// Queues a copy of `src` into `frame` at `offset`, on `input`'s lane.
     ///
     /// # Safety
-    /// `src` must stay unchanged and mapped until the frame's [`SealedFrame::copied`] returns.
-    unsafe fn place(&mut self, frame: usize, offset: usize, src: &[u8], input: usize) -> Result<()>;
+    /// `src` must stay unchanged and mapped (or allocated, on a device) until the frame's
+    /// [`SealedFrame::copied`] returns.
+    unsafe fn place(&mut self, frame: usize, offset: usize, src: Source<'_>, input: usize) -> Result<()>;
 
     /// Every copy into `frame` is queued: check its `parts` once they have landed.
     fn seal(&mut self, frame: usize, parts: &[Part]) -> Result<Self::Sealed>;

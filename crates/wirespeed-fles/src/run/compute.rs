@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use wirespeed::{Config, Key, Listener, Region};
+use wirespeed::{Config, Connection, Key, Listener, Region};
 
 use super::link::{Event, Heard, Heartbeats, Link, await_closes, net, patient};
 use super::{HEARTBEAT_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
@@ -22,12 +22,50 @@ use crate::wire::Msg;
 /// space goes back to the inputs once the consumer returns.
 pub struct Timeslice<'a> {
     pub index: u64,
-    /// The components that arrived, in input order...
+    /// The components that arrived, in input order (none where the rings are in GPU memory,
+    /// which only the frames' copies read)...
     pub components: Vec<ComponentView<'a>>,
     /// ... and the input each came from: every input, unless one was lost mid-run.
     pub inputs: Vec<usize>,
+    /// Where each component lies in its ring, in the same order.
+    pub(crate) places: Vec<Place>,
     /// Every input's data ring, for a consumer that keeps the timeslice.
-    pub(crate) rings: &'a [Arc<Region>],
+    pub(crate) rings: &'a [Arc<DataRing>],
+}
+
+/// An input's data ring: host memory the node reads, or GPU memory that the input puts into
+/// directly and only the GPU's copies read.
+pub(crate) enum DataRing {
+    Host(Region),
+    #[cfg(feature = "gpu")]
+    Gpu(wirespeed::DeviceRegion),
+}
+
+impl DataRing {
+    fn descriptor(&self) -> &[u8] {
+        match self {
+            DataRing::Host(r) => r.descriptor(),
+            #[cfg(feature = "gpu")]
+            DataRing::Gpu(r) => r.descriptor(),
+        }
+    }
+
+    pub(crate) fn host(&self) -> Option<&Region> {
+        match self {
+            DataRing::Host(r) => Some(r),
+            #[cfg(feature = "gpu")]
+            DataRing::Gpu(_) => None,
+        }
+    }
+}
+
+/// Where a component lies in its input's data ring.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place {
+    pub input: usize,
+    pub at: usize,
+    pub len: usize,
+    pub microslices: u64,
 }
 
 /// What a compute node saw, for the run's report.
@@ -126,7 +164,7 @@ impl ComputeListener {
         consumer: &mut impl Consumer,
     ) -> Result<ComputeSummary> {
         let mut delivered_all = true;
-        let mut slots: Vec<Option<(Peer, Arc<Region>)>> = (0..s.inputs).map(|_| None).collect();
+        let mut slots: Vec<Option<(Peer, Arc<DataRing>)>> = (0..s.inputs).map(|_| None).collect();
         for _ in 0..s.inputs {
             let conn = self.listener.accept_timeout(s.timeout).map_err(|e| net("waiting for the inputs", e))?;
             let stream = conn.accept_stream_timeout(s.timeout).map_err(|e| net("waiting for an input's stream", e))?;
@@ -139,13 +177,16 @@ impl ComputeListener {
                 return Err(FlesError::Protocol(format!("input {input} joined twice or is not one of {}", s.inputs)));
             }
             let register = |len: u64| link.conn.register(len as usize).map_err(|e| net("registering a ring", e));
-            let data = register(s.rings.data)?;
+            let data = match consumer.ring(&link.conn, s.rings.data as usize)? {
+                Some(ring) => ring,
+                None => DataRing::Host(register(s.rings.data)?),
+            };
             let descs = register(s.rings.descs * COMPONENT_DESCRIPTOR_LEN as u64)?;
             link.send(&Msg::Rings { data: data.descriptor().to_vec(), descs: descs.descriptor().to_vec() })?;
             slots[input] = Some((Peer { link, descs }, Arc::new(data)));
         }
         // Each input's link and descriptor ring, and its data ring, which kept timeslices share.
-        let (peers, rings): (Vec<Peer>, Vec<Arc<Region>>) =
+        let (peers, rings): (Vec<Peer>, Vec<Arc<DataRing>>) =
             slots.into_iter().map(|p| p.expect("every input joined")).unzip();
         consumer.start(&rings)?;
         barrier()?;
@@ -202,7 +243,8 @@ impl ComputeListener {
                         let desc = read_descriptor(&peers[i].descs, slot % s.rings.descs)?;
                         node.on_component(i, desc, now)?;
                         if node.awaits(desc.ts_num) {
-                            consumer.arrived(i, desc.ts_num, component(&rings[i], s, &desc)?)?;
+                            let (place, _) = component(i, &rings[i], s, &desc)?;
+                            consumer.arrived(desc.ts_num, place)?;
                         }
                     }
                 }
@@ -296,14 +338,20 @@ fn read_descriptor(descs: &Region, slot: u64) -> Result<ComponentDescriptor> {
 
 /// Where a timeslice's consumer hears of it, from the node's loop.
 pub(crate) trait Consumer {
+    /// An input's data ring of `len` bytes, where the consumer wants it elsewhere than in
+    /// host memory the connection registers.
+    fn ring(&mut self, _conn: &Connection, _len: usize) -> Result<Option<DataRing>> {
+        Ok(None)
+    }
+
     /// Every input's data ring, once all have joined.
-    fn start(&mut self, _rings: &[Arc<Region>]) -> Result<()> {
+    fn start(&mut self, _rings: &[Arc<DataRing>]) -> Result<()> {
         Ok(())
     }
 
     /// A component of this node's own timeslice `ts`, not yet complete, is in its ring (and
     /// stays there until the timeslice is released).
-    fn arrived(&mut self, _input: usize, _ts: u64, _component: ComponentView<'_>) -> Result<()> {
+    fn arrived(&mut self, _ts: u64, _place: Place) -> Result<()> {
         Ok(())
     }
 
@@ -315,29 +363,40 @@ pub(crate) trait Consumer {
     fn delivered_all(&mut self) {}
 }
 
-/// A component where it lies in its input's data ring.
-fn component<'a>(ring: &'a Region, s: &Settings, c: &ComponentDescriptor) -> Result<ComponentView<'a>> {
+/// Where input `input`'s component lies in its data ring, and a view of it there when the
+/// ring is in host memory (which checks its microslices' descriptors).
+fn component<'a>(
+    input: usize,
+    ring: &'a DataRing,
+    s: &Settings,
+    c: &ComponentDescriptor,
+) -> Result<(Place, Option<ComponentView<'a>>)> {
     let at = (c.offset % s.rings.data) as usize;
+    let place = Place { input, at, len: c.size as usize, microslices: c.num_microslices };
+    let Some(ring) = ring.host() else { return Ok((place, None)) };
     // SAFETY: the node checked that the component lies inside the ring (it never wraps)
     // and below the input's write pointer; the input writes there again only after we
     // acknowledge it, which happens after the consumer releases the timeslice.
-    let bytes = unsafe { std::slice::from_raw_parts(ring.as_ptr().add(at), c.size as usize) };
-    ComponentView::new(bytes, c.num_microslices)
+    let bytes = unsafe { std::slice::from_raw_parts(ring.as_ptr().add(at), place.len) };
+    Ok((place, Some(ComponentView::new(bytes, c.num_microslices)?)))
 }
 
 /// Views of a timeslice's components in the data rings.
 fn view<'a>(
-    rings: &'a [Arc<Region>],
+    rings: &'a [Arc<DataRing>],
     s: &Settings,
     ts: u64,
     components: &[Option<ComponentDescriptor>],
 ) -> Result<Timeslice<'a>> {
     let mut views = Vec::with_capacity(components.len());
+    let mut places = Vec::with_capacity(components.len());
     let mut inputs = Vec::with_capacity(components.len());
     for (i, (ring, c)) in rings.iter().zip(components).enumerate() {
         let Some(c) = c else { continue };
-        views.push(component(ring, s, c)?);
+        let (place, view) = component(i, ring, s, c)?;
+        views.extend(view);
+        places.push(place);
         inputs.push(i);
     }
-    Ok(Timeslice { index: ts, components: views, inputs, rings })
+    Ok(Timeslice { index: ts, components: views, inputs, places, rings })
 }

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 
-use wirespeed::Region;
 
 use super::Settings;
-use super::compute::{ComputeListener, ComputeSummary, Consumer, Timeslice};
+use super::compute::{ComputeListener, ComputeSummary, Consumer, DataRing, Timeslice};
 use super::link::Event;
 use crate::error::{FlesError, Result};
 use crate::model::ComponentView;
@@ -30,7 +29,7 @@ pub struct KeptTimeslice {
     /// Each input's component: its bytes in the ring and its microslice count.
     parts: Vec<(*const u8, usize, u64)>,
     /// Keep the rings mapped while the views exist.
-    _rings: Vec<Arc<Region>>,
+    _rings: Vec<Arc<DataRing>>,
     release: Sender<Event>,
 }
 

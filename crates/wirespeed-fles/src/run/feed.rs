@@ -64,6 +64,19 @@ impl Feed {
     }
 }
 
+impl Feed {
+    /// Page-locks the replayed components for `gpu`'s copy engines, which then read them by
+    /// DMA when this input's puts land in GPU memory; a component the driver will not lock
+    /// (it shares a page with another) is copied from pageable memory instead.
+    #[cfg(feature = "gpu")]
+    pub fn pin(&self, gpu: &wirespeed::gpu::Gpu) -> Vec<wirespeed::gpu::Registration> {
+        let Feed::Replay(components) = self else { return Vec::new() };
+        // SAFETY: the components are never moved or freed while the feed lives, and the
+        // caller drops the registrations before the feed.
+        components.iter().filter_map(|(c, _)| unsafe { gpu.register(c.as_ptr().cast_mut(), c.len()) }.ok()).collect()
+    }
+}
+
 /// Input `input`'s components of the archive at `path` (component `input` mod the number
 /// there are, so fewer archived inputs serve more).
 fn load(path: &Path, input: usize) -> Result<Vec<(Vec<u8>, u64)>> {

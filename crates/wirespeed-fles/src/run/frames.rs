@@ -8,15 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use wirespeed::Region;
+use wirespeed::Connection;
 use wirespeed::sync::Unpoison;
 
 use super::Settings;
-use super::compute::{ComputeListener, ComputeSummary, Consumer, Timeslice};
+use super::compute::{ComputeListener, ComputeSummary, Consumer, DataRing, Place, Timeslice};
 use super::link::Event;
 use crate::error::{FlesError, Result};
-use crate::frames::{Assembler, Check, FrameMemory, Part, SealedFrame};
-use crate::model::ComponentView;
+use crate::frames::{Assembler, Check, FrameMemory, Part, SealedFrame, Source};
 
 /// A timeslice complete in frame memory and checked there.
 pub struct BuiltFrame {
@@ -95,6 +94,7 @@ impl ComputeListener {
         memory: M,
     ) -> Result<Frames> {
         let path = Arc::new(Mutex::new(memory.path()));
+        let fabric = self.url().split("://").next().unwrap_or_default().to_string();
         let (out, delivered) = mpsc::channel();
         let assembler = Assembler::new(memory, s.timeout);
         let (jobs, queued) = mpsc::channel();
@@ -104,7 +104,8 @@ impl ComputeListener {
         let node = std::thread::Builder::new()
             .name(format!("fles-compute-{index}"))
             .spawn(move || {
-                let mut builder = Builder { assembler, jobs, rings: Vec::new(), path: shared_path };
+                let mut builder =
+                    Builder { assembler, jobs, rings: Vec::new(), path: shared_path, fabric, refused: None };
                 let summary = self.drive(&s, index, barrier, &mut builder);
                 // The frames handed out point into the memory: the last watcher frees it
                 // once every frame has come back.
@@ -121,29 +122,70 @@ struct Builder<M: FrameMemory> {
     assembler: Assembler<M>,
     jobs: Sender<Job<M::Sealed>>,
     /// The rings the memory copies from, kept as long as it may.
-    rings: Vec<Arc<Region>>,
+    rings: Vec<Arc<DataRing>>,
     path: Arc<Mutex<String>>,
+    /// The inputs' fabric, for the report.
+    fabric: String,
+    /// Why the inputs could not put into GPU rings, when asked to.
+    refused: Option<String>,
+}
+
+/// Where a component is copied from.
+fn source(rings: &[Arc<DataRing>], p: Place) -> Source<'_> {
+    match &*rings[p.input] {
+        // SAFETY: the node checked that the component lies inside the ring; it stays unchanged
+        // until its timeslice is released.
+        DataRing::Host(r) => Source::Host(unsafe { std::slice::from_raw_parts(r.as_ptr().add(p.at), p.len) }),
+        #[cfg(feature = "gpu")]
+        DataRing::Gpu(r) => Source::Device { address: r.address() + p.at as u64, len: p.len },
+    }
 }
 
 impl<M: FrameMemory> Consumer for Builder<M> {
-    fn start(&mut self, rings: &[Arc<Region>]) -> Result<()> {
+    #[cfg(feature = "gpu")]
+    fn ring(&mut self, conn: &Connection, len: usize) -> Result<Option<DataRing>> {
+        let Some(gpu) = self.assembler.memory().ring_gpu() else { return Ok(None) };
+        if self.refused.is_some() {
+            return Ok(None);
+        }
+        let mem = gpu.alloc(len).map_err(crate::frames::gpu_error)?;
+        match conn.register_device(Arc::new(mem)) {
+            Ok(region) => Ok(Some(DataRing::Gpu(region))),
+            Err(e) => {
+                self.refused = Some(e.to_string());
+                Ok(None)
+            }
+        }
+    }
+
+    fn start(&mut self, rings: &[Arc<DataRing>]) -> Result<()> {
         self.rings = rings.to_vec();
-        let ranges: Vec<_> = rings.iter().map(|r| (r.as_ptr(), r.len())).collect();
-        self.assembler.memory_mut().adopt(&ranges);
+        let host: Vec<_> = rings.iter().filter_map(|r| r.host()).map(|r| (r.as_ptr(), r.len())).collect();
+        let on_gpu = rings.len() - host.len();
+        let memory = self.assembler.memory_mut();
+        memory.adopt(&host);
+        let staged = memory.path();
+        let direct = format!("put by the inputs into rings in GPU memory over {}, copied within the GPU", self.fabric);
+        let refused = self.refused.as_ref().map(|why| format!(" (GPU rings refused over {}: {why})", self.fabric));
+        let path = match (on_gpu, host.len()) {
+            (_, 0) => direct,
+            (0, _) => format!("{staged}{}", refused.unwrap_or_default()),
+            (n, _) => format!("{n} of {} inputs {direct}; the rest {staged}{}", rings.len(), refused.unwrap_or_default()),
+        };
+        memory.rings_placed(path);
         *self.path.lock().unpoison() = self.assembler.memory().path();
         Ok(())
     }
 
-    fn arrived(&mut self, input: usize, ts: u64, c: ComponentView<'_>) -> Result<()> {
+    fn arrived(&mut self, ts: u64, p: Place) -> Result<()> {
         // SAFETY: the component stays in its ring until its timeslice is released, which
         // the first watcher does only once the frame's copies have completed.
-        unsafe { self.assembler.arrived(ts, input, c.bytes(), c.len() as u64) }
+        unsafe { self.assembler.arrived(ts, p.input, source(&self.rings, p), p.microslices) }
     }
 
     fn complete(&mut self, ts: &Timeslice<'_>, release: &Sender<Event>) -> Result<bool> {
         let arrived = Instant::now();
-        let components: Vec<_> =
-            ts.inputs.iter().zip(&ts.components).map(|(&i, c)| (i, c.bytes(), c.len() as u64)).collect();
+        let components: Vec<_> = ts.places.iter().map(|&p| (p.input, source(&self.rings, p), p.microslices)).collect();
         // SAFETY: as in `arrived`.
         let sealed = unsafe { self.assembler.complete(ts.index, &components) }?;
         let job = Job {
@@ -161,7 +203,7 @@ impl<M: FrameMemory> Consumer for Builder<M> {
 
 /// What the node hands the last watcher when it ends: the memory and the rings it copied
 /// from, to drop once every frame is back.
-type Leftovers<M> = (Assembler<M>, Vec<Arc<Region>>);
+type Leftovers<M> = (Assembler<M>, Vec<Arc<DataRing>>);
 
 /// Starts the two watchers of sealed frames.
 fn watch<M: FrameMemory>(

@@ -80,6 +80,9 @@ pub fn run_input(
         node = node.with_source_rate((f64::from(s.microslice_size) / s.input_rate).ceil() as u64, s.slicing);
     }
     let mut feed = Feed::new(s, index)?;
+    // Puts that this process copies into a compute node's GPU read page-locked memory fastest.
+    #[cfg(feature = "gpu")]
+    let _pinned = peers.iter().find_map(|p| p.data.copied_by()).map(|gpu| feed.pin(&gpu));
     let mut summary = InputSummary { index, ..InputSummary::default() };
     let mut next_sample = Duration::ZERO;
     let mut sent = Thinned::new(SAMPLES_KEPT);

@@ -50,12 +50,7 @@ impl Gpu {
     /// Opens device `ordinal`; a host without the CUDA driver or without that device gives
     /// [`GpuError::NoGpu`].
     pub fn open(ordinal: usize) -> GpuResult<Gpu> {
-        // SAFETY: only tries to open the library.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(GpuError::NoGpu("the CUDA driver (libcuda.so.1) is not installed on this host".into()));
-        }
-        result::init().map_err(|e| GpuError::NoGpu(format!("the CUDA driver did not start: {e:?}")))?;
-        let count = result::device::get_count().map_err(driver("counting devices"))?;
+        let count = devices()?;
         if ordinal >= count as usize {
             return Err(GpuError::NoGpu(format!("no device {ordinal}: this host has {count}")));
         }
@@ -70,6 +65,28 @@ impl Gpu {
 
     pub fn name(&self) -> &str {
         &self.ctx.name
+    }
+
+    /// The device's UUID, which names it in every process on the host.
+    pub fn uuid(&self) -> GpuResult<[u8; 16]> {
+        uuid_of(self.ctx.device)
+    }
+
+    /// Opens the device with this UUID (another process's, named in what it sent).
+    pub fn open_uuid(uuid: [u8; 16]) -> GpuResult<Gpu> {
+        for ordinal in 0..devices()? {
+            let device = result::device::get(ordinal).map_err(driver("opening the device"))?;
+            if uuid_of(device)? == uuid {
+                return Gpu::open(ordinal as usize);
+            }
+        }
+        Err(GpuError::NoGpu(format!("no device {} on this host", hex(&uuid))))
+    }
+
+    /// Makes this device's context current on the calling thread, for libraries (UCX) that
+    /// take device addresses and ask the driver about them.
+    pub fn make_current(&self) -> GpuResult<()> {
+        self.ctx.bind()
     }
 
     /// Free and total device memory, in bytes.
@@ -114,10 +131,31 @@ impl Gpu {
     }
 }
 
+/// Starts the driver and counts the devices; a host without the driver has none.
+fn devices() -> GpuResult<i32> {
+    // SAFETY: only tries to open the library.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(GpuError::NoGpu("the CUDA driver (libcuda.so.1) is not installed on this host".into()));
+    }
+    result::init().map_err(|e| GpuError::NoGpu(format!("the CUDA driver did not start: {e:?}")))?;
+    result::device::get_count().map_err(driver("counting devices"))
+}
+
+fn uuid_of(device: sys::CUdevice) -> GpuResult<[u8; 16]> {
+    let mut uuid = sys::CUuuid { bytes: [0; 16] };
+    // SAFETY: a valid device; out-pointer to a local.
+    unsafe { sys::cuDeviceGetUuid_v2(&mut uuid, device) }.result().map_err(driver("reading the device's UUID"))?;
+    Ok(uuid.bytes.map(|b| b as u8))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Device memory.
 pub struct DeviceBuffer {
-    ctx: Arc<Context>,
-    ptr: sys::CUdeviceptr,
+    pub(super) ctx: Arc<Context>,
+    pub(super) ptr: sys::CUdeviceptr,
     len: usize,
 }
 
@@ -133,6 +171,11 @@ impl DeviceBuffer {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The device this memory is on.
+    pub fn gpu(&self) -> Gpu {
+        Gpu { ctx: self.ctx.clone() }
     }
 
     fn check(&self, offset: usize, len: usize) -> GpuResult<()> {
@@ -238,6 +281,47 @@ impl GpuStream {
         // SAFETY: bounds checked; the caller keeps `dst`.
         unsafe { result::memcpy_dtoh_async(dst, src.ptr + offset as u64, self.raw) }
             .map_err(driver("copying to the host"))
+    }
+
+    /// Queues a copy of `src` to device address `dst` (memory another process lent, say).
+    ///
+    /// # Safety
+    /// `dst..dst+src.len()` must be device memory that stays allocated, and `src` unchanged,
+    /// until the copy completes.
+    pub unsafe fn copy_to_address(&self, dst: u64, src: &[u8]) -> GpuResult<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller vouches for both ranges.
+        unsafe { result::memcpy_htod_async(dst, src, self.raw) }.map_err(driver("copying to the device"))
+    }
+
+    /// Queues a copy from device address `src` into `dst`.
+    ///
+    /// # Safety
+    /// As for [`copy_to_address`](Self::copy_to_address), the other way round.
+    pub unsafe fn copy_from_address(&self, dst: &mut [u8], src: u64) -> GpuResult<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller vouches for both ranges.
+        unsafe { result::memcpy_dtoh_async(dst, src, self.raw) }.map_err(driver("copying to the host"))
+    }
+
+    /// Queues a copy of `len` bytes at device address `src` into `dst` at `offset`.
+    ///
+    /// # Safety
+    /// `src..src+len` must be device memory that stays allocated and unchanged until the copy
+    /// completes.
+    pub unsafe fn copy_within_device(&self, dst: &DeviceBuffer, offset: usize, src: u64, len: usize) -> GpuResult<()> {
+        dst.check(offset, len)?;
+        self.ctx.bind()?;
+        // SAFETY: the destination is checked, the source vouched for.
+        unsafe { result::memcpy_dtod_async(dst.ptr + offset as u64, src, len, self.raw) }
+            .map_err(driver("copying within the device"))
+    }
+
+    /// Waits until the work queued so far has completed.
+    pub fn synchronize(&self) -> GpuResult<()> {
+        self.ctx.bind()?;
+        // SAFETY: a live stream.
+        unsafe { sys::cuStreamSynchronize(self.raw) }.result().map_err(driver("waiting for a stream"))
     }
 
     /// An event that completes once the work queued so far has.

@@ -3,15 +3,18 @@
 //! there instead of failing to start.
 //!
 //! What the timeslice builder needs and no more: device buffers, pinned host buffers and host
-//! memory registered in place (so that a receive ring is copied from without staging), streams
-//! that copy asynchronously, events that say when, and kernels compiled at run time by NVRTC.
+//! memory registered in place (so that a receive ring is copied from without staging), device
+//! memory lent to another process (CUDA IPC), streams that copy asynchronously, events that
+//! say when, and kernels compiled at run time by NVRTC.
 //! Every object keeps the device's context alive and makes it current before it calls the
 //! driver, so any thread may use or drop it.
 
 mod device;
+mod ipc;
 mod kernel;
 
 pub use device::{DeviceBuffer, Gpu, GpuEvent, GpuStream, PinnedBuffer, Registration};
+pub use ipc::{IPC_HANDLE_LEN, IpcMapping};
 pub use kernel::{Kernel, KernelArg};
 
 /// What can go wrong with a GPU.

@@ -175,7 +175,9 @@ impl Rma {
 
     /// Exposes `mem` to the peer's puts and gets; returns the region's id.
     pub fn add_region(&mut self, mem: Arc<RegionMem>) -> Result<u32> {
-        let id = self.last_region.checked_add(1).ok_or_else(|| Error::Limit("region ids exhausted".into()))?;
+        // The top id is kept for GPU regions, which only a fabric reaches.
+        let id = (self.last_region.checked_add(1).filter(|&id| id < u32::MAX))
+            .ok_or_else(|| Error::Limit("region ids exhausted".into()))?;
         self.last_region = id;
         self.regions.insert(id, mem);
         Ok(id)

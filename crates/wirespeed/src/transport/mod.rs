@@ -2,6 +2,8 @@
 //! frames (`FrameRx`, `FrameTx`); streams, credits and errors live in the shared engine.
 
 mod conn;
+#[cfg(feature = "gpu")]
+mod device_region;
 mod engine;
 mod handshake;
 pub mod in_process;
@@ -28,6 +30,8 @@ use bytes::Bytes;
 
 pub use crate::proto::session::Ready;
 pub use conn::Connection;
+#[cfg(feature = "gpu")]
+pub use device_region::DeviceRegion;
 pub use listener::Listener;
 pub use progress::wait_for_closing;
 pub use rma::{Region, RemoteRegion};
@@ -134,6 +138,13 @@ pub(crate) trait NativeRma: Send + Sync {
     fn register(&self, len: usize) -> Result<(RegionMem, Vec<u8>)>;
     /// Makes a peer's access information usable on this connection.
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>>;
+    /// Lends the peer GPU memory: the access information it needs, and what keeps the
+    /// fabric's registration (dropped before the memory). Fabrics that cannot write device
+    /// memory say so.
+    #[cfg(feature = "gpu")]
+    fn register_device(&self, _mem: &crate::gpu::DeviceBuffer) -> Result<(Box<dyn std::any::Any + Send>, Vec<u8>)> {
+        Err(crate::error::Error::Fabric { op: "lending GPU memory", status: "this fabric cannot write it".into() })
+    }
 }
 
 /// A peer's region as the fabric reaches it. Offsets are checked before these are called.
@@ -141,6 +152,12 @@ pub(crate) trait NativeRemote: Send + Sync {
     /// Returns once the bytes are in the peer's memory.
     fn put(&self, offset: u64, data: &[u8], timeout: Duration) -> Result<()>;
     fn get(&self, offset: u64, out: &mut [u8], timeout: Duration) -> Result<()>;
+    /// The GPU that this process's own copies write the region on (lent by CUDA IPC), so that
+    /// a sender can page-lock what it puts from; None where the fabric moves the bytes.
+    #[cfg(feature = "gpu")]
+    fn copied_by(&self) -> Option<crate::gpu::Gpu> {
+        None
+    }
 }
 
 /// Writes a frame's payload in place (see [`FrameTx::write_frame_filled`]).

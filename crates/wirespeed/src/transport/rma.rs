@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::NativeRemote;
 use super::conn::Connection;
 use super::engine::{Inner, Waiting};
-use crate::error::Result;
+use crate::error::{Result, Violation};
 use crate::mem::{RegionMem, check_span};
 use crate::proto::rma::{self, Descriptor};
 
@@ -63,11 +63,14 @@ impl Drop for Region {
     }
 }
 
+/// The id in the descriptor of a GPU region, which the session's table never holds.
+pub(super) const DEVICE_REGION: u32 = u32::MAX;
+
 /// A peer's region, as its descriptor describes it.
 pub struct RemoteRegion {
     id: u32,
     len: u64,
-    native: Option<Box<dyn NativeRemote>>,
+    pub(super) native: Option<Box<dyn NativeRemote>>,
 }
 
 impl RemoteRegion {
@@ -100,6 +103,8 @@ impl Connection {
         let d = Descriptor::decode(descriptor)?;
         let native = match (&self.inner.native_rma, d.native.is_empty()) {
             (Some(n), false) => Some(n.remote(&d.native)?),
+            // Only the fabric reaches GPU memory: there is no frame-borne way to it.
+            _ if d.id == DEVICE_REGION => return Err(Violation::Malformed("GPU region without fabric access").into()),
             _ => None,
         };
         Ok(RemoteRegion { id: d.id, len: d.len, native })

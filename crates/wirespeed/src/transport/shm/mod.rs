@@ -7,6 +7,8 @@
 //! regions are shared memory the peer maps too (`windows`).
 
 mod areas;
+#[cfg(feature = "gpu")]
+mod gpu_window;
 mod lend;
 mod mapping;
 mod pull;

@@ -2,7 +2,8 @@
 //! growing, handed to the peer over the unix socket as it is registered (as sealed regions
 //! are, its id's top bit set). The peer maps it and copies straight in or out, once, without
 //! the owner's threads, as MPI does with a shared-memory window. Each side's mapping keeps the
-//! memory alive, so a put that comes late never lands in memory the owner has freed.
+//! memory alive, so a put that comes late never lands in memory the owner has freed. GPU
+//! memory is lent by CUDA IPC instead (`gpu_window`).
 
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -55,6 +56,12 @@ impl NativeRma for ShmRma {
     }
 
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>> {
+        #[cfg(feature = "gpu")]
+        if super::gpu_window::names_gpu(native) {
+            let peer = nix::sys::socket::getsockopt(&self.sock, nix::sys::socket::sockopt::PeerCredentials);
+            let same_process = peer.is_ok_and(|c| c.pid() as u32 == std::process::id());
+            return super::gpu_window::open(native, same_process);
+        }
         let id = native.try_into().map(u64::from_le_bytes).map_err(|_| Violation::Malformed("shm window"))?;
         if id & WINDOW == 0 {
             return Err(Violation::Malformed("shm window").into());
@@ -71,6 +78,11 @@ impl NativeRma for ShmRma {
             return Err(bad(format!("has {} bytes, not the {len} announced", st.st_size)));
         }
         Ok(Box::new(Window(Mapping::shared(&fd, 0, len as usize)?)))
+    }
+
+    #[cfg(feature = "gpu")]
+    fn register_device(&self, mem: &crate::gpu::DeviceBuffer) -> Result<(Box<dyn std::any::Any + Send>, Vec<u8>)> {
+        Ok((Box::new(()), super::gpu_window::lend(mem)?))
     }
 }
 

@@ -94,24 +94,57 @@ impl AsRef<[u8]> for Allocated {
     }
 }
 
+/// What a peer needs to reach registered memory at `address`: the address and the packed key.
+fn access(registration: &Registration, address: u64) -> Result<Vec<u8>> {
+    let ctx = context()?;
+    let (mut packed, mut size) = (std::ptr::null_mut(), 0usize);
+    // SAFETY: live context and handle; out-pointers to locals.
+    check("packing a region's key", unsafe { lib().ucp_rkey_pack(ctx, registration.0, &mut packed, &mut size) })?;
+    let mut native = address.to_le_bytes().to_vec();
+    // SAFETY: UCX returned `size` readable bytes at `packed`, released right after.
+    unsafe {
+        native.extend_from_slice(std::slice::from_raw_parts(packed as *const u8, size));
+        lib().ucp_rkey_buffer_release(packed);
+    }
+    Ok(native)
+}
+
 impl NativeRma for UcxRma {
     fn register(&self, len: usize) -> Result<(RegionMem, Vec<u8>)> {
-        let ctx = context()?;
         let (registration, ptr) = Registration::allocate(len)?;
-        let memh = registration.0;
         // SAFETY: UCX allocated at least `len` bytes there, ours until the handle is unmapped.
         unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
-        let (mut packed, mut size) = (std::ptr::null_mut(), 0usize);
-        // SAFETY: live context and handle; out-pointers to locals.
-        check("packing a region's key", unsafe { lib().ucp_rkey_pack(ctx, memh, &mut packed, &mut size) })?;
-        let mut native = (ptr.as_ptr() as u64).to_le_bytes().to_vec();
-        // SAFETY: UCX returned `size` readable bytes at `packed`, released right after.
-        unsafe {
-            native.extend_from_slice(std::slice::from_raw_parts(packed as *const u8, size));
-            lib().ucp_rkey_buffer_release(packed);
-        }
+        let native = access(&registration, ptr.as_ptr() as u64)?;
         // SAFETY: the memory stays valid until the registration, its owner, drops.
         Ok((unsafe { RegionMem::from_fabric(ptr, len, Box::new(registration)) }, native))
+    }
+
+    /// Registers device memory as CUDA memory: UCX then puts into it with whatever its
+    /// transports allow (cuda_ipc on one host, GPUDirect RDMA where the NIC has it, else its
+    /// own staging through host memory).
+    #[cfg(feature = "gpu")]
+    fn register_device(&self, mem: &crate::gpu::DeviceBuffer) -> Result<(Box<dyn std::any::Any + Send>, Vec<u8>)> {
+        // UCX asks the driver about the address on this thread.
+        mem.gpu().make_current().map_err(|e| Error::Fabric { op: "CUDA", status: e.to_string() })?;
+        let params = ucp_mem_map_params_t {
+            field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+                | UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE) as u64,
+            address: mem.device_ptr() as *mut std::ffi::c_void,
+            length: mem.len().max(1),
+            memory_type: UCS_MEMORY_TYPE_CUDA,
+            ..Default::default()
+        };
+        let mut memh = std::ptr::null_mut();
+        let ctx = context()?;
+        let one_at_a_time = lifecycle();
+        // SAFETY: valid params over memory that outlives the registration (the caller drops
+        // it first); out-pointer to a local.
+        check("registering GPU memory", unsafe { lib().ucp_mem_map(ctx, &params, &mut memh) })?;
+        drop(one_at_a_time);
+        let registration = Registration(memh);
+        let native = access(&registration, mem.device_ptr())?;
+        Ok((Box::new(registration), native))
     }
 
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>> {

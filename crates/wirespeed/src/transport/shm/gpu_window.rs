@@ -1,0 +1,105 @@
+//! GPU memory lent over shared memory: the owner exports its allocation by CUDA IPC, naming
+//! the device by UUID; the peer opens it on that device and copies each put in with the copy
+//! engines, straight from the sender's memory (by DMA where that memory is page-locked), so no
+//! host buffer of the owner's sits between. Within one process the address is used as it is:
+//! CUDA IPC does not open a process's own memory.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::error::{Error, Result, Violation};
+use crate::gpu::{DeviceBuffer, Gpu, GpuError, GpuStream, IPC_HANDLE_LEN, IpcMapping};
+use crate::sync::Unpoison;
+use crate::transport::NativeRemote;
+
+const MAGIC: &[u8; 4] = b"CUDA";
+/// Magic, device UUID, IPC handle, address in the owner's process, length.
+const NATIVE_LEN: usize = 4 + 16 + IPC_HANDLE_LEN + 8 + 8;
+
+fn cuda(e: GpuError) -> Error {
+    Error::Fabric { op: "CUDA", status: e.to_string() }
+}
+
+/// What the peer needs to reach `mem`.
+pub(super) fn lend(mem: &DeviceBuffer) -> Result<Vec<u8>> {
+    let mut b = Vec::with_capacity(NATIVE_LEN);
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&mem.gpu().uuid().map_err(cuda)?);
+    b.extend_from_slice(&mem.ipc_handle().map_err(cuda)?);
+    b.extend_from_slice(&mem.device_ptr().to_le_bytes());
+    b.extend_from_slice(&(mem.len() as u64).to_le_bytes());
+    Ok(b)
+}
+
+/// Whether a region's access information names GPU memory.
+pub(super) fn names_gpu(native: &[u8]) -> bool {
+    native.starts_with(MAGIC)
+}
+
+/// Opens the GPU memory `native` names; `same_process`: the peer is this process.
+pub(super) fn open(native: &[u8], same_process: bool) -> Result<Box<dyn NativeRemote>> {
+    if native.len() != NATIVE_LEN {
+        return Err(Violation::Malformed("GPU region").into());
+    }
+    let (uuid, rest) = native[4..].split_at(16);
+    let (handle, rest) = rest.split_at(IPC_HANDLE_LEN);
+    let word = |at: usize| u64::from_le_bytes(rest[at..at + 8].try_into().expect("8 bytes"));
+    let (address, len) = (word(0), word(8));
+    let gpu = Gpu::open_uuid(uuid.try_into().expect("16 bytes")).map_err(cuda)?;
+    let target = if same_process {
+        Target::Own(address)
+    } else {
+        let len = usize::try_from(len).map_err(|_| Violation::Malformed("GPU region"))?;
+        Target::Mapped(gpu.open_ipc(handle.try_into().expect("64 bytes"), len).map_err(cuda)?)
+    };
+    let stream = gpu.stream().map_err(cuda)?;
+    Ok(Box::new(GpuWindow { gpu, target, len, stream: Mutex::new(stream) }))
+}
+
+enum Target {
+    Mapped(IpcMapping),
+    /// Our own memory: its address.
+    Own(u64),
+}
+
+/// The peer's GPU memory, reached by this process's copies.
+struct GpuWindow {
+    gpu: Gpu,
+    target: Target,
+    len: u64,
+    stream: Mutex<GpuStream>,
+}
+
+impl GpuWindow {
+    fn at(&self, offset: u64, len: usize) -> Result<u64> {
+        crate::mem::check_span(offset, len, self.len)?;
+        Ok(offset
+            + match &self.target {
+                Target::Mapped(m) => m.address(),
+                Target::Own(a) => *a,
+            })
+    }
+}
+
+impl NativeRemote for GpuWindow {
+    fn put(&self, offset: u64, data: &[u8], _timeout: Duration) -> Result<()> {
+        let at = self.at(offset, data.len())?;
+        let stream = self.stream.lock().unpoison();
+        // SAFETY: in bounds of memory mapped while `self` lives; the copy is waited for
+        // before `data` is given back, so the peer sees it before any later message.
+        unsafe { stream.copy_to_address(at, data) }.map_err(cuda)?;
+        stream.synchronize().map_err(cuda)
+    }
+
+    fn get(&self, offset: u64, out: &mut [u8], _timeout: Duration) -> Result<()> {
+        let at = self.at(offset, out.len())?;
+        let stream = self.stream.lock().unpoison();
+        // SAFETY: as in `put`, the other way round.
+        unsafe { stream.copy_from_address(out, at) }.map_err(cuda)?;
+        stream.synchronize().map_err(cuda)
+    }
+
+    fn copied_by(&self) -> Option<Gpu> {
+        Some(self.gpu.clone())
+    }
+}
