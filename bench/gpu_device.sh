@@ -19,6 +19,20 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pc
 echo "cores: $(nproc)"
 python3 -c "import pyarrow, pyarrow.cuda; print('pyarrow.cuda', pyarrow.__version__)" 2>&1 | tail -1
 step() { echo; echo "== $1 ($(date +%T))"; }
+# UCX 1.22 built with CUDA, for the ucx runs (the binary loads libucp at run time).
+U=/tmp/ucx
+mkdir -p $U && tar -xJf "$D/ucx.tar.xz" -C $U
+export PATH=$U/libucx/bin:$PATH UCXLIB=$U/libucx/lib
+
+step "GPU memory lent for one-sided puts: shm by CUDA IPC (another process, this one), UCX as CUDA memory, tcp refused, forged descriptors"
+LD_LIBRARY_PATH=$UCXLIB:$LD_LIBRARY_PATH timeout 120 "$D/gpu_regions" --test-threads=1 2>&1 | tail -12
+
+step "GPU rings: 8 inputs put straight into GPU memory over shm (CUDA IPC), ucx (CUDA memory), and tcp (refused: host rings)"
+for t in shm ucx tcp; do
+  LD_LIBRARY_PATH=$UCXLIB:$LD_LIBRARY_PATH timeout 120 "$B" fles run --local 8:1 --transport $t --gpu 0 --gpu-rings \
+    --timeslices 2000 --report "$OUT/rings_$t.json" 2>&1 | tail -1
+  echo "rc=${PIPESTATUS[0]}"
+done
 
 step "Python: frames handed to CuPy and PyTorch (DLPack, __cuda_array_interface__), host frames to numpy"
 export PYTHONPATH=$D/site
@@ -50,8 +64,8 @@ timeout 60 "$B" fles run --local 2:1 --gpu 0 --frame-bytes 1099511627776 --times
 echo "rc=${PIPESTATUS[0]}"
 [ "${1:-}" = quick ] && exit 0
 
-step "bench gpu: the limits, then 1 to 8 inputs over shm and tcp"
-timeout 300 "$B" bench gpu --json "$OUT/bench_gpu.json"
+step "bench gpu: the limits, then 1 to 8 inputs over shm, tcp and ucx, rings in host memory and in GPU memory"
+LD_LIBRARY_PATH=$UCXLIB:$LD_LIBRARY_PATH timeout 420 "$B" bench gpu --transports shm,tcp,ucx --json "$OUT/bench_gpu.json"
 
 step "what one input's copy and 8 inputs' copies can do: memcpy out of cache (32 MiB), 1 core and 8 at once"
 "$B" bench memcpy --size 33554432 --total 20000000000
@@ -67,9 +81,6 @@ echo -n "1 input at 6 GB/s: "; one --local 1:1 --timeslices 4000 --rate 6
 echo -n "8 inputs at 0.75 GB/s: "; one --local 8:1 --timeslices 500 --rate 0.75
 
 step "UCX 1.22 with CUDA (libucx-cu13): its transports, and ucx_perftest putting into GPU memory"
-U=/tmp/ucx
-mkdir -p $U && tar -xJf "$D/ucx.tar.xz" -C $U
-export PATH=$U/libucx/bin:$PATH
 (LD_LIBRARY_PATH=$U/libucx/lib:$LD_LIBRARY_PATH ucx_info -v | head -3; LD_LIBRARY_PATH=$U/libucx/lib:$LD_LIBRARY_PATH ucx_info -d | grep -E "Transport|Memory domain|memory types" | sort | uniq -c | head -30) 2>&1
 for mem in host cuda; do
   for tls in "tcp,cuda_copy" "cuda_copy,cuda_ipc,sm"; do

@@ -38,9 +38,10 @@ pub struct FrameNode {
 impl FrameNode {
     /// Listens on `listen` as compute node `index`, with `frames` frames of `frame_bytes`
     /// (default: the largest timeslice `settings` make) on GPU `gpu`, or in host memory when
-    /// `gpu` is None.
+    /// `gpu` is None. `gpu_rings`: the inputs put into rings in the GPU's memory where their
+    /// fabric can (shm, ucx), and frames are copied within the GPU.
     #[new]
-    #[pyo3(signature = (settings, listen, index=0, key=None, gpu=None, frames=8, frame_bytes=None))]
+    #[pyo3(signature = (settings, listen, index=0, key=None, gpu=None, frames=8, frame_bytes=None, gpu_rings=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -51,10 +52,14 @@ impl FrameNode {
         gpu: Option<usize>,
         frames: usize,
         frame_bytes: Option<usize>,
+        gpu_rings: bool,
     ) -> PyResult<Self> {
         let key = crate::keys::required_key(key)?;
         if frames == 0 || frame_bytes == Some(0) {
             return Err(errors::usage("frames and frame_bytes must be at least 1"));
+        }
+        if gpu_rings && gpu.is_none() {
+            return Err(errors::usage("gpu_rings puts the rings in a GPU's memory: give gpu a GPU's number"));
         }
         let s = settings.settings;
         let capacity = frame_bytes.unwrap_or_else(|| s.frame_capacity());
@@ -67,6 +72,7 @@ impl FrameNode {
                 Some(n) => {
                     let device = Gpu::open(n).map_err(gpu_error)?;
                     let memory = GpuFrames::new(&device, frames, capacity, s.inputs)?;
+                    let memory = if gpu_rings { memory.with_gpu_rings() } else { memory };
                     listener.frames(s, index, ready, memory)?
                 }
             };

@@ -19,36 +19,64 @@ np = pytest.importorskip("numpy")
 SETTINGS = dict(microslice_size=2000, timeslice_size=100)
 
 
-def test_eight_inputs_every_crc_right_and_the_bytes_the_host_builds():
-    """Every microslice is checked on the GPU, and every component in a GPU frame holds, byte
-    for byte, what the same run builds in host frames (generated microslices are the same in
-    every run; where each component lands depends on when it arrived)."""
-    count = 200
+def components(parts, data):
+    return {input: data[offset:offset + length] for input, offset, length, _ in parts}
 
-    def components(parts, data):
-        return {input: data[offset:offset + length] for input, offset, length, _ in parts}
 
+def host_frames(inputs, count):
+    """Each frame's components as the same run builds them in host frames (generated
+    microslices are the same in every run; where each lands depends on when it arrived)."""
     host = {}
-    run = fles.build(8, count, gpu="host", **SETTINGS)
+    run = fles.build(inputs, count, gpu="host", **SETTINGS)
     for frame in run:
         host[frame.index] = components(frame.parts, np.from_dlpack(frame).copy())
         del frame
     run.finish()
-    run = fles.build(8, count, gpu=0, **SETTINGS)
+    return host
+
+
+def check_against(run, host, inputs):
+    """Every frame of `run` is checked on the GPU and holds, byte for byte, what `host` does;
+    returns the microslices checked."""
     checked = 0
     for frame in run:
         assert frame.device_name == "cuda:0" and frame.__dlpack_device__() == (2, 0)
         microslices, bad = frame.check
-        assert bad == 0 and microslices == 8 * 101
+        assert bad == 0 and microslices == inputs * 101
         checked += microslices
-        assert [p[0] for p in frame.parts] == list(range(8))
+        assert [p[0] for p in frame.parts] == list(range(inputs))
         on_gpu = cupy.from_dlpack(frame)
         assert on_gpu.data.ptr == frame.address and on_gpu.size == len(frame)  # no copy
         got = components(frame.parts, cupy.asnumpy(on_gpu))
         expected = host[frame.index]
-        assert all(np.array_equal(got[i], expected[i]) for i in range(8))
+        assert all(np.array_equal(got[i], expected[i]) for i in range(inputs))
         del on_gpu, frame
-    assert checked == count * 8 * 101
+    return checked
+
+
+def test_eight_inputs_every_crc_right_and_the_bytes_the_host_builds():
+    count = 200
+    host = host_frames(8, count)
+    run = fles.build(8, count, gpu=0, **SETTINGS)
+    assert check_against(run, host, 8) == count * 8 * 101
+    assert "page-locked" in run.node.path
+    assert run.finish()["timeslices"] == count
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_gpu_rings_where_the_transport_can_and_host_rings_where_not(transport):
+    """With gpu_rings, inputs over shm put straight into rings in GPU memory (in this process:
+    its own device addresses); tcp cannot, so its rings stay on the host and the path says why.
+    Either way every frame is what host frames hold."""
+    count = 100
+    host = host_frames(4, count)
+    run = fles.build(4, count, gpu=0, gpu_rings=True, transport=transport, **SETTINGS)
+    assert check_against(run, host, 4) == count * 4 * 101
+    path = run.node.path
+    if transport == "shm":
+        assert path.startswith("put by the inputs into rings in GPU memory over shm"), path
+    else:
+        assert "page-locked" in path and "GPU rings refused over tcp" in path, path
     assert run.finish()["timeslices"] == count
 
 

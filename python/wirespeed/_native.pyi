@@ -273,6 +273,7 @@ class FrameNode:
         gpu: int | None = None,
         frames: int = 8,
         frame_bytes: int | None = None,
+        gpu_rings: bool = False,
     ) -> FrameNode: ...
     @property
     def url(self) -> str: ...

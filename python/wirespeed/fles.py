@@ -52,7 +52,7 @@ class Build:
     """A builder running in this process; iterate it for the complete timeslices."""
 
     def __init__(self, settings: RunSettings, transport: str, key: bytes, gpu: FrameTarget = None,
-                 frames: int = 8, frame_bytes: int | None = None) -> None:
+                 frames: int = 8, frame_bytes: int | None = None, gpu_rings: bool = False) -> None:
         # A name of its own: a finished node's may still be bound while its last connections close.
         name = f"wirespeed-fles-py-{os.getpid()}-{os.urandom(6).hex()}"
         listen = f"shm://@{name}" if transport == "shm" else f"{transport}://127.0.0.1:0"
@@ -63,7 +63,7 @@ class Build:
             if gpu != "host" and not isinstance(gpu, int):
                 raise UsageError(f"gpu={gpu!r}: a GPU's number, or \"host\"")
             device = None if gpu == "host" else int(gpu)
-            self.node = FrameNode(settings, listen, 0, key, device, frames, frame_bytes)
+            self.node = FrameNode(settings, listen, 0, key, device, frames, frame_bytes, gpu_rings)
         self.errors: list[BaseException] = []
         self._threads = [
             threading.Thread(target=self._feed, args=(settings, i, key), daemon=True, name=f"fles-input-{i}")
@@ -94,16 +94,19 @@ class Build:
 
 
 def build(inputs: int, timeslices: int, *, scheduler: str = "dfs", transport: str = "shm", key: Key = None,
-          gpu: FrameTarget = None, frames: int = 8, frame_bytes: int | None = None, **options: Any) -> Build:
+          gpu: FrameTarget = None, frames: int = 8, frame_bytes: int | None = None, gpu_rings: bool = False,
+          **options: Any) -> Build:
     """Starts a builder in this process: `inputs` inputs on threads and one compute node, over
     `transport` (shm or tcp, or ucx, ofi+tcp, ...), for `timeslices` timeslices. `options` are
     `RunSettings`' (timeslice_size, overlap, microslice_size, rate, buffer_size, ...). A key is
     made up when none is given: everything runs here. With `gpu` (a GPU's number, or "host"),
     timeslices come out as `Frame`s: `frames` of them in flight, of `frame_bytes` each
-    (default: the largest timeslice these settings make)."""
+    (default: the largest timeslice these settings make). With `gpu_rings` (and a GPU's number),
+    the inputs put into rings in the GPU's memory where their transport can (shm, ucx), and
+    frames are copied within the GPU; `Build.node.path` says which way the bytes went."""
     settings = RunSettings(inputs, 1, scheduler, timeslices, **options)
     secret = _key(key) or os.urandom(16).hex().encode()
-    return Build(settings, transport, secret, gpu, frames, frame_bytes)
+    return Build(settings, transport, secret, gpu, frames, frame_bytes, gpu_rings)
 
 
 class MpiNode:

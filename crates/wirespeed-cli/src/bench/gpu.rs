@@ -2,8 +2,8 @@
 //! host-to-device copy bandwidth from pinned memory (and from pageable memory, for
 //! reference); then end to end, I input processes feeding one compute node that builds every
 //! timeslice in the GPU's memory and checks every microslice's CRC there, over each
-//! transport, for I from 1 to 8 (where lightning-kit's throughput collapsed), beside the same
-//! run building on the CPU. The inputs replay an archive written first, so that making
+//! transport, for I from 1 to 8 (where lightning-kit's throughput collapsed), with the rings
+//! in host memory and in GPU memory, beside the same run building on the CPU. The inputs replay an archive written first, so that making
 //! microslices (and their CRCs) does not limit what one input sends.
 
 use std::process::Command;
@@ -24,6 +24,10 @@ pub struct GpuArgs {
     inputs: Vec<usize>,
     #[arg(long, value_delimiter = ',', default_value = "shm,tcp")]
     transports: Vec<String>,
+    /// Where the receive rings live, one run each: "host" (page-locked, copied to the GPU by
+    /// DMA) and "gpu" (`--gpu-rings`: the inputs put into GPU memory where the fabric can).
+    #[arg(long, value_delimiter = ',', default_value = "host,gpu")]
+    rings: Vec<String>,
     /// dfs or rr.
     #[arg(long, default_value = "dfs")]
     scheduler: String,
@@ -84,22 +88,30 @@ pub fn run(a: GpuArgs) -> Result<()> {
             ];
             let cpu = fles(&a, &args, &dir).with_context(|| format!("{t} with {i} inputs, on the CPU"))?;
             args.extend([format!("--gpu={}", a.device), format!("--frame-bytes={}", i as u64 * (component + 256))]);
-            let r = fles(&a, &args, &dir).with_context(|| format!("{t} with {i} inputs"))?;
-            let fr = &r["computes"][0]["frames"];
-            let gbps = r["aggregate_gbps"].as_f64().unwrap_or(0.0);
-            println!(
-                "{:<9} {:>6} {:>8.2} {:>7.2} {:>9.0} {:>8.0} µs {:>8.0} µs {:>8.2}  {}",
-                t,
-                i,
-                gbps,
-                gbps / limit,
-                fr["frames_per_s"].as_f64().unwrap_or(0.0),
-                fr["ready_us"]["p50"].as_f64().unwrap_or(0.0),
-                fr["ready_us"]["p99"].as_f64().unwrap_or(0.0),
-                cpu["aggregate_gbps"].as_f64().unwrap_or(0.0),
-                fr["path"].as_str().unwrap_or("?"),
-            );
-            runs.push(json!({"transport": t, "inputs": i, "report": r, "cpu_report": cpu}));
+            for rings in &a.rings {
+                let mut args = args.clone();
+                match rings.as_str() {
+                    "host" => {}
+                    "gpu" => args.push("--gpu-rings".into()),
+                    other => bail!("--rings {other}: host or gpu"),
+                }
+                let r = fles(&a, &args, &dir).with_context(|| format!("{t} with {i} inputs, {rings} rings"))?;
+                let fr = &r["computes"][0]["frames"];
+                let gbps = r["aggregate_gbps"].as_f64().unwrap_or(0.0);
+                println!(
+                    "{:<9} {:>6} {:>8.2} {:>7.2} {:>9.0} {:>8.0} µs {:>8.0} µs {:>8.2}  {}",
+                    t,
+                    i,
+                    gbps,
+                    gbps / limit,
+                    fr["frames_per_s"].as_f64().unwrap_or(0.0),
+                    fr["ready_us"]["p50"].as_f64().unwrap_or(0.0),
+                    fr["ready_us"]["p99"].as_f64().unwrap_or(0.0),
+                    cpu["aggregate_gbps"].as_f64().unwrap_or(0.0),
+                    fr["path"].as_str().unwrap_or("?"),
+                );
+                runs.push(json!({"transport": t, "inputs": i, "rings": rings, "report": r, "cpu_report": cpu}));
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

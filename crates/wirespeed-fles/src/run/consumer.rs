@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 
-
 use super::Settings;
 use super::compute::{ComputeListener, ComputeSummary, Consumer, DataRing, Timeslice};
 use super::link::Event;

@@ -170,7 +170,9 @@ impl<M: FrameMemory> Consumer for Builder<M> {
         let path = match (on_gpu, host.len()) {
             (_, 0) => direct,
             (0, _) => format!("{staged}{}", refused.unwrap_or_default()),
-            (n, _) => format!("{n} of {} inputs {direct}; the rest {staged}{}", rings.len(), refused.unwrap_or_default()),
+            (n, _) => {
+                format!("{n} of {} inputs {direct}; the rest {staged}{}", rings.len(), refused.unwrap_or_default())
+            }
         };
         memory.rings_placed(path);
         *self.path.lock().unpoison() = self.assembler.memory().path();

@@ -63,6 +63,23 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Checks that `address..address+len` lies inside one allocation of this process's.
+    pub fn check_allocated(&self, address: u64, len: usize) -> GpuResult<()> {
+        self.ctx.bind()?;
+        let (mut base, mut size) = (0, 0usize);
+        // SAFETY: the driver answers for any address; out-pointers to locals.
+        let found = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, address) }.result();
+        match found {
+            Ok(()) if address.checked_add(len as u64).is_some_and(|end| end <= base + size as u64) => Ok(()),
+            _ => Err(GpuError::Driver {
+                what: "checking device memory",
+                why: format!("{len} bytes at {address:#x} are not one allocation"),
+            }),
+        }
+    }
+}
+
 impl IpcMapping {
     /// The device address in this process.
     pub fn address(&self) -> u64 {

@@ -48,7 +48,10 @@ impl Connection {
     /// [`DeviceRegion::descriptor`]. Fails on fabrics that cannot write device memory.
     pub fn register_device(&self, mem: Arc<DeviceBuffer>) -> Result<DeviceRegion> {
         let Some(native) = &self.inner.native_rma else {
-            return Err(Error::Fabric { op: "lending GPU memory", status: "this fabric has no one-sided access".into() });
+            return Err(Error::Fabric {
+                op: "lending GPU memory",
+                status: "this fabric has no one-sided access".into(),
+            });
         };
         let (access, native) = native.register_device(&mem)?;
         let descriptor = Descriptor { id: DEVICE_REGION, len: mem.len() as u64, native }.encode();

@@ -46,11 +46,12 @@ pub(super) fn open(native: &[u8], same_process: bool) -> Result<Box<dyn NativeRe
     let word = |at: usize| u64::from_le_bytes(rest[at..at + 8].try_into().expect("8 bytes"));
     let (address, len) = (word(0), word(8));
     let gpu = Gpu::open_uuid(uuid.try_into().expect("16 bytes")).map_err(cuda)?;
+    let len_bytes = usize::try_from(len).map_err(|_| Violation::Malformed("GPU region"))?;
     let target = if same_process {
+        gpu.check_allocated(address, len_bytes).map_err(cuda)?;
         Target::Own(address)
     } else {
-        let len = usize::try_from(len).map_err(|_| Violation::Malformed("GPU region"))?;
-        Target::Mapped(gpu.open_ipc(handle.try_into().expect("64 bytes"), len).map_err(cuda)?)
+        Target::Mapped(gpu.open_ipc(handle.try_into().expect("64 bytes"), len_bytes).map_err(cuda)?)
     };
     let stream = gpu.stream().map_err(cuda)?;
     Ok(Box::new(GpuWindow { gpu, target, len, stream: Mutex::new(stream) }))
