@@ -3,7 +3,7 @@
 # can be installed): build here with `bench/gpu_carry.sh`, which fills .device/ with a
 # stripped release binary, the Python package and UCX built with CUDA (PyPI's libucx-cu13),
 # then carry .device and run this there.
-#   bench/gpu_device.sh [quick]     logs and JSON under $OUT (default /tmp/gpu-out)
+#   bench/gpu_device.sh [quick|rings]     logs and JSON under $OUT (default /tmp/gpu-out)
 set -u
 D=$PWD/.device
 B=$D/wirespeed
@@ -33,6 +33,14 @@ for t in shm ucx tcp; do
     --timeslices 2000 --report "$OUT/rings_$t.json" 2>&1 | tail -1
   echo "rc=${PIPESTATUS[0]}"
 done
+if [ "${1:-}" = rings ]; then  # GPU rings against host rings over shm, turn by turn, two ring sizes
+  for size in 8388608 33554432; do
+    for round in 1 2; do
+      timeout 120 "$B" bench gpu --transports shm --buffer-size $size --json "$OUT/rings_${size}_$round.json" | tail -8
+    done
+  done
+  exit 0
+fi
 
 step "Python: frames handed to CuPy and PyTorch (DLPack, __cuda_array_interface__), host frames to numpy"
 export PYTHONPATH=$D/site

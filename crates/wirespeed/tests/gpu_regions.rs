@@ -100,6 +100,7 @@ fn a_peer_process_puts_into_gpu_memory_by_cuda_ipc() {
     let s = l.accept_timeout(Duration::from_secs(20)).unwrap();
     let region = s.register_device(Arc::new(gpu.alloc(LEN).unwrap())).unwrap();
     let stream = s.accept_stream_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(stream.recv().unwrap().unwrap().header, b"ready");
     stream.send(region.descriptor(), &[]).unwrap();
     let said = stream.recv().unwrap().unwrap().header;
     assert_eq!(said, b"put; the put past the end failed", "{}", String::from_utf8_lossy(&said));

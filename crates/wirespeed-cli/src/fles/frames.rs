@@ -22,7 +22,7 @@ use super::args::{FrameSettings, FrameTarget};
 /// fails the node before any input connects to it.
 pub enum Prepared {
     Host(HostFrames),
-    Gpu { gpu: Gpu, memory: GpuFrames, total: usize, free_before: usize },
+    Gpu { gpu: Gpu, memory: Box<GpuFrames>, total: usize, free_before: usize },
 }
 
 pub fn prepare(f: &FrameSettings, inputs: usize) -> Result<Prepared> {
@@ -36,7 +36,7 @@ pub fn prepare(f: &FrameSettings, inputs: usize) -> Result<Prepared> {
             if f.gpu_rings {
                 memory = memory.with_gpu_rings();
             }
-            Prepared::Gpu { gpu, memory, total, free_before }
+            Prepared::Gpu { gpu, memory: Box::new(memory), total, free_before }
         }
     })
 }
@@ -58,7 +58,7 @@ pub fn compute(
             Ok((summary, figures))
         }
         Prepared::Gpu { gpu, memory, total, free_before } => {
-            let (summary, mut figures) = build(s, index, listener, memory, barrier, progress)?;
+            let (summary, mut figures) = build(s, index, listener, *memory, barrier, progress)?;
             // Every frame is back and the memory freed: the driver should say so.
             let free_after = gpu.memory().map_err(gpu_error)?.0;
             figures["device"] = json!(gpu.name());

@@ -66,14 +66,35 @@ impl Feed {
 
 impl Feed {
     /// Page-locks the replayed components for `gpu`'s copy engines, which then read them by
-    /// DMA when this input's puts land in GPU memory; a component the driver will not lock
-    /// (it shares a page with another) is copied from pageable memory instead.
+    /// DMA when this input's puts land in GPU memory. The driver locks whole pages and refuses
+    /// a page twice, and components on the heap may share pages: each run of pages that
+    /// components touch is locked once. A run the driver refuses is copied from pageable
+    /// memory instead (slower, not wrong).
     #[cfg(feature = "gpu")]
     pub fn pin(&self, gpu: &wirespeed::gpu::Gpu) -> Vec<wirespeed::gpu::Registration> {
+        const PAGE: usize = 4096;
         let Feed::Replay(components) = self else { return Vec::new() };
-        // SAFETY: the components are never moved or freed while the feed lives, and the
-        // caller drops the registrations before the feed.
-        components.iter().filter_map(|(c, _)| unsafe { gpu.register(c.as_ptr().cast_mut(), c.len()) }.ok()).collect()
+        let mut spans: Vec<(usize, usize)> = components
+            .iter()
+            .filter(|(c, _)| !c.is_empty())
+            .map(|(c, _)| {
+                let start = c.as_ptr() as usize;
+                (start / PAGE * PAGE, (start + c.len()).next_multiple_of(PAGE))
+            })
+            .collect();
+        spans.sort_unstable();
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for (start, end) in spans {
+            match runs.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => runs.push((start, end)),
+            }
+        }
+        // SAFETY: every page of a run holds part of a component, mapped while the feed lives;
+        // the caller drops the registrations before it.
+        runs.into_iter()
+            .filter_map(|(start, end)| unsafe { gpu.register(start as *mut u8, end - start) }.ok())
+            .collect()
     }
 }
 

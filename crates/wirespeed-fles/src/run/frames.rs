@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use wirespeed::Connection;
 use wirespeed::sync::Unpoison;
 
 use super::Settings;
@@ -143,7 +142,7 @@ fn source(rings: &[Arc<DataRing>], p: Place) -> Source<'_> {
 
 impl<M: FrameMemory> Consumer for Builder<M> {
     #[cfg(feature = "gpu")]
-    fn ring(&mut self, conn: &Connection, len: usize) -> Result<Option<DataRing>> {
+    fn ring(&mut self, conn: &wirespeed::Connection, len: usize) -> Result<Option<DataRing>> {
         let Some(gpu) = self.assembler.memory().ring_gpu() else { return Ok(None) };
         if self.refused.is_some() {
             return Ok(None);

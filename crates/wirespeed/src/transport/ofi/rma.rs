@@ -61,6 +61,17 @@ impl NativeRma for OfiRma {
         Ok((unsafe { RegionMem::from_fabric(ptr, len, Box::new(owner)) }, native))
     }
 
+    /// GPU memory would need the provider opened with FI_HMEM and registered with the CUDA
+    /// interface; the only libfabric here (Debian's 1.17) is built without CUDA, so nothing
+    /// could test it, and the caller stages through host memory instead.
+    #[cfg(feature = "gpu")]
+    fn register_device(&self, _mem: &crate::gpu::DeviceBuffer) -> Result<(Box<dyn std::any::Any + Send>, Vec<u8>)> {
+        Err(Error::Fabric {
+            op: "lending GPU memory",
+            status: "libfabric's FI_HMEM is not used by this build (the system libfabric has no CUDA)".into(),
+        })
+    }
+
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>> {
         let words: &[u8; 16] = native.try_into().map_err(|_| Violation::Malformed("libfabric region key"))?;
         let addr = u64::from_le_bytes(words[..8].try_into().expect("8 bytes"));
