@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin
 
-.PHONY: run test bootstrap build lint unit conformance-ucx conformance-ofi interop python bench-compare bench-flight bench-python bench-flight-tls fuzz
+.PHONY: run test bootstrap build lint unit conformance-ucx conformance-ofi interop python wheel wheel-check bench-compare bench-flight bench-python bench-flight-tls fuzz
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -47,7 +47,15 @@ python: bootstrap
 	bash scripts/python_dev.sh
 	.venv/bin/python -m pytest -q --timeout 300 python/tests
 
-test: lint unit conformance-ucx conformance-ofi interop python
+# The wheel users install (abi3, manylinux_2_34), in target/wheels.
+wheel: bootstrap
+	bash scripts/wheel_check.sh release
+
+# The wheel, installed into a fresh venv with only pyarrow, running Arrow's example programs.
+wheel-check: bootstrap
+	bash scripts/wheel_check.sh
+
+test: lint unit conformance-ucx conformance-ofi interop python wheel-check
 
 # Peers in the same run: iperf3, ucx_perftest, memcpy.
 bench-compare: build

@@ -5,7 +5,7 @@
 # the repository: imports, frames in host memory, and Arrow's example Flight programs,
 # unchanged, with wirespeed.flight in pyarrow.flight's place and a key on both sides (the data
 # must take the shm plane).
-#   scripts/wheel_check.sh           the test profile (what `make test` runs: shares its build)
+#   scripts/wheel_check.sh           compiled as the tests are (what `make test` runs)
 #   scripts/wheel_check.sh release   the wheel to ship, in target/wheels (`make wheel`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ repo=$PWD
 if [ "${1:-}" = release ]; then
   profile=(--release) out=target/wheels
 else
-  profile=(--profile test) out=target/wheel-check
+  profile=(--profile wheel-check) out=target/wheel-check
 fi
 rm -rf "$out"
 .venv/bin/maturin build --quiet --locked "${profile[@]}" --compatibility manylinux_2_34 \
