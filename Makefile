@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin
 
-.PHONY: run test bootstrap build lint unit conformance-ucx conformance-ofi interop python wheel wheel-check bench-compare bench-flight bench-python bench-flight-tls fuzz
+.PHONY: run test bootstrap build lint unit conformance-ucx conformance-ofi interop python wheel bench-compare bench-flight bench-python bench-flight-tls fuzz
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -42,20 +42,18 @@ interop: bootstrap
 conformance-ofi: bootstrap
 	WIRESPEED_OFI_RMA=off cargo test --locked --workspace --test conformance ofi_
 
-# The Python package (python/), built into the venv, against the real binary and pyarrow.
+# The Python package as users install it: its wheel in a fresh venv (target/wheel-venv, see
+# scripts/wheel_check.sh), tested there against the real binary and pyarrow.
 python: bootstrap
-	bash scripts/python_dev.sh
-	.venv/bin/python -m pytest -q --timeout 300 python/tests
+	$(TEST_BUILD)
+	bash scripts/wheel_check.sh
+	target/wheel-venv/bin/python -m pytest -q --timeout 300 python/tests
 
 # The wheel users install (abi3, manylinux_2_34), in target/wheels.
 wheel: bootstrap
 	bash scripts/wheel_check.sh release
 
-# The wheel, installed into a fresh venv with only pyarrow, running Arrow's example programs.
-wheel-check: bootstrap
-	bash scripts/wheel_check.sh
-
-test: lint unit conformance-ucx conformance-ofi interop python wheel-check
+test: lint unit conformance-ucx conformance-ofi interop python
 
 # Peers in the same run: iperf3, ucx_perftest, memcpy.
 bench-compare: build

@@ -35,8 +35,8 @@ command -v cargo >/dev/null || { echo "bootstrap: cargo not found; install rustu
 # maturin builds the Python package's wheel; mypy checks its type stubs; mpi4py (on the
 # system's Open MPI) runs a timeslice builder from Python under mpirun; numpy takes frames by
 # DLPack, as CuPy and PyTorch do on a GPU.
-PY_PACKAGES=(pyarrow==26.0.1 pytest==9.2.0 pytest-timeout==2.4.0 hypothesis==6.170.17 maturin==1.16.0 mypy==2.4.1 mpi4py==4.1.2 numpy==2.3.5)
 VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+PY_PACKAGES=(maturin==1.16.0 -r "$(dirname "$VENV")/python/tests/requirements.txt")
 if ! "$VENV/bin/python" -c "import pyarrow.flight, pytest, pytest_timeout, hypothesis, maturin, mypy, mpi4py, numpy" >/dev/null 2>&1; then
   echo "bootstrap: creating $VENV with ${PY_PACKAGES[*]}"
   rm -rf "$VENV"

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds the Python package's wheel as users get it (maturin, abi3, manylinux_2_34: maturin's
 # own auditwheel check refuses symbols newer than glibc 2.34 and any library outside the
-# manylinux set), installs it into a fresh venv with nothing but pyarrow, and runs from outside
-# the repository: imports, frames in host memory, and Arrow's example Flight programs,
-# unchanged, with wirespeed.flight in pyarrow.flight's place and a key on both sides (the data
-# must take the shm plane).
-#   scripts/wheel_check.sh           compiled as the tests are (what `make test` runs)
+# manylinux set) and checks what it holds.
+#   scripts/wheel_check.sh           compiled as the tests are, then installed into a fresh venv,
+#                                    target/wheel-venv, with the tests' requirements and nothing
+#                                    of the checkout; from outside the checkout: imports, host
+#                                    frames, and Arrow's example Flight programs, unchanged, with
+#                                    wirespeed.flight in pyarrow.flight's place and a key at both
+#                                    ends (the data must take the shm plane). `make python` then
+#                                    runs the Python tests in that venv.
 #   scripts/wheel_check.sh release   the wheel to ship, in target/wheels (`make wheel`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +16,8 @@ repo=$PWD
 if [ "${1:-}" = release ]; then
   profile=(--release) out=target/wheels
 else
-  profile=(--profile wheel-check) out=target/wheel-check
+  # maturin builds with `cargo rustc`, which turns `--profile test` into a test harness.
+  profile=(--profile wheel-check) out=target/wheels-for-tests
 fi
 rm -rf "$out"
 .venv/bin/maturin build --quiet --locked "${profile[@]}" --compatibility manylinux_2_34 \
@@ -35,15 +39,13 @@ fi
 echo "wheel_check: $(basename "$wheel") ($(du -h "$wheel" | cut -f1))"
 [ "${1:-}" = release ] && exit 0
 
-# A fresh venv, offline but for pyarrow's own wheel (the version the repository pins).
-deps=target/wheel-deps
-[ -n "$(ls "$deps"/pyarrow-26.0.1-*.whl 2>/dev/null)" ] || \
-  .venv/bin/pip download --quiet --disable-pip-version-check --only-binary=:all: --no-deps pyarrow==26.0.1 -d "$deps"
+venv=$repo/target/wheel-venv
+rm -rf "$venv"
+python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "$wheel" -r python/tests/requirements.txt
+py=$venv/bin/python
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
-python3 -m venv "$work/venv"
-py=$work/venv/bin/python
-"$work/venv/bin/pip" install --quiet --disable-pip-version-check --no-index --find-links "$deps" "$wheel"
 cd "$work"
 "$py" - <<'PY'
 import wirespeed, wirespeed.flight, wirespeed.fles, sysconfig
