@@ -112,8 +112,8 @@ impl FrameMemory for GpuFrames {
         self.gpu_rings.then(|| self.gpu.clone())
     }
 
-    fn rings_placed(&mut self, why: String) {
-        self.path = why;
+    fn rings_placed(&mut self, path: String) {
+        self.path = path;
     }
 
     fn path(&self) -> String {

@@ -85,9 +85,9 @@ pub trait FrameMemory: Send + 'static {
         None
     }
 
-    /// The inputs put into GPU rings after all (`why`), or could not and the rings stay in
-    /// host memory.
-    fn rings_placed(&mut self, _why: String) {}
+    /// Where the rings ended up (GPU or host memory, and why), which the report then gives
+    /// as the path; memory that copies only from host rings keeps its own.
+    fn rings_placed(&mut self, _path: String) {}
 
     /// How the bytes travel, for the report ("host memory", "registered ring", ...).
     fn path(&self) -> String;

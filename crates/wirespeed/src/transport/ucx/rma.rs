@@ -41,6 +41,19 @@ impl Drop for Registration {
 }
 
 impl Registration {
+    /// Maps memory as `params` say.
+    ///
+    /// # Safety
+    /// Memory `params` name (rather than ask UCX to allocate) must outlive the registration.
+    unsafe fn map(params: &ucp_mem_map_params_t, what: &'static str) -> Result<Registration> {
+        let mut memh = std::ptr::null_mut();
+        let ctx = context()?;
+        let _one_at_a_time = lifecycle();
+        // SAFETY: valid params, vouched for by the caller; out-pointer to a local.
+        check(what, unsafe { lib().ucp_mem_map(ctx, params, &mut memh) })?;
+        Ok(Registration(memh))
+    }
+
     /// Has UCX allocate and register at least `len` bytes, so that it can place them where
     /// peers reach them best (a shared-memory segment a peer on this host maps, for one).
     /// The memory is as UCX hands it over: zeroed, and maybe not yet backed by pages.
@@ -54,16 +67,11 @@ impl Registration {
             flags: UCP_MEM_MAP_ALLOCATE,
             ..Default::default()
         };
-        let mut memh = std::ptr::null_mut();
-        let ctx = context()?;
-        let one_at_a_time = lifecycle();
-        // SAFETY: valid params; out-pointer to a local.
-        check("allocating memory", unsafe { lib().ucp_mem_map(ctx, &params, &mut memh) })?;
-        drop(one_at_a_time);
-        let registration = Registration(memh);
+        // SAFETY: UCX allocates the memory; it lives as long as the registration.
+        let registration = unsafe { Registration::map(&params, "allocating memory") }?;
         let mut attr = ucp_mem_attr_t { field_mask: UCP_MEM_ATTR_FIELD_ADDRESS as u64, ..Default::default() };
         // SAFETY: live handle; out-pointer to a local.
-        check("querying memory", unsafe { lib().ucp_mem_query(memh, &mut attr) })?;
+        check("querying memory", unsafe { lib().ucp_mem_query(registration.0, &mut attr) })?;
         let ptr = NonNull::new(attr.address.cast::<u8>())
             .ok_or_else(|| Error::Fabric { op: "allocating memory", status: "no address".into() })?;
         Ok((registration, ptr))
@@ -135,14 +143,8 @@ impl NativeRma for UcxRma {
             memory_type: UCS_MEMORY_TYPE_CUDA,
             ..Default::default()
         };
-        let mut memh = std::ptr::null_mut();
-        let ctx = context()?;
-        let one_at_a_time = lifecycle();
-        // SAFETY: valid params over memory that outlives the registration (the caller drops
-        // it first); out-pointer to a local.
-        check("registering GPU memory", unsafe { lib().ucp_mem_map(ctx, &params, &mut memh) })?;
-        drop(one_at_a_time);
-        let registration = Registration(memh);
+        // SAFETY: the caller drops the registration before the memory.
+        let registration = unsafe { Registration::map(&params, "registering GPU memory") }?;
         let native = access(&registration, mem.device_ptr())?;
         Ok((Box::new(registration), native))
     }
