@@ -31,14 +31,14 @@ pub(super) fn lend(mem: &DeviceBuffer) -> Result<Vec<u8>> {
     Ok(b)
 }
 
-/// Whether a region's access information names GPU memory.
+/// Whether a region's access information names GPU memory (a host window's is 8 bytes).
 pub(super) fn names_gpu(native: &[u8]) -> bool {
-    native.starts_with(MAGIC)
+    native.len() == NATIVE_LEN && native.starts_with(MAGIC)
 }
 
 /// Opens the GPU memory `native` names; `same_process`: the peer is this process.
 pub(super) fn open(native: &[u8], same_process: bool) -> Result<Box<dyn NativeRemote>> {
-    if native.len() != NATIVE_LEN {
+    if !names_gpu(native) {
         return Err(Violation::Malformed("GPU region").into());
     }
     let (uuid, rest) = native[4..].split_at(16);
