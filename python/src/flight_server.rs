@@ -336,15 +336,17 @@ pub struct PlaneServer {
 
 #[pymethods]
 impl PlaneServer {
-    /// Listens on `planes` (default: shm, ucx where built, tcp), host:port ones on `host`.
+    /// Listens on `planes` (default: shm, ucx where built, tcp), host:port ones on `host`;
+    /// `seal_tcp` (a server under TLS) seals the tcp plane's calls.
     #[new]
-    #[pyo3(signature = (dispatcher, host, key, planes=None))]
+    #[pyo3(signature = (dispatcher, host, key, planes=None, seal_tcp=false))]
     fn new(
         py: Python<'_>,
         dispatcher: Py<PyAny>,
         host: &str,
         key: Option<Vec<u8>>,
         planes: Option<Vec<String>>,
+        seal_tcp: bool,
     ) -> PyResult<Self> {
         let key = crate::keys::required_key(key)?;
         let host: IpAddr = host.parse().map_err(|_| errors::usage(format!("{host:?} is not an IP address")))?;
@@ -358,8 +360,9 @@ impl PlaneServer {
             None => wirespeed_flight::server::default_planes(),
         };
         let handler = Arc::new(PyHandler { dispatcher });
-        let planes =
-            py.detach(|| wirespeed_flight::PlaneServer::serve(handler, host, key, &kinds)).map_err(errors::flight)?;
+        let planes = py
+            .detach(|| wirespeed_flight::PlaneServer::serve(handler, host, key, &kinds, seal_tcp))
+            .map_err(errors::flight)?;
         let listed = planes.planes().into_iter().map(|(k, url)| (k.name().to_string(), url)).collect();
         Ok(PlaneServer { planes: Mutex::new(Some(planes)), listed })
     }

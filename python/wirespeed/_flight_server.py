@@ -231,9 +231,10 @@ def _address(location: Any) -> str:
 
 class FlightServerBase(_pf.FlightServerBase):
     """pyarrow.flight.FlightServerBase, with `key` (else WIRESPEED_KEY) for data planes beside
-    its gRPC: `planes` (default shm, ucx where built, tcp; with TLS, shm only, as the others
-    carry data between hosts unencrypted). DoGet, DoPut and DoExchange of a client holding the
-    key then run on a plane, calling the same methods; everything else is pyarrow's."""
+    its gRPC: `planes` (default shm, ucx where built, tcp; with TLS, shm and tcp, its calls
+    sealed with AES-256-GCM, as ucx and ofi carry data between hosts unencrypted). DoGet, DoPut
+    and DoExchange of a client holding the key then run on a plane, calling the same methods;
+    everything else is pyarrow's."""
 
     def __init__(self, location: Any = None, auth_handler: Any = None, tls_certificates: Any = None,
                  verify_client: Any = None, root_certificates: Any = None, middleware: Any = None, *,
@@ -252,8 +253,9 @@ class FlightServerBase(_pf.FlightServerBase):
         if hello is not None:
             try:
                 self._plane_host = _address(location)
-                planes = ["shm"] if planes is None and tls_certificates else planes
-                self._planes = hello.planes = _native.PlaneServer(_Dispatcher(self), self._plane_host, secret, planes)
+                planes = ["shm", "tcp"] if planes is None and tls_certificates else planes
+                self._planes = hello.planes = _native.PlaneServer(_Dispatcher(self), self._plane_host, secret, planes,
+                                                                  seal_tcp=bool(tls_certificates))
             except BaseException:
                 super().shutdown()
                 raise

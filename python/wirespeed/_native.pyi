@@ -168,7 +168,7 @@ class FlightServer:
 @final
 class PlaneServer:
     def __new__(
-        cls, dispatcher: Any, host: str, key: bytes | None, planes: list[str] | None = None
+        cls, dispatcher: Any, host: str, key: bytes | None, planes: list[str] | None = None, seal_tcp: bool = False
     ) -> PlaneServer: ...
     @property
     def planes(self) -> list[tuple[str, str]]: ...

@@ -70,17 +70,21 @@ def test_a_client_trusting_another_ca_is_refused(tmp_path, certs):
         proc.stop()
 
 
-def test_wirespeed_get_over_tls_takes_the_shm_plane_with_a_key(tmp_path, certs):
+def test_wirespeed_get_over_tls_takes_the_shm_plane_with_a_key_and_tcp_sealed(tmp_path, certs):
     proc = serve(tmp_path, certs)
     try:
         r = run("get", proc.url, "t.arrow", "-o", str(tmp_path / "o.arrow"), "--tls-roots", str(certs.ca), "-v")
         assert r.returncode == 0, r.stderr
         assert "over shm" in r.stderr
         assert feather.read_table(tmp_path / "o.arrow").equals(feather.read_table(tmp_path / "data" / "t.arrow"))
-        # Planes that carry data between hosts in clear are offered only when named.
+        # The tcp plane is offered under TLS, its calls sealed; ucx (RDMA, unencrypted) only when named.
         r = run("get", proc.url, "t.arrow", "-o", str(tmp_path / "o2.arrow"), "--tls-roots", str(certs.ca),
-                "--transport", "tcp")
-        assert r.returncode != 0 and "offers no tcp" in r.stderr, r.stderr
+                "--transport", "tcp", "-v")
+        assert r.returncode == 0 and "over tcp" in r.stderr, r.stderr
+        assert feather.read_table(tmp_path / "o2.arrow").equals(feather.read_table(tmp_path / "data" / "t.arrow"))
+        r = run("get", proc.url, "t.arrow", "-o", str(tmp_path / "o3.arrow"), "--tls-roots", str(certs.ca),
+                "--transport", "ucx")
+        assert r.returncode != 0 and "offers no ucx" in r.stderr, r.stderr
     finally:
         proc.stop()
 

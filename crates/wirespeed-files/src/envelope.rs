@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+pub use wirespeed::seal::SealKey;
 
 use crate::error::{FilesError, Result};
 use crate::proto::Violation;
@@ -24,22 +24,6 @@ pub const SEALED: u8 = 1;
 pub const ZSTD: u8 = 2;
 /// Bodies below this size are not worth compressing.
 const COMPRESS_MIN: usize = 512;
-
-/// The sealing key of one direction of a connection.
-pub struct SealKey(LessSafeKey);
-
-impl SealKey {
-    pub fn new(bytes: &[u8; 32]) -> Self {
-        SealKey(LessSafeKey::new(UnboundKey::new(&AES_256_GCM, bytes).expect("a 32-byte AES-256 key")))
-    }
-}
-
-fn nonce(stream: u32, counter: u64) -> Nonce {
-    let mut n = [0u8; 12];
-    n[..4].copy_from_slice(&stream.to_le_bytes());
-    n[4..].copy_from_slice(&counter.to_le_bytes());
-    Nonce::assume_unique_for_key(n)
-}
 
 /// Where a sealed message sits in its stream: the stream id and the even counter of its
 /// header. Each (key, stream, counter) is used once.
@@ -87,23 +71,13 @@ pub fn wrap(
     let aad = [WRAPPED, flags];
     let mut out = vec![WRAPPED, flags];
     out.extend_from_slice(header);
-    seal_tail(key, nonce(at.stream, at.counter), &aad, &mut out, 2)?;
+    key.seal(at.stream, at.counter, &aad, &mut out, 2);
     if body_len > 0 {
         let mut b = new_body.unwrap_or_else(|| body.concat());
-        seal_tail(key, nonce(at.stream, at.counter + 1), &aad, &mut b, 0)?;
+        key.seal(at.stream, at.counter + 1, &aad, &mut b, 0);
         new_body = Some(b);
     }
     Ok((out, new_body))
-}
-
-/// Seals `buf[from..]` in place and appends the tag.
-fn seal_tail(key: &SealKey, nonce: Nonce, aad: &[u8], buf: &mut Vec<u8>, from: usize) -> Result<()> {
-    let tag = key
-        .0
-        .seal_in_place_separate_tag(nonce, Aad::from(aad), &mut buf[from..])
-        .map_err(|_| FilesError::Sealing("cannot seal a message".into()))?;
-    buf.extend_from_slice(tag.as_ref());
-    Ok(())
 }
 
 /// A received header, unwrapped: the message header (plain ones are not copied) and the
@@ -128,7 +102,7 @@ pub fn open_header<'a>(wire: &'a [u8], key: Option<&SealKey>, at: Place) -> Resu
     let mut header = wire[2..].to_vec();
     if flags & SEALED != 0 {
         let key = key.ok_or_else(|| FilesError::Sealing("a sealed message where none was expected".into()))?;
-        open_in_place(key, nonce(at.stream, at.counter), &[WRAPPED, flags], &mut header)?;
+        open_in_place(key, at.stream, at.counter, &[WRAPPED, flags], &mut header)?;
     }
     Ok(Opened { header: Cow::Owned(header), flags })
 }
@@ -137,7 +111,7 @@ pub fn open_header<'a>(wire: &'a [u8], key: Option<&SealKey>, at: Place) -> Resu
 pub fn open_body(flags: u8, mut data: Vec<u8>, key: Option<&SealKey>, at: Place, max: u64) -> Result<Vec<u8>> {
     if flags & SEALED != 0 && !data.is_empty() {
         let key = key.ok_or_else(|| FilesError::Sealing("a sealed message where none was expected".into()))?;
-        open_in_place(key, nonce(at.stream, at.counter + 1), &[WRAPPED, flags], &mut data)?;
+        open_in_place(key, at.stream, at.counter + 1, &[WRAPPED, flags], &mut data)?;
     }
     if flags & ZSTD == 0 {
         return Ok(data);
@@ -157,14 +131,8 @@ pub fn open_body(flags: u8, mut data: Vec<u8>, key: Option<&SealKey>, at: Place,
     Ok(out)
 }
 
-fn open_in_place(key: &SealKey, nonce: Nonce, aad: &[u8], buf: &mut Vec<u8>) -> Result<()> {
-    let n = key
-        .0
-        .open_in_place(nonce, Aad::from(aad), buf)
-        .map_err(|_| FilesError::Sealing("a message failed authentication (tampered, replayed or reordered)".into()))?
-        .len();
-    buf.truncate(n);
-    Ok(())
+fn open_in_place(key: &SealKey, stream: u32, counter: u64, aad: &[u8], buf: &mut Vec<u8>) -> Result<()> {
+    key.open(stream, counter, aad, buf).map_err(|e| FilesError::Sealing(e.to_string()))
 }
 
 #[cfg(test)]

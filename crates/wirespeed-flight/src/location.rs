@@ -2,7 +2,8 @@
 //! `wirespeed+tcp://host:port?exp=…&cap=…`, `wirespeed+ucx://host:port?…` and
 //! `wirespeed+shm://@<abstract socket name>?host=<boot id>/<network namespace>&…`. `exp` and `cap`
 //! are the call's capability; `host` tells a client whether it shares the machine (and so the
-//! shared memory) and the network namespace (where the abstract socket is).
+//! shared memory) and the network namespace (where the abstract socket is); `seal=aes-256-gcm`
+//! that the plane's messages are sealed (a tcp plane under TLS).
 
 use wirespeed::Fabric;
 
@@ -16,7 +17,12 @@ pub struct PlaneLocation {
     /// The server's boot id and network namespace, for shm.
     pub host: Option<String>,
     pub grant: Option<Grant>,
+    /// The plane's messages are sealed (see `plane::call_stream`).
+    pub sealed: bool,
 }
+
+/// The `seal` parameter's one value.
+const SEAL: &str = "aes-256-gcm";
 
 impl PlaneLocation {
     pub fn to_uri(&self) -> String {
@@ -27,6 +33,9 @@ impl PlaneLocation {
         if let Some(g) = &self.grant {
             query.push(format!("exp={}", g.expiry));
             query.push(format!("cap={}", hex(&g.mac)));
+        }
+        if self.sealed {
+            query.push(format!("seal={SEAL}"));
         }
         let mut uri = format!("wirespeed+{}", self.url);
         if !query.is_empty() {
@@ -41,12 +50,14 @@ impl PlaneLocation {
         let url = uri.strip_prefix("wirespeed+")?;
         let (url, query) = url.split_once('?').unwrap_or((url, ""));
         let kind = url.split_once("://")?.0.parse::<Fabric>().ok()?;
-        let (mut host, mut expiry, mut mac) = (None, None, None);
+        let (mut host, mut expiry, mut mac, mut sealed) = (None, None, None, false);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=')? {
                 ("host", v) => host = Some(v.to_string()),
                 ("exp", v) => expiry = Some(v.parse().ok()?),
                 ("cap", v) => mac = Some(unhex(v)?),
+                // A seal this client does not know could not be honoured: no location then.
+                ("seal", v) => sealed = (v == SEAL).then_some(true)?,
                 _ => {} // room for later parameters
             }
         }
@@ -55,7 +66,7 @@ impl PlaneLocation {
             (None, None) => None,
             _ => return None,
         };
-        Some(PlaneLocation { kind, url: url.to_string(), host, grant })
+        Some(PlaneLocation { kind, url: url.to_string(), host, grant, sealed })
     }
 }
 
@@ -86,10 +97,20 @@ mod tests {
             url: "shm:///tmp/x.sock".into(),
             host: Some("abc-123".into()),
             grant: Some(Grant { expiry: 42, mac: [0xab; 32] }),
+            sealed: false,
         };
         assert_eq!(PlaneLocation::parse(&loc.to_uri()), Some(loc));
-        let tcp = PlaneLocation { kind: Fabric::Tcp, url: "tcp://10.0.0.1:5000".into(), host: None, grant: None };
+        let mut tcp = PlaneLocation {
+            kind: Fabric::Tcp,
+            url: "tcp://10.0.0.1:5000".into(),
+            host: None,
+            grant: None,
+            sealed: false,
+        };
         assert_eq!(tcp.to_uri(), "wirespeed+tcp://10.0.0.1:5000");
+        assert_eq!(PlaneLocation::parse(&tcp.to_uri()), Some(tcp.clone()));
+        tcp.sealed = true;
+        assert_eq!(tcp.to_uri(), "wirespeed+tcp://10.0.0.1:5000?seal=aes-256-gcm");
         assert_eq!(PlaneLocation::parse(&tcp.to_uri()), Some(tcp));
     }
 
@@ -101,6 +122,7 @@ mod tests {
             "wirespeed+tcp://h:1?exp=1",
             "wirespeed+tcp://h:1?cap=zz",
             "wirespeed+tcp://h:1?exp=x&cap=00",
+            "wirespeed+tcp://h:1?seal=rot13",
         ] {
             assert_eq!(PlaneLocation::parse(uri), None, "{uri}");
         }

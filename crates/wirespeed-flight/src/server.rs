@@ -94,7 +94,7 @@ impl ServerBuilder {
         let local = std_listener.local_addr().map_err(|e| Error::internal(e.to_string()))?;
         let shared = Shared::new(self.handler)?;
         let planes = match self.key {
-            Some(key) => Some(PlaneServer::start(shared.clone(), local.ip(), key, &self.planes)?),
+            Some(key) => Some(PlaneServer::start(shared.clone(), local.ip(), key, &self.planes, tls.is_some())?),
             None => None,
         };
         let plane_list = planes.as_ref().map(PlaneServer::planes).unwrap_or_default();

@@ -8,7 +8,8 @@ use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 use wirespeed::Key;
 use wirespeed_flight::{
-    Client, ClientTls, Code, Fabric, Handler, Output, Payload, Result, Server, ServerTls, Transport,
+    Client, ClientTls, Code, Fabric, Handler, Method, Output, Payload, PlaneClient, Result, Server, ServerTls,
+    Transport,
 };
 
 /// One flight, "t", of 1000 rows.
@@ -157,4 +158,63 @@ fn bad_tls_files_are_clear_errors() {
     let tls = ClientTls { roots: Some(b"garbage".to_vec()), ..ClientTls::default() };
     let err = Client::connect_tls("grpc+tls://127.0.0.1:1", &tls).err().unwrap();
     assert!(err.to_string().contains("root certificates"), "{err}");
+}
+
+/// A TCP relay to `target` that records what comes back from it.
+fn relay(target: std::net::SocketAddr) -> (std::net::SocketAddr, Arc<std::sync::Mutex<Vec<u8>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        let (client, _) = listener.accept().unwrap();
+        let server = std::net::TcpStream::connect(target).unwrap();
+        let (mut up_from, mut up_to) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        std::thread::spawn(move || std::io::copy(&mut up_from, &mut up_to));
+        let (mut from, mut to, mut buf) = (server, client, vec![0; 64 << 10]);
+        while let Ok(n @ 1..) = from.read(&mut buf) {
+            record.lock().unwrap().extend_from_slice(&buf[..n]);
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    (addr, seen)
+}
+
+/// The tcp plane's bytes on the wire, captured by a relay between client and plane: from a
+/// server under TLS (its tcp plane sealed) the rows are not among them, though the client
+/// reads them all; from one in the clear they are, so the capture would show them.
+#[test]
+fn a_sealed_tcp_plane_shows_nothing_of_the_data_on_the_wire() {
+    let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    // Rows 500 and 501 as the batch's buffer holds them.
+    let needle: Vec<u8> = [500i64, 501].iter().flat_map(|v| v.to_le_bytes()).collect();
+    for sealed in [false, true] {
+        let planes = wirespeed_flight::PlaneServer::serve(Arc::new(One), ip, key(), &[Fabric::Tcp], sealed).unwrap();
+        let listening = planes.planes()[0].1.trim_start_matches("tcp://").parse().unwrap();
+        let (relay_at, seen) = relay(listening);
+        let location = planes.locations(ip, Method::Get, b"t").remove(0);
+        assert_eq!(location.contains("seal=aes-256-gcm"), sealed, "{location}");
+        let location = location.replace(&listening.to_string(), &relay_at.to_string());
+        let client = PlaneClient::new(key()).with_transport(Transport::Only(Fabric::Tcp));
+        let rows: usize = client.get(&[location], b"t").unwrap().unwrap().map(|b| b.unwrap().num_rows()).sum();
+        assert_eq!(rows, 1000, "sealed: {sealed}");
+        let seen = seen.lock().unwrap();
+        assert!(seen.len() > 8000, "the capture holds the call ({} bytes)", seen.len());
+        assert_eq!(seen.windows(needle.len()).any(|w| w == needle), !sealed, "sealed: {sealed}");
+    }
+}
+
+/// A client that drops the seal from a sealed plane's location is refused, and learns nothing.
+#[test]
+fn a_sealed_plane_refuses_a_call_in_the_clear() {
+    let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let planes = wirespeed_flight::PlaneServer::serve(Arc::new(One), ip, key(), &[Fabric::Tcp], true).unwrap();
+    let location = planes.locations(ip, Method::Get, b"t").remove(0).replace("&seal=aes-256-gcm", "");
+    let client = PlaneClient::new(key()).with_transport(Transport::Only(Fabric::Tcp));
+    let got = client.get(&[location], b"t").and_then(|r| r.unwrap().collect::<Result<Vec<_>>>());
+    let e = got.expect_err("an unsealed call is refused");
+    assert!(e.to_string().starts_with("protocol error"), "{e}");
 }

@@ -49,6 +49,7 @@ pub mod gpu;
 pub mod key;
 pub mod mem;
 pub mod proto;
+pub mod seal;
 pub mod sync;
 pub mod transport;
 pub mod url;

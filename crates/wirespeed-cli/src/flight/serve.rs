@@ -22,8 +22,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "0.0.0.0:8815")]
     listen: String,
     /// Data planes to offer besides gRPC: any of shm, tcp, ucx, ofi+<provider> (shm, tcp,
-    /// verbs, efa, cxi), or none. Default: shm,ucx,tcp; with TLS, shm only, as the others
-    /// carry data unencrypted between hosts.
+    /// verbs, efa, cxi), or none. Default: shm,ucx,tcp; with TLS, shm,tcp, tcp's calls sealed
+    /// with AES-256-GCM, as ucx and ofi carry data unencrypted between hosts.
     #[arg(long, value_delimiter = ',')]
     planes: Option<Vec<String>>,
     /// Data-plane key file instead of WIRESPEED_KEY; with neither, one is generated and printed.
@@ -61,7 +61,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     crate::interrupt::install()?;
     let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?;
     let tls = a.tls.server()?;
-    let default_planes = if tls.is_some() { "shm" } else { "shm,ucx,tcp" };
+    // Under TLS, tcp plane calls are sealed; ucx and ofi (RDMA) are not, so only when named.
+    let default_planes = if tls.is_some() { "shm,tcp" } else { "shm,ucx,tcp" };
     let named = a.planes.unwrap_or_else(|| default_planes.split(',').map(String::from).collect());
     let mut planes = Vec::new();
     for p in named.iter().filter(|p| p.as_str() != "none") {

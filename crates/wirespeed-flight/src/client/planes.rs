@@ -92,7 +92,7 @@ impl PlaneClient {
         uris: &[String],
         method: Method,
         target: &[u8],
-    ) -> Result<Option<(PlaneLocation, Arc<wirespeed::Stream>)>> {
+    ) -> Result<Option<(PlaneLocation, Arc<crate::plane::CallStream>)>> {
         let Some(location) = self.pick(uris)? else { return Ok(None) };
         match self.planes.open(&location, method, target) {
             Ok(stream) => Ok(Some((location, stream))),
@@ -140,7 +140,7 @@ impl PlaneClient {
 
 /// The reading half of an exchange on a data plane, before its schema has come.
 pub struct ExchangeReader {
-    stream: Arc<wirespeed::Stream>,
+    stream: Arc<crate::plane::CallStream>,
     kind: wirespeed::Fabric,
 }
 

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use wirespeed::{Fabric, Stream};
+use wirespeed::Fabric;
 
 use super::Plane;
 use crate::error::{Code, Error, Result};
@@ -29,7 +29,7 @@ pub struct FlightReader {
     schema: SchemaRef,
     plane: Plane,
     /// Keeps a data-plane stream for closing it properly once read.
-    stream: Option<Arc<Stream>>,
+    stream: Option<Arc<plane::CallStream>>,
     done: bool,
     /// A gRPC call's connection runs on its client's runtime: kept running while the call is
     /// read, even once the client is dropped.
@@ -37,7 +37,7 @@ pub struct FlightReader {
 }
 
 impl FlightReader {
-    pub(crate) fn from_plane(stream: Arc<Stream>, kind: Fabric) -> Result<Self> {
+    pub(crate) fn from_plane(stream: Arc<plane::CallStream>, kind: Fabric) -> Result<Self> {
         let source = plane::Reader::new(stream.clone());
         Self::start(Box::new(source), Plane::Data(kind), Some(stream), None)
     }
@@ -50,7 +50,7 @@ impl FlightReader {
     fn start(
         mut source: Box<dyn DecodedStream>,
         plane: Plane,
-        stream: Option<Arc<Stream>>,
+        stream: Option<Arc<plane::CallStream>>,
         runtime: Option<Arc<Runtime>>,
     ) -> Result<Self> {
         let schema = source.read_schema()?;
@@ -116,7 +116,7 @@ pub(crate) enum WriterInner {
     /// A DoPut reads the server's PutResults through `results`; an exchange's answers are
     /// read through its reader instead.
     Plane {
-        stream: Arc<Stream>,
+        stream: Arc<plane::CallStream>,
         /// None until an exchange begins.
         writer: Option<plane::Writer>,
         kind: Fabric,
@@ -141,7 +141,12 @@ pub struct FlightWriter {
 impl FlightWriter {
     /// A writer over a data-plane stream, the schema sent if given (else at
     /// [`FlightWriter::begin`]); with `put`, PutResults come back.
-    pub(crate) fn on_plane(stream: Arc<Stream>, schema: Option<&SchemaRef>, kind: Fabric, put: bool) -> Result<Self> {
+    pub(crate) fn on_plane(
+        stream: Arc<plane::CallStream>,
+        schema: Option<&SchemaRef>,
+        kind: Fabric,
+        put: bool,
+    ) -> Result<Self> {
         let writer = schema.map(|s| plane::Writer::start(&stream, s)).transpose()?;
         let results = put.then(|| PutResults(Source::Plane(plane::Reader::new(stream.clone()))));
         Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, results } })

@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use wirespeed::{Connection, Key, Stream};
+use wirespeed::{Connection, Key};
 
 use super::proto::{Method, Msg};
+use super::{CallStream, Side};
 use crate::error::{Error, Result};
 use crate::location::PlaneLocation;
 
@@ -26,24 +27,26 @@ impl Planes {
     }
 
     /// Opens a call: a new stream on the location's connection, starting with OPEN.
-    pub fn open(&self, location: &PlaneLocation, method: Method, target: &[u8]) -> Result<Arc<Stream>> {
+    pub fn open(&self, location: &PlaneLocation, method: Method, target: &[u8]) -> Result<Arc<CallStream>> {
         let grant = location
             .grant
             .ok_or_else(|| Error::Protocol(format!("location {} carries no capability", location.url)))?;
-        let stream = self.stream(&location.url)?;
+        let stream = self.stream(&location.url, location.sealed)?;
         let open = Msg::Open { method, expiry: grant.expiry, mac: grant.mac, target: target.to_vec().into() };
         stream.send(&open.encode(), &[])?;
         Ok(Arc::new(stream))
     }
 
     /// A stream on a cached connection, or on a fresh one if there is none or it died.
-    fn stream(&self, url: &str) -> Result<Stream> {
+    fn stream(&self, url: &str, sealed: bool) -> Result<CallStream> {
         let cached = self.connections.lock().expect("planes lock").get(url).cloned();
-        if let Some(Ok(stream)) = cached.map(|conn| conn.open_stream()) {
-            return Ok(stream);
+        if let Some(conn) = cached
+            && let Ok(stream) = conn.open_stream()
+        {
+            return Ok(CallStream::new(stream, &conn, Side::Client, sealed));
         }
         let conn = wirespeed::connect(url, &self.key, &self.config)?;
-        let stream = conn.open_stream()?;
+        let stream = CallStream::new(conn.open_stream()?, &conn, Side::Client, sealed);
         self.connections.lock().expect("planes lock").insert(url.to_string(), conn);
         Ok(stream)
     }

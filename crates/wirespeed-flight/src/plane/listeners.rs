@@ -26,6 +26,8 @@ struct Advert {
     /// socket paths, the URL.
     port: u16,
     url: String,
+    /// Its calls' messages are sealed.
+    sealed: bool,
 }
 
 pub struct PlaneServer {
@@ -37,12 +39,20 @@ pub struct PlaneServer {
 }
 
 impl PlaneServer {
-    /// Listens on each of `planes` (host:port ones on `host`) for calls to `handler`.
-    pub fn serve(handler: Arc<dyn Handler>, host: IpAddr, key: Key, planes: &[Fabric]) -> Result<Self> {
-        Self::start(Shared::new(handler)?, host, key, planes)
+    /// Listens on each of `planes` (host:port ones on `host`) for calls to `handler`. With
+    /// `seal_tcp` (a server under TLS), calls on the tcp plane are sealed, as its bytes cross
+    /// hosts; shm stays on one host, and ucx and ofi (RDMA) go unsealed, named by the operator.
+    pub fn serve(handler: Arc<dyn Handler>, host: IpAddr, key: Key, planes: &[Fabric], seal_tcp: bool) -> Result<Self> {
+        Self::start(Shared::new(handler)?, host, key, planes, seal_tcp)
     }
 
-    pub(crate) fn start(shared: Arc<Shared>, host: IpAddr, key: Key, planes: &[Fabric]) -> Result<Self> {
+    pub(crate) fn start(
+        shared: Arc<Shared>,
+        host: IpAddr,
+        key: Key,
+        planes: &[Fabric],
+        seal_tcp: bool,
+    ) -> Result<Self> {
         let mut adverts = Vec::new();
         let mut threads = Vec::new();
         for &kind in planes {
@@ -53,9 +63,10 @@ impl PlaneServer {
             let listener = wirespeed::listen(&url, &key, &super::config())?;
             let url = listener.url().to_string();
             let port = url.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).unwrap_or(0);
-            adverts.push(Advert { kind, port, url });
+            let sealed = seal_tcp && kind == Fabric::Tcp;
+            adverts.push(Advert { kind, port, url, sealed });
             let shared = shared.clone();
-            threads.push(std::thread::spawn(move || accept_loop(listener, shared)));
+            threads.push(std::thread::spawn(move || accept_loop(listener, shared, sealed)));
         }
         Ok(PlaneServer { shared, adverts, key, host_id: host_id(), threads })
     }
@@ -84,7 +95,7 @@ impl PlaneServer {
                     AddressKind::HostPort => format!("{}://{}", a.kind, SocketAddr::new(host, a.port)),
                 };
                 let host = a.kind.capabilities().same_host_only.then(|| self.host_id.clone());
-                PlaneLocation { kind: a.kind, url, host, grant: Some(grant) }.to_uri()
+                PlaneLocation { kind: a.kind, url, host, grant: Some(grant), sealed: a.sealed }.to_uri()
             })
             .collect()
     }

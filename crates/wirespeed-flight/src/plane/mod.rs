@@ -2,6 +2,7 @@
 //! One call is one stream; its messages are IPC frames whose bodies go as lists of the arrays'
 //! own buffers and come back as transport memory that the arrays point into.
 
+pub mod call_stream;
 pub mod capability;
 pub mod client;
 pub mod hello;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use arrow_buffer::Buffer;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-use wirespeed::Stream;
+pub use call_stream::{CallStream, Side};
 
 use crate::error::{Error, Result};
 use crate::ipc::{Decoded, DecodedStream, Decoder, Encoder, Frame};
@@ -42,7 +43,7 @@ pub fn config() -> wirespeed::Config {
     }
 }
 
-fn send_frame(stream: &Stream, frame: &Frame) -> Result<()> {
+fn send_frame(stream: &CallStream, frame: &Frame) -> Result<()> {
     let header = Msg::Data { app_metadata: frame.app_metadata.clone(), meta: frame.meta.clone() }.encode();
     // Owned, so a transport may keep the buffers and return before they are on the wire. A
     // body in a sealed region goes in one piece, which shm sends as a reference.
@@ -61,7 +62,7 @@ pub struct Writer {
 
 impl Writer {
     /// Sends the schema at once.
-    pub fn start(stream: &Stream, schema: &SchemaRef) -> Result<Self> {
+    pub fn start(stream: &CallStream, schema: &SchemaRef) -> Result<Self> {
         let mut encoder = Encoder::new(schema)?;
         if let Some(frame) = encoder.schema_frame() {
             send_frame(stream, &frame)?;
@@ -69,7 +70,7 @@ impl Writer {
         Ok(Writer { encoder })
     }
 
-    pub fn write(&mut self, stream: &Stream, payload: Payload) -> Result<()> {
+    pub fn write(&mut self, stream: &CallStream, payload: Payload) -> Result<()> {
         match payload.batch {
             Some(batch) => {
                 for frame in self.encoder.encode(&batch, payload.app_metadata)? {
@@ -83,7 +84,7 @@ impl Writer {
 }
 
 /// Sends a whole output: schema, then every payload; the first error stops it.
-pub fn send_output(stream: &Stream, schema: &SchemaRef, payloads: Payloads) -> Result<()> {
+pub fn send_output(stream: &CallStream, schema: &SchemaRef, payloads: Payloads) -> Result<()> {
     let mut writer = Writer::start(stream, schema)?;
     for payload in payloads {
         writer.write(stream, payload?)?;
@@ -92,14 +93,14 @@ pub fn send_output(stream: &Stream, schema: &SchemaRef, payloads: Payloads) -> R
 }
 
 /// Tells the peer why the call failed; false if it could not be told.
-pub fn send_error(stream: &Stream, error: &Error) -> bool {
+pub fn send_error(stream: &CallStream, error: &Error) -> bool {
     let msg = Msg::Error { code: error.code() as i32, message: error.message() };
     stream.send(&msg.encode(), &[]).is_ok()
 }
 
 /// Reads IPC frames from a data-plane stream and decodes them.
 pub struct Reader {
-    stream: Arc<Stream>,
+    stream: Arc<CallStream>,
     decoder: Decoder,
     done: bool,
     /// How long `wait_ready` has waited in vain since the last frame: past the stream's
@@ -108,7 +109,7 @@ pub struct Reader {
 }
 
 impl Reader {
-    pub fn new(stream: Arc<Stream>) -> Self {
+    pub fn new(stream: Arc<CallStream>) -> Self {
         Reader { stream, decoder: Decoder::default(), done: false, idle: Duration::ZERO }
     }
 }
@@ -153,7 +154,7 @@ impl DecodedStream for Reader {
 
 /// Ends our direction and waits (bounded) for the peer to end theirs, discarding what it still
 /// sends, so that neither side resets a stream the other is still reading.
-pub fn close(stream: &Stream, patience: Duration) {
+pub fn close(stream: &CallStream, patience: Duration) {
     if stream.finish().is_err() {
         return;
     }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use arrow_flight::FlightDescriptor;
 use prost::Message as _;
-use wirespeed::{Connection, ErrorCode, Listener, Stream};
+use wirespeed::{Connection, ErrorCode, Listener};
+
+use super::{CallStream, Side};
 
 use super::capability::{Grant, Minter};
 use super::proto::{Method, Msg};
@@ -59,13 +61,14 @@ impl Drop for OpenCall {
     }
 }
 
-/// Accepts connections until `shared.stop` is set. Failed handshakes are dropped quietly.
-pub fn accept_loop(listener: Listener, shared: Arc<Shared>) {
+/// Accepts connections until `shared.stop` is set, their calls sealed when `sealed`. Failed
+/// handshakes are dropped quietly.
+pub fn accept_loop(listener: Listener, shared: Arc<Shared>, sealed: bool) {
     while !shared.stop.load(Ordering::Relaxed) {
         match listener.accept_timeout(POLL) {
             Ok(conn) => {
                 let shared = shared.clone();
-                std::thread::spawn(move || serve_connection(conn, shared));
+                std::thread::spawn(move || serve_connection(conn, shared, sealed));
             }
             Err(wirespeed::Error::Timeout(_) | wirespeed::Error::Rejected { .. }) => continue,
             Err(_) => break,
@@ -73,10 +76,11 @@ pub fn accept_loop(listener: Listener, shared: Arc<Shared>) {
     }
 }
 
-fn serve_connection(conn: Connection, shared: Arc<Shared>) {
+fn serve_connection(conn: Connection, shared: Arc<Shared>, sealed: bool) {
     while !shared.stop.load(Ordering::Relaxed) {
         match conn.accept_stream_timeout(POLL) {
             Ok(stream) => {
+                let stream = CallStream::new(stream, &conn, Side::Server, sealed);
                 let open = OpenCall::new(&shared);
                 let shared = shared.clone();
                 std::thread::spawn(move || {
@@ -91,7 +95,7 @@ fn serve_connection(conn: Connection, shared: Arc<Shared>) {
     conn.close();
 }
 
-fn serve_call(stream: Stream, shared: &Shared) {
+fn serve_call(stream: CallStream, shared: &Shared) {
     let stream = Arc::new(stream);
     let told = match run_call(&stream, shared) {
         Ok(()) => true,
@@ -108,7 +112,7 @@ fn serve_call(stream: Stream, shared: &Shared) {
     }
 }
 
-fn run_call(stream: &Arc<Stream>, shared: &Shared) -> Result<()> {
+fn run_call(stream: &Arc<CallStream>, shared: &Shared) -> Result<()> {
     let first = stream.recv()?.ok_or_else(|| Error::Protocol("the call ended before OPEN".into()))?;
     let Msg::Open { method, expiry, mac, target } = Msg::decode(&first.header)? else {
         return Err(Error::Protocol("a call must start with OPEN".into()));

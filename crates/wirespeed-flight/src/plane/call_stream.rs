@@ -1,0 +1,166 @@
+//! A data-plane call's stream: the wirespeed stream itself, or, on a tcp plane under TLS, the
+//! same with every message sealed (AES-256-GCM, `wirespeed::seal`, as the file tools'
+//! `--encrypt`) under a key per direction that each end derives from the connection's
+//! handshake. A sealed header holds its body's length, so a body cut short, dropped or moved
+//! to another message fails too.
+
+use std::ops::Deref;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use wirespeed::seal::{SealKey, TAG_LEN};
+use wirespeed::{Body, Buf, Connection, Message, Stream};
+
+use crate::error::{Error, Result};
+
+const CLIENT_TO_SERVER: &[u8] = b"wirespeed-flight plane seal, client to server";
+const SERVER_TO_CLIENT: &[u8] = b"wirespeed-flight plane seal, server to client";
+const AAD: &[u8] = b"wirespeed-flight plane";
+
+/// Which end of the connection this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Server,
+}
+
+/// A call's stream; `send`, `send_bytes` and `recv` seal and open where the plane is sealed,
+/// everything else is the stream's.
+pub struct CallStream {
+    stream: Stream,
+    seal: Option<Seal>,
+}
+
+/// The keys of both directions and each direction's next counter (a message takes two: its
+/// header's, and its body's after it).
+struct Seal {
+    send: SealKey,
+    recv: SealKey,
+    sent: Mutex<u64>,
+    received: Mutex<u64>,
+}
+
+impl CallStream {
+    /// `stream` on `conn`, sealed when `sealed`.
+    pub fn new(stream: Stream, conn: &Connection, side: Side, sealed: bool) -> Self {
+        let seal = sealed.then(|| {
+            let (ours, theirs) = match side {
+                Side::Client => (CLIENT_TO_SERVER, SERVER_TO_CLIENT),
+                Side::Server => (SERVER_TO_CLIENT, CLIENT_TO_SERVER),
+            };
+            Seal {
+                send: SealKey::new(&conn.derive_key(ours)),
+                recv: SealKey::new(&conn.derive_key(theirs)),
+                sent: Mutex::new(0),
+                received: Mutex::new(0),
+            }
+        });
+        CallStream { stream, seal }
+    }
+
+    pub fn send(&self, header: &[u8], body: &[&[u8]]) -> Result<()> {
+        match &self.seal {
+            None => Ok(self.stream.send(header, body)?),
+            Some(seal) => self.send_sealed(seal, header, body),
+        }
+    }
+
+    /// Like [`send`](Self::send), the body held by reference counts where the stream is not
+    /// sealed (a sealed body is a new buffer anyway).
+    pub fn send_bytes(&self, header: &[u8], body: &[Bytes]) -> Result<()> {
+        match &self.seal {
+            None => Ok(self.stream.send_bytes(header, body)?),
+            Some(seal) => self.send_sealed(seal, header, &body.iter().map(|b| &b[..]).collect::<Vec<_>>()),
+        }
+    }
+
+    fn send_sealed(&self, seal: &Seal, header: &[u8], body: &[&[u8]]) -> Result<()> {
+        let len: usize = body.iter().map(|b| b.len()).sum();
+        let mut sealed_header = (len as u64).to_le_bytes().to_vec();
+        sealed_header.extend_from_slice(header);
+        let mut sealed_body = Vec::with_capacity(if len > 0 { len + TAG_LEN } else { 0 });
+        body.iter().for_each(|b| sealed_body.extend_from_slice(b));
+        // The counter is taken and the message sent under one lock, so they go in one order.
+        let mut counter = seal.sent.lock().expect("seal lock");
+        let id = self.stream.id();
+        seal.send.seal(id, *counter, AAD, &mut sealed_header, 0);
+        if len > 0 {
+            seal.send.seal(id, *counter + 1, AAD, &mut sealed_body, 0);
+        }
+        *counter += 2;
+        Ok(self.stream.send(&sealed_header, &[&sealed_body])?)
+    }
+
+    pub fn recv(&self) -> Result<Option<Message>> {
+        let Some(seal) = &self.seal else { return Ok(self.stream.recv()?) };
+        let Some(msg) = self.stream.recv()? else { return Ok(None) };
+        let unauthentic = |e: wirespeed::seal::Unauthentic| Error::Protocol(format!("a sealed plane message: {e}"));
+        let mut counter = seal.received.lock().expect("seal lock");
+        let (id, at) = (self.stream.id(), *counter);
+        *counter += 2;
+        let mut header = msg.header;
+        seal.recv.open(id, at, AAD, &mut header).map_err(unauthentic)?;
+        let len = header.get(..8).ok_or_else(|| Error::Protocol("a sealed plane header without its length".into()))?;
+        let len = u64::from_le_bytes(len.try_into().expect("8 bytes"));
+        header.drain(..8);
+        let mut body = msg.body.to_vec();
+        if len > 0 || !body.is_empty() {
+            seal.recv.open(id, at + 1, AAD, &mut body).map_err(unauthentic)?;
+        }
+        if body.len() as u64 != len {
+            return Err(Error::Protocol("a sealed plane body of another length than its header says".into()));
+        }
+        Ok(Some(Message { header, body: Body::new(vec![Buf::from(body)]) }))
+    }
+}
+
+impl Deref for CallStream {
+    type Target = Stream;
+
+    fn deref(&self) -> &Stream {
+        &self.stream
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirespeed::transport::in_process;
+
+    fn pair(sealed: bool) -> (CallStream, CallStream, Connection, Connection) {
+        let (c, s) = in_process::pair(&wirespeed::Config::default()).unwrap();
+        let client = CallStream::new(c.open_stream().unwrap(), &c, Side::Client, sealed);
+        client.send(b"open", &[]).unwrap();
+        let server = CallStream::new(s.accept_stream().unwrap(), &s, Side::Server, sealed);
+        assert_eq!(server.recv().unwrap().unwrap().header, b"open");
+        (client, server, c, s)
+    }
+
+    #[test]
+    fn sealed_messages_arrive_as_sent_in_both_directions() {
+        let (client, server, _c, _s) = pair(true);
+        client.send(b"h1", &[b"body ", b"one"]).unwrap();
+        client.send_bytes(b"h2", &[Bytes::from_static(b"two")]).unwrap();
+        server.send(b"answer", &[]).unwrap();
+        let m = server.recv().unwrap().unwrap();
+        assert_eq!((m.header.as_slice(), m.body.to_vec().as_slice()), (&b"h1"[..], &b"body one"[..]));
+        let m = server.recv().unwrap().unwrap();
+        assert_eq!((m.header.as_slice(), m.body.to_vec().as_slice()), (&b"h2"[..], &b"two"[..]));
+        let m = client.recv().unwrap().unwrap();
+        assert_eq!((m.header.as_slice(), m.body.len()), (&b"answer"[..], 0));
+    }
+
+    #[test]
+    fn a_plain_message_to_a_sealed_end_fails_and_so_does_a_sealed_one_to_a_plain_end() {
+        let (c, s) = in_process::pair(&wirespeed::Config::default()).unwrap();
+        let plain = CallStream::new(c.open_stream().unwrap(), &c, Side::Client, false);
+        plain.send(b"open", &[b"payload"]).unwrap();
+        let sealed = CallStream::new(s.accept_stream().unwrap(), &s, Side::Server, true);
+        let e = sealed.recv().expect_err("a plain message");
+        assert!(e.to_string().contains("failed authentication"), "{e}");
+        sealed.send(b"secret header", &[b"secret body"]).unwrap();
+        let m = plain.recv().unwrap().unwrap();
+        assert!(!m.header.windows(6).any(|w| w == b"secret"));
+        assert!(!m.body.to_vec().windows(6).any(|w| w == b"secret"));
+    }
+}
