@@ -288,3 +288,30 @@ def test_closing_an_exchange_before_reading_loses_no_answer(transport):
     writer.close()
     assert reader.read_all().equals(table(3000))
     server.shutdown()
+
+
+def test_a_python_server_under_tls_seals_its_tcp_plane(tmp_path):
+    """A keyed wirespeed.flight server with TLS offers shm and tcp (its calls sealed, its
+    locations saying so), not ucx; a keyed client forced onto tcp reads everything."""
+    import tls_certs
+
+    certs = tls_certs.make(tmp_path / "certs")
+
+    class Server(flight.FlightServerBase):
+        def list_actions(self, context):
+            return []
+
+        def do_get(self, context, ticket):
+            return flight.RecordBatchStream(table())
+
+    server = Server("grpc+tls://127.0.0.1:0", tls_certificates=[(certs.read("server_cert"), certs.read("server_key"))],
+                    key=KEY)
+    try:
+        locations = server._planes.locations("get", b"t", "127.0.0.1")
+        assert [loc.split("://")[0] for loc in locations] == ["wirespeed+shm", "wirespeed+tcp"]
+        assert ["seal=aes-256-gcm" in loc for loc in locations] == [False, True]
+        client = flight.connect(server.location, key=KEY, transport="tcp", tls_root_certs=certs.read("ca"))
+        reader = client.do_get(pf.Ticket(b"t"))
+        assert plane(reader) == "tcp" and reader.read_all().equals(table())
+    finally:
+        server.shutdown()

@@ -43,7 +43,8 @@ def test_serve_with_a_password(directory, tmp_path):
     tls = [(certs.read("server_cert"), certs.read("server_key"))]
     with flight.serve(directory, password="sesame", tls_certificates=tls, key=KEY) as server:
         assert server.location.startswith("grpc+tls://")
-        assert [name for name, _ in server.planes] == ["shm"]  # with TLS, only what stays on this host
+        # With TLS: shm, which stays on this host, and tcp, sealed; not ucx (RDMA, in clear).
+        assert [name for name, _ in server.planes] == ["shm", "tcp"]
         connect = functools.partial(flight.connect, tls_root_certs=certs.read("ca"))
         client = connect(server.location)
         with pytest.raises(flight.FlightUnauthenticatedError):
@@ -55,6 +56,8 @@ def test_serve_with_a_password(directory, tmp_path):
         assert info.total_records == 20_000
         reader = connect(server.location, key=KEY).do_get(info.endpoints[0].ticket, options)
         assert reader.plane == "shm" and reader.read_all().equals(table(seed=3))
+        reader = connect(server.location, key=KEY, transport="tcp").do_get(info.endpoints[0].ticket, options)
+        assert reader.plane == "tcp" and reader.read_all().equals(table(seed=3))
         with pytest.raises(flight.FlightUnauthenticatedError):
             connect(server.location).authenticate_basic_token("user", "wrong")
 
