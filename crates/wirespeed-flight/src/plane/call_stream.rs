@@ -93,9 +93,10 @@ impl CallStream {
 
     pub fn recv(&self) -> Result<Option<Message>> {
         let Some(seal) = &self.seal else { return Ok(self.stream.recv()?) };
+        // Held while waiting, so that messages and counters pair up in order.
+        let mut counter = seal.received.lock().expect("seal lock");
         let Some(msg) = self.stream.recv()? else { return Ok(None) };
         let unauthentic = |e: wirespeed::seal::Unauthentic| Error::Protocol(format!("a sealed plane message: {e}"));
-        let mut counter = seal.received.lock().expect("seal lock");
         let (id, at) = (self.stream.id(), *counter);
         *counter += 2;
         let mut header = msg.header;
