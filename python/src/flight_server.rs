@@ -336,8 +336,8 @@ pub struct PlaneServer {
 
 #[pymethods]
 impl PlaneServer {
-    /// Listens on `planes` (default: shm, ucx where built, tcp), host:port ones on `host`;
-    /// `seal_tcp` (a server under TLS) seals the tcp plane's calls.
+    /// Listens on `planes` (default: the server's), host:port ones on `host`; `seal_tcp` (a
+    /// server under TLS) seals the tcp plane's calls and leaves ucx out of the default.
     #[new]
     #[pyo3(signature = (dispatcher, host, key, planes=None, seal_tcp=false))]
     fn new(
@@ -357,7 +357,7 @@ impl PlaneServer {
                     p.parse::<Fabric>().map_err(|_| errors::usage(format!("unknown plane {p:?} ({})", Fabric::names())))
                 })
                 .collect::<PyResult<Vec<_>>>()?,
-            None => wirespeed_flight::server::default_planes(),
+            None => wirespeed_flight::server::default_planes(seal_tcp),
         };
         let handler = Arc::new(PyHandler { dispatcher });
         let planes = py

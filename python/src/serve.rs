@@ -40,8 +40,8 @@ struct Access {
 }
 
 impl FlightServer {
-    /// Starts `handler` on gRPC at `listen` and, with a key, on `planes` (default: all; with
-    /// TLS, shm and tcp, tcp's calls sealed).
+    /// Starts `handler` on gRPC at `listen` and, with a key, on `planes` (default: the
+    /// server's, which under TLS seals tcp and leaves out ucx).
     fn start(
         py: Python<'_>,
         handler: impl Handler,
@@ -52,7 +52,6 @@ impl FlightServer {
         handler_threads: usize,
     ) -> PyResult<Self> {
         let mut builder = Server::builder(handler).listen(listen).handler_threads(handler_threads);
-        let planes = planes.or_else(|| access.tls.is_some().then(|| vec!["shm".to_string(), "tcp".to_string()]));
         if let Some(planes) = planes {
             let kinds = planes
                 .iter()

@@ -253,7 +253,6 @@ class FlightServerBase(_pf.FlightServerBase):
         if hello is not None:
             try:
                 self._plane_host = _address(location)
-                planes = ["shm", "tcp"] if planes is None and tls_certificates else planes
                 self._planes = hello.planes = _native.PlaneServer(_Dispatcher(self), self._plane_host, secret, planes,
                                                                   seal_tcp=bool(tls_certificates))
             except BaseException:

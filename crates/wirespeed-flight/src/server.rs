@@ -23,7 +23,8 @@ pub struct ServerBuilder {
     handler: Arc<dyn Handler>,
     listen: String,
     key: Option<Key>,
-    planes: Vec<Fabric>,
+    /// None: [`default_planes`], for TLS or not.
+    planes: Option<Vec<Fabric>>,
     password: Option<String>,
     password_over_plaintext: bool,
     tls: Option<ServerTls>,
@@ -44,9 +45,9 @@ impl ServerBuilder {
         self
     }
 
-    /// Which data planes to offer (default: shm, ucx where this build has it, and tcp).
+    /// Which data planes to offer (default: [`default_planes`]).
     pub fn planes(mut self, planes: &[Fabric]) -> Self {
-        self.planes = planes.to_vec();
+        self.planes = Some(planes.to_vec());
         self
     }
 
@@ -94,7 +95,10 @@ impl ServerBuilder {
         let local = std_listener.local_addr().map_err(|e| Error::internal(e.to_string()))?;
         let shared = Shared::new(self.handler)?;
         let planes = match self.key {
-            Some(key) => Some(PlaneServer::start(shared.clone(), local.ip(), key, &self.planes, tls.is_some())?),
+            Some(key) => {
+                let planes = self.planes.unwrap_or_else(|| default_planes(tls.is_some()));
+                Some(PlaneServer::start(shared.clone(), local.ip(), key, &planes, tls.is_some())?)
+            }
             None => None,
         };
         let plane_list = planes.as_ref().map(PlaneServer::planes).unwrap_or_default();
@@ -158,7 +162,7 @@ impl Server {
             handler: Arc::new(handler),
             listen: "127.0.0.1:0".into(),
             key: None,
-            planes: default_planes(),
+            planes: None,
             password: None,
             password_over_plaintext: false,
             tls: None,
@@ -202,9 +206,10 @@ impl Drop for Server {
     }
 }
 
-/// The planes a server offers unless told otherwise.
-pub fn default_planes() -> Vec<Fabric> {
-    Fabric::ALL.into_iter().filter(|k| default_plane(*k)).collect()
+/// The planes a server offers unless told otherwise. Under TLS not ucx: RDMA carries data
+/// between hosts unencrypted, where the tcp plane's calls are sealed (shm stays on the host).
+pub fn default_planes(tls: bool) -> Vec<Fabric> {
+    Fabric::ALL.into_iter().filter(|&k| default_plane(k) && !(tls && k == Fabric::Ucx)).collect()
 }
 
 /// Whether a server offers `kind` unless told otherwise: every plane this build has but

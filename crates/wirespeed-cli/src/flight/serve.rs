@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use wirespeed::Key;
+use wirespeed_flight::server::default_planes;
 use wirespeed_flight::{Calls, Fabric, Limits, Server};
 
 use wirespeed_serve::DirService;
@@ -61,15 +62,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     crate::interrupt::install()?;
     let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?;
     let tls = a.tls.server()?;
-    // Under TLS, tcp plane calls are sealed; ucx and ofi (RDMA) are not, so only when named.
-    let default_planes = if tls.is_some() { "shm,tcp" } else { "shm,ucx,tcp" };
-    let named = a.planes.unwrap_or_else(|| default_planes.split(',').map(String::from).collect());
+    // Unnamed, the server's own default (under TLS, tcp's calls are sealed and ucx left out).
     let mut planes = Vec::new();
-    for p in named.iter().filter(|p| p.as_str() != "none") {
+    for p in a.planes.iter().flatten().filter(|p| p.as_str() != "none") {
         planes.push(
             p.parse::<Fabric>()
                 .map_err(|_| anyhow::anyhow!("unknown plane {p:?} (expected {} or none)", Fabric::names()))?,
         );
+    }
+    if a.planes.is_none() {
+        planes = default_planes(tls.is_some());
     }
     let limits = Limits {
         calls_per_client: a.calls_per_client.max(1),

@@ -48,17 +48,7 @@ impl Gpu {
             .result()
             .map_err(driver("opening another process's device memory"))?;
         let mapping = IpcMapping { ctx: self.ctx.clone(), ptr, len };
-        let (mut base, mut size) = (0, 0usize);
-        // SAFETY: `ptr` was just mapped; out-pointers to locals.
-        unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) }
-            .result()
-            .map_err(driver("measuring another process's device memory"))?;
-        if base != ptr || size < len {
-            return Err(GpuError::Driver {
-                what: "opening another process's device memory",
-                why: format!("it holds {size} bytes, not the {len} announced"),
-            });
-        }
+        self.check_allocated(ptr, len)?;
         Ok(mapping)
     }
 }

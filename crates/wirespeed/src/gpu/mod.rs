@@ -31,6 +31,13 @@ pub enum GpuError {
 
 pub type GpuResult<T> = std::result::Result<T, GpuError>;
 
+/// A GPU failing under a transport (a put into GPU memory, say).
+impl From<GpuError> for crate::Error {
+    fn from(e: GpuError) -> Self {
+        crate::Error::Fabric { op: "CUDA", status: e.to_string() }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,13 +14,10 @@ use crate::proto::rma::Descriptor;
 /// Device memory of ours that the peer may put into and get from, for as long as this lives.
 pub struct DeviceRegion {
     /// The fabric's registration, undone before the memory goes.
-    _access: Box<dyn std::any::Any + Send>,
+    _access: Box<dyn std::any::Any + Send + Sync>,
     mem: Arc<DeviceBuffer>,
     descriptor: Vec<u8>,
 }
-
-// SAFETY: the registration is only kept, to be dropped; the buffer is Send and Sync.
-unsafe impl Sync for DeviceRegion {}
 
 impl DeviceRegion {
     /// What the peer passes to [`Connection::remote_region`]. Send it only over this

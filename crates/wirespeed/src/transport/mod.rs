@@ -142,7 +142,10 @@ pub(crate) trait NativeRma: Send + Sync {
     /// fabric's registration (dropped before the memory). Fabrics that cannot write device
     /// memory say so.
     #[cfg(feature = "gpu")]
-    fn register_device(&self, _mem: &crate::gpu::DeviceBuffer) -> Result<(Box<dyn std::any::Any + Send>, Vec<u8>)> {
+    fn register_device(
+        &self,
+        _mem: &crate::gpu::DeviceBuffer,
+    ) -> Result<(Box<dyn std::any::Any + Send + Sync>, Vec<u8>)> {
         Err(crate::error::Error::Fabric { op: "lending GPU memory", status: "this fabric cannot write it".into() })
     }
 }

@@ -65,7 +65,10 @@ impl NativeRma for OfiRma {
     /// interface; the only libfabric here (Debian's 1.17) is built without CUDA, so nothing
     /// could test it, and the caller stages through host memory instead.
     #[cfg(feature = "gpu")]
-    fn register_device(&self, _mem: &crate::gpu::DeviceBuffer) -> Result<(Box<dyn std::any::Any + Send>, Vec<u8>)> {
+    fn register_device(
+        &self,
+        _mem: &crate::gpu::DeviceBuffer,
+    ) -> Result<(Box<dyn std::any::Any + Send + Sync>, Vec<u8>)> {
         Err(Error::Fabric {
             op: "lending GPU memory",
             status: "libfabric's FI_HMEM is not used by this build (the system libfabric has no CUDA)".into(),

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::error::{Error, Result, Violation};
-use crate::gpu::{DeviceBuffer, Gpu, GpuError, GpuStream, IPC_HANDLE_LEN, IpcMapping};
+use crate::gpu::{DeviceBuffer, Gpu, GpuStream, IPC_HANDLE_LEN, IpcMapping};
 use crate::sync::Unpoison;
 use crate::transport::NativeRemote;
 
@@ -16,16 +16,12 @@ const MAGIC: &[u8; 4] = b"CUDA";
 /// Magic, device UUID, IPC handle, address in the owner's process, length.
 const NATIVE_LEN: usize = 4 + 16 + IPC_HANDLE_LEN + 8 + 8;
 
-fn cuda(e: GpuError) -> Error {
-    Error::Fabric { op: "CUDA", status: e.to_string() }
-}
-
 /// What the peer needs to reach `mem`.
 pub(super) fn lend(mem: &DeviceBuffer) -> Result<Vec<u8>> {
     let mut b = Vec::with_capacity(NATIVE_LEN);
     b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&mem.gpu().uuid().map_err(cuda)?);
-    b.extend_from_slice(&mem.ipc_handle().map_err(cuda)?);
+    b.extend_from_slice(&mem.gpu().uuid()?);
+    b.extend_from_slice(&mem.ipc_handle()?);
     b.extend_from_slice(&mem.device_ptr().to_le_bytes());
     b.extend_from_slice(&(mem.len() as u64).to_le_bytes());
     Ok(b)
@@ -45,15 +41,15 @@ pub(super) fn open(native: &[u8], same_process: bool) -> Result<Box<dyn NativeRe
     let (handle, rest) = rest.split_at(IPC_HANDLE_LEN);
     let word = |at: usize| u64::from_le_bytes(rest[at..at + 8].try_into().expect("8 bytes"));
     let (address, len) = (word(0), word(8));
-    let gpu = Gpu::open_uuid(uuid.try_into().expect("16 bytes")).map_err(cuda)?;
+    let gpu = Gpu::open_uuid(uuid.try_into().expect("16 bytes"))?;
     let len_bytes = usize::try_from(len).map_err(|_| Violation::Malformed("GPU region"))?;
     let target = if same_process {
-        gpu.check_allocated(address, len_bytes).map_err(cuda)?;
+        gpu.check_allocated(address, len_bytes)?;
         Target::Own(address)
     } else {
-        Target::Mapped(gpu.open_ipc(handle.try_into().expect("64 bytes"), len_bytes).map_err(cuda)?)
+        Target::Mapped(gpu.open_ipc(handle.try_into().expect("64 bytes"), len_bytes)?)
     };
-    let stream = gpu.stream().map_err(cuda)?;
+    let stream = gpu.stream()?;
     Ok(Box::new(GpuWindow { gpu, target, len, stream: Mutex::new(stream) }))
 }
 
@@ -88,16 +84,16 @@ impl NativeRemote for GpuWindow {
         let stream = self.stream.lock().unpoison();
         // SAFETY: in bounds of memory mapped while `self` lives; the copy is waited for
         // before `data` is given back, so the peer sees it before any later message.
-        unsafe { stream.copy_to_address(at, data) }.map_err(cuda)?;
-        stream.synchronize().map_err(cuda)
+        unsafe { stream.copy_to_address(at, data) }?;
+        stream.synchronize().map_err(Error::from)
     }
 
     fn get(&self, offset: u64, out: &mut [u8], _timeout: Duration) -> Result<()> {
         let at = self.at(offset, out.len())?;
         let stream = self.stream.lock().unpoison();
         // SAFETY: as in `put`, the other way round.
-        unsafe { stream.copy_from_address(out, at) }.map_err(cuda)?;
-        stream.synchronize().map_err(cuda)
+        unsafe { stream.copy_from_address(out, at) }?;
+        stream.synchronize().map_err(Error::from)
     }
 
     fn copied_by(&self) -> Option<Gpu> {

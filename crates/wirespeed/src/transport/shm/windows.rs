@@ -81,7 +81,10 @@ impl NativeRma for ShmRma {
     }
 
     #[cfg(feature = "gpu")]
-    fn register_device(&self, mem: &crate::gpu::DeviceBuffer) -> Result<(Box<dyn std::any::Any + Send>, Vec<u8>)> {
+    fn register_device(
+        &self,
+        mem: &crate::gpu::DeviceBuffer,
+    ) -> Result<(Box<dyn std::any::Any + Send + Sync>, Vec<u8>)> {
         Ok((Box::new(()), super::gpu_window::lend(mem)?))
     }
 }

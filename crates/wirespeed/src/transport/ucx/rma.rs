@@ -131,9 +131,12 @@ impl NativeRma for UcxRma {
     /// transports allow (cuda_ipc on one host, GPUDirect RDMA where the NIC has it, else its
     /// own staging through host memory).
     #[cfg(feature = "gpu")]
-    fn register_device(&self, mem: &crate::gpu::DeviceBuffer) -> Result<(Box<dyn std::any::Any + Send>, Vec<u8>)> {
+    fn register_device(
+        &self,
+        mem: &crate::gpu::DeviceBuffer,
+    ) -> Result<(Box<dyn std::any::Any + Send + Sync>, Vec<u8>)> {
         // UCX asks the driver about the address on this thread.
-        mem.gpu().make_current().map_err(|e| Error::Fabric { op: "CUDA", status: e.to_string() })?;
+        mem.gpu().make_current()?;
         let params = ucp_mem_map_params_t {
             field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS
                 | UCP_MEM_MAP_PARAM_FIELD_LENGTH
