@@ -18,6 +18,15 @@ pub fn raise(module: &str, class: &str, message: impl Into<String>) -> PyErr {
     })
 }
 
+/// As [`raise`], for a Flight error class, with its `extra_info`.
+fn raise_flight(class: &str, message: String, extra_info: &[u8]) -> PyErr {
+    let e = raise("wirespeed._flight_base", class, message);
+    if !extra_info.is_empty() {
+        Python::attach(|py| e.value(py).setattr("extra_info", pyo3::types::PyBytes::new(py, extra_info)).ok());
+    }
+    e
+}
+
 fn core(class: &str, message: impl Into<String>) -> PyErr {
     raise("wirespeed._errors", class, message)
 }
@@ -91,5 +100,5 @@ pub fn flight(e: wirespeed_flight::Error) -> PyErr {
         Code::Internal | Code::DataLoss => "FlightInternalError",
         _ => "FlightServerError",
     };
-    raise("wirespeed._flight_base", class, e.message())
+    raise_flight(class, e.message(), &e.details())
 }

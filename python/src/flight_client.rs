@@ -2,18 +2,19 @@
 //! pyarrow's). Descriptors cross as their protobuf bytes (pyarrow.flight's `serialize()`);
 //! schemas and batches through the Arrow C interfaces.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use arrow_array::RecordBatch;
 use arrow_flight::FlightDescriptor;
+use arrow_ipc::CompressionType;
 use arrow_schema::{ArrowError, SchemaRef};
 use bytes::Bytes;
 use prost::Message;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule};
 use wirespeed::Fabric;
-use wirespeed_flight::{Payload, Transport};
+use wirespeed_flight::{Payload, ReadStats, SharedStats, Transport, WriteOptions};
 
 use crate::arrow;
 use crate::errors;
@@ -83,16 +84,20 @@ impl PlaneClient {
         Ok(self.run(py, move |p| p.get(&uris, &ticket))?.map(FlightReader::new))
     }
 
+    /// Starts an upload over one of `uris`, laid out as `options` say (see write_options).
+    #[pyo3(signature = (uris, descriptor, schema, options=None))]
     fn put(
         &self,
         py: Python<'_>,
         uris: Vec<String>,
         descriptor: &[u8],
         schema: &Bound<'_, PyAny>,
+        options: Option<(bool, Option<String>)>,
     ) -> PyResult<Option<FlightWriter>> {
         let descriptor: FlightDescriptor = decode("FlightDescriptor", descriptor)?;
         let schema = arrow::schema_from_py(schema)?;
-        Ok(self.run(py, move |p| p.put(&uris, &descriptor, &schema))?.map(FlightWriter::new))
+        let options = write_options(options)?;
+        Ok(self.run(py, move |p| p.put(&uris, &descriptor, &schema, options))?.map(FlightWriter::new))
     }
 
     /// Starts an exchange: its writer (to begin with a schema), and the reader to open once
@@ -139,17 +144,53 @@ pub fn chunk<'py>(py: Python<'py>, payload: &Payload) -> PyResult<(Bound<'py, Py
 
 type SharedReader = Arc<Mutex<Option<wirespeed_flight::FlightReader>>>;
 
+/// pyarrow's ReadStats fields, in its order.
+pub type StatsTuple = (u64, u64, u64, u64, u64);
+
+pub fn stats_tuple(s: ReadStats) -> StatsTuple {
+    (s.messages, s.record_batches, s.dictionary_batches, s.dictionary_deltas, s.replaced_dictionaries)
+}
+
+/// What wirespeed.flight makes of pyarrow's IpcWriteOptions: (emit_dictionary_deltas,
+/// compression: "lz4", "zstd" or None).
+pub fn write_options(given: Option<(bool, Option<String>)>) -> PyResult<WriteOptions> {
+    let Some((dictionary_deltas, compression)) = given else { return Ok(WriteOptions::default()) };
+    let compression = match compression.as_deref() {
+        None => None,
+        Some("lz4" | "lz4_frame") => Some(CompressionType::LZ4_FRAME),
+        Some("zstd") => Some(CompressionType::ZSTD),
+        Some(other) => return Err(errors::usage(format!("IPC compression {other:?}: lz4 or zstd"))),
+    };
+    Ok(WriteOptions { dictionary_deltas, compression })
+}
+
 #[pyclass(module = "wirespeed._native", frozen)]
 pub struct FlightReader {
     reader: SharedReader,
-    schema: SchemaRef,
+    /// Once it has come: an exchange's server may send application metadata first.
+    schema: OnceLock<SchemaRef>,
     plane: &'static str,
+    stats: SharedStats,
 }
 
 impl FlightReader {
     pub fn new(reader: wirespeed_flight::FlightReader) -> Self {
-        let (schema, plane) = (reader.schema(), reader.plane().name());
-        FlightReader { reader: Arc::new(Mutex::new(Some(reader))), schema, plane }
+        let (plane, stats) = (reader.plane().name(), reader.stats());
+        FlightReader { reader: Arc::new(Mutex::new(Some(reader))), schema: OnceLock::new(), plane, stats }
+    }
+
+    /// The schema, waiting for it (interruptibly) if it has not come.
+    fn known_schema(&self, py: Python<'_>) -> PyResult<SchemaRef> {
+        if let Some(schema) = self.schema.get() {
+            return Ok(schema.clone());
+        }
+        let reader = self.reader.clone();
+        let schema = interruptible(py, move || match reader.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(r) => r.schema(),
+            None => Err(wirespeed_flight::Error::invalid_argument("the reader was handed on or closed")),
+        })?
+        .map_err(errors::flight)?;
+        Ok(self.schema.get_or_init(|| schema).clone())
     }
 
     /// The next message, read on this thread: a hand-off to a helper would cost two thread
@@ -181,13 +222,30 @@ impl FlightReader {
 impl FlightReader {
     #[getter]
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        arrow::schema_to_py(py, &self.schema)
+        arrow::schema_to_py(py, &self.known_schema(py)?)
+    }
+
+    /// Waits for the schema or the end of the answers, raising the call's error if it failed
+    /// first; an exchange that answered with metadata alone is fine.
+    fn started(&self, py: Python<'_>) -> PyResult<()> {
+        let reader = self.reader.clone();
+        interruptible(py, move || match reader.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(r) => r.started(),
+            None => Ok(()),
+        })?
+        .map_err(errors::flight)
     }
 
     /// The plane carrying the call: grpc, shm, tcp, ucx or ofi+<provider>.
     #[getter]
     fn plane(&self) -> &'static str {
         self.plane
+    }
+
+    /// What has been read so far, as the fields of pyarrow's ReadStats.
+    #[getter]
+    fn stats(&self) -> StatsTuple {
+        stats_tuple(self.stats.get())
     }
 
     /// The next message as (batch or None, app_metadata or None); None at the end.
@@ -202,7 +260,7 @@ impl FlightReader {
     fn read_all<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let stopped = Arc::new(Mutex::new(None));
         let batches = Batches {
-            schema: self.schema.clone(),
+            schema: self.known_schema(py)?,
             reader: self.reader.clone(),
             stopped: Some(stopped.clone()),
             checked: Instant::now(),
@@ -228,13 +286,11 @@ impl FlightReader {
         requested_schema: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let _ = requested_schema; // best effort by the interface's rules: the stream's own schema
+        let schema = self.known_schema(py)?;
         let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
         let reader = reader.ok_or_else(|| errors::usage("the reader was handed on or closed"))?;
         let reader = Arc::new(Mutex::new(Some(reader)));
-        arrow::stream_capsule(
-            py,
-            Box::new(Batches { schema: self.schema.clone(), reader, stopped: None, checked: Instant::now() }),
-        )
+        arrow::stream_capsule(py, Box::new(Batches { schema, reader, stopped: None, checked: Instant::now() }))
     }
 
     /// Stops reading; the server sees the call cancelled.
@@ -341,14 +397,21 @@ impl FlightWriter {
         self.plane
     }
 
-    /// Sends an exchange's schema.
-    fn begin(&self, py: Python<'_>, schema: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Sends an exchange's schema; its batches go laid out as `options` say.
+    #[pyo3(signature = (schema, options=None))]
+    fn begin(
+        &self,
+        py: Python<'_>,
+        schema: &Bound<'_, PyAny>,
+        options: Option<(bool, Option<String>)>,
+    ) -> PyResult<()> {
         let schema = arrow::schema_from_py(schema)?;
+        let options = write_options(options)?;
         let writer = self.writer.clone();
         interruptible(py, move || {
             let mut guard = writer.lock().unwrap_or_else(|p| p.into_inner());
             let w = guard.as_mut().ok_or_else(|| wirespeed_flight::Error::invalid_argument("the writer is closed"))?;
-            w.begin(&schema)
+            w.begin_with(&schema, options)
         })?
         .map_err(errors::flight)
     }
@@ -357,10 +420,7 @@ impl FlightWriter {
     /// optional application metadata.
     #[pyo3(signature = (batch, app_metadata=None))]
     fn write_batch(&self, py: Python<'_>, batch: &Bound<'_, PyAny>, app_metadata: Option<Vec<u8>>) -> PyResult<()> {
-        let payload = Payload {
-            batch: Some(arrow::batch_from_py(batch)?),
-            app_metadata: Bytes::from(app_metadata.unwrap_or_default()),
-        };
+        let payload = Payload::new(Some(arrow::batch_from_py(batch)?), Bytes::from(app_metadata.unwrap_or_default()));
         self.write(py, vec![payload])
     }
 

@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use arrow_flight::{FlightDescriptor, FlightInfo};
@@ -15,10 +15,13 @@ use prost::Message;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use wirespeed::Fabric;
-use wirespeed_flight::{Code, Error, Handler, Input, Method, Output, Payload, Result, Upload};
+use wirespeed_flight::{
+    Code, Error, Handler, Input, Method, Output, Payload, PlaneCall, Result, SharedStats, Upload, WriteOptions,
+};
 
 use crate::arrow;
 use crate::errors;
+use crate::flight_client::{StatsTuple, stats_tuple, write_options};
 use crate::put::{Event, Messages, PutResults, PyUpload};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -26,6 +29,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ServerReader>()?;
     m.add_class::<ServerWriter>()?;
     m.add_class::<PutResults>()?;
+    m.add_class::<CallState>()?;
     Ok(())
 }
 
@@ -38,9 +42,9 @@ fn from_python(py: Python<'_>, e: PyErr) -> Error {
         .import("wirespeed._flight_base")
         .and_then(|m| m.getattr("_status_of"))
         .and_then(|f| f.call1((e.value(py),)))
-        .and_then(|s| s.extract::<(String, String)>());
+        .and_then(|s| s.extract::<(String, String, Vec<u8>)>());
     match status {
-        Ok((code, message)) => Error::status(code_named(&code), message),
+        Ok((code, message, extra_info)) => Error::status(code_named(&code), message).with_details(extra_info.into()),
         Err(_) => Error::internal(e.to_string()),
     }
 }
@@ -57,12 +61,43 @@ fn code_named(name: &str) -> Code {
         "unimplemented" => Code::Unimplemented,
         "already_exists" => Code::AlreadyExists,
         "resource_exhausted" => Code::ResourceExhausted,
-        _ => Code::Internal,
+        "internal" => Code::Internal,
+        _ => Code::Unknown,
     }
 }
 
 pub struct PyHandler {
     dispatcher: Py<PyAny>,
+    /// The data-plane call this handler serves.
+    call: Option<PlaneCall>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A data-plane call as the dispatcher sees it: its grant (by which it finds the state of the
+/// control-plane call that made it) and whether the client gave up.
+#[pyclass(module = "wirespeed._native", frozen)]
+pub struct CallState(PlaneCall);
+
+#[pymethods]
+impl CallState {
+    /// The grant's MAC, in hex.
+    #[getter]
+    fn grant(&self) -> String {
+        hex(self.0.grant())
+    }
+
+    fn cancelled(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.0.is_cancelled())
+    }
+}
+
+impl PyHandler {
+    fn call_state(&self) -> Option<CallState> {
+        self.call.clone().map(CallState)
+    }
 }
 
 impl PyHandler {
@@ -103,7 +138,7 @@ fn output_of(value: &Bound<'_, PyAny>) -> PyResult<Output> {
 fn payload_of(item: &Bound<'_, PyAny>) -> PyResult<Payload> {
     let (batch, metadata) = item.extract::<(Bound<'_, PyAny>, Option<Vec<u8>>)>()?;
     let batch = if batch.is_none() { None } else { Some(arrow::batch_from_py(&batch)?) };
-    Ok(Payload { batch, app_metadata: Bytes::from(metadata.unwrap_or_default()) })
+    Ok(Payload::new(batch, Bytes::from(metadata.unwrap_or_default())))
 }
 
 impl Handler for PyHandler {
@@ -112,46 +147,62 @@ impl Handler for PyHandler {
     }
 
     fn do_get(&self, ticket: &[u8]) -> Result<Output> {
-        self.call("do_get", |py| (PyBytes::new(py, ticket),).into_pyobject(py), |r| output_of(&r))
+        let call = self.call_state();
+        self.call("do_get", |py| (PyBytes::new(py, ticket), call).into_pyobject(py), |r| output_of(&r))
     }
 
     fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {
         let (tx, rx) = sync_channel::<Result<Payload>>(QUEUE);
         let (events, handler_events) = channel();
-        let reader = ServerReader::new(Some(schema.clone()), Box::new(Messages { rx, events: events.clone() }));
+        let stats = Arc::new(OnceLock::new());
+        let messages = Box::new(Messages { rx, events: events.clone() });
+        let reader = ServerReader::new(Some(schema.clone()), messages, stats.clone());
         let writer = PutResults { events: events.clone() };
         let dispatcher = Python::attach(|py| self.dispatcher.clone_ref(py));
-        let bytes = descriptor.encode_to_vec();
-        let call = spawn(move || {
-            let returned = Python::attach(|py| {
-                let args = (PyBytes::new(py, &bytes), reader, writer);
-                dispatcher.bind(py).call_method1("do_put", args).map(drop).map_err(|e| from_python(py, e))
-            });
-            let _ = events.send(Event::Returned);
-            returned
-        })?;
-        Ok(Box::new(PyUpload::new(tx, call, handler_events)))
+        let (bytes, call) = (descriptor.encode_to_vec(), self.call_state());
+        let start = Box::new(move || {
+            spawn(move || {
+                let returned = Python::attach(|py| {
+                    let args = (PyBytes::new(py, &bytes), reader, writer, call);
+                    dispatcher.bind(py).call_method1("do_put", args).map(drop).map_err(|e| from_python(py, e))
+                });
+                let _ = events.send(Event::Returned);
+                returned
+            })
+        });
+        Ok(Box::new(PyUpload::new(tx, start, handler_events, stats)))
     }
 
     fn do_exchange(&self, descriptor: &FlightDescriptor, input: Input) -> Result<Output> {
         // The client's schema comes when it begins writing, which may be after the handler
         // has written: the reader asks for it when the handler does.
-        let reader = ServerReader::new(None, Box::new(Mutex::new(input)));
+        let stats = Arc::new(OnceLock::from(input.stats()));
+        let reader = ServerReader::new(None, Box::new(Mutex::new(input)), stats);
         let (writer, begun) = ServerWriter::new();
         let dispatcher = Python::attach(|py| self.dispatcher.clone_ref(py));
-        let bytes = descriptor.encode_to_vec();
+        let (bytes, call) = (descriptor.encode_to_vec(), self.call_state());
         let sink = writer.sink.clone();
         spawn(move || {
             // An error ends the output as that error, not as a normal end.
             let ended = Python::attach(|py| {
-                let args = (PyBytes::new(py, &bytes), reader, writer);
+                let args = (PyBytes::new(py, &bytes), reader, writer, call);
                 dispatcher.bind(py).call_method1("do_exchange", args).map(drop).map_err(|e| from_python(py, e))
             });
             sink.end(ended);
         })?;
         // The handler's writer.begin(schema) (or its end) says what the output is.
-        let (schema, rx) = begun.recv().map_err(|_| Error::internal("the exchange handler ended without a word"))??;
-        Ok(Output::new(schema, rx.into_iter()))
+        let (schema, options, rx) =
+            begun.recv().map_err(|_| Error::internal("the exchange handler ended without a word"))??;
+        let output = match schema {
+            Some(schema) => Output::new(schema, rx.into_iter()),
+            None => Output::unbegun(rx.into_iter()),
+        };
+        Ok(output.with_options(options))
+    }
+
+    fn for_call(&self, call: &PlaneCall) -> Option<Box<dyn Handler>> {
+        let dispatcher = Python::attach(|py| self.dispatcher.clone_ref(py));
+        Some(Box::new(PyHandler { dispatcher, call: Some(call.clone()) }))
     }
 }
 
@@ -194,11 +245,13 @@ pub struct ServerReader {
     /// Known from the start for an upload; an exchange's comes when the client begins.
     schema: Mutex<Option<SchemaRef>>,
     source: Mutex<Box<dyn Source>>,
+    /// The decoder's counts, once the call has its decoder.
+    stats: Arc<OnceLock<SharedStats>>,
 }
 
 impl ServerReader {
-    fn new(schema: Option<SchemaRef>, source: Box<dyn Source>) -> Self {
-        ServerReader { schema: Mutex::new(schema), source: Mutex::new(source) }
+    fn new(schema: Option<SchemaRef>, source: Box<dyn Source>, stats: Arc<OnceLock<SharedStats>>) -> Self {
+        ServerReader { schema: Mutex::new(schema), source: Mutex::new(source), stats }
     }
 
     /// The schema, waiting (without the GIL) for the client to begin if it has not.
@@ -219,6 +272,12 @@ impl ServerReader {
     #[getter]
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         arrow::schema_to_py(py, &self.known_schema(py)?)
+    }
+
+    /// What has been read so far, as the fields of pyarrow's ReadStats.
+    #[getter]
+    fn stats(&self) -> StatsTuple {
+        stats_tuple(self.stats.get().map(SharedStats::get).unwrap_or_default())
     }
 
     /// The next message as (batch or None, app_metadata or None); None at the end. Read on
@@ -248,7 +307,9 @@ impl ServerReader {
     }
 }
 
-type Begun = Result<(SchemaRef, Receiver<Result<Payload>>)>;
+/// How the handler began its output: with a schema, or (None) with application metadata, its
+/// schema to come later through the payloads.
+type Begun = Result<(Option<SchemaRef>, WriteOptions, Receiver<Result<Payload>>)>;
 
 /// The output half of an exchange, which the handler begins with a schema and then writes.
 struct Sink {
@@ -257,7 +318,8 @@ struct Sink {
 
 enum SinkState {
     Waiting(SyncSender<Begun>),
-    Writing(SyncSender<Result<Payload>>),
+    /// Writing, the schema sent (or not yet: metadata went first).
+    Writing(SyncSender<Result<Payload>>, bool),
     Ended,
 }
 
@@ -267,10 +329,10 @@ impl Sink {
         match (state, outcome) {
             (SinkState::Waiting(begun), Ok(())) => {
                 let (_, rx) = sync_channel(0);
-                let _ = begun.send(Ok((Arc::new(Schema::empty()), rx)));
+                let _ = begun.send(Ok((Some(Arc::new(Schema::empty())), WriteOptions::default(), rx)));
             }
             (SinkState::Waiting(begun), Err(e)) => drop(begun.send(Err(e))),
-            (SinkState::Writing(tx), Err(e)) => drop(tx.send(Err(e))),
+            (SinkState::Writing(tx, _), Err(e)) => drop(tx.send(Err(e))),
             _ => {}
         }
     }
@@ -287,12 +349,25 @@ impl ServerWriter {
         (ServerWriter { sink: Arc::new(Sink { state: Mutex::new(SinkState::Waiting(tx)) }) }, rx)
     }
 
+    /// Sends `payload`; a batch needs the schema sent, metadata does not (it begins the
+    /// output without one).
     fn send(&self, py: Python<'_>, payload: Payload) -> PyResult<()> {
-        let tx = match &*self.sink.state.lock().unwrap_or_else(|p| p.into_inner()) {
-            SinkState::Writing(tx) => tx.clone(),
-            SinkState::Waiting(_) => return Err(errors::usage("call begin(schema) before writing")),
+        let mut state = self.sink.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let SinkState::Waiting(begun) = &*state
+            && payload.batch.is_none()
+        {
+            let (tx, rx) = sync_channel(QUEUE);
+            let _ = begun.send(Ok((None, WriteOptions::default(), rx)));
+            *state = SinkState::Writing(tx, false);
+        }
+        let tx = match &*state {
+            SinkState::Writing(tx, begun) if *begun || payload.batch.is_none() => tx.clone(),
+            SinkState::Waiting(_) | SinkState::Writing(..) => {
+                return Err(errors::usage("call begin(schema) before writing"));
+            }
             SinkState::Ended => return Err(errors::usage("the exchange has ended")),
         };
+        drop(state);
         py.detach(|| tx.send(Ok(payload)))
             .map_err(|_| errors::raise("wirespeed._flight_base", "FlightCancelledError", "the client went away"))
     }
@@ -300,22 +375,43 @@ impl ServerWriter {
 
 #[pymethods]
 impl ServerWriter {
-    fn begin(&self, schema: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Begins the output with `schema`, its batches laid out as `options` say.
+    #[pyo3(signature = (schema, options=None))]
+    fn begin(
+        &self,
+        py: Python<'_>,
+        schema: &Bound<'_, PyAny>,
+        options: Option<(bool, Option<String>)>,
+    ) -> PyResult<()> {
         let schema = arrow::schema_from_py(schema)?;
+        let options = write_options(options)?;
         let mut state = self.sink.state.lock().unwrap_or_else(|p| p.into_inner());
-        let SinkState::Waiting(begun) = &*state else { return Err(errors::usage("begin() was already called")) };
-        let (tx, rx) = sync_channel(QUEUE);
-        let _ = begun.send(Ok((schema, rx)));
-        *state = SinkState::Writing(tx);
+        match &*state {
+            SinkState::Waiting(begun) => {
+                let (tx, rx) = sync_channel(QUEUE);
+                let _ = begun.send(Ok((Some(schema), options, rx)));
+                *state = SinkState::Writing(tx, true);
+            }
+            SinkState::Writing(tx, false) => {
+                let tx = tx.clone();
+                *state = SinkState::Writing(tx.clone(), true);
+                drop(state);
+                py.detach(|| tx.send(Ok(Payload::begin(schema, options)))).map_err(|_| {
+                    errors::raise("wirespeed._flight_base", "FlightCancelledError", "the client went away")
+                })?;
+            }
+            _ => return Err(errors::usage("begin() was already called")),
+        }
         Ok(())
     }
 
     #[pyo3(signature = (batch, app_metadata=None))]
     fn write_batch(&self, py: Python<'_>, batch: &Bound<'_, PyAny>, app_metadata: Option<Vec<u8>>) -> PyResult<()> {
         let batch = arrow::batch_from_py(batch)?;
-        self.send(py, Payload { batch: Some(batch), app_metadata: Bytes::from(app_metadata.unwrap_or_default()) })
+        self.send(py, Payload::new(Some(batch), Bytes::from(app_metadata.unwrap_or_default())))
     }
 
+    /// Sends application metadata alone, before `begin` too.
     fn write_metadata(&self, py: Python<'_>, app_metadata: Vec<u8>) -> PyResult<()> {
         self.send(py, Payload::metadata(app_metadata.into()))
     }
@@ -359,7 +455,7 @@ impl PlaneServer {
                 .collect::<PyResult<Vec<_>>>()?,
             None => wirespeed_flight::server::default_planes(seal_tcp),
         };
-        let handler = Arc::new(PyHandler { dispatcher });
+        let handler = Arc::new(PyHandler { dispatcher, call: None });
         let planes = py
             .detach(|| wirespeed_flight::PlaneServer::serve(handler, host, key, &kinds, seal_tcp))
             .map_err(errors::flight)?;
@@ -380,13 +476,17 @@ impl PlaneServer {
     }
 
     /// Locations for one call of `method` ("get", "put" or "exchange") on `target` (a
-    /// ticket, or a serialized FlightDescriptor), for a client that reached us at `host`.
-    fn locations(&self, method: &str, target: &[u8], host: &str) -> PyResult<Vec<String>> {
+    /// ticket, or a serialized FlightDescriptor), for a client that reached us at `host`, and
+    /// the grant they carry (its MAC in hex), which the dispatcher's methods are given when
+    /// the call comes.
+    fn locations(&self, method: &str, target: &[u8], host: &str) -> PyResult<(String, Vec<String>)> {
         let method =
             Method::named(method).ok_or_else(|| errors::usage(format!("unknown data-plane method {method:?}")))?;
         let host: IpAddr = host.parse().map_err(|_| errors::usage(format!("{host:?} is not an IP address")))?;
         let guard = self.planes.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(guard.as_ref().map(|p| p.locations(host, method, target)).unwrap_or_default())
+        let planes = guard.as_ref().ok_or_else(|| errors::usage("the planes are shut down"))?;
+        let (grant, uris) = planes.granted_locations(host, method, target);
+        Ok((hex(&grant.mac), uris))
     }
 
     /// Stops the listeners; calls under way end.

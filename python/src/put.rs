@@ -5,12 +5,13 @@
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pyo3::prelude::*;
-use wirespeed_flight::{Code, Error, Payload, Result, Upload};
+use wirespeed_flight::{Code, Error, Intake, Payload, Result, SharedStats, Upload};
 
 /// How long a handler may work on one message before the upload fails.
 const HANDLER_WAIT: Duration = Duration::from_secs(300);
@@ -52,9 +53,15 @@ impl PutResults {
     }
 }
 
+/// Starts the handler's thread.
+pub type Start = Box<dyn FnOnce() -> Result<JoinHandle<Result<()>>> + Send>;
+
 /// An upload handed to Python's `do_put`.
 pub struct PyUpload {
     tx: Option<SyncSender<Result<Payload>>>,
+    /// Until the upload's reader can count (or, at the latest, its first message): the
+    /// handler sees the counts from its start.
+    start: Option<Start>,
     call: Option<JoinHandle<Result<()>>>,
     events: Receiver<Event>,
     /// PutResults written and not yet sent: the upload sends one per message.
@@ -63,14 +70,27 @@ pub struct PyUpload {
     sent: u64,
     asked: u64,
     returned: bool,
+    /// Where the handler's reader finds the decoder's counts.
+    stats: Arc<OnceLock<SharedStats>>,
+    /// How long the handler has been silent while a message waited for it to ask.
+    silent: Duration,
 }
 
 impl PyUpload {
-    /// Feeds `tx` to the handler running as `call`, which reports on `events`.
-    pub fn new(tx: SyncSender<Result<Payload>>, call: JoinHandle<Result<()>>, events: Receiver<Event>) -> Self {
+    /// Feeds `tx` to the handler that `start` runs, which reports on `events` and reads the
+    /// decoder's counts from `stats`.
+    pub fn new(
+        tx: SyncSender<Result<Payload>>,
+        start: Start,
+        events: Receiver<Event>,
+        stats: Arc<OnceLock<SharedStats>>,
+    ) -> Self {
         PyUpload {
+            stats,
             tx: Some(tx),
-            call: Some(call),
+            start: Some(start),
+            call: None,
+            silent: Duration::ZERO,
             events,
             written: VecDeque::new(),
             sent: 0,
@@ -79,8 +99,16 @@ impl PyUpload {
         }
     }
 
+    fn started(&mut self) -> Result<()> {
+        if let Some(start) = self.start.take() {
+            self.call = Some(start()?);
+        }
+        Ok(())
+    }
+
     /// The handler's own error, once it stopped taking messages.
     fn handler_result(&mut self) -> Result<()> {
+        self.started()?;
         self.tx = None;
         match self.call.take().map(|c| c.join()) {
             Some(Ok(result)) => result,
@@ -88,37 +116,56 @@ impl PyUpload {
         }
     }
 
-    /// Takes the handler's events until it asks for a message past those sent, or returns.
-    fn wait_for_handler(&mut self) -> Result<()> {
+    /// Takes the handler's events until it asks for a message past those sent, or returns;
+    /// false if `within` passed first.
+    fn await_handler(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
         while !self.returned && self.asked <= self.sent {
-            match self.events.recv_timeout(HANDLER_WAIT) {
+            match self.events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(Event::Asked) => self.asked += 1,
                 Ok(Event::Wrote(b)) => self.written.push_back(b),
                 Ok(Event::Returned) | Err(RecvTimeoutError::Disconnected) => self.returned = true,
-                Err(RecvTimeoutError::Timeout) => {
+                Err(RecvTimeoutError::Timeout) => return false,
+            }
+        }
+        true
+    }
+}
+
+impl Upload for PyUpload {
+    fn reading(&mut self, stats: SharedStats) {
+        let _ = self.stats.set(stats);
+        // A thread that cannot start fails the first message, as the handler's error.
+        let _ = self.started();
+    }
+
+    fn write(&mut self, payload: Payload) -> Result<Option<Bytes>> {
+        self.started()?;
+        let sent = self.tx.as_ref().map(|tx| tx.send(Ok(payload)));
+        match sent {
+            Some(Ok(())) => {
+                self.sent += 1;
+                if !self.await_handler(HANDLER_WAIT) {
                     return Err(Error::status(
                         Code::DeadlineExceeded,
                         "the do_put handler took over 300 s on one message",
                     ));
                 }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Upload for PyUpload {
-    fn write(&mut self, payload: Payload) -> Result<Option<Bytes>> {
-        let sent = self.tx.as_ref().map(|tx| tx.send(Ok(payload)));
-        match sent {
-            Some(Ok(())) => {
-                self.sent += 1;
-                self.wait_for_handler()?;
                 Ok(self.written.pop_front())
             }
             // The handler returned or raised before reading everything.
             _ => Err(self.handler_result().err().unwrap_or_else(|| Error::internal("the handler stopped reading"))),
         }
+    }
+
+    fn intake(&mut self, within: Duration) -> Intake {
+        if self.await_handler(within) {
+            self.silent = Duration::ZERO;
+            return if self.returned { Intake::Done } else { Intake::Ready };
+        }
+        // A handler silent too long gets the next message, and write's wait fails it.
+        self.silent += within;
+        if self.silent >= HANDLER_WAIT { Intake::Ready } else { Intake::Later }
     }
 
     fn finish(mut self: Box<Self>) -> Result<Vec<Bytes>> {

@@ -153,8 +153,9 @@ def test_errors_raise_the_right_classes(py_server, served):
     client = flight.connect(py_server.location, key=KEY)
     with pytest.raises(pa.ArrowKeyError):
         client.get_flight_info(pf.FlightDescriptor.for_command(b"missing"))
-    # A handler's failure on a data plane: pyarrow's class, and wirespeed's.
-    with pytest.raises(flight.FlightInternalError, match="exploded") as e:
+    # A handler's failure on a data plane: the class pyarrow's server gives it (a server
+    # error, for any exception Arrow has no code for), and wirespeed's.
+    with pytest.raises(flight.FlightServerError, match="exploded") as e:
         client.do_get(pf.Ticket(b"boom")).read_all()
     assert isinstance(e.value, wirespeed.Error)
     with pytest.raises(pa.ArrowNotImplementedError):
@@ -307,7 +308,7 @@ def test_a_python_server_under_tls_seals_its_tcp_plane(tmp_path):
     server = Server("grpc+tls://127.0.0.1:0", tls_certificates=[(certs.read("server_cert"), certs.read("server_key"))],
                     key=KEY)
     try:
-        locations = server._planes.locations("get", b"t", "127.0.0.1")
+        _, locations = server._planes.locations("get", b"t", "127.0.0.1")
         assert [loc.split("://")[0] for loc in locations] == ["wirespeed+shm", "wirespeed+tcp"]
         assert ["seal=aes-256-gcm" in loc for loc in locations] == [False, True]
         client = flight.connect(server.location, key=KEY, transport="tcp", tls_root_certs=certs.read("ca"))
@@ -315,3 +316,15 @@ def test_a_python_server_under_tls_seals_its_tcp_plane(tmp_path):
         assert plane(reader) == "tcp" and reader.read_all().equals(table())
     finally:
         server.shutdown()
+
+
+def test_a_flight_errors_extra_info_crosses_a_plane():
+    class Failing(flight.FlightServerBase):
+        def do_get(self, context, ticket):
+            raise pf.FlightUnauthorizedError("not yours", b"\x00why: policy 7")
+
+    with Failing(key=KEY) as server:
+        client = flight.connect(server.location, key=KEY, transport="shm")
+        with pytest.raises(pf.FlightUnauthorizedError, match="not yours") as e:
+            client.do_get(pf.Ticket(b"t")).read_all()
+        assert e.value.extra_info == b"\x00why: policy 7"

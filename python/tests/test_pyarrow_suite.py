@@ -1,8 +1,7 @@
 """pyarrow's own Flight tests (pyarrow/tests/test_flight.py, shipped in its wheel) run against
 wirespeed.flight: their `flight`, `FlightClient` and `FlightServerBase` swapped for ours (see
 pyarrow_suite/swap_in_wirespeed.py), without a key and with one. Every test that passes with
-pyarrow itself on this machine must pass, except those listed here with their reason (and in
-python/README.md)."""
+pyarrow itself on this machine must pass, with a key too (its data calls then run on a plane)."""
 
 import os
 import re
@@ -16,18 +15,6 @@ import tls_certs
 from conftest import KEY
 
 HERE = Path(__file__).resolve().parent
-
-# With a key, data calls run on a plane; these tests see what that changes.
-KEYED_EXCEPTIONS = {
-    # The client asks the server for plane locations (ListActions once, then DoAction), and
-    # the test counts the calls its middleware saw.
-    "test_middleware_mapping",
-    # pyarrow looks a middleware up among the Python ones only once any answered the call,
-    # and the hello's does: a TracingServerMiddlewareFactory's is then not found.
-    "test_tracing",
-    # ReadStats (reader.stats) is not kept on a plane.
-    "test_flight_dictionary_deltas_do_exchange",
-}
 
 
 def run_suite(tmp_path: Path, swap: bool, key: str | None) -> tuple[set[str], str]:
@@ -55,6 +42,5 @@ def pyarrows_own(tmp_path_factory):
 @pytest.mark.parametrize("key", [None, KEY], ids=["no key", "key"])
 def test_pyarrows_flight_suite_passes_against_wirespeed(pyarrows_own, tmp_path, key):
     passed, out = run_suite(tmp_path, swap=True, key=key)
-    excepted = KEYED_EXCEPTIONS if key else set()
-    missing = pyarrows_own - passed - excepted
+    missing = pyarrows_own - passed
     assert not missing, f"pass with pyarrow, not with wirespeed.flight: {sorted(missing)}\n{out}"

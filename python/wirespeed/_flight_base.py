@@ -69,26 +69,32 @@ class FlightAlreadyExistsError(FlightError, pa.ArrowException):
     pass
 
 
-# The status code a server handler's exception travels as: pyarrow's classes first.
+# The status code a server handler's exception travels as, as pyarrow's server sends it: the
+# Flight errors by their class, then the three Python errors Arrow has a code for; anything
+# else is a server error (UNKNOWN), which the client raises as FlightServerError.
 _STATUS = [
+    ((_pf.FlightServerError,), "unknown"),
+    ((_pf.FlightInternalError,), "internal"),
     ((_pf.FlightUnauthenticatedError,), "unauthenticated"),
-    ((_pf.FlightUnauthorizedError, PermissionError), "permission_denied"),
+    ((_pf.FlightUnauthorizedError,), "permission_denied"),
     ((_pf.FlightUnavailableError,), "unavailable"),
-    ((_pf.FlightTimedOutError, TimeoutError), "deadline_exceeded"),
+    ((_pf.FlightTimedOutError,), "deadline_exceeded"),
     ((_pf.FlightCancelledError,), "cancelled"),
-    ((FlightAlreadyExistsError, FileExistsError), "already_exists"),
-    ((KeyError, FileNotFoundError), "not_found"),
+    ((FlightAlreadyExistsError,), "already_exists"),
+    ((KeyError,), "not_found"),
     ((NotImplementedError,), "unimplemented"),
-    ((ValueError, TypeError), "invalid_argument"),
+    ((ValueError,), "invalid_argument"),
 ]
 
 
-def _status_of(e: BaseException) -> tuple[str, str]:
+def _status_of(e: BaseException) -> tuple[str, str, bytes]:
+    """The status code, message and extra_info a handler's exception travels as."""
+    extra_info = bytes(getattr(e, "extra_info", None) or b"") if isinstance(e, _pf.FlightError) else b""
     for classes, code in _STATUS:
         if isinstance(e, classes):
             message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            return code, str(message)
-    return "internal", f"{type(e).__name__}: {e}"
+            return code, str(message), extra_info
+    return "unknown", f"{type(e).__name__}: {e}", extra_info
 
 
 def _uri(location: str | Location | tuple[str, int]) -> str:
@@ -112,29 +118,61 @@ class FlightStreamChunk(NamedTuple):
     app_metadata: pa.Buffer | None
 
 
-def _chunk(raw: tuple[Any, Any] | None) -> FlightStreamChunk:
-    if raw is None:
-        raise StopIteration
-    batch, meta = raw
-    return FlightStreamChunk(batch, None if meta is None else pa.py_buffer(meta))
+def _ipc_options(options: pa.ipc.IpcWriteOptions | None) -> tuple[bool, str | None] | None:
+    """What a data plane takes of pyarrow's IpcWriteOptions: dictionary deltas, compression."""
+    return None if options is None else (bool(options.emit_dictionary_deltas), options.compression)
 
 
 class _Reading:
-    """What client and server readers share: pyarrow's MetadataRecordBatchReader methods."""
+    """What client and server readers share: pyarrow's MetadataRecordBatchReader methods. A
+    client's reader may keep only some fields (IpcReadOptions.included_fields)."""
 
     _native: Any
+    _fields: list[int] | None = None
+    # A client's call on a plane: the program's middleware hear of its end (a _Completion).
+    _completion: Any = None
+
+    def _ended(self, exception: BaseException | None) -> None:
+        if self._completion is not None:
+            self._completion.done(exception)
 
     @property
     def schema(self) -> pa.Schema:
-        return self._native.schema
+        schema = self._native.schema
+        if self._fields is None:
+            return schema
+        return pa.schema([schema.field(i) for i in self._fields], metadata=schema.metadata)
+
+    def _chunk(self, raw: tuple[Any, Any] | None) -> FlightStreamChunk:
+        if raw is None:
+            self._ended(None)
+            raise StopIteration
+        batch, meta = raw
+        if batch is not None and self._fields is not None:
+            batch = batch.select(self._fields)
+        return FlightStreamChunk(batch, None if meta is None else pa.py_buffer(meta))
+
+    @property
+    def stats(self) -> pa.ipc.ReadStats:
+        """How many IPC messages of each kind have been read."""
+        return pa.ipc.ReadStats(*self._native.stats)
 
     def read_chunk(self) -> FlightStreamChunk:
         """The next message; raises StopIteration at the end, as pyarrow's does."""
-        return _chunk(self._native.read_chunk())
+        return self._chunk(self._read(self._native.read_chunk))
 
     def read_all(self) -> pa.Table:
         """The remaining batches as a Table (blocking; Ctrl-C interrupts it)."""
-        return self._native.read_all()
+        table = self._read(self._native.read_all)
+        self._ended(None)
+        return table if self._fields is None else table.select(self._fields)
+
+    def _read(self, read: Any) -> Any:
+        try:
+            return read()
+        except BaseException as e:
+            self._ended(e)
+            raise
 
     def read_pandas(self, **options: Any) -> Any:
         return self.read_all().to_pandas(**options)
@@ -144,12 +182,16 @@ class _Reading:
         return pa.RecordBatchReader.from_stream(self)
 
     def __iter__(self) -> Iterator[FlightStreamChunk]:
-        while (raw := self._native.read_chunk()) is not None:
-            yield _chunk(raw)
+        while (raw := self._read(self._native.read_chunk)) is not None:
+            yield self._chunk(raw)
+        self._ended(None)
 
     def __arrow_c_stream__(self, requested_schema: object = None) -> object:
         """The Arrow PyCapsule interface: `pyarrow.table(reader)`, polars and duckdb take the
         remaining batches without a copy."""
+        if self._fields is not None:
+            batches = (chunk.data for chunk in self if chunk.data is not None)
+            return pa.RecordBatchReader.from_batches(self.schema, batches).__arrow_c_stream__(requested_schema)
         return self._native.__arrow_c_stream__(requested_schema)
 
 

@@ -7,22 +7,34 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import threading
+import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.flight as _pf
 
 from . import Key, _key, _native
 from ._errors import UsageError
-from ._flight_base import _Reading, _uri
+from ._flight_base import _ipc_options, _Reading, _uri
 
 HELLO_HEADER = "x-wirespeed-hello"
+CALL_HEADER = "x-wirespeed-call"
 PLANES_HEADER = "x-wirespeed-planes"
 # The middleware key under which a call that said hello is marked.
 _MIDDLEWARE = "wirespeed.hello"
 _PLANE_ACTIONS = {"wirespeed.get": "get", "wirespeed.put": "put", "wirespeed.exchange": "exchange"}
+# The data call that a DoAction asking for its locations stands for.
+DATA_METHODS = {"get": _pf.FlightMethod.DO_GET, "put": _pf.FlightMethod.DO_PUT,
+                "exchange": _pf.FlightMethod.DO_EXCHANGE}
+# How long a grant's control-plane call is kept for the data-plane call it opens (the grant's
+# own life), and how many such calls at most.
+_GRANT_LIFE = 3600.0
+_GRANTS_KEPT = 4096
 
 
 def _key_or_env(key: Key) -> bytes | None:
@@ -69,12 +81,31 @@ def _payloads(item: Any) -> Iterator[tuple[Any, Any]]:
         raise TypeError(f"a GeneratorStream yielded {type(item).__name__}")
 
 
+# How many items in a row a GeneratorStream may yield with nothing in them, as pyarrow's allows.
+_EMPTY_ATTEMPTS = 128
+
+
+def _generated(generator: Any) -> Iterator[tuple[Any, Any]]:
+    """A GeneratorStream's (batch, metadata) pairs; a generator that keeps yielding empty
+    tables fails as pyarrow's server fails it."""
+    empty = 0
+    for item in generator:
+        sent = False
+        for pair in _payloads(item):
+            sent = True
+            yield pair
+        empty = 0 if sent else empty + 1
+        if empty >= _EMPTY_ATTEMPTS:
+            raise RuntimeError("While getting next payload, ran out of attempts to get something to send "
+                               "(application server implementation error)")
+
+
 def _output(stream: Any) -> Any:
     """A do_get's answer as the data plane sends it: an Arrow stream, or (schema, pairs)."""
     if isinstance(stream, RecordBatchStream):
         return stream._source
     if isinstance(stream, GeneratorStream):
-        return stream._schema, (pair for item in stream._generator for pair in _payloads(item))
+        return stream._schema, _generated(stream._generator)
     if isinstance(stream, _pf.FlightDataStream):
         raise TypeError("do_get returned a pyarrow.flight stream, which a data plane cannot read: return "
                         "wirespeed.flight's RecordBatchStream or GeneratorStream (the same classes, subclassed)")
@@ -93,22 +124,79 @@ def share(data: Any) -> pa.Table:
     return _native.share_table(data)
 
 
+class _Granted(NamedTuple):
+    """What a data-plane call takes over from the control-plane call that granted it."""
+
+    middleware: dict[str, Any]
+    peer: str
+    identity: bytes
+    at: float
+
+
+class _Grants:
+    """The granting calls of data-plane calls not yet come, by grant; bounded in number and
+    age, each taken by its call."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, _Granted] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def keep(self, grant: str, context: Any, keys: list[str]) -> None:
+        granted = _Granted({k: context.get_middleware(k) for k in keys}, context.peer(), context.peer_identity(),
+                           time.monotonic())
+        dropped = []
+        with self._lock:
+            self._kept[grant] = granted
+            while self._kept and (len(self._kept) > _GRANTS_KEPT
+                                  or next(iter(self._kept.values())).at < granted.at - _GRANT_LIFE):
+                dropped.append(self._kept.popitem(last=False)[1])
+        for never in dropped:
+            _complete(never, _pf.FlightCancelledError("the data-plane call never came"))
+
+    def take(self, grant: str | None) -> _Granted | None:
+        with self._lock:
+            return None if grant is None else self._kept.pop(grant, None)
+
+
 class _PlaneCallContext:
     """A data-plane call's context, with pyarrow's ServerCallContext methods. The call was
-    granted by an action that passed the server's auth and middleware; those middleware
-    instances do not carry over to it."""
+    granted by an action that passed the server's auth and middleware (shown to them as this
+    call's method): its middleware instances, peer and identity carry over."""
+
+    def __init__(self, granted: _Granted | None, call: Any) -> None:
+        self._granted, self._call = granted, call
 
     def peer_identity(self) -> bytes:
-        return b""
+        return b"" if self._granted is None else self._granted.identity
 
     def peer(self) -> str:
-        return ""
+        return "" if self._granted is None else self._granted.peer
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client gave up on the call (or its connection failed)."""
+        return self._call is not None and bool(self._call.cancelled())
 
     def get_middleware(self, key: str) -> Any:
-        return None
+        found = None if self._granted is None else self._granted.middleware.get(key)
+        return found.inner if isinstance(found, _Deferred) else found
+
+
+def _complete(granted: _Granted | None, exception: BaseException | None) -> None:
+    """Ends, for the service's middleware, the call a grant made."""
+    for instance in [] if granted is None else granted.middleware.values():
+        if isinstance(instance, _Deferred):
+            instance.complete(exception)
+
+
+@contextmanager
+def _completing(context: _PlaneCallContext) -> Iterator[None]:
+    """Runs a plane call's handler; the service's middleware then hear how it ended."""
+    try:
+        yield
+    except BaseException as e:
+        _complete(context._granted, e)
+        raise
+    _complete(context._granted, None)
 
 
 class _ServerReader(_Reading):
@@ -133,8 +221,8 @@ class _ExchangeWriter:
     def __init__(self, native: Any) -> None:
         self._native = native
 
-    def begin(self, schema: pa.Schema, options: object = None) -> None:
-        self._native.begin(schema)
+    def begin(self, schema: pa.Schema, options: pa.ipc.IpcWriteOptions | None = None) -> None:
+        self._native.begin(schema, _ipc_options(options))
 
     def write_batch(self, batch: Any, custom_metadata: object = None) -> None:
         self._native.write_batch(batch)
@@ -172,40 +260,111 @@ class _Dispatcher:
             raise _pf.FlightUnavailableError("the server is gone")
         return server
 
-    def do_get(self, ticket: bytes) -> Any:
-        return _output(self.server().do_get(_PlaneCallContext(), _pf.Ticket(ticket)))
+    def context(self, call: Any) -> _PlaneCallContext:
+        """The context of a plane call (a native CallState: its grant, whether it was cancelled)."""
+        return _PlaneCallContext(self.server()._grants.take(None if call is None else call.grant), call)
 
-    def do_put(self, descriptor: bytes, reader: Any, writer: Any) -> None:
-        d = _pf.FlightDescriptor.deserialize(descriptor)
-        self.server().do_put(_PlaneCallContext(), d, _ServerReader(reader), _MetadataWriter(writer))
+    def do_get(self, ticket: bytes, call: Any) -> Any:
+        context = self.context(call)
+        with _completing(context):
+            return _output(self.server().do_get(context, _pf.Ticket(ticket)))
 
-    def do_exchange(self, descriptor: bytes, reader: Any, writer: Any) -> None:
-        d = _pf.FlightDescriptor.deserialize(descriptor)
-        self.server().do_exchange(_PlaneCallContext(), d, _ServerReader(reader), _ExchangeWriter(writer))
+    def do_put(self, descriptor: bytes, reader: Any, writer: Any, call: Any) -> None:
+        d, context = _pf.FlightDescriptor.deserialize(descriptor), self.context(call)
+        with _completing(context):
+            self.server().do_put(context, d, _ServerReader(reader), _MetadataWriter(writer))
+
+    def do_exchange(self, descriptor: bytes, reader: Any, writer: Any, call: Any) -> None:
+        d, context = _pf.FlightDescriptor.deserialize(descriptor), self.context(call)
+        with _completing(context):
+            self.server().do_exchange(context, d, _ServerReader(reader), _ExchangeWriter(writer))
+
+
+def _header(headers: dict[str, list[Any]], name: str) -> list[str]:
+    return [v.decode() if isinstance(v, bytes) else v for v in headers.get(name, [])]
 
 
 class _HelloAnswer(_pf.ServerMiddlewareFactory):
     """Answers a client's hello that proves the key with the planes' names, and marks the call
-    so that the data-plane actions are answered for it."""
+    with what it is for, so that the data-plane actions are answered for it."""
 
     planes: Any = None
 
-    def start_call(self, info: _pf.CallInfo, headers: dict[str, list[Any]]) -> _pf.ServerMiddleware | None:
+    def _answer(self, headers: dict[str, list[Any]]) -> str | None:
         if self.planes is None:
             return None
-        for value in headers.get(HELLO_HEADER, []):
-            answer = self.planes.answer(value.decode() if isinstance(value, bytes) else value)
-            if answer:
-                return _Answered(answer)
+        return next(filter(None, map(self.planes.answer, _header(headers, HELLO_HEADER))), None)
+
+    def internal(self, info: _pf.CallInfo, headers: dict[str, list[Any]]) -> str | None:
+        """What of ours a call from a client that proved the key is: "hello" (its ListActions
+        asking about planes), the data method whose locations its DoAction asks for, or None
+        (a call of the service's own)."""
+        said = _header(headers, CALL_HEADER)
+        if not said or self._answer(headers) is None:
+            return None
+        if said[0] == "hello" and info.method == _pf.FlightMethod.LIST_ACTIONS:
+            return "hello"
+        if said[0] in DATA_METHODS and info.method == _pf.FlightMethod.DO_ACTION:
+            return said[0]
         return None
+
+    def start_call(self, info: _pf.CallInfo, headers: dict[str, list[Any]]) -> _pf.ServerMiddleware | None:
+        answer = self._answer(headers)
+        return None if answer is None else _Answered(answer, self.internal(info, headers))
 
 
 class _Answered(_pf.ServerMiddleware):
-    def __init__(self, answer: str) -> None:
-        self.answer = answer
+    def __init__(self, answer: str, internal: str | None) -> None:
+        self.answer, self.internal = answer, internal
 
     def sending_headers(self) -> dict[str, str]:
         return {PLANES_HEADER: self.answer}
+
+
+class _ShownAsMeant(_pf.ServerMiddlewareFactory):
+    """A service's middleware factory, shown a keyed client's calls as pyarrow's client would
+    have made them: its ListActions asking about planes not at all, the DoAction asking for a
+    data call's locations as that call (whose context then holds what the factory made)."""
+
+    def __init__(self, inner: _pf.ServerMiddlewareFactory, hello: _HelloAnswer) -> None:
+        self.inner, self.hello = inner, hello
+
+    def start_call(self, info: _pf.CallInfo, headers: dict[str, list[Any]]) -> _pf.ServerMiddleware | None:
+        internal = self.hello.internal(info, headers)
+        if internal == "hello":
+            return None
+        if internal is None:
+            return self.inner.start_call(info, headers)
+        made = self.inner.start_call(_pf.CallInfo(DATA_METHODS[internal]), headers)
+        return None if made is None else _Deferred(made)
+
+
+class _Deferred(_pf.ServerMiddleware):
+    """A service middleware's instance for a data call that runs on a plane: the call
+    completes for it when the plane call's handler ends, not when the action granting it
+    did (unless that failed, and with it the call)."""
+
+    def __init__(self, inner: _pf.ServerMiddleware) -> None:
+        self.inner, self.completed = inner, False
+
+    def sending_headers(self) -> Any:
+        return self.inner.sending_headers()
+
+    def call_completed(self, exception: BaseException | None) -> None:
+        if exception is not None:
+            self.complete(exception)
+
+    def complete(self, exception: BaseException | None) -> None:
+        """Completes the call for the service's middleware, once."""
+        if not self.completed:
+            self.completed = True
+            self.inner.call_completed(exception)
+
+
+def _internal(context: Any) -> str | None:
+    """What of ours a call is (see _HelloAnswer.internal)."""
+    marked = context.get_middleware(_MIDDLEWARE)
+    return None if marked is None else marked.internal
 
 
 def _parts(location: Any, tls: bool = False) -> tuple[str, str]:
@@ -244,9 +403,15 @@ class FlightServerBase(_pf.FlightServerBase):
         self._plane_host = ""
         self._given = (location, bool(tls_certificates))
         middleware = dict(middleware or {})
+        self._grants = _Grants()
+        self._middleware_keys = list(middleware)
         hello = None
         if secret is not None and planes != []:
-            hello = middleware[_MIDDLEWARE] = _HelloAnswer()
+            hello = _HelloAnswer()
+            # pyarrow's tracing factory is C++, and sees the calls as they are.
+            middleware = {k: f if isinstance(f, _pf.TracingServerMiddlewareFactory) else _ShownAsMeant(f, hello)
+                          for k, f in middleware.items()}
+            middleware[_MIDDLEWARE] = hello
         # pyarrow's first: it checks the location and the TLS files, and says what is wrong.
         super().__init__(location, auth_handler, tls_certificates, verify_client, root_certificates,
                          middleware or None)
@@ -281,27 +446,45 @@ class FlightServerBase(_pf.FlightServerBase):
         return [] if self._planes is None else self._planes.planes
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        # A service's own do_action answers every action but ours.
+        # A service's own do_action and list_actions answer every call but ours.
         super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("do_action")
-        if own is not None:
-            @functools.wraps(own)
+        own_action = cls.__dict__.get("do_action")
+        if own_action is not None:
+            @functools.wraps(own_action)
             def do_action(self: FlightServerBase, context: Any, action: Any) -> Any:
                 answer = self._plane_action(context, action)
-                return own(self, context, action) if answer is None else answer
+                return own_action(self, context, action) if answer is None else answer
 
             cls.do_action = do_action  # type: ignore[method-assign]
+        own_list = cls.__dict__.get("list_actions")
+        if own_list is not None:
+            @functools.wraps(own_list)
+            def list_actions(self: FlightServerBase, context: Any) -> Any:
+                return [] if _internal(context) == "hello" else own_list(self, context)
+
+            cls.list_actions = list_actions  # type: ignore[method-assign]
 
     def _plane_action(self, context: Any, action: Any) -> list[_pf.Result] | None:
+        """The locations a keyed client asks for, or None for an action of the service's own.
+        An action shown to the middleware as a data call is answered only as one."""
+        marked = context.get_middleware(_MIDDLEWARE)
         method = _PLANE_ACTIONS.get(action.type)
-        if method is None or self._planes is None or context.get_middleware(_MIDDLEWARE) is None:
+        if marked is None or self._planes is None:
             return None
-        uris = self._planes.locations(method, action.body.to_pybytes(), self._plane_host)
+        if marked.internal is not None and method != marked.internal:
+            raise _pf.FlightUnauthorizedError(f"a call for {marked.internal} locations asked for {action.type!r}")
+        if method is None:
+            return None
+        grant, uris = self._planes.locations(method, action.body.to_pybytes(), self._plane_host)
+        self._grants.keep(grant, context, self._middleware_keys)
         return [_pf.Result(pa.py_buffer(uri.encode())) for uri in uris]
 
     def do_action(self, context: Any, action: Any) -> Any:
         answer = self._plane_action(context, action)
         return super().do_action(context, action) if answer is None else answer
+
+    def list_actions(self, context: Any) -> Any:
+        return [] if _internal(context) == "hello" else super().list_actions(context)
 
     def _stop_planes(self) -> None:
         if self._planes is not None:

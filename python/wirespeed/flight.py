@@ -11,6 +11,9 @@ this process can reach, everything else (and every call to any other server) on 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -19,8 +22,10 @@ from pyarrow.flight import *  # noqa: F401,F403 - pyarrow.flight's whole API is 
 
 from . import Key, _native
 from ._errors import UsageError
-from ._flight_base import _Reading
+from ._flight_base import _ipc_options, _Reading
 from ._flight_server import (
+    CALL_HEADER,
+    DATA_METHODS,
     HELLO_HEADER,
     PLANES_HEADER,
     DirectoryServer,
@@ -35,35 +40,110 @@ from ._flight_server import (
 
 __all__ = sorted({n for n in dir(_pf) if not n.startswith("_")} | {"DirectoryServer", "serve", "share"})
 
+# What the call this thread is starting is for, when it is one of ours: "hello" (asking a
+# server about planes) or the data method whose locations it asks for; and the program's
+# middleware instances that this data call holds until it ends on its plane.
+_ours = threading.local()
+
+
+@contextmanager
+def _our_call(what: str) -> Iterator[_Completion]:
+    _ours.call, _ours.held = what, _Completion()
+    try:
+        yield _ours.held
+    finally:
+        _ours.call = _ours.held = None
+
+
+def _our_call_now() -> str | None:
+    return getattr(_ours, "call", None)
+
+
 class _Hello(_pf.ClientMiddlewareFactory):
-    """Adds the hello to each call and notes whether the server answered it."""
+    """Adds the hello to our own calls and notes whether the server answered it."""
 
     def __init__(self, planes: Any) -> None:
         self.planes = planes
         self.answered: bool | None = None
 
-    def start_call(self, info: _pf.CallInfo) -> _pf.ClientMiddleware:
-        return _HelloCall(self)
+    def start_call(self, info: _pf.CallInfo) -> _pf.ClientMiddleware | None:
+        ours = _our_call_now()
+        return None if ours is None else _HelloCall(self, ours)
 
 
 class _HelloCall(_pf.ClientMiddleware):
-    def __init__(self, factory: _Hello) -> None:
-        self.factory = factory
+    def __init__(self, factory: _Hello, ours: str) -> None:
+        self.factory, self.ours = factory, ours
 
     def sending_headers(self) -> dict[str, str]:
-        return {HELLO_HEADER: self.factory.planes.hello()}
+        return {HELLO_HEADER: self.factory.planes.hello(), CALL_HEADER: self.ours}
 
     def received_headers(self, headers: dict[str, Any]) -> None:
         if PLANES_HEADER in headers:
             self.factory.answered = True
 
 
+class _ShownAsMeant(_pf.ClientMiddlewareFactory):
+    """The program's middleware factory, shown our calls as pyarrow's client would have made
+    them: the question about planes not at all, the action asking for a data call's locations
+    as that call, which completes for it when the call does on its plane."""
+
+    def __init__(self, inner: _pf.ClientMiddlewareFactory) -> None:
+        self.inner = inner
+
+    def start_call(self, info: _pf.CallInfo) -> _pf.ClientMiddleware | None:
+        ours = _our_call_now()
+        if ours is None:
+            return self.inner.start_call(info)
+        if ours == "hello":
+            return None
+        made = self.inner.start_call(_pf.CallInfo(DATA_METHODS[ours]))
+        return None if made is None else _ours.held.hold(made)
+
+
+class _Completion:
+    """The program's middleware instances of one data call on a plane: they hear it completed
+    once, when it has (its reader at the end, its writer closed, or an error)."""
+
+    def __init__(self) -> None:
+        self._held: list[_pf.ClientMiddleware] = []
+        self._lock = threading.Lock()
+
+    def hold(self, instance: _pf.ClientMiddleware) -> _pf.ClientMiddleware:
+        self._held.append(instance)
+        return _Held(instance, self)
+
+    def done(self, exception: BaseException | None = None) -> None:
+        with self._lock:
+            held, self._held = self._held, []
+        for instance in held:
+            instance.call_completed(exception)
+
+
+class _Held(_pf.ClientMiddleware):
+    """A program's middleware instance on the action asking for locations: headers as they
+    come, completion when the data call ends (or now, if the action failed)."""
+
+    def __init__(self, inner: _pf.ClientMiddleware, completion: _Completion) -> None:
+        self.inner, self.completion = inner, completion
+
+    def sending_headers(self) -> Any:
+        return self.inner.sending_headers()
+
+    def received_headers(self, headers: dict[str, Any]) -> None:
+        self.inner.received_headers(headers)
+
+    def call_completed(self, exception: BaseException | None) -> None:
+        if exception is not None:
+            self.completion.done(exception)
+
+
 class FlightStreamReader(_Reading):
     """A do_get's (or do_exchange's) batches arriving over a data plane, with pyarrow's
     FlightStreamReader methods."""
 
-    def __init__(self, native: Any) -> None:
-        self._native = native
+    def __init__(self, native: Any, fields: list[int] | None = None, completion: _Completion | None = None) -> None:
+        self._native, self._fields, self._completion = native, fields or None, completion
 
     @property
     def plane(self) -> str:
@@ -72,6 +152,7 @@ class FlightStreamReader(_Reading):
 
     def cancel(self) -> None:
         self._native.cancel()
+        self._ended(_pf.FlightCancelledError("the reader was cancelled"))
 
     def __enter__(self) -> FlightStreamReader:
         return self
@@ -81,11 +162,12 @@ class FlightStreamReader(_Reading):
 
 
 class _ExchangeReader(FlightStreamReader):
-    """An exchange's reader: it waits for the server's schema only when first read, as the
-    server may read all its input before it writes."""
+    """An exchange's reader: it waits for the server's answers only when read, as the server
+    may read all its input before it writes (and may answer with metadata before its
+    schema)."""
 
-    def __init__(self, pending: Any) -> None:
-        self._pending = pending
+    def __init__(self, pending: Any, fields: list[int] | None = None, completion: _Completion | None = None) -> None:
+        self._pending, self._fields, self._completion = pending, fields or None, completion
         self._opened: Any = None
         self._failed: BaseException | None = None
 
@@ -102,9 +184,9 @@ class _ExchangeReader(FlightStreamReader):
         return self._opened
 
     def _started(self) -> None:
-        """Waits for the server's schema (or error), taking none of its batches: a call that
-        failed before answering raises its error here."""
-        _ = self._native
+        """Waits for the server's schema (or error, or end), taking none of its batches: a call
+        that failed before answering raises its error here."""
+        self._native.started()
 
 
 class FlightMetadataReader:
@@ -119,7 +201,10 @@ class FlightMetadataReader:
         writer = self._writer
         if not writer._done:
             result = writer._writer().next_result()
-            return None if result is None else pa.py_buffer(result)
+            if result is not None or not writer._done:
+                return None if result is None else pa.py_buffer(result)
+        # done_writing (maybe on another thread, while we waited) takes the rest.
+        writer._finished.wait()
         return pa.py_buffer(writer._results.pop(0)) if writer._results else None
 
 
@@ -127,11 +212,15 @@ class FlightStreamWriter:
     """The sending half of a do_put or do_exchange over a data plane, with pyarrow's
     FlightStreamWriter methods."""
 
-    def __init__(self, native: Any, exchange: _ExchangeReader | None = None) -> None:
-        self._native, self._exchange = native, exchange
+    def __init__(self, native: Any, exchange: _ExchangeReader | None = None,
+                 options: pa.ipc.IpcWriteOptions | None = None, size_limit: int | None = None,
+                 completion: _Completion | None = None) -> None:
+        self._native, self._exchange, self._completion = native, exchange, completion
+        self._options, self._size_limit = options, size_limit
         self._begun = exchange is None  # an upload's schema went with do_put
         self._results: list[bytes] = []
         self._done = False
+        self._finished = threading.Event()
 
     @property
     def plane(self) -> str:
@@ -142,23 +231,37 @@ class FlightStreamWriter:
             raise UsageError("call begin(schema) first")
         return self._native
 
-    def begin(self, schema: pa.Schema, options: object = None) -> None:
+    def begin(self, schema: pa.Schema, options: pa.ipc.IpcWriteOptions | None = None) -> None:
         """Starts an exchange's stream with `schema` (an upload's starts in do_put)."""
         if self._begun:
             raise UsageError("the stream has begun already")
-        self._native.begin(schema)
+        self._native.begin(schema, _ipc_options(options or self._options))
         self._begun = True
 
+    def _fits(self, batch: Any) -> Any:
+        """The batch, if it fits the client's write_size_limit_bytes (as pyarrow checks it)."""
+        if self._size_limit and isinstance(batch, pa.RecordBatch):
+            size = pa.ipc.get_record_batch_size(batch)
+            if size > self._size_limit:
+                raise _pf.FlightWriteSizeExceededError(
+                    f"IPC payload size ({size}) exceeded soft limit ({self._size_limit})", self._size_limit, size)
+        return batch
+
     def write_batch(self, batch: Any, custom_metadata: object = None) -> None:
-        self._writer().write_batch(batch)
+        self._writer().write_batch(self._fits(batch))
 
     def write_with_metadata(self, batch: Any, buf: bytes | pa.Buffer) -> None:
-        self._writer().write_batch(batch, bytes(buf))
+        self._writer().write_batch(self._fits(batch), bytes(buf))
 
     def write_metadata(self, buf: bytes | pa.Buffer) -> None:
-        self._writer().write_metadata(bytes(buf))
+        """Sends application metadata alone (before `begin` too, as pyarrow allows)."""
+        self._native.write_metadata(bytes(buf))
 
     def write_table(self, table: Any, max_chunksize: int | None = None) -> None:
+        if self._size_limit and isinstance(table, pa.Table):
+            for batch in table.to_batches(max_chunksize):
+                self.write_batch(batch)
+            return
         if max_chunksize is not None and isinstance(table, pa.Table):
             table = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize))
         self._writer().write_stream(table)
@@ -173,12 +276,28 @@ class FlightStreamWriter:
         """Tells the server this side is done; for an upload, waits for its PutResults."""
         if not self._done:
             self._done = True
-            self._results = list(self._native.finish())
+            try:
+                self._results = list(self._native.finish())
+            except BaseException as e:
+                self._complete(e)
+                raise
+            finally:
+                self._finished.set()
+            if self._exchange is None:
+                self._complete(None)
 
     def close(self) -> None:
         self.done_writing()
         if self._exchange is not None:
-            self._exchange._started()
+            try:
+                self._exchange._started()
+            except BaseException as e:
+                self._complete(e)
+                raise
+
+    def _complete(self, exception: BaseException | None) -> None:
+        if self._completion is not None:
+            self._completion.done(exception)
 
     def __enter__(self) -> FlightStreamWriter:
         return self
@@ -202,13 +321,14 @@ class FlightClient(_pf.FlightClient):
         self._planes: Any = None
         self._hello: _Hello | None = None
         self._transport = transport
+        self._size_limit = write_size_limit_bytes if write_size_limit_bytes and write_size_limit_bytes > 0 else None
         middleware = list(middleware or [])
         if transport != "grpc" and (secret is not None or transport != "auto"):
             if secret is None:
                 raise UsageError(f"transport {transport!r}: a data plane needs a key (key= or WIRESPEED_KEY)")
             self._planes = _native.PlaneClient(secret, transport, _address(location))
             self._hello = _Hello(self._planes)
-            middleware.append(self._hello)
+            middleware = [_ShownAsMeant(m) for m in middleware] + [self._hello]
         super().__init__(location, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key,
                          override_hostname=override_hostname, middleware=middleware or None,
                          write_size_limit_bytes=write_size_limit_bytes,
@@ -221,41 +341,47 @@ class FlightClient(_pf.FlightClient):
         return cls(location, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key,
                    override_hostname=override_hostname, disable_server_verification=disable_server_verification)
 
-    def _locations(self, method: str, target: bytes, options: Any) -> list[str]:
-        """Where the server would run this call, if it serves data planes: asked only of a
-        server that answered our hello (with ListActions, once, if no call has yet)."""
+    def _locations(self, method: str, target: bytes, options: Any) -> tuple[list[str], _Completion]:
+        """Where the server would run this call, if it serves data planes (asked only of a
+        server that answered our hello, with ListActions, once, if no call has yet), and the
+        program's middleware instances that the call then holds."""
         hello = self._hello
         if hello is None:
-            return []
+            return [], _Completion()
         if hello.answered is None:
             try:
-                super().list_actions(options)
+                with _our_call("hello"):
+                    super().list_actions(options)
             except (_pf.FlightError, pa.ArrowException) as e:
                 if self._transport != "auto":
                     raise _pf.FlightUnavailableError(
                         f"transport {self._transport!r}: the server's ListActions failed ({type(e).__name__}), so whether it "
                         "serves data planes is unknown until another call to it succeeds") from e
-                return []  # unknown yet: this call goes over gRPC, and the next one asks again
+                return [], _Completion()  # unknown yet: this call goes over gRPC, the next asks again
             hello.answered = bool(hello.answered)
         if not hello.answered:
-            return []
-        results = super().do_action(_pf.Action(f"wirespeed.{method}", target), options)
-        return [r.body.to_pybytes().decode() for r in results]
+            return [], _Completion()
+        with _our_call(method) as completion:
+            results = super().do_action(_pf.Action(f"wirespeed.{method}", target), options)
+            return [r.body.to_pybytes().decode() for r in results], completion
 
     def do_get(self, ticket: _pf.Ticket, options: _pf.FlightCallOptions | None = None) -> Any:
         if self._planes is not None:
-            native = self._planes.get(self._locations("get", ticket.ticket, options), ticket.ticket)
+            uris, completion = self._locations("get", ticket.ticket, options)
+            native = _opened(completion, lambda: self._planes.get(uris, ticket.ticket))
             if native is not None:
-                return FlightStreamReader(native)
+                return FlightStreamReader(native, _included_fields(options), completion)
         return super().do_get(ticket, options)
 
     def do_put(self, descriptor: _pf.FlightDescriptor, schema: pa.Schema,
                options: _pf.FlightCallOptions | None = None) -> tuple[Any, Any]:
         if self._planes is not None and isinstance(schema, pa.Schema):
             raw = descriptor.serialize()
-            native = self._planes.put(self._locations("put", raw, options), raw, schema)
+            uris, completion = self._locations("put", raw, options)
+            native = _opened(completion, lambda: self._planes.put(uris, raw, schema,
+                                                                   _ipc_options(_write_options(options))))
             if native is not None:
-                writer = FlightStreamWriter(native)
+                writer = FlightStreamWriter(native, size_limit=self._size_limit, completion=completion)
                 return writer, FlightMetadataReader(writer)
         return super().do_put(descriptor, schema, options)
 
@@ -263,12 +389,37 @@ class FlightClient(_pf.FlightClient):
                     options: _pf.FlightCallOptions | None = None) -> tuple[Any, Any]:
         if self._planes is not None:
             raw = descriptor.serialize()
-            pair = self._planes.exchange(self._locations("exchange", raw, options), raw)
+            uris, completion = self._locations("exchange", raw, options)
+            pair = _opened(completion, lambda: self._planes.exchange(uris, raw))
             if pair is not None:
                 native, pending = pair
-                reader = _ExchangeReader(pending)
-                return FlightStreamWriter(native, reader), reader
+                reader = _ExchangeReader(pending, _included_fields(options), completion)
+                writer = FlightStreamWriter(native, reader, _write_options(options), self._size_limit, completion)
+                return writer, reader
         return super().do_exchange(descriptor, options)
+
+
+def _opened(completion: _Completion, open_call: Any) -> Any:
+    """The plane call `open_call` opens, or None (gRPC will carry it, with middleware of its
+    own): the held instances then complete at once, as they do if opening fails."""
+    try:
+        opened = open_call()
+    except BaseException as e:
+        completion.done(e)
+        raise
+    if opened is None:
+        completion.done()
+    return opened
+
+
+def _write_options(options: _pf.FlightCallOptions | None) -> pa.ipc.IpcWriteOptions | None:
+    return None if options is None else options.write_options
+
+
+def _included_fields(options: _pf.FlightCallOptions | None) -> list[int] | None:
+    """The fields a reader keeps, as the call's IpcReadOptions name them (all if none)."""
+    read = None if options is None else options.read_options
+    return list(read.included_fields) if read is not None and read.included_fields else None
 
 
 def connect(location: Any, **kwargs: Any) -> FlightClient:

@@ -207,6 +207,16 @@ def test_wirespeed_bench_against_pyarrows_perf_server(tmp_path):
         server.wait()
 
 
+def test_wirespeed_bench_flight_measures_the_plane_it_names_libfabric_included():
+    """Its own perf server offers the plane asked for, ofi+<provider> too."""
+    for transport in ["shm", "ofi+tcp"]:
+        r = run("bench", "flight", "-transport", transport, "-num_streams", "2", "-num_threads", "2",
+                "-records_per_stream", "100000", "--json")
+        assert r.returncode == 0, r.stderr
+        report = json.loads(r.stdout)
+        assert report["bytes"] == 2 * 100_000 * 32 and report["transport"] == transport, report
+
+
 def test_cached_tables_are_served_from_memory_until_their_file_changes(tmp_path):
     d = tmp_path / "d"
     d.mkdir()

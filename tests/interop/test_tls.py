@@ -102,6 +102,7 @@ def test_mutual_tls_needs_a_client_certificate_from_its_ca(tmp_path, certs):
         assert r.returncode == 0, r.stderr
         r = run("get", proc.url, "t.arrow", "-o", str(tmp_path / "o2.arrow"), "--tls-roots", str(certs.ca))
         assert r.returncode != 0 and not (tmp_path / "o2.arrow").exists()
+        assert "certificate" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     finally:
         proc.stop()
 

@@ -7,7 +7,7 @@ pub use tonic::Code;
 pub enum Error {
     /// An error with a Flight status code, raised by a handler or received from the server.
     #[error("{message} ({code:?})")]
-    Status { code: Code, message: String },
+    Status { code: Code, message: String, details: bytes::Bytes },
     /// The data-plane transport failed (connection lost, timeout, reset).
     #[error("data plane: {0}")]
     Transport(#[from] wirespeed::Error),
@@ -22,7 +22,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn status(code: Code, message: impl Into<String>) -> Self {
-        Error::Status { code, message: message.into() }
+        Error::Status { code, message: message.into(), details: bytes::Bytes::new() }
+    }
+
+    /// The error with binary details for the client (gRPC's status details, pyarrow's
+    /// `extra_info`); only a status error carries them.
+    pub fn with_details(self, details: bytes::Bytes) -> Self {
+        match self {
+            Error::Status { code, message, .. } => Error::Status { code, message, details },
+            other => other,
+        }
+    }
+
+    pub fn details(&self) -> bytes::Bytes {
+        match self {
+            Error::Status { details, .. } => details.clone(),
+            _ => bytes::Bytes::new(),
+        }
     }
     pub fn not_found(message: impl Into<String>) -> Self {
         Error::status(Code::NotFound, message)
@@ -75,14 +91,30 @@ impl From<tonic::Status> for Error {
     /// pyarrow) after it.
     fn from(s: tonic::Status) -> Self {
         let first_line = s.message().lines().next().unwrap_or_default();
-        let message = first_line.split(". Detail: ").next().unwrap_or_default();
-        Error::Status { code: s.code(), message: message.to_string() }
+        let mut message = first_line.split(". Detail: ").next().unwrap_or_default().to_string();
+        // A transport's status says only "transport error": the cause (a TLS alert, a refused
+        // connection) is what a user can act on.
+        if let Some(cause) = innermost_cause(&s).filter(|c| !message.contains(c.as_str())) {
+            message = format!("{message}: {cause}");
+            if cause.contains("CertificateRequired") {
+                message.push_str(" (the server accepts only clients with a certificate from its CA)");
+            }
+        }
+        Error::Status { code: s.code(), message, details: bytes::Bytes::copy_from_slice(s.details()) }
     }
+}
+
+fn innermost_cause(s: &tonic::Status) -> Option<String> {
+    let mut cause = std::error::Error::source(s)?;
+    while let Some(deeper) = cause.source() {
+        cause = deeper;
+    }
+    Some(cause.to_string())
 }
 
 impl From<Error> for tonic::Status {
     fn from(e: Error) -> Self {
-        tonic::Status::new(e.code(), e.message())
+        tonic::Status::with_details(e.code(), e.message(), e.details())
     }
 }
 

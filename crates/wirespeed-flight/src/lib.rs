@@ -16,6 +16,7 @@ pub mod location;
 pub mod plane;
 pub mod server;
 pub mod service;
+pub mod stored;
 
 pub use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 pub use client::{
@@ -24,9 +25,10 @@ pub use client::{
 pub use error::{Code, Error, Result};
 pub use grpc::connections::Limits;
 pub use grpc::tls::{ClientTls, ServerTls};
-pub use ipc::{share, share_all};
+pub use ipc::{ReadStats, SharedStats, WriteOptions, share, share_all};
 pub use plane::listeners::PlaneServer;
 pub use plane::server::Calls;
 pub use server::{Server, ServerBuilder};
-pub use service::{Handler, Input, Output, Payload, Payloads, Upload};
+pub use service::{Handler, Input, Intake, Output, Payload, Payloads, PlaneCall, Upload};
+pub use stored::{StoredBatch, StoredFile};
 pub use wirespeed::Fabric;

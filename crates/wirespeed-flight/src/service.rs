@@ -3,27 +3,50 @@
 //! Outputs are pulled and uploads pushed a message at a time, so that a call whose client is
 //! slow or paused waits without holding a thread.
 
+use std::sync::Arc;
+
 use arrow_array::RecordBatch;
 use arrow_flight::{Action, ActionType, FlightDescriptor, FlightInfo};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
+use crate::ipc::{PayloadStream, SharedStats, WriteOptions};
+use crate::stored::StoredBatch;
 
 /// One message of a stream: a batch, application metadata, or both.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Payload {
     pub batch: Option<RecordBatch>,
     pub app_metadata: Bytes,
+    /// A batch still in its file, in place of `batch`, sent as the file holds it (a data plane
+    /// reads the body straight into transport memory, gRPC into its message).
+    pub stored: Option<Box<StoredBatch>>,
+    /// The schema (and layout) this message begins an output with, for an output that sent
+    /// application metadata before it ([`Output::unbegun`]); nothing else goes with it.
+    pub begin: Option<Box<(SchemaRef, WriteOptions)>>,
 }
 
 impl Payload {
+    pub fn new(batch: Option<RecordBatch>, app_metadata: Bytes) -> Self {
+        Payload { batch, app_metadata, stored: None, begin: None }
+    }
+
     pub fn batch(batch: RecordBatch) -> Self {
-        Payload { batch: Some(batch), app_metadata: Bytes::new() }
+        Payload::new(Some(batch), Bytes::new())
     }
 
     pub fn metadata(app_metadata: Bytes) -> Self {
-        Payload { batch: None, app_metadata }
+        Payload::new(None, app_metadata)
+    }
+
+    pub fn stored(batch: StoredBatch) -> Self {
+        Payload { stored: Some(Box::new(batch)), ..Payload::default() }
+    }
+
+    /// Begins an output whose schema was not known at first.
+    pub fn begin(schema: SchemaRef, options: WriteOptions) -> Self {
+        Payload { begin: Some(Box::new((schema, options))), ..Payload::default() }
     }
 }
 
@@ -32,13 +55,26 @@ pub type Payloads = Box<dyn Iterator<Item = Result<Payload>> + Send>;
 /// A stream of batches to send: the schema up front, then the payloads. An error ends the
 /// stream and reaches the client with its status code.
 pub struct Output {
-    pub schema: SchemaRef,
+    /// None for an output that begins later, by a payload ([`Payload::begin`]).
+    pub schema: Option<SchemaRef>,
     pub payloads: Payloads,
+    /// How the batches are laid out on the wire.
+    pub options: WriteOptions,
 }
 
 impl Output {
     pub fn new(schema: SchemaRef, payloads: impl Iterator<Item = Result<Payload>> + Send + 'static) -> Self {
-        Output { schema, payloads: Box::new(payloads) }
+        Output { schema: Some(schema), payloads: Box::new(payloads), options: WriteOptions::default() }
+    }
+
+    /// An output that may send application metadata before its schema, which one of its
+    /// payloads then brings ([`Payload::begin`]).
+    pub fn unbegun(payloads: impl Iterator<Item = Result<Payload>> + Send + 'static) -> Self {
+        Output { schema: None, payloads: Box::new(payloads), options: WriteOptions::default() }
+    }
+
+    pub fn with_options(self, options: WriteOptions) -> Self {
+        Output { options, ..self }
     }
 
     pub fn batches(
@@ -49,52 +85,66 @@ impl Output {
     }
 }
 
-/// Waits for an input's schema; then its payloads follow.
-pub(crate) type Begin = Box<dyn FnOnce() -> Result<(SchemaRef, Payloads)> + Send>;
-
-/// A stream of batches received from a client (DoExchange): the schema, then payloads. On a
-/// data plane the schema comes when the client begins writing, which may be after the handler
-/// has started (and written), as on gRPC.
+/// A stream of batches received from a client (DoExchange): the schema, then payloads. The
+/// schema comes when the client begins writing, which may be after the handler has started
+/// (and written), and after application metadata the client sent first, as on gRPC.
 pub struct Input {
-    schema: Option<SchemaRef>,
-    /// Until the schema has come, what waits for it.
-    pending: Option<Begin>,
-    payloads: Payloads,
+    stream: PayloadStream,
 }
 
 impl Input {
-    pub(crate) fn new(schema: SchemaRef, payloads: Payloads) -> Self {
-        Input { schema: Some(schema), pending: None, payloads }
-    }
-
-    /// An input whose schema is read when first wanted.
-    pub(crate) fn lazy(begin: Begin) -> Self {
-        Input { schema: None, pending: Some(begin), payloads: Box::new(std::iter::empty()) }
+    pub(crate) fn new(stream: PayloadStream) -> Self {
+        Input { stream }
     }
 
     /// The client's schema, waiting for it to begin if it has not yet.
     pub fn schema(&mut self) -> Result<SchemaRef> {
-        if let Some(schema) = &self.schema {
-            return Ok(schema.clone());
-        }
-        let begin = self.pending.take().ok_or_else(|| Error::Protocol("the input has no schema".into()))?;
-        let (schema, payloads) = begin()?;
-        self.payloads = payloads;
-        self.schema = Some(schema.clone());
-        Ok(schema)
+        self.stream.schema()
+    }
+
+    /// What has been read of it, as it grows.
+    pub fn stats(&self) -> SharedStats {
+        self.stream.stats()
     }
 }
 
 impl Iterator for Input {
     type Item = Result<Payload>;
     fn next(&mut self) -> Option<Result<Payload>> {
-        if self.schema.is_none()
-            && let Err(e) = self.schema()
-        {
-            return Some(Err(e));
-        }
-        self.payloads.next()
+        self.stream.next_payload().transpose()
     }
+}
+
+/// A data-plane call as [`Handler::for_call`] sees it.
+#[derive(Clone)]
+pub struct PlaneCall {
+    grant: [u8; 32],
+    cancelled: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl PlaneCall {
+    pub(crate) fn new(grant: [u8; 32], cancelled: Arc<dyn Fn() -> bool + Send + Sync>) -> Self {
+        PlaneCall { grant, cancelled }
+    }
+
+    /// The MAC of the grant that opened the call (see
+    /// [`PlaneServer::granted_locations`](crate::PlaneServer::granted_locations)).
+    pub fn grant(&self) -> &[u8; 32] {
+        &self.grant
+    }
+
+    /// Whether the client gave up on the call (or its connection failed).
+    pub fn is_cancelled(&self) -> bool {
+        (self.cancelled)()
+    }
+}
+
+/// See [`Upload::intake`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intake {
+    Ready,
+    Later,
+    Done,
 }
 
 /// An upload in progress (DoPut), fed one message at a time as the client sends them.
@@ -107,6 +157,18 @@ pub trait Upload: Send {
 
     /// The client has sent everything; what this returns goes back as the last PutResults.
     fn finish(self: Box<Self>) -> Result<Vec<Bytes>>;
+
+    /// What the upload's reader has decoded, growing as it goes, for a service that shows it
+    /// (pyarrow's `reader.stats`); given once, before the first message.
+    fn reading(&mut self, _stats: SharedStats) {}
+
+    /// Whether the service takes the next message now, waiting up to `within` to know: a
+    /// handler that reads at its own pace has the message decoded only when it asks (so its
+    /// counts are as it read), and one that stopped early ends the call at
+    /// [`Upload::finish`] without waiting for the client's next message.
+    fn intake(&mut self, _within: std::time::Duration) -> Intake {
+        Intake::Ready
+    }
 }
 
 /// A Flight service. Only `get_flight_info` and `do_get` are required; the rest answer
@@ -143,5 +205,12 @@ pub trait Handler: Send + Sync + 'static {
 
     fn list_actions(&self) -> Vec<ActionType> {
         Vec::new()
+    }
+
+    /// The handler for one data-plane call: a service that keeps state from the control-plane
+    /// call that granted it (its middleware, the peer's identity) hands it on here, or lets
+    /// the handler ask whether the client gave up. `None`: this handler.
+    fn for_call(&self, _call: &PlaneCall) -> Option<Box<dyn Handler>> {
+        None
     }
 }

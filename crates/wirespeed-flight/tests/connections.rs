@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use arrow_flight::{FlightDescriptor, FlightInfo};
-use wirespeed_flight::{Client, Error, Handler, Limits, Output, Result, Server};
+use wirespeed_flight::{Client, Error, Handler, Input, Limits, Output, Result, Server};
 
 struct Empty;
 
@@ -17,6 +17,13 @@ impl Handler for Empty {
 
     fn do_get(&self, _ticket: &[u8]) -> Result<Output> {
         Err(Error::not_found("nothing here"))
+    }
+
+    /// Answers only once its client has sent everything.
+    fn do_exchange(&self, _descriptor: &FlightDescriptor, mut input: Input) -> Result<Output> {
+        let schema = input.schema()?;
+        let everything = input.collect::<Result<Vec<_>>>()?;
+        Ok(Output::new(schema, everything.into_iter().map(Ok)))
     }
 }
 
@@ -141,4 +148,32 @@ fn request_messages_share_one_bound_and_a_paused_sender_gives_its_room_back() {
     });
     // Other calls were never held up.
     assert_eq!(Client::connect(&server.url()).unwrap().list_flights(b"").unwrap().len(), 0);
+}
+
+#[test]
+fn paused_exchanges_take_at_most_half_the_handler_threads() {
+    let server = Server::builder(Empty).handler_threads(4).start().unwrap();
+    let url = server.url();
+    let descriptor = FlightDescriptor::new_path(vec!["x".into()]);
+    let schema = std::sync::Arc::new(arrow_schema::Schema::empty());
+    // Clients that begin and then pause: each holds a handler thread while its handler waits.
+    for _ in 0..2 {
+        let (url, descriptor, schema) = (url.clone(), descriptor.clone(), schema.clone());
+        std::thread::spawn(move || {
+            let client = Client::connect(&url).unwrap();
+            let paused = client.do_exchange(&descriptor, &schema);
+            std::thread::sleep(Duration::from_secs(3600));
+            drop(paused);
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.calls().open.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+        assert!(Instant::now() < deadline, "the paused exchanges never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = Client::connect(&url).unwrap();
+    let refused = client.do_exchange(&descriptor, &schema).err().expect("a third exchange refused");
+    assert!(refused.to_string().contains("too many exchanges"), "{refused}");
+    // The other half of the threads still serve everything else.
+    assert_eq!(client.list_flights(b"").unwrap().len(), 0);
 }

@@ -75,7 +75,7 @@ impl Handler for Memory {
         let payloads: Vec<_> = batches
             .iter()
             .enumerate()
-            .map(|(i, b)| Ok(Payload { batch: Some(b.clone()), app_metadata: Bytes::from(format!("batch {i}")) }))
+            .map(|(i, b)| Ok(Payload::new(Some(b.clone()), Bytes::from(format!("batch {i}")))))
             .collect();
         Ok(Output::new(schema.clone(), payloads.into_iter()))
     }
@@ -93,7 +93,7 @@ impl Handler for Memory {
             input.map(|p| {
                 let p = p?;
                 let rows = p.batch.as_ref().map_or(0, |b| b.num_rows());
-                Ok(Payload { batch: p.batch, app_metadata: Bytes::from(rows.to_string()) })
+                Ok(Payload::new(p.batch, Bytes::from(rows.to_string())))
             }),
         ))
     }

@@ -13,7 +13,7 @@ use arrow_ipc::reader::{FileReader, StreamReader};
 use arrow_schema::{ArrowError, SchemaRef};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use wirespeed_files::paths::join_under;
-use wirespeed_flight::{Error, Handler, Output, Payload, Result, Upload};
+use wirespeed_flight::{Error, Handler, Output, Payload, Result, StoredFile, Upload};
 
 use crate::cache::{Batches, Stamp, Table, TableCache};
 use crate::format::{Format, format_of, io_error};
@@ -48,6 +48,10 @@ fn open(path: &Path, name: &str) -> Result<(SchemaRef, Batches, Option<i64>)> {
     }
 }
 
+fn decoded(schema: SchemaRef, batches: Batches) -> Output {
+    Output::new(schema, batches.map(|b| b.map(Payload::batch).map_err(Error::from)))
+}
+
 impl DirService {
     /// Serves `root`, keeping up to `cache_bytes` of decoded tables in memory (0: none).
     pub fn new(root: PathBuf, cache_bytes: usize) -> Result<Self> {
@@ -72,23 +76,31 @@ impl DirService {
 
     /// A flight's batches: from the cache when it holds the file as it is now; otherwise from
     /// the file, through the cache's one load of it when it may fit.
-    fn read(&self, path: &Path, name: &str) -> Result<(SchemaRef, Batches)> {
-        let Some((cache, stamp)) = self.stamp(path, name)? else {
-            let (schema, batches, _) = open(path, name)?;
-            return Ok((schema, batches));
-        };
-        if let Some(t) = cache.get(path, stamp) {
-            let b = t.batches;
-            return Ok((t.schema, Box::new((0..b.len()).map(move |i| Ok(b[i].clone())))));
+    fn read(&self, path: &Path, name: &str) -> Result<Output> {
+        if let Some((cache, stamp)) = self.stamp(path, name)? {
+            if let Some(t) = cache.get(path, stamp) {
+                let b = t.batches;
+                return Ok(Output::new(t.schema, (0..b.len()).map(move |i| Ok(Payload::batch(b[i].clone())))));
+            }
+            if stamp.len() <= cache.limit() as u64 {
+                let (owned, flight) = (path.to_path_buf(), name.to_string());
+                let reopen = move || {
+                    open(&owned, &flight).map(|(s, b, _)| (s, b)).map_err(|e| ArrowError::ExternalError(Box::new(e)))
+                };
+                let (schema, batches) =
+                    cache.load(name, path, stamp, reopen).map_err(|e| Error::internal(format!("{name}: {e}")))?;
+                return Ok(decoded(schema, batches));
+            }
         }
-        if stamp.len() > cache.limit() as u64 {
-            let (schema, batches, _) = open(path, name)?;
-            return Ok((schema, batches));
+        if format_of(path) == Some(Format::IpcFile) {
+            let file = File::open(path).map_err(|e| io_error(name, e))?;
+            let stored = StoredFile::open(file).map_err(|e| Error::internal(format!("{name}: {}", e.message())))?;
+            if let Some(stored) = stored {
+                return Ok(Output::new(stored.schema(), stored.batches().map(|b| b.map(Payload::stored))));
+            }
         }
-        let (owned, flight) = (path.to_path_buf(), name.to_string());
-        let reopen =
-            move || open(&owned, &flight).map(|(s, b, _)| (s, b)).map_err(|e| ArrowError::ExternalError(Box::new(e)));
-        cache.load(name, path, stamp, reopen).map_err(|e| Error::internal(format!("{name}: {e}")))
+        let (schema, batches, _) = open(path, name)?;
+        Ok(decoded(schema, batches))
     }
 
     /// The file a flight name points at, refusing names that leave the root or pass through
@@ -183,8 +195,7 @@ impl Handler for DirService {
 
     fn do_get(&self, ticket: &[u8]) -> Result<Output> {
         let name = std::str::from_utf8(ticket).map_err(|_| Error::invalid_argument("tickets are UTF-8 paths"))?;
-        let (schema, batches) = self.read(&self.resolve(name)?, name)?;
-        Ok(Output::new(schema, batches.map(|b| b.map(Payload::batch).map_err(Error::from))))
+        self.read(&self.resolve(name)?, name)
     }
 
     fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {

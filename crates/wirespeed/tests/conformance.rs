@@ -639,7 +639,14 @@ fn reset_reaches_the_peer(scheme: &str) {
     a.send(b"x", &[]).unwrap();
     let b = s.accept_stream().unwrap();
     b.recv().unwrap().unwrap();
+    assert!(!a.is_reset() && !b.is_reset(), "a live stream");
     b.reset(ErrorCode(ErrorCode::APP_BASE + 5));
+    assert!(b.is_reset());
+    // Seen without a recv (a server asking whether its client gave up).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !a.is_reset() {
+        assert!(std::time::Instant::now() < deadline, "the reset never showed");
+    }
     let err = a.recv().unwrap_err();
     assert!(matches!(err, Error::Reset { code: ErrorCode(0x1005), .. }), "{err}");
     // Dropping an open stream cancels it.

@@ -17,7 +17,7 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use clap::Args;
 use serde_json::json;
-use wirespeed::Key;
+use wirespeed::{Fabric, Key};
 use wirespeed_flight::{Client, Error, Handler, Input, Output, Payload, Server, Upload};
 
 use super::report::Report;
@@ -37,7 +37,7 @@ pub const SINGLE_DASH_FLAGS: [&str; 8] = [
 
 #[derive(Args, Debug)]
 pub struct FlightArgs {
-    /// grpc, or a data plane: shm, tcp, ucx.
+    /// grpc, or a data plane: shm, tcp, ucx or ofi+<provider> (ofi+tcp, ofi+shm, ...).
     #[arg(long, default_value = "grpc")]
     transport: String,
     /// A running `wirespeed bench flight-server`; without it one is started on loopback.
@@ -71,6 +71,14 @@ pub struct FlightArgs {
 pub struct FlightServerArgs {
     #[arg(long, default_value = "127.0.0.1:31337")]
     listen: String,
+    /// Data planes to offer, comma-separated (default: the server's, shm, ucx and tcp);
+    /// libfabric's as ofi+<provider>.
+    #[arg(long, value_delimiter = ',', value_parser = fabric)]
+    planes: Vec<Fabric>,
+}
+
+fn fabric(name: &str) -> Result<Fabric, String> {
+    name.parse().map_err(|_| format!("unknown plane {name:?} ({})", Fabric::names()))
 }
 
 /// What a stream holds, as its ticket says.
@@ -168,6 +176,9 @@ pub fn serve(a: FlightServerArgs) -> Result<()> {
     if let Some(key) = Key::from_env_or_file(None)? {
         builder = builder.key(key);
     }
+    if !a.planes.is_empty() {
+        builder = builder.planes(&a.planes);
+    }
     let server = builder.start()?;
     println!("listening {}", server.url());
     server.wait()?;
@@ -187,7 +198,12 @@ pub fn run(a: FlightArgs) -> Result<()> {
     let url = match &a.server_host {
         Some(host) => format!("grpc://{host}:{}", a.server_port),
         None => {
-            let (c, url) = spawn_server(&key_text)?;
+            // The plane measured is offered whether or not the server offers it by default.
+            let plane = match transport {
+                wirespeed_flight::Transport::Only(k) => Some(k),
+                _ => None,
+            };
+            let (c, url) = spawn_server(&key_text, plane)?;
             child = Some(ChildGuard(c));
             url
         }
@@ -313,9 +329,10 @@ impl Drop for ChildGuard {
     }
 }
 
-fn spawn_server(key_text: &str) -> Result<(Child, String)> {
+fn spawn_server(key_text: &str, plane: Option<Fabric>) -> Result<(Child, String)> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(["bench", "flight-server", "--listen", "127.0.0.1:0"])
+        .args(plane.map(|p| format!("--planes={p}")))
         .env("WIRESPEED_KEY", key_text)
         .stdout(Stdio::piped())
         .spawn()

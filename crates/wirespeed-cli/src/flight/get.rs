@@ -67,6 +67,22 @@ pub fn transport(name: &str) -> anyhow::Result<Transport> {
     })
 }
 
+/// A server that wants client certificates ends a connection without one after its TLS 1.3
+/// handshake, which a client sees only as a broken or cancelled transport: say so.
+fn hint_mutual_tls(e: wirespeed_flight::Error, a: &GetArgs) -> anyhow::Error {
+    let transport = matches!(e.code(), wirespeed_flight::Code::Cancelled | wirespeed_flight::Code::Unknown);
+    if !transport
+        || !a.url.starts_with("grpc+tls://")
+        || a.tls.has_identity()
+        || e.message().contains("CertificateRequired")
+    {
+        return e.into();
+    }
+    anyhow::anyhow!(
+        "{e}; a server that asks for client certificates (mutual TLS) ends the connection so: give --tls-cert and --tls-key"
+    )
+}
+
 pub fn run(a: GetArgs) -> anyhow::Result<()> {
     crate::interrupt::install()?;
     let transport = transport(&a.transport)?;
@@ -83,7 +99,10 @@ pub fn run(a: GetArgs) -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let descriptor = FlightDescriptor::new_path(vec![a.path.clone()]);
-    let info = client.get_flight_info(&descriptor).with_context(|| format!("cannot get {}", a.path))?;
+    let info = client
+        .get_flight_info(&descriptor)
+        .map_err(|e| hint_mutual_tls(e, &a))
+        .with_context(|| format!("cannot get {}", a.path))?;
     let schema = std::sync::Arc::new(info.clone().try_decode_schema()?);
     let mut sink = Sink::create(&a.output, &schema)?;
     let (mut rows, mut bytes, mut plane) = (0u64, 0u64, "grpc");

@@ -44,6 +44,10 @@ fn read(file: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 impl TlsArgs {
+    fn has_identity(&self) -> bool {
+        self.tls_cert.is_some()
+    }
+
     fn identity(&self) -> anyhow::Result<Option<(Vec<u8>, Vec<u8>)>> {
         match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Ok(Some((read(cert, "certificate")?, read(key, "private key")?))),

@@ -22,7 +22,8 @@ use wirespeed_files::{Excludes, Progress, Report, SinkOptions, SourceOptions, Su
 /// Options every tool shares.
 #[derive(Args, Clone, Debug)]
 pub struct Common {
-    /// Fabric: auto (shared memory on one host, else TCP), tcp, shm or ucx.
+    /// Fabric: auto (shared memory on one host, else TCP), tcp, shm, ucx or ofi+<provider>
+    /// (ofi+tcp, ofi+shm, ...: libfabric).
     #[arg(long, default_value = "auto")]
     pub transport: Transport,
     /// Parallel data streams, each with its own I/O thread [default: one per core of the

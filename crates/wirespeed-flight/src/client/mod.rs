@@ -32,8 +32,9 @@ use crate::error::{Error, Result};
 use crate::grpc::server::plane_action;
 use crate::grpc::tls::ClientTls;
 use crate::grpc::{self, MAX_MESSAGE};
+use crate::ipc::WriteOptions;
 use crate::location::PlaneLocation;
-use crate::plane::hello::{self, HELLO_HEADER, PLANES_HEADER};
+use crate::plane::hello::{self, CALL_HEADER, HELLO_HEADER, PLANES_HEADER};
 pub use crate::plane::proto::Method;
 use wirespeed::Fabric;
 
@@ -216,7 +217,7 @@ impl Client {
         if let Some(known) = *self.offers.lock().unwrap_or_else(|p| p.into_inner()) {
             return Ok(known);
         }
-        let request = self.hello(planes, Empty {})?;
+        let request = self.hello(planes, Empty {}, "hello")?;
         let mut grpc = self.grpc.clone();
         let offered = match self.runtime.block_on(grpc.list_actions(request)) {
             Ok(response) => response.metadata().contains_key(PLANES_HEADER),
@@ -226,18 +227,20 @@ impl Client {
         Ok(offered)
     }
 
-    /// A request that carries our hello.
-    fn hello<T>(&self, planes: &PlaneClient, message: T) -> Result<tonic::Request<T>> {
+    /// A request that carries our hello, for `call` (see [`CALL_HEADER`]).
+    fn hello<T>(&self, planes: &PlaneClient, message: T, call: &'static str) -> Result<tonic::Request<T>> {
         let mut request = self.request(message);
         let value = hello::hello(planes.key())?.parse().map_err(|_| Error::internal("hello is not a header value"))?;
         request.metadata_mut().insert(HELLO_HEADER, value);
+        request.metadata_mut().insert(CALL_HEADER, tonic::metadata::MetadataValue::from_static(call));
         Ok(request)
     }
 
-    /// One of our actions, with the hello that lets the server answer it.
-    fn action_with_hello(&self, action: Action) -> Result<Vec<Bytes>> {
+    /// One of our actions, asking for the locations of a `method` call, with the hello that
+    /// lets the server answer it.
+    fn action_with_hello(&self, method: Method, action: Action) -> Result<Vec<Bytes>> {
         let planes = self.planes.as_ref().ok_or_else(|| Error::internal("no key for a data-plane action"))?;
-        self.action(self.hello(planes, action)?)
+        self.action(self.hello(planes, action, method.name())?)
     }
 
     /// Reads one endpoint of a flight: over a data plane its locations name, else one this
@@ -275,8 +278,8 @@ impl Client {
         let mut schema = Arc::new(info.clone().try_decode_schema()?);
         let mut batches = Vec::new();
         for endpoint in &info.endpoint {
-            let reader = self.do_get(endpoint)?;
-            schema = reader.schema();
+            let mut reader = self.do_get(endpoint)?;
+            schema = reader.schema()?;
             for batch in reader {
                 batches.push(batch?);
             }
@@ -302,7 +305,7 @@ impl Client {
             return Ok(Vec::new());
         }
         let action = Action { r#type: plane_action(method), body: Bytes::copy_from_slice(target) };
-        match self.action_with_hello(action) {
+        match self.action_with_hello(method, action) {
             Ok(uris) => Ok(uris.iter().map(|u| String::from_utf8_lossy(u).into_owned()).collect()),
             Err(e) if e.code() == tonic::Code::Unimplemented || e.code() == tonic::Code::InvalidArgument => {
                 Ok(Vec::new())
@@ -315,7 +318,7 @@ impl Client {
     pub fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<FlightWriter> {
         if let Some(planes) = self.planes()? {
             let uris = self.plane_locations(Method::Put, &descriptor.encode_to_vec())?;
-            if let Some(writer) = planes.put(&uris, descriptor, schema)? {
+            if let Some(writer) = planes.put(&uris, descriptor, schema, WriteOptions::default())? {
                 return Ok(writer);
             }
         }
@@ -365,8 +368,8 @@ impl Client {
         F: FnOnce(FlightServiceClient<Channel>, tonic::Request<ReceiverStream<FlightData>>) -> Fut,
         Fut: std::future::Future<Output = Result<T>> + Send + 'static,
     {
-        let (encoder, first) = grpc::Writer::start(schema)?;
-        let mut first = grpc::flight_data(first);
+        let (encoder, first) = grpc::Writer::start(Some(schema), WriteOptions::default())?;
+        let mut first = grpc::flight_data(first.into_iter().next().unwrap_or_default());
         first.flight_descriptor = Some(descriptor.clone());
         let (tx, rx) = mpsc::channel(2);
         tx.try_send(first).map_err(|_| Error::internal("request queue full at start"))?;

@@ -13,6 +13,7 @@ use wirespeed::Key;
 use super::Transport;
 use super::stream::{FlightReader, FlightWriter};
 use crate::error::{Error, Result};
+use crate::ipc::WriteOptions;
 use crate::location::PlaneLocation;
 use crate::plane::client::Planes;
 use crate::plane::proto::Method;
@@ -105,20 +106,21 @@ impl PlaneClient {
     pub fn get(&self, uris: &[String], ticket: &[u8]) -> Result<Option<FlightReader>> {
         let Some((location, stream)) = self.open(uris, Method::Get, ticket)? else { return Ok(None) };
         stream.finish()?;
-        FlightReader::from_plane(stream, location.kind).map(Some)
+        FlightReader::from_plane(stream, location.kind, false).map(Some)
     }
 
-    /// Starts an upload over a plane among `uris`.
+    /// Starts an upload over a plane among `uris`, its batches laid out as `options` say.
     pub fn put(
         &self,
         uris: &[String],
         descriptor: &FlightDescriptor,
         schema: &SchemaRef,
+        options: WriteOptions,
     ) -> Result<Option<FlightWriter>> {
         let Some((location, stream)) = self.open(uris, Method::Put, &descriptor.encode_to_vec())? else {
             return Ok(None);
         };
-        FlightWriter::on_plane(stream, Some(schema), location.kind, true).map(Some)
+        FlightWriter::on_plane(stream, Some((schema, options)), location.kind, true).map(Some)
     }
 
     /// Starts an exchange over a plane among `uris`, as gRPC does: the server's handler runs
@@ -138,15 +140,16 @@ impl PlaneClient {
     }
 }
 
-/// The reading half of an exchange on a data plane, before its schema has come.
+/// The reading half of an exchange on a data plane, not yet opened.
 pub struct ExchangeReader {
     stream: Arc<crate::plane::CallStream>,
     kind: wirespeed::Fabric,
 }
 
 impl ExchangeReader {
-    /// Waits for the server's schema.
+    /// The reader of the server's answers, which waits for them (and for the schema, which
+    /// may come after application metadata) only when read.
     pub fn open(self) -> Result<FlightReader> {
-        FlightReader::from_plane(self.stream, self.kind)
+        FlightReader::from_plane(self.stream, self.kind, true)
     }
 }

@@ -15,7 +15,7 @@ use wirespeed::Fabric;
 use super::Plane;
 use crate::error::{Code, Error, Result};
 use crate::grpc;
-use crate::ipc::DecodedStream;
+use crate::ipc::{DecodedStream, PayloadStream, SharedStats, WriteOptions};
 use crate::plane::{self, close};
 use crate::service::Payload;
 
@@ -25,8 +25,7 @@ const RESULT_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The batches of one call.
 pub struct FlightReader {
-    source: Box<dyn DecodedStream>,
-    schema: SchemaRef,
+    source: PayloadStream,
     plane: Plane,
     /// Keeps a data-plane stream for closing it properly once read.
     stream: Option<Arc<plane::CallStream>>,
@@ -37,33 +36,45 @@ pub struct FlightReader {
 }
 
 impl FlightReader {
-    pub(crate) fn from_plane(stream: Arc<plane::CallStream>, kind: Fabric) -> Result<Self> {
-        let source = plane::Reader::new(stream.clone());
-        Self::start(Box::new(source), Plane::Data(kind), Some(stream), None)
+    /// A DoGet's reader, its schema read; or an exchange's, which may read application
+    /// metadata before the schema comes.
+    pub(crate) fn from_plane(stream: Arc<plane::CallStream>, kind: Fabric, exchange: bool) -> Result<Self> {
+        let source = plane::Reader::new(stream.clone()).payloads();
+        let mut reader =
+            FlightReader { source, plane: Plane::Data(kind), stream: Some(stream), done: false, _runtime: None };
+        if !exchange {
+            reader.schema()?;
+        }
+        Ok(reader)
     }
 
     pub(crate) fn from_grpc(stream: tonic::Streaming<FlightData>, runtime: &Arc<Runtime>) -> Result<Self> {
-        let source = grpc::Reader::new(stream, runtime.handle().clone(), None);
-        Self::start(Box::new(source), Plane::Grpc, None, Some(runtime.clone()))
+        let source = grpc::Reader::new(stream, runtime.handle().clone(), None).payloads();
+        let mut reader =
+            FlightReader { source, plane: Plane::Grpc, stream: None, done: false, _runtime: Some(runtime.clone()) };
+        reader.schema()?;
+        Ok(reader)
     }
 
-    fn start(
-        mut source: Box<dyn DecodedStream>,
-        plane: Plane,
-        stream: Option<Arc<plane::CallStream>>,
-        runtime: Option<Arc<Runtime>>,
-    ) -> Result<Self> {
-        let schema = source.read_schema()?;
-        Ok(FlightReader { source, schema, plane, stream, done: false, _runtime: runtime })
+    /// The schema, waiting for it where it has not come yet (an exchange's server may begin
+    /// late, and send application metadata first).
+    pub fn schema(&mut self) -> Result<SchemaRef> {
+        self.source.schema()
     }
 
-    pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
+    /// Waits for the schema or the end, raising the call's error if it failed first.
+    pub fn started(&mut self) -> Result<()> {
+        self.source.schema_or_end().map(drop)
     }
 
     /// Which plane carries this call.
     pub fn plane(&self) -> Plane {
         self.plane
+    }
+
+    /// What has been read, as it grows (also once the reader is handed on).
+    pub fn stats(&self) -> SharedStats {
+        self.source.stats()
     }
 
     /// Waits up to `within` for the next message (or the end, or an error) without taking it;
@@ -86,6 +97,16 @@ impl FlightReader {
             }
         }
         next
+    }
+}
+
+impl Drop for FlightReader {
+    /// A reader dropped before the end cancels its call, as gRPC's does, even while the call's
+    /// writer (an exchange's) lives on.
+    fn drop(&mut self) {
+        if let Some(stream) = self.stream.take().filter(|_| !self.done) {
+            stream.reset(wirespeed::ErrorCode::CANCELLED);
+        }
     }
 }
 
@@ -117,8 +138,9 @@ pub(crate) enum WriterInner {
     /// read through its reader instead.
     Plane {
         stream: Arc<plane::CallStream>,
-        /// None until an exchange begins.
-        writer: Option<plane::Writer>,
+        writer: plane::Writer,
+        /// An exchange begins later than it starts (and may send metadata before).
+        begun: bool,
         kind: Fabric,
         results: Option<PutResults>,
     },
@@ -143,20 +165,27 @@ impl FlightWriter {
     /// [`FlightWriter::begin`]); with `put`, PutResults come back.
     pub(crate) fn on_plane(
         stream: Arc<plane::CallStream>,
-        schema: Option<&SchemaRef>,
+        schema: Option<(&SchemaRef, WriteOptions)>,
         kind: Fabric,
         put: bool,
     ) -> Result<Self> {
-        let writer = schema.map(|s| plane::Writer::start(&stream, s)).transpose()?;
-        let results = put.then(|| PutResults(Source::Plane(plane::Reader::new(stream.clone()))));
-        Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, kind, results } })
+        let (begun, options) = (schema.is_some(), schema.map(|(_, o)| o).unwrap_or_default());
+        let writer = plane::Writer::start(&stream, schema.map(|(s, _)| s), options)?;
+        let results = put.then(|| PutResults(Source::Plane(plane::Reader::new(stream.clone()).payloads())));
+        Ok(FlightWriter { inner: WriterInner::Plane { stream, writer, begun, kind, results } })
     }
 
     /// Sends the schema of an exchange started without one.
     pub fn begin(&mut self, schema: &SchemaRef) -> Result<()> {
+        self.begin_with(schema, WriteOptions::default())
+    }
+
+    /// As [`begin`](Self::begin), the batches laid out as `options` say.
+    pub fn begin_with(&mut self, schema: &SchemaRef, options: WriteOptions) -> Result<()> {
         match &mut self.inner {
-            WriterInner::Plane { stream, writer: writer @ None, .. } => {
-                *writer = Some(plane::Writer::start(stream, schema)?);
+            WriterInner::Plane { stream, writer, begun: begun @ false, .. } => {
+                writer.write(stream, Payload::begin(schema.clone(), options))?;
+                *begun = true;
                 Ok(())
             }
             _ => Err(Error::invalid_argument("the stream has begun already")),
@@ -176,10 +205,10 @@ impl FlightWriter {
 
     pub fn write_payload(&mut self, payload: Payload) -> Result<()> {
         match &mut self.inner {
-            WriterInner::Plane { writer: None, .. } => {
+            WriterInner::Plane { begun: false, .. } if payload.batch.is_some() => {
                 Err(Error::invalid_argument("begin the stream with a schema first"))
             }
-            WriterInner::Plane { stream, writer: Some(writer), .. } => match writer.write(stream, payload) {
+            WriterInner::Plane { stream, writer, .. } => match writer.write(stream, payload) {
                 // The server gave up (and said why on the stream): report its reason.
                 Err(Error::Transport(_)) => Err(self.failure()),
                 other => other,
@@ -202,7 +231,7 @@ impl FlightWriter {
             WriterInner::Plane { stream, .. } => {
                 let mut reader = plane::Reader::new(stream.clone());
                 loop {
-                    match reader.next_payload() {
+                    match reader.next_decoded() {
                         Ok(Some(_)) => continue,
                         Ok(None) => return Error::unavailable("the server ended the call"),
                         Err(e) => return e,
@@ -265,7 +294,7 @@ impl FlightWriter {
 pub struct PutResults(Source);
 
 enum Source {
-    Plane(plane::Reader),
+    Plane(PayloadStream),
     /// What the gRPC call's task received.
     Grpc(std::sync::mpsc::Receiver<Bytes>),
 }

@@ -88,10 +88,10 @@ impl Encoding {
     /// Encodes the schema, or the next payload; an error is queued as the last item.
     fn encode_next(&mut self) {
         let Some(writer) = &mut self.writer else {
-            match Writer::start(&self.output.schema) {
+            match Writer::start(self.output.schema.as_ref(), self.output.options) {
                 Ok((writer, schema)) => {
                     self.writer = Some(writer);
-                    self.held.push_back(Ok(schema));
+                    self.held.extend(schema.into_iter().map(Ok));
                 }
                 Err(e) => self.fail(e),
             }
@@ -172,7 +172,7 @@ pub async fn upload(
 /// Decodes one FlightData and gives what it holds to the upload.
 fn write_one(upload: &mut dyn Upload, decoder: &mut Decoder, data: FlightData) -> Result<Option<Bytes>> {
     match decoder.decode(&data.data_header, Buffer::from(data.data_body), data.app_metadata)? {
-        Decoded::Batch(batch, app_metadata) => upload.write(Payload { batch: Some(batch), app_metadata }),
+        Decoded::Batch(batch, app_metadata) => upload.write(Payload::new(Some(batch), app_metadata)),
         Decoded::Metadata(app_metadata) => upload.write(Payload::metadata(app_metadata)),
         Decoded::Dictionary => Ok(None),
         Decoded::Schema(_) => Err(Error::Protocol("a second schema in one upload".into())),

@@ -20,7 +20,7 @@ use arrow_schema::SchemaRef;
 use tokio::runtime::Handle;
 
 use crate::error::{Error, Result};
-use crate::ipc::{Decoded, DecodedStream, Decoder, Encoder, Frame};
+use crate::ipc::{Decoded, DecodedStream, Decoder, Frame, FrameWriter, SharedStats, WriteOptions};
 use crate::service::Payload;
 
 /// gRPC's own limit is 4 MiB; Flight batches are often larger.
@@ -43,22 +43,23 @@ pub fn flight_data(frame: Frame) -> FlightData {
 
 /// Encodes payloads into frames, schema first.
 pub struct Writer {
-    encoder: Encoder,
+    frames: FrameWriter,
 }
 
 impl Writer {
-    /// The writer and the schema's frame.
-    pub fn start(schema: &SchemaRef) -> Result<(Self, Frame)> {
-        let mut encoder = Encoder::new(schema)?;
-        let first = encoder.schema_frame().unwrap_or_default();
-        Ok((Writer { encoder }, first))
+    /// The writer and the schema's frame, if given.
+    pub fn start(schema: Option<&SchemaRef>, options: WriteOptions) -> Result<(Self, Vec<Frame>)> {
+        let (frames, first) = FrameWriter::start(schema, options)?;
+        Ok((Writer { frames }, first))
     }
 
     pub fn encode(&mut self, payload: Payload) -> Result<Vec<Frame>> {
-        Ok(match payload.batch {
-            Some(batch) => self.encoder.encode(&batch, payload.app_metadata)?,
-            None => vec![Frame::metadata_only(payload.app_metadata)],
-        })
+        // A batch still in its file goes as the file holds it: one read, no decode.
+        if let Some(stored) = &payload.stored {
+            let body = vec![stored.read_body()?];
+            return Ok(vec![Frame { meta: stored.meta.clone(), body, app_metadata: payload.app_metadata }]);
+        }
+        Ok(self.frames.frames(payload)?)
     }
 }
 
@@ -95,6 +96,10 @@ impl DecodedStream for Reader {
                 other => return Ok(Some(other)),
             }
         }
+    }
+
+    fn stats(&self) -> SharedStats {
+        self.decoder.stats()
     }
 
     fn wait_ready(&mut self, within: Duration) -> Result<bool> {

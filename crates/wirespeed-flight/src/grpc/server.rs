@@ -113,7 +113,8 @@ impl Service {
         else {
             return Err(Status::invalid_argument("an upload must start with its schema"));
         };
-        let upload = blocking(move || handler.do_put(&descriptor, &schema)).await?;
+        let mut upload = blocking(move || handler.do_put(&descriptor, &schema)).await?;
+        upload.reading(decoder.stats());
         let (tx, rx) = drive::channel();
         tokio::spawn(drive::upload(stream, decoder, upload, tx));
         Ok(Response::new(rx))
@@ -133,7 +134,7 @@ impl Service {
         let mut stream = request.into_inner();
         let (descriptor, pending) = first_message(&mut stream).await?;
         let reader = Reader::new(stream, Handle::current(), pending);
-        let mut output = blocking(move || handler.do_exchange(&descriptor, input(reader)?)).await?;
+        let mut output = blocking(move || handler.do_exchange(&descriptor, Input::new(reader.payloads()))).await?;
         let payloads = output.payloads;
         output.payloads = Box::new(payloads.inspect(move |_| {
             let _held = &slot;
@@ -167,11 +168,6 @@ async fn first_message(stream: &mut Streaming<FlightData>) -> Result<(FlightDesc
         .ok_or_else(|| Status::invalid_argument("the first message must carry a FlightDescriptor"))?;
     let naming_only = first.data_header.is_empty() && first.app_metadata.is_empty();
     Ok((descriptor, (!naming_only).then_some(first)))
-}
-
-fn input(mut reader: Reader) -> Result<Input> {
-    let schema = reader.read_schema()?;
-    Ok(Input::new(schema, reader.into_payloads()))
 }
 
 #[tonic::async_trait]

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_buffer::Buffer;
@@ -28,14 +28,51 @@ pub enum Decoded {
     Dictionary,
 }
 
-/// The state of one stream of frames: its schema and the dictionaries seen so far.
+/// How many IPC messages of each kind a stream has decoded, as pyarrow's `ReadStats` counts
+/// them (a message of application metadata alone is none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    pub messages: u64,
+    pub record_batches: u64,
+    pub dictionary_batches: u64,
+    pub dictionary_deltas: u64,
+    pub replaced_dictionaries: u64,
+}
+
+/// A decoder's [`ReadStats`] as they grow, for whoever hands its batches on.
+#[derive(Clone, Debug, Default)]
+pub struct SharedStats(Arc<Mutex<ReadStats>>);
+
+impl SharedStats {
+    pub fn get(&self) -> ReadStats {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count(&self, f: impl FnOnce(&mut ReadStats)) {
+        let mut stats = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        stats.messages += 1;
+        f(&mut stats);
+    }
+}
+
+/// The state of one stream of frames: its schema, the dictionaries seen so far, and counts.
 #[derive(Default)]
 pub struct Decoder {
     schema: Option<SchemaRef>,
     dictionaries: HashMap<i64, ArrayRef>,
+    stats: SharedStats,
 }
 
 impl Decoder {
+    /// A decoder that has seen `schema` already (a file's, from its footer).
+    pub fn with_schema(schema: SchemaRef) -> Self {
+        Decoder { schema: Some(schema), ..Decoder::default() }
+    }
+
+    pub fn stats(&self) -> SharedStats {
+        self.stats.clone()
+    }
+
     pub fn decode(&mut self, meta: &[u8], body: Buffer, app_metadata: Bytes) -> Result<Decoded> {
         if meta.is_empty() {
             return Ok(Decoded::Metadata(app_metadata));
@@ -49,6 +86,7 @@ impl Decoder {
                 let schema = Arc::new(schema);
                 self.schema = Some(schema.clone());
                 self.dictionaries.clear();
+                self.stats.count(|_| ());
                 Ok(Decoded::Schema(schema))
             }
             MessageHeader::DictionaryBatch => {
@@ -57,10 +95,16 @@ impl Decoder {
                 let data = dict.data().ok_or_else(|| bad("DictionaryBatch without data".into()))?;
                 check_buffers(data.buffers().map(|b| b.iter().map(|b| (b.offset(), b.length()))), body.len())?;
                 let version = message.version();
+                let (delta, replaced) = (dict.isDelta(), self.dictionaries.contains_key(&dict.id()));
                 let dictionaries = &mut self.dictionaries;
                 guarded(|| {
                     read_dictionary_impl(&body, dict, &schema, dictionaries, &version, false, Default::default())
                 })?;
+                self.stats.count(|s| {
+                    s.dictionary_batches += 1;
+                    s.dictionary_deltas += delta as u64;
+                    s.replaced_dictionaries += (replaced && !delta) as u64;
+                });
                 Ok(Decoded::Dictionary)
             }
             MessageHeader::RecordBatch => {
@@ -72,6 +116,7 @@ impl Decoder {
                 let batch = guarded(|| {
                     RecordBatchDecoder::try_new(&body, batch, schema, dictionaries, &version)?.read_record_batch()
                 })?;
+                self.stats.count(|s| s.record_batches += 1);
                 Ok(Decoded::Batch(batch, app_metadata))
             }
             other => Err(bad(format!("unexpected IPC message {}", other.variant_name().unwrap_or("of unknown type")))),

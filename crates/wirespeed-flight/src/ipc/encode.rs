@@ -7,10 +7,12 @@
 
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
-use arrow_ipc::MessageHeader;
-use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteOptions, StreamEncoder};
-use arrow_schema::{ArrowError, Schema};
+use arrow_ipc::writer::{DictionaryHandling, DictionaryTracker, IpcDataGenerator, IpcWriteOptions, StreamEncoder};
+use arrow_ipc::{CompressionType, MessageHeader};
+use arrow_schema::{ArrowError, Schema, SchemaRef};
 use bytes::Bytes;
+
+use crate::service::Payload;
 
 /// One IPC message: metadata, body pieces (each a multiple of 8 bytes long, 64 in practice) and
 /// the application's metadata. A frame with empty `meta` carries only `app_metadata`.
@@ -34,6 +36,7 @@ impl Frame {
     pub fn body_bytes(&self) -> Bytes {
         match self.body.as_slice() {
             [] => Bytes::new(),
+            [one] => Bytes::from_owner(one.clone()),
             pieces => {
                 let mut v = Vec::with_capacity(self.body_len());
                 for p in pieces {
@@ -45,6 +48,15 @@ impl Frame {
     }
 }
 
+/// How a writer lays its batches out, as pyarrow's `IpcWriteOptions` say the same.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// A dictionary that grows goes as a delta (its new values only), not whole again.
+    pub dictionary_deltas: bool,
+    /// Bodies compressed with LZ4 (frame) or Zstandard.
+    pub compression: Option<CompressionType>,
+}
+
 /// Encodes one stream's batches: the schema, then dictionaries as they appear, then batches.
 pub struct Encoder {
     inner: StreamEncoder,
@@ -54,7 +66,14 @@ pub struct Encoder {
 
 impl Encoder {
     pub fn new(schema: &Schema) -> Result<Self, ArrowError> {
-        let options = IpcWriteOptions::try_new(64, false, arrow_ipc::MetadataVersion::V5)?;
+        Self::with_options(schema, WriteOptions::default())
+    }
+
+    pub fn with_options(schema: &Schema, layout: WriteOptions) -> Result<Self, ArrowError> {
+        let handling = if layout.dictionary_deltas { DictionaryHandling::Delta } else { DictionaryHandling::Resend };
+        let options = IpcWriteOptions::try_new(64, false, arrow_ipc::MetadataVersion::V5)?
+            .try_with_compression(layout.compression)?
+            .with_dictionary_handling(handling);
         // The stream encoder would send the schema with the first batch; we send it up front
         // instead (assigning dictionary ids the same way) and drop its copy.
         let encoded = IpcDataGenerator::default().schema_to_bytes_with_dictionary_tracker(
@@ -89,6 +108,51 @@ impl Encoder {
             last.app_metadata = app_metadata;
         }
         Ok(frames)
+    }
+}
+
+/// An output's payloads as frames, as Flight sends them: the schema when the output begins (at
+/// once, or by a payload that begins it after application metadata alone, as an exchange may),
+/// then dictionaries and batches. Stored batches are the caller's to send.
+#[derive(Default)]
+pub struct FrameWriter {
+    encoder: Option<Encoder>,
+}
+
+impl FrameWriter {
+    /// A writer, and the schema's frame if `schema` begins the output now.
+    pub fn start(schema: Option<&SchemaRef>, options: WriteOptions) -> Result<(Self, Vec<Frame>), ArrowError> {
+        let mut writer = FrameWriter::default();
+        let frames = match schema {
+            Some(schema) => writer.begin(schema, options)?,
+            None => Vec::new(),
+        };
+        Ok((writer, frames))
+    }
+
+    fn begin(&mut self, schema: &SchemaRef, options: WriteOptions) -> Result<Vec<Frame>, ArrowError> {
+        if self.encoder.is_some() {
+            return Err(ArrowError::InvalidArgumentError("the stream has begun already".into()));
+        }
+        let mut encoder = Encoder::with_options(schema, options)?;
+        let frames = encoder.schema_frame().into_iter().collect();
+        self.encoder = Some(encoder);
+        Ok(frames)
+    }
+
+    pub fn frames(&mut self, payload: Payload) -> Result<Vec<Frame>, ArrowError> {
+        if let Some(begin) = payload.begin {
+            let (schema, options) = *begin;
+            return self.begin(&schema, options);
+        }
+        match (payload.batch, &mut self.encoder) {
+            (Some(batch), Some(encoder)) => encoder.encode(&batch, payload.app_metadata),
+            (Some(_), None) => Err(ArrowError::InvalidArgumentError("a batch before the schema".into())),
+            (None, _) if payload.stored.is_some() => {
+                Err(ArrowError::InvalidArgumentError("a stored batch, which its plane sends itself".into()))
+            }
+            (None, _) => Ok(vec![Frame::metadata_only(payload.app_metadata)]),
+        }
     }
 }
 

@@ -10,10 +10,10 @@ mod encode;
 mod share;
 mod stream;
 
-pub use decode::{Decoded, Decoder};
-pub use encode::{Encoder, Frame};
+pub use decode::{Decoded, Decoder, ReadStats, SharedStats};
+pub use encode::{Encoder, Frame, FrameWriter, WriteOptions};
 pub use share::{share, share_all};
-pub use stream::DecodedStream;
+pub use stream::{DecodedStream, PayloadStream};
 
 #[cfg(test)]
 mod tests {

@@ -61,7 +61,7 @@ impl CallStream {
     pub fn send(&self, header: &[u8], body: &[&[u8]]) -> Result<()> {
         match &self.seal {
             None => Ok(self.stream.send(header, body)?),
-            Some(seal) => self.send_sealed(seal, header, body),
+            Some(seal) => self.send_sealed(seal, header, gathered(body.iter().copied())),
         }
     }
 
@@ -70,25 +70,45 @@ impl CallStream {
     pub fn send_bytes(&self, header: &[u8], body: &[Bytes]) -> Result<()> {
         match &self.seal {
             None => Ok(self.stream.send_bytes(header, body)?),
-            Some(seal) => self.send_sealed(seal, header, &body.iter().map(|b| &b[..]).collect::<Vec<_>>()),
+            Some(seal) => self.send_sealed(seal, header, gathered(body.iter().map(|b| &b[..]))),
         }
     }
 
-    fn send_sealed(&self, seal: &Seal, header: &[u8], body: &[&[u8]]) -> Result<()> {
-        let len: usize = body.iter().map(|b| b.len()).sum();
+    /// Sends a body of `len` bytes that `fill` writes piece after piece: straight into
+    /// transport memory where the stream has it and is not sealed.
+    pub fn send_filled(
+        &self,
+        header: &[u8],
+        len: u64,
+        mut fill: impl FnMut(&mut [u8]) -> std::io::Result<()>,
+    ) -> Result<()> {
+        let failed = |e: std::io::Error| Error::internal(format!("reading a batch to send: {e}"));
+        match &self.seal {
+            None => self.stream.send_filled(header, len, fill)?.map_err(failed),
+            Some(seal) => {
+                let len = usize::try_from(len).map_err(|_| Error::internal("a body too large to seal"))?;
+                let mut body = Vec::with_capacity(len + TAG_LEN);
+                body.resize(len, 0);
+                fill(&mut body).map_err(failed)?;
+                self.send_sealed(seal, header, body)
+            }
+        }
+    }
+
+    /// Seals `body` in place (room for its tag reserved, see [`gathered`]) and sends it.
+    fn send_sealed(&self, seal: &Seal, header: &[u8], mut body: Vec<u8>) -> Result<()> {
+        let len = body.len();
         let mut sealed_header = (len as u64).to_le_bytes().to_vec();
         sealed_header.extend_from_slice(header);
-        let mut sealed_body = Vec::with_capacity(if len > 0 { len + TAG_LEN } else { 0 });
-        body.iter().for_each(|b| sealed_body.extend_from_slice(b));
         // The counter is taken and the message sent under one lock, so they go in one order.
         let mut counter = seal.sent.lock().expect("seal lock");
         let id = self.stream.id();
         seal.send.seal(id, *counter, AAD, &mut sealed_header, 0);
         if len > 0 {
-            seal.send.seal(id, *counter + 1, AAD, &mut sealed_body, 0);
+            seal.send.seal(id, *counter + 1, AAD, &mut body, 0);
         }
         *counter += 2;
-        Ok(self.stream.send(&sealed_header, &[&sealed_body])?)
+        Ok(self.stream.send(&sealed_header, &[&body])?)
     }
 
     pub fn recv(&self) -> Result<Option<Message>> {
@@ -113,6 +133,14 @@ impl CallStream {
         }
         Ok(Some(Message { header, body: Body::new(vec![Buf::from(body)]) }))
     }
+}
+
+/// A body's pieces in one buffer with room for its seal's tag.
+fn gathered<'a>(pieces: impl Iterator<Item = &'a [u8]> + Clone) -> Vec<u8> {
+    let len: usize = pieces.clone().map(<[u8]>::len).sum();
+    let mut body = Vec::with_capacity(len + TAG_LEN);
+    pieces.for_each(|p| body.extend_from_slice(p));
+    body
 }
 
 impl Deref for CallStream {

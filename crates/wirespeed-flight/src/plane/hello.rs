@@ -6,8 +6,13 @@
 //!
 //! ```text
 //! x-wirespeed-hello:  v1.<nonce, 16 bytes hex>.<HMAC-SHA256(key, LABEL || nonce), hex>
+//! x-wirespeed-call:   hello | get | put | exchange
 //! x-wirespeed-planes: shm,tcp        (the planes this server offers)
 //! ```
+//!
+//! `x-wirespeed-call` says what the call is for: the ListActions that asks (`hello`), or the
+//! DoAction that asks for one data-plane call's locations (its method). A server shows a
+//! service's middleware the second as the call it stands for, and the first not at all.
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -17,6 +22,8 @@ use crate::error::{Error, Result};
 
 /// The client's request header.
 pub const HELLO_HEADER: &str = "x-wirespeed-hello";
+/// The client's request header: what a call carrying the hello is for.
+pub const CALL_HEADER: &str = "x-wirespeed-call";
 /// The server's response header.
 pub const PLANES_HEADER: &str = "x-wirespeed-planes";
 const LABEL: &[u8] = b"wirespeed-flight hello v1";

@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use wirespeed::fabric::AddressKind;
 use wirespeed::{Fabric, Key};
 
+use super::capability::Grant;
 use super::hello;
 use super::proto::Method;
 use super::server::{Calls, Shared, accept_loop};
@@ -84,8 +85,15 @@ impl PlaneServer {
     /// Where a client that reached us at `host` may run one call, each location with a
     /// capability for that call alone.
     pub fn locations(&self, host: IpAddr, method: Method, target: &[u8]) -> Vec<String> {
+        self.granted_locations(host, method, target).1
+    }
+
+    /// As [`locations`](Self::locations), with the grant they carry: the data-plane call it
+    /// opens shows it to [`Handler::for_call`](crate::Handler::for_call).
+    pub fn granted_locations(&self, host: IpAddr, method: Method, target: &[u8]) -> (Grant, Vec<String>) {
         let grant = self.shared.minter.grant(method, target);
-        self.adverts
+        let uris = self
+            .adverts
             .iter()
             .map(|a| {
                 // A socket path is the same wherever the client is; a port is on the address
@@ -97,7 +105,8 @@ impl PlaneServer {
                 let host = a.kind.capabilities().same_host_only.then(|| self.host_id.clone());
                 PlaneLocation { kind: a.kind, url, host, grant: Some(grant), sealed: a.sealed }.to_uri()
             })
-            .collect()
+            .collect();
+        (grant, uris)
     }
 
     /// The planes to name to a client whose hello proves it holds our key, as

@@ -19,8 +19,8 @@ use bytes::Bytes;
 pub use call_stream::{CallStream, Side};
 
 use crate::error::{Error, Result};
-use crate::ipc::{Decoded, DecodedStream, Decoder, Encoder, Frame};
-use crate::service::{Payload, Payloads};
+use crate::ipc::{Decoded, DecodedStream, Decoder, Frame, FrameWriter, SharedStats, WriteOptions};
+use crate::service::{Output, Payload};
 use proto::Msg;
 
 /// How long a data-plane call may wait on its peer. A Flight consumer may pause reading for
@@ -57,36 +57,30 @@ fn send_frame(stream: &CallStream, frame: &Frame) -> Result<()> {
 
 /// Writes a schema and then payloads as IPC frames.
 pub struct Writer {
-    encoder: Encoder,
+    frames: FrameWriter,
 }
 
 impl Writer {
-    /// Sends the schema at once.
-    pub fn start(stream: &CallStream, schema: &SchemaRef) -> Result<Self> {
-        let mut encoder = Encoder::new(schema)?;
-        if let Some(frame) = encoder.schema_frame() {
-            send_frame(stream, &frame)?;
-        }
-        Ok(Writer { encoder })
+    /// Sends the schema at once, if given (else a payload begins the stream later).
+    pub fn start(stream: &CallStream, schema: Option<&SchemaRef>, options: WriteOptions) -> Result<Self> {
+        let (frames, first) = FrameWriter::start(schema, options)?;
+        first.iter().try_for_each(|f| send_frame(stream, f))?;
+        Ok(Writer { frames })
     }
 
     pub fn write(&mut self, stream: &CallStream, payload: Payload) -> Result<()> {
-        match payload.batch {
-            Some(batch) => {
-                for frame in self.encoder.encode(&batch, payload.app_metadata)? {
-                    send_frame(stream, &frame)?;
-                }
-                Ok(())
-            }
-            None => send_frame(stream, &Frame::metadata_only(payload.app_metadata)),
+        if let Some(stored) = &payload.stored {
+            let header = Msg::Data { app_metadata: payload.app_metadata, meta: stored.meta.clone() }.encode();
+            return stream.send_filled(&header, stored.body_len(), stored.filler());
         }
+        self.frames.frames(payload)?.iter().try_for_each(|f| send_frame(stream, f))
     }
 }
 
 /// Sends a whole output: schema, then every payload; the first error stops it.
-pub fn send_output(stream: &CallStream, schema: &SchemaRef, payloads: Payloads) -> Result<()> {
-    let mut writer = Writer::start(stream, schema)?;
-    for payload in payloads {
+pub fn send_output(stream: &CallStream, output: Output) -> Result<()> {
+    let mut writer = Writer::start(stream, output.schema.as_ref(), output.options)?;
+    for payload in output.payloads {
         writer.write(stream, payload?)?;
     }
     Ok(())
@@ -94,7 +88,7 @@ pub fn send_output(stream: &CallStream, schema: &SchemaRef, payloads: Payloads) 
 
 /// Tells the peer why the call failed; false if it could not be told.
 pub fn send_error(stream: &CallStream, error: &Error) -> bool {
-    let msg = Msg::Error { code: error.code() as i32, message: error.message() };
+    let msg = Msg::Error { code: error.code() as i32, message: error.message(), details: error.details() };
     stream.send(&msg.encode(), &[]).is_ok()
 }
 
@@ -129,14 +123,18 @@ impl DecodedStream for Reader {
                         other => return Ok(Some(other)),
                     }
                 }
-                Msg::Error { code, message } => {
+                Msg::Error { code, message, details } => {
                     self.done = true;
-                    return Err(Error::status(code.into(), message));
+                    return Err(Error::status(code.into(), message).with_details(details));
                 }
                 Msg::Open { .. } => return Err(Error::Protocol("OPEN in the middle of a call".into())),
             }
         }
         Ok(None)
+    }
+
+    fn stats(&self) -> SharedStats {
+        self.decoder.stats()
     }
 
     fn wait_ready(&mut self, within: Duration) -> Result<bool> {

@@ -5,6 +5,7 @@
 //! DATA  = 2 | app_metadata_len u32 | app_metadata | IPC Message flatbuffer (the rest)
 //!         body: the IPC body
 //! ERROR = 3 | code i32 | message (the rest, UTF-8)
+//! ERROR WITH DETAILS = 4 | code i32 | message_len u32 | message | details (the rest)
 //! ```
 //! The client opens the stream with OPEN; each side ends its direction by finishing the stream.
 //! Integers are little-endian.
@@ -46,14 +47,28 @@ impl Method {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
-    Open { method: Method, expiry: u64, mac: [u8; 32], target: Bytes },
-    Data { app_metadata: Bytes, meta: Bytes },
-    Error { code: i32, message: String },
+    Open {
+        method: Method,
+        expiry: u64,
+        mac: [u8; 32],
+        target: Bytes,
+    },
+    Data {
+        app_metadata: Bytes,
+        meta: Bytes,
+    },
+    /// `details` are the error's binary details (pyarrow's `extra_info`), often none.
+    Error {
+        code: i32,
+        message: String,
+        details: Bytes,
+    },
 }
 
 const OPEN: u8 = 1;
 const DATA: u8 = 2;
 const ERROR: u8 = 3;
+const ERROR_WITH_DETAILS: u8 = 4;
 
 impl Msg {
     pub fn encode(&self) -> Vec<u8> {
@@ -73,10 +88,17 @@ impl Msg {
                 out.extend_from_slice(app_metadata);
                 out.extend_from_slice(meta);
             }
-            Msg::Error { code, message } => {
+            Msg::Error { code, message, details } if details.is_empty() => {
                 out.push(ERROR);
                 out.extend_from_slice(&code.to_le_bytes());
                 out.extend_from_slice(message.as_bytes());
+            }
+            Msg::Error { code, message, details } => {
+                out.push(ERROR_WITH_DETAILS);
+                out.extend_from_slice(&code.to_le_bytes());
+                out.extend_from_slice(&(message.len() as u32).to_le_bytes());
+                out.extend_from_slice(message.as_bytes());
+                out.extend_from_slice(details);
             }
         }
         out
@@ -113,6 +135,21 @@ impl Msg {
                 Ok(Msg::Error {
                     code: i32::from_le_bytes(*code),
                     message: String::from_utf8_lossy(message).into_owned(),
+                    details: Bytes::new(),
+                })
+            }
+            ERROR_WITH_DETAILS => {
+                let (code, rest) = rest.split_first_chunk::<4>().ok_or_else(|| bad("ERROR"))?;
+                let (len, rest) = rest.split_first_chunk::<4>().ok_or_else(|| bad("ERROR"))?;
+                let len = u32::from_le_bytes(*len) as usize;
+                if len > rest.len() {
+                    return Err(bad("ERROR (message overruns the header)"));
+                }
+                let (message, details) = rest.split_at(len);
+                Ok(Msg::Error {
+                    code: i32::from_le_bytes(*code),
+                    message: String::from_utf8_lossy(message).into_owned(),
+                    details: Bytes::copy_from_slice(details),
                 })
             }
             other => Err(Error::Protocol(format!("unknown data-plane message type {other}"))),
@@ -131,7 +168,8 @@ mod tests {
             Msg::Open { method: Method::Exchange, expiry: 77, mac: [9; 32], target: Bytes::from_static(b"ticket") },
             Msg::Data { app_metadata: Bytes::from_static(b"app"), meta: Bytes::from_static(b"flatbuffer") },
             Msg::Data { app_metadata: Bytes::new(), meta: Bytes::new() },
-            Msg::Error { code: 5, message: "no such flight".into() },
+            Msg::Error { code: 5, message: "no such flight".into(), details: Bytes::new() },
+            Msg::Error { code: 2, message: "boom ✓".into(), details: Bytes::from_static(b"\0extra") },
         ] {
             assert_eq!(Msg::decode(&msg.encode()).unwrap(), msg);
         }
@@ -144,6 +182,7 @@ mod tests {
             assert!(Msg::decode(&open[..n]).is_err(), "prefix of {n} bytes");
         }
         assert!(Msg::decode(&[DATA, 9, 0, 0, 0, b'x']).is_err());
+        assert!(Msg::decode(&[ERROR_WITH_DETAILS, 2, 0, 0, 0, 9, 0, 0, 0, b'x']).is_err());
         assert!(Msg::decode(&[OPEN, 7]).is_err());
     }
 

@@ -16,7 +16,7 @@ use super::proto::{Method, Msg};
 use super::{Reader, close, send_error, send_output};
 use crate::error::{Error, Result};
 use crate::ipc::DecodedStream;
-use crate::service::{Handler, Input};
+use crate::service::{Handler, Input, Intake, PlaneCall};
 
 /// How long a call waits for its client to end the stream after the answer.
 const LINGER: Duration = Duration::from_secs(10);
@@ -118,18 +118,28 @@ fn run_call(stream: &Arc<CallStream>, shared: &Shared) -> Result<()> {
         return Err(Error::Protocol("a call must start with OPEN".into()));
     };
     shared.minter.check(method, &target, &Grant { expiry, mac })?;
-    let handler = &shared.handler;
+    let watched = stream.clone();
+    let for_call = shared.handler.for_call(&PlaneCall::new(mac, Arc::new(move || watched.is_reset())));
+    let handler = for_call.as_deref().unwrap_or(&*shared.handler);
     match method {
         Method::Get => {
             let output = handler.do_get(&target)?;
-            send_output(stream, &output.schema, output.payloads)
+            send_output(stream, output)
         }
         Method::Put => {
             let descriptor = descriptor(&target)?;
-            let mut reader = Reader::new(stream.clone());
-            let mut upload = handler.do_put(&descriptor, &reader.read_schema()?)?;
+            let mut reader = Reader::new(stream.clone()).payloads();
+            let mut upload = handler.do_put(&descriptor, &reader.schema()?)?;
+            upload.reading(reader.stats());
             let result = |app_metadata| Msg::Data { app_metadata, meta: Default::default() }.encode();
-            while let Some(payload) = reader.next_payload()? {
+            loop {
+                match upload.intake(POLL) {
+                    Intake::Done => break,
+                    Intake::Later => continue,
+                    Intake::Ready if !reader.wait_ready(POLL)? => continue,
+                    Intake::Ready => {}
+                }
+                let Some(payload) = reader.next_payload()? else { break };
                 if let Some(ack) = upload.write(payload)? {
                     stream.send(&result(ack), &[])?;
                 }
@@ -141,10 +151,9 @@ fn run_call(stream: &Arc<CallStream>, shared: &Shared) -> Result<()> {
         }
         Method::Exchange => {
             let descriptor = descriptor(&target)?;
-            let mut reader = Reader::new(stream.clone());
-            let input = Input::lazy(Box::new(move || Ok((reader.read_schema()?, reader.into_payloads()))));
+            let input = Input::new(Reader::new(stream.clone()).payloads());
             let output = handler.do_exchange(&descriptor, input)?;
-            send_output(stream, &output.schema, output.payloads)
+            send_output(stream, output)
         }
     }
 }

@@ -141,6 +141,11 @@ impl Session {
         None
     }
 
+    /// Whether stream `id` was reset (by either side) or the connection failed.
+    pub fn is_reset(&self, id: u32) -> bool {
+        self.terminal_error().is_some() || self.streams.get(&id).is_some_and(|s| s.reset.is_some())
+    }
+
     /// Marks the connection failed; the first error wins.
     pub fn fail(&mut self, e: Error) {
         if self.failed.is_none() {

@@ -264,6 +264,17 @@ impl Stream {
         }
     }
 
+    /// Whether the stream was reset (by either side: a peer that gave up on it) or its
+    /// connection failed, from what has arrived within a moment's wait.
+    pub fn is_reset(&self) -> bool {
+        let reset = |s: &mut Session| s.is_reset(self.id).then_some(Ok(()));
+        match self.inner.wait_for(Duration::from_millis(1), Waiting::OnStream(self.id), reset) {
+            Ok(()) => true,
+            Err(Error::Timeout(_)) => false,
+            Err(_) => true,
+        }
+    }
+
     /// How long each wait on this stream may last.
     pub fn timeout(&self) -> Duration {
         self.timeout
