@@ -62,5 +62,5 @@ pub use mem::{Body, Buf, Recycler, SealedRegion};
 #[cfg(feature = "gpu")]
 pub use transport::DeviceRegion;
 pub use transport::{
-    Config, Connection, Incoming, Listener, Message, Ready, Region, RemoteRegion, Stream, connect, listen,
+    Config, Connection, Incoming, LentMemory, Listener, Message, Ready, Region, RemoteRegion, Stream, connect, listen,
 };

@@ -476,6 +476,49 @@ fn one_sided_put_and_get(scheme: &str) {
     assert!(c.remote_region(b"not a descriptor").is_err());
 }
 
+/// Memory the owner maps from a shared-memory file of its own (at an offset past a first
+/// page) is lent to the peer, which puts into it: the bytes land in the file, where a third
+/// mapping of it sees them.
+fn one_sided_put_into_lent_memory(scheme: &str) {
+    use std::os::fd::OwnedFd;
+    use std::sync::Arc;
+    const LEN: usize = 1 << 20;
+    const AT: usize = 4096;
+    let (_l, c, s) = pair(scheme);
+    let file = nix::sys::memfd::memfd_create("lent", nix::sys::memfd::MFdFlags::empty()).unwrap();
+    nix::unistd::ftruncate(&file, (AT + LEN) as i64).unwrap();
+    let file: Arc<OwnedFd> = Arc::new(file);
+    let map = |offset: usize, len: usize| {
+        let len = std::num::NonZeroUsize::new(len).unwrap();
+        let prot = nix::sys::mman::ProtFlags::PROT_READ | nix::sys::mman::ProtFlags::PROT_WRITE;
+        // SAFETY: a fresh shared mapping of a file this test holds, unmapped never (a test).
+        unsafe { nix::sys::mman::mmap(None, len, prot, nix::sys::mman::MapFlags::MAP_SHARED, &*file, offset as i64) }
+            .unwrap()
+            .cast::<u8>()
+    };
+    let ptr = map(AT, LEN);
+    let lent = wirespeed::LentMemory { ptr, len: LEN, file: file.clone(), offset: AT as u64, keep: Box::new(()) };
+    // SAFETY: the mapping above stays for the whole test.
+    let region = unsafe { s.lend(lent) }.unwrap();
+    let control = c.open_stream().unwrap();
+    control.send(b"hello", &[]).unwrap();
+    let served = s.accept_stream().unwrap();
+    served.recv().unwrap().unwrap();
+    served.send(region.descriptor(), &[]).unwrap();
+
+    let remote = c.remote_region(&control.recv().unwrap().unwrap().header).unwrap();
+    assert_eq!(remote.len(), LEN as u64);
+    let data = pattern(11, LEN - 10);
+    c.put(&remote, 10, &data).unwrap();
+    assert!(matches!(c.put(&remote, LEN as u64 - 1, b"xy"), Err(Error::Limit(_))));
+    control.send(b"put done", &[]).unwrap();
+    assert_eq!(served.recv().unwrap().unwrap().header, b"put done");
+    let whole = map(0, AT + LEN);
+    // SAFETY: the mapping is AT + LEN bytes; the put is done (ordered by the message).
+    let seen = unsafe { std::slice::from_raw_parts(whole.as_ptr().add(AT + 10), LEN - 10) };
+    assert_eq!(seen, &data[..], "lent bytes on {scheme}");
+}
+
 /// A put into a region the owner never exposed (or already dropped) fails that connection
 /// with a protocol error on both sides; the listener serves others.
 fn put_into_an_unexposed_region_fails_the_connection(scheme: &str) {
@@ -1094,6 +1137,7 @@ suite! {
         failed_fill_resets_only_its_stream,
         one_thread_serves_many_streams,
         one_sided_put_and_get,
+        one_sided_put_into_lent_memory,
         put_into_an_unexposed_region_fails_the_connection,
         body_larger_than_4_gib,
         slow_reader_does_not_stall_others,

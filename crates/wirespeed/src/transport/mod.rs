@@ -34,7 +34,7 @@ pub use conn::Connection;
 pub use device_region::DeviceRegion;
 pub use listener::Listener;
 pub use progress::wait_for_closing;
-pub use rma::{Region, RemoteRegion};
+pub use rma::{LentMemory, Region, RemoteRegion};
 pub use stream::{Incoming, Message, Stream};
 
 use crate::error::Result;
@@ -136,6 +136,9 @@ pub(crate) trait NativeRma: Send + Sync {
     /// fastest: shared memory a peer on the same host maps, say), and the access information
     /// a peer needs. Dropping the memory revokes access and frees it.
     fn register(&self, len: usize) -> Result<(RegionMem, Vec<u8>)>;
+    /// Registers memory the caller keeps: what keeps the registration (dropped before the
+    /// memory) and the access information a peer needs.
+    fn lend(&self, mem: &LentMemory) -> Result<(Box<dyn std::any::Any + Send + Sync>, Vec<u8>)>;
     /// Makes a peer's access information usable on this connection.
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>>;
     /// Lends the peer GPU memory: the access information it needs, and what keeps the

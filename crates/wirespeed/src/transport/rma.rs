@@ -3,7 +3,10 @@
 //! taking part. Fabrics that can (UCX: cma, RDMA) do this natively ([`NativeRma`](super::NativeRma)); on the
 //! rest it travels as Put, Get and GetReply frames that the owner's reading thread applies.
 
+use std::any::Any;
 use std::io::IoSlice;
+use std::os::fd::OwnedFd;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::NativeRemote;
@@ -63,6 +66,24 @@ impl Drop for Region {
     }
 }
 
+/// Memory the caller has mapped from a shared-memory file and keeps, lent to the peer as a
+/// [`Region`] in place of memory the connection allocates: so that the bytes a peer puts land
+/// where a third party (another process mapping the same file) reads them, uncopied.
+pub struct LentMemory {
+    pub ptr: NonNull<u8>,
+    pub len: usize,
+    /// The file the memory maps, so that a peer on this host maps the same pages, and where
+    /// in it the memory starts (a multiple of the page size).
+    pub file: Arc<OwnedFd>,
+    pub offset: u64,
+    /// What keeps the mapping alive; dropped after the fabric's registration.
+    pub keep: Box<dyn Any + Send + Sync>,
+}
+
+// SAFETY: `ptr` only names memory that `keep` keeps mapped; see `Connection::lend`.
+unsafe impl Send for LentMemory {}
+unsafe impl Sync for LentMemory {}
+
 /// The id in the descriptor of a GPU region, which the session's table never holds.
 pub(super) const DEVICE_REGION: u32 = u32::MAX;
 
@@ -95,6 +116,31 @@ impl Connection {
         let mem = Arc::new(mem);
         let id = inner.lock().session.rma.add_region(mem.clone())?;
         let descriptor = Descriptor { id, len: len as u64, native }.encode();
+        Ok(Region { mem, id, descriptor, conn: inner.clone() })
+    }
+
+    /// Lends the peer memory the caller keeps mapped, as [`register`](Self::register) lends
+    /// memory it allocates. A peer on this host maps the same file (which, unlike the memory
+    /// `register` allocates, cannot be sealed against shrinking: the peer trusts this side not
+    /// to truncate it, as it trusts it with the key).
+    ///
+    /// # Safety
+    /// `mem.ptr..mem.ptr+mem.len` must be valid, writable memory, mapping `mem.file` at
+    /// `mem.offset`, for as long as `mem.keep` lives; nothing but the peer's puts may race
+    /// with the caller's reads (messages order them, as for any region).
+    pub unsafe fn lend(&self, mem: LentMemory) -> Result<Region> {
+        let inner = &self.inner;
+        let native = match &inner.native_rma {
+            Some(n) => n.lend(&mem)?,
+            None => (Box::new(()) as Box<dyn Any + Send + Sync>, Vec::new()),
+        };
+        let len = mem.len;
+        // SAFETY: the caller vouches for the memory while `keep` lives; the registration
+        // (first in the tuple) drops before it.
+        let region = unsafe { RegionMem::from_fabric(mem.ptr, len, Box::new((native.0, mem.keep))) };
+        let mem = Arc::new(region);
+        let id = inner.lock().session.rma.add_region(mem.clone())?;
+        let descriptor = Descriptor { id, len: len as u64, native: native.1 }.encode();
         Ok(Region { mem, id, descriptor, conn: inner.clone() })
     }
 

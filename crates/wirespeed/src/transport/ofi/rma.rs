@@ -16,7 +16,7 @@ use crate::error::{Error, Result, Violation};
 use crate::mem::RegionMem;
 use crate::transport::progress::Driver;
 use crate::transport::progress::Handle;
-use crate::transport::{NativeRemote, NativeRma};
+use crate::transport::{LentMemory, NativeRemote, NativeRma};
 
 const PAGE: usize = 4096;
 
@@ -59,6 +59,15 @@ impl NativeRma for OfiRma {
         owner.registration = Some(r);
         // SAFETY: the memory stays valid until `owner` drops.
         Ok((unsafe { RegionMem::from_fabric(ptr, len, Box::new(owner)) }, native))
+    }
+
+    fn lend(&self, mem: &LentMemory) -> Result<(Box<dyn std::any::Any + Send + Sync>, Vec<u8>)> {
+        let access = (FI_REMOTE_READ | FI_REMOTE_WRITE | FI_READ | FI_WRITE) as u64;
+        // SAFETY: the caller of `Connection::lend` keeps the memory past the registration.
+        let r = unsafe { self.h.shared.lock().ep.register(mem.ptr.as_ptr(), mem.len, access)? };
+        let mut native = r.addr.to_le_bytes().to_vec();
+        native.extend_from_slice(&r.key.to_le_bytes());
+        Ok((Box::new(r), native))
     }
 
     /// GPU memory would need the provider opened with FI_HMEM and registered with the CUDA

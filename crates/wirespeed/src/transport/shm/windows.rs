@@ -18,7 +18,7 @@ use super::regions::{Incoming, WINDOW, send_fd};
 use crate::error::{Error, Result, Violation};
 use crate::mem::{Mapping, RegionMem};
 use crate::sync::Unpoison;
-use crate::transport::{NativeRemote, NativeRma};
+use crate::transport::{LentMemory, NativeRemote, NativeRma};
 
 /// What keeps a window's size fixed for both sides.
 const FIXED: SealFlag = SealFlag::F_SEAL_SHRINK.union(SealFlag::F_SEAL_GROW);
@@ -55,6 +55,15 @@ impl NativeRma for ShmRma {
         Ok((mem, id.to_le_bytes().to_vec()))
     }
 
+    /// Hands over the file itself; the descriptor adds where in it the memory starts.
+    fn lend(&self, mem: &LentMemory) -> Result<(Box<dyn std::any::Any + Send + Sync>, Vec<u8>)> {
+        let id = WINDOW | self.next.fetch_add(1, Ordering::Relaxed);
+        send_fd(&self.sock, id, mem.len as u64, &*mem.file)
+            .map_err(|e| Error::ConnectionLost(format!("handing over lent memory: {e}")))?;
+        let native = [id.to_le_bytes(), mem.offset.to_le_bytes()].concat();
+        Ok((Box::new(()), native))
+    }
+
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>> {
         #[cfg(feature = "gpu")]
         if super::gpu_window::names_gpu(native) {
@@ -62,13 +71,19 @@ impl NativeRma for ShmRma {
             let same_process = peer.is_ok_and(|c| c.pid() as u32 == std::process::id());
             return super::gpu_window::open(native, same_process);
         }
-        let id = native.try_into().map(u64::from_le_bytes).map_err(|_| Violation::Malformed("shm window"))?;
-        if id & WINDOW == 0 {
-            return Err(Violation::Malformed("shm window").into());
-        }
+        let word = |at: usize| native.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let (id, lent_at) = match native.len() {
+            8 => (word(0), None),
+            16 => (word(0), word(8)),
+            _ => (None, None),
+        };
+        let id = id.filter(|id| id & WINDOW != 0).ok_or(Violation::Malformed("shm window"))?;
         let deadline = Instant::now() + self.timeout;
         let (fd, len) = self.incoming.lock().unpoison().take_window(id, &self.sock, deadline)?;
         let bad = |why: String| Error::from(Violation::BadSharedRegion(why));
+        if let Some(offset) = lent_at {
+            return lent_window(fd, offset, len).map_err(bad);
+        }
         let seals = fcntl(&fd, FcntlArg::F_GET_SEALS).map_err(|e| bad(format!("is not sealable memory ({e})")))?;
         if !SealFlag::from_bits_truncate(seals).contains(FIXED) {
             return Err(bad("may change size".into()));
@@ -87,6 +102,18 @@ impl NativeRma for ShmRma {
     ) -> Result<(Box<dyn std::any::Any + Send + Sync>, Vec<u8>)> {
         Ok((Box::new(()), super::gpu_window::lend(mem)?))
     }
+}
+
+/// Memory the peer lent from a file of its own: `len` bytes at `offset`, which must lie
+/// inside the file (it cannot be sealed: see `Connection::lend`).
+fn lent_window(fd: std::os::fd::OwnedFd, offset: u64, len: u64) -> std::result::Result<Box<dyn NativeRemote>, String> {
+    let st = nix::sys::stat::fstat(&fd).map_err(|e| format!("cannot be examined ({e})"))?;
+    let inside = offset.checked_add(len).is_some_and(|end| end <= st.st_size as u64);
+    if len == 0 || offset % 4096 != 0 || !inside {
+        return Err(format!("lends {len} bytes at {offset} of a {}-byte file", st.st_size));
+    }
+    let map = Mapping::shared(&fd, offset as usize, len as usize).map_err(|e| format!("cannot be mapped ({e})"))?;
+    Ok(Box::new(Window(map)))
 }
 
 /// The peer's region, mapped here.

@@ -17,7 +17,7 @@ use super::worker::RmaOp;
 use crate::error::{Error, Result, Violation};
 use crate::mem::RegionMem;
 use crate::transport::progress::Handle;
-use crate::transport::{NativeRemote, NativeRma};
+use crate::transport::{LentMemory, NativeRemote, NativeRma};
 
 pub(super) struct UcxRma {
     pub(super) h: Arc<Handle<Core>>,
@@ -125,6 +125,19 @@ impl NativeRma for UcxRma {
         let native = access(&registration, ptr.as_ptr() as u64)?;
         // SAFETY: the memory stays valid until the registration, its owner, drops.
         Ok((unsafe { RegionMem::from_fabric(ptr, len, Box::new(registration)) }, native))
+    }
+
+    fn lend(&self, mem: &LentMemory) -> Result<(Box<dyn std::any::Any + Send + Sync>, Vec<u8>)> {
+        let params = ucp_mem_map_params_t {
+            field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH) as u64,
+            address: mem.ptr.as_ptr().cast(),
+            length: mem.len.max(1),
+            ..Default::default()
+        };
+        // SAFETY: the caller of `Connection::lend` keeps the memory past the registration.
+        let registration = unsafe { Registration::map(&params, "registering lent memory") }?;
+        let native = access(&registration, mem.ptr.as_ptr() as u64)?;
+        Ok((Box::new(registration), native))
     }
 
     /// Registers device memory as CUDA memory: UCX then puts into it with whatever its
