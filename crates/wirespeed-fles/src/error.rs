@@ -22,6 +22,9 @@ pub enum FlesError {
     /// GPU memory: no GPU, a driver call that failed, a kernel that did not compile.
     #[error("{0}")]
     Gpu(String),
+    /// FLESnet's shared-memory interface: a segment that cannot be made or opened.
+    #[error("shared memory: {0}")]
+    Shm(String),
     #[error("timeslice archive: {0}")]
     Archive(String),
 }

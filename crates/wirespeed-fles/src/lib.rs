@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod frames;
+pub mod ipc;
 pub mod model;
 pub mod node;
 pub mod output;

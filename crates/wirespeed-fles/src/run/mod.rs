@@ -9,6 +9,7 @@ mod feed;
 mod frames;
 mod input;
 mod link;
+mod publish;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,0 +1,177 @@
+//! Our own consumer of FLESnet's interface, as `fles::TimesliceReceiver` is theirs: it
+//! registers with a node's distributor at `ipc://@NAME`, takes one timeslice at a time as a
+//! view into the node's shared memory, and completes it when the view drops.
+
+use std::io::{Read, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::distributor::{ItemId, Registration};
+use super::segment::Segment;
+use super::work_item::{TimesliceDescriptor, WorkItem};
+use super::zmtp::{Parts, SocketType, Zmtp, message_bytes};
+use crate::error::{FlesError, Result, malformed};
+use crate::model::ComponentView;
+
+/// FLESnet's worker gives up on a distributor it has not heard from for this long.
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Work items are a few bytes per component.
+const MAX_ITEM: usize = 16 << 20;
+
+/// A consumer attached to one compute node.
+pub struct TimesliceReceiver {
+    name: String,
+    registration: Registration,
+    conn: UnixStream,
+    zmtp: Zmtp,
+    segment: Option<Arc<Segment>>,
+    /// The item whose view is out, to complete before the next.
+    held: Option<ItemId>,
+    ended: bool,
+}
+
+/// One timeslice, viewed where the node keeps it; completed when it drops.
+pub struct TimesliceView<'a> {
+    pub descriptor: TimesliceDescriptor,
+    components: Vec<ComponentView<'a>>,
+    _receiver: &'a mut TimesliceReceiver,
+}
+
+impl TimesliceView<'_> {
+    pub fn index(&self) -> u64 {
+        self.descriptor.index
+    }
+
+    pub fn components(&self) -> &[ComponentView<'_>] {
+        &self.components
+    }
+}
+
+fn net(what: &str, e: std::io::Error) -> FlesError {
+    FlesError::Net(format!("{what}: {e}"))
+}
+
+impl TimesliceReceiver {
+    /// Attaches to the node publishing as `name` (`--output shm:NAME`), wanting the items
+    /// `registration` names.
+    pub fn connect(name: &str, registration: Registration) -> Result<TimesliceReceiver> {
+        let (conn, zmtp) = open(name, &registration)?;
+        Ok(TimesliceReceiver { name: name.into(), registration, conn, zmtp, segment: None, held: None, ended: false })
+    }
+
+    /// Every timeslice, one consumer alone (stride 1, queue all).
+    pub fn all(name: &str, client: &str) -> Result<TimesliceReceiver> {
+        let registration = Registration::parse(&format!("REGISTER 1 0 0 0 {client}")).expect("well-formed");
+        Self::connect(name, registration)
+    }
+
+    /// The next timeslice (completing the one before), or None once the node has ended the
+    /// stream. A node silent for [`HEARTBEAT_TIMEOUT`] or gone is an error.
+    pub fn next(&mut self) -> Result<Option<TimesliceView<'_>>> {
+        if self.ended {
+            return Ok(None);
+        }
+        if let Some(id) = self.held.take() {
+            self.send(&format!("COMPLETE {id}"))?;
+        }
+        loop {
+            let parts = self.receive()?;
+            let text = parts.first().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
+            if text.starts_with("WORK_ITEM ") {
+                let id = text[10..].trim().parse::<ItemId>().map_err(|_| malformed("work item", text.clone()))?;
+                let item = WorkItem::decode(parts.get(1).map_or(&[][..], Vec::as_slice))?;
+                self.held = Some(id);
+                return self.view(item).map(Some);
+            } else if text == "HEARTBEAT" {
+                self.send("HEARTBEAT")?;
+            } else if text == "DISCONNECT END" {
+                self.ended = true;
+                return Ok(None);
+            } else if text == "DISCONNECT" {
+                // As FLESnet's worker does: a new connection, registered anew.
+                (self.conn, self.zmtp) = open(&self.name, &self.registration)?;
+            } else {
+                return Err(FlesError::Protocol(format!("the distributor sent {text:?}")));
+            }
+        }
+    }
+
+    fn view(&mut self, item: WorkItem) -> Result<TimesliceView<'_>> {
+        if self.segment.as_ref().is_none_or(|s| s.uuid != item.shm_uuid) {
+            let segment = Segment::open_read_only(&item.shm_name)?;
+            if segment.uuid != item.shm_uuid {
+                return Err(FlesError::Shm(format!(
+                    "{} is not the segment the item names (UUIDs differ)",
+                    item.shm_name
+                )));
+            }
+            self.segment = Some(segment);
+        }
+        let segment = self.segment.clone().expect("opened above");
+        let mut components = Vec::with_capacity(item.data.len());
+        for (&handle, c) in item.data.iter().zip(&item.components) {
+            let bytes = segment
+                .bytes(handle, c.size)
+                .ok_or_else(|| malformed("work item", "a component outside the segment"))?;
+            // SAFETY: the segment stays mapped while the receiver holds it (a new UUID replaces it
+            // only in `view`, which needs the receiver exclusively, so no view is out).
+            let bytes: &[u8] = unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
+            components.push(ComponentView::new(bytes, c.num_microslices)?);
+        }
+        Ok(TimesliceView { descriptor: item.descriptor, components, _receiver: self })
+    }
+
+    fn send(&mut self, text: &str) -> Result<()> {
+        self.conn.write_all(&message_bytes(&[text.as_bytes()])).map_err(|e| net("writing to the distributor", e))
+    }
+
+    fn receive(&mut self) -> Result<Parts> {
+        let deadline = Instant::now() + HEARTBEAT_TIMEOUT;
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            if let Some(m) = self.zmtp.message() {
+                return Ok(m);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(FlesError::Net(format!(
+                    "ipc://@{}: no word from the node for {HEARTBEAT_TIMEOUT:?}",
+                    self.name
+                )));
+            }
+            self.conn.set_read_timeout(Some(left)).map_err(|e| net("setting a timeout", e))?;
+            match self.conn.read(&mut buf) {
+                Ok(0) => return Err(FlesError::Net(format!("ipc://@{}: the node went away", self.name))),
+                Ok(n) => self.zmtp.receive(&buf[..n])?,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) => return Err(net("reading from the distributor", e)),
+            }
+            let out = self.zmtp.transmit();
+            if !out.is_empty() {
+                self.conn.write_all(&out).map_err(|e| net("writing to the distributor", e))?;
+            }
+        }
+    }
+}
+
+/// Connects, greets and registers.
+fn open(name: &str, registration: &Registration) -> Result<(UnixStream, Zmtp)> {
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| net("naming the socket", e))?;
+    let mut conn = UnixStream::connect_addr(&addr).map_err(|e| net(&format!("connecting to ipc://@{name}"), e))?;
+    let mut zmtp = Zmtp::new(SocketType::Req, MAX_ITEM);
+    conn.set_read_timeout(Some(HEARTBEAT_TIMEOUT)).map_err(|e| net("setting a timeout", e))?;
+    let mut buf = [0u8; 4096];
+    while !zmtp.is_open() {
+        conn.write_all(&zmtp.transmit()).map_err(|e| net("greeting the distributor", e))?;
+        let n = conn.read(&mut buf).map_err(|e| net("greeting the distributor", e))?;
+        if n == 0 {
+            return Err(FlesError::Net(format!("ipc://@{name}: closed while greeting")));
+        }
+        zmtp.receive(&buf[..n])?;
+    }
+    conn.write_all(&zmtp.transmit()).map_err(|e| net("greeting the distributor", e))?;
+    conn.write_all(&message_bytes(&[registration.message().as_bytes()])).map_err(|e| net("registering", e))?;
+    Ok((conn, zmtp))
+}

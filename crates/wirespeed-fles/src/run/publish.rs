@@ -1,0 +1,109 @@
+//! `--output shm:NAME`: a compute node serves its timeslices to FLESnet's consumers. The
+//! inputs put their components straight into rings in the node's Boost segment (lent to the
+//! fabric in place), and each complete timeslice goes out as a work item pointing there; its
+//! space goes back once no consumer holds it.
+
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use wirespeed::{Connection, LentMemory};
+
+use super::Settings;
+use super::compute::{ComputeListener, ComputeSummary, Consumer, DataRing, Timeslice};
+use super::link::Event;
+use crate::error::{FlesError, Result};
+use crate::ipc::publisher::Publisher;
+use crate::ipc::segment::Segment;
+use crate::ipc::work_item::{ComponentEntry, TimesliceDescriptor, WorkItem};
+
+/// FLESnet's TimesliceDescriptor flag for a timeslice missing some input's component.
+pub const MISSING_COMPONENTS: u32 = 1 << 2;
+
+struct Publishing<F> {
+    segment: Arc<Segment>,
+    file: Arc<std::os::fd::OwnedFd>,
+    publisher: Publisher,
+    next_id: u64,
+    core: u64,
+    seen: F,
+}
+
+impl ComputeListener {
+    /// Runs compute node `index`, publishing each complete timeslice as `name` (see the
+    /// module); `seen` hears of each as it goes out. Consumers holding one longer than `hold`
+    /// lose it.
+    pub fn publish(
+        self,
+        s: &Settings,
+        index: usize,
+        barrier: impl FnOnce() -> Result<()>,
+        name: &str,
+        hold: Duration,
+        seen: impl FnMut(&Timeslice<'_>),
+    ) -> Result<ComputeSummary> {
+        let segment = Segment::create(name, &vec![s.rings.data as usize; s.inputs])?;
+        let file = Arc::new(segment.file()?);
+        let publisher = Publisher::start(name, hold)?;
+        let mut p = Publishing { segment, file, publisher, next_id: 0, core: s.slicing.core, seen };
+        self.drive(s, index, barrier, &mut p)
+    }
+}
+
+impl<F: FnMut(&Timeslice<'_>)> Consumer for Publishing<F> {
+    fn ring(&mut self, conn: &Connection, len: usize) -> Result<Option<DataRing>> {
+        let block = self.segment.allocate(len)?;
+        let lent = LentMemory {
+            ptr: block.ptr,
+            len,
+            file: self.file.clone(),
+            offset: block.offset as u64,
+            keep: Box::new(block),
+        };
+        // SAFETY: the block is mapped for as long as it lives, which `keep` sees to; the
+        // node reads a component only after the input's message says it is there.
+        let region = unsafe { conn.lend(lent) }.map_err(|e| FlesError::Net(format!("lending a ring: {e}")))?;
+        Ok(Some(DataRing::Host(region)))
+    }
+
+    fn complete(&mut self, ts: &Timeslice<'_>, release: &Sender<Event>) -> Result<bool> {
+        (self.seen)(ts);
+        let id = self.next_id;
+        self.next_id += 1;
+        let base = self.segment.base() as usize;
+        let mut data = Vec::with_capacity(ts.places.len());
+        let mut components = Vec::with_capacity(ts.places.len());
+        for p in &ts.places {
+            let ring = ts.rings[p.input].host().expect("rings in the segment are host memory");
+            data.push((ring.as_ptr() as usize - base + p.at) as i64);
+            let (offset, size, num_microslices) = (p.at as u64, p.len as u64, p.microslices);
+            components.push(ComponentEntry { ts_num: ts.index, offset, size, num_microslices, flags: 0 });
+        }
+        let start_time = ts.components.first().and_then(|c| c.descriptor(0).ok()).map_or(0, |d| d.idx);
+        let item = WorkItem {
+            shm_uuid: self.segment.uuid,
+            shm_name: self.segment.name().into(),
+            descriptor: TimesliceDescriptor {
+                index: ts.index,
+                start_time,
+                duration: 0,
+                flags: if ts.incomplete() { MISSING_COMPONENTS } else { 0 },
+                ts_pos: id,
+                num_core_microslices: self.core as u32,
+                num_components: ts.places.len() as u32,
+            },
+            data,
+            components,
+        };
+        let (release, index) = (release.clone(), ts.index);
+        let done = Box::new(move || {
+            let _ = release.send(Event::Released(index)); // a node that ended needs none
+        });
+        self.publisher.publish(id, item.encode(), done);
+        Ok(false)
+    }
+
+    fn delivered_all(&mut self) {
+        self.publisher.end();
+    }
+}
