@@ -60,7 +60,10 @@ pub struct RunArgs {
     /// Where complete timeslices go: `null` checks every CRC and keeps nothing; `tsa:PATH`
     /// writes FLESnet timeslice archives and `arrow:PATH` Arrow IPC files, one row per
     /// microslice (one file per compute node: PATH, or run.0.tsa, run.1.tsa, ... for
-    /// run.tsa), renamed into place when the run ends well.
+    /// run.tsa), renamed into place when the run ends well; `shm:NAME` serves them to
+    /// FLESnet's consumers (`tsclient -i shm:NAME`, fles::TimesliceReceiver), NAME.0,
+    /// NAME.1, ... with several compute nodes; `?hold=SECONDS` (10) is how long a consumer
+    /// may hold one, `&consumers=N` waits for N consumers before the run starts.
     #[arg(long, default_value = "null")]
     output: Output,
     /// Write the run's figures and time series here, as JSON.

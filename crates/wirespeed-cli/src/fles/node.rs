@@ -101,9 +101,23 @@ pub fn compute(
         v["frames"] = figures;
         return Ok(v);
     }
-    let mut sink = Sink::open(output, s.slicing.core)?;
     let (mut checked, mut timeslices, mut bytes) = (0u64, 0u64, 0u64);
     let mut next_progress = Instant::now() + PROGRESS_EVERY;
+    if let Output::Shm(shm) = output {
+        // The consumers check what they take; the node only counts.
+        let summary = listener
+            .publish(s, index, barrier, shm, |ts| {
+                timeslices += 1;
+                bytes += ts.components.iter().map(|c| c.bytes().len() as u64).sum::<u64>();
+                if Instant::now() >= next_progress {
+                    progress(timeslices, bytes);
+                    next_progress = Instant::now() + PROGRESS_EVERY;
+                }
+            })
+            .with_context(|| format!("compute node {index}, publishing as {}", shm.name))?;
+        return Ok(compute_json(&summary, 0));
+    }
+    let mut sink = Sink::open(output, s.slicing.core)?;
     let summary = listener
         .run(s, index, barrier, |ts| {
             checked += sink.write(ts)?;

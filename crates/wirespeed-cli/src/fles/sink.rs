@@ -1,5 +1,5 @@
 //! Where a compute node puts complete timeslices: nowhere (after checking every CRC), a
-//! FLESnet archive or an Arrow IPC file. Files are written under a hidden name and renamed
+//! FLESnet archive or an Arrow IPC file, or to FLESnet's consumers over shared memory. Files are written under a hidden name and renamed
 //! into place only once the run ends well, so a half-written file never looks complete.
 //! Each timeslice reaches the OS before the node gives its space back, so a node that dies
 //! leaves in its part file every timeslice it finished (the others rebuild the rest).
@@ -8,10 +8,11 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
 
 use wirespeed_fles::FlesError;
 use wirespeed_fles::output::{ArrowWriter, StoredTimeslice, TsaWriter};
-use wirespeed_fles::run::Timeslice;
+use wirespeed_fles::run::{ShmOutput, Timeslice};
 
 /// FLESnet's timeslice flag for a timeslice that lacks components (TsFlag::MissingComponents).
 const MISSING_COMPONENTS: u32 = 1 << 2;
@@ -22,6 +23,31 @@ pub enum Output {
     Null,
     Tsa(PathBuf),
     Arrow(PathBuf),
+    /// FLESnet's consumer interface.
+    Shm(ShmOutput),
+}
+
+/// How long a consumer may hold a timeslice unless `shm:NAME?hold=SECONDS` says otherwise.
+const DEFAULT_HOLD: Duration = Duration::from_secs(10);
+
+/// `NAME`, then `?hold=SECONDS` and `&consumers=N` in any order.
+fn parse_shm(spec: &str) -> Result<Output, String> {
+    let (name, options) = spec.split_once('?').unwrap_or((spec, ""));
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("{name:?}: shm:NAME takes a plain name"));
+    }
+    let mut shm = ShmOutput { name: name.into(), hold: DEFAULT_HOLD, consumers: 0 };
+    for option in options.split('&').filter(|o| !o.is_empty()) {
+        match option.split_once('=') {
+            Some(("hold", secs)) => {
+                let secs: f64 = secs.parse().map_err(|_| format!("{secs}: hold is a number of seconds"))?;
+                shm.hold = Duration::try_from_secs_f64(secs).map_err(|_| format!("{secs}: not a usable hold"))?;
+            }
+            Some(("consumers", n)) => shm.consumers = n.parse().map_err(|_| format!("{n}: consumers is a count"))?,
+            _ => return Err(format!("{option}: shm:NAME takes hold=SECONDS and consumers=N")),
+        }
+    }
+    Ok(Output::Shm(shm))
 }
 
 impl FromStr for Output {
@@ -32,7 +58,8 @@ impl FromStr for Output {
             None if s == "null" => Ok(Output::Null),
             Some(("tsa", path)) if !path.is_empty() => Ok(Output::Tsa(path.into())),
             Some(("arrow", path)) if !path.is_empty() => Ok(Output::Arrow(path.into())),
-            _ => Err(format!("{s}: expected null, tsa:PATH or arrow:PATH")),
+            Some(("shm", spec)) => parse_shm(spec),
+            _ => Err(format!("{s}: expected null, tsa:PATH, arrow:PATH or shm:NAME")),
         }
     }
 }
@@ -43,13 +70,15 @@ impl std::fmt::Display for Output {
             Output::Null => f.write_str("null"),
             Output::Tsa(p) => write!(f, "tsa:{}", p.display()),
             Output::Arrow(p) => write!(f, "arrow:{}", p.display()),
+            Output::Shm(s) => write!(f, "shm:{}?hold={}&consumers={}", s.name, s.hold.as_secs_f64(), s.consumers),
         }
     }
 }
 
 impl Output {
     /// Compute node `c`'s own file: the path itself with one compute node, else the path
-    /// with the node's number before the extension (run.tsa: run.0.tsa, run.1.tsa, ...).
+    /// with the node's number before the extension (run.tsa: run.0.tsa, run.1.tsa, ...);
+    /// likewise its shared memory's name (NAME.0, NAME.1, ...).
     pub fn for_compute(&self, c: usize, computes: usize) -> Output {
         let numbered = |path: &Path| {
             if computes == 1 {
@@ -65,6 +94,8 @@ impl Output {
             Output::Null => Output::Null,
             Output::Tsa(p) => Output::Tsa(numbered(p)),
             Output::Arrow(p) => Output::Arrow(numbered(p)),
+            Output::Shm(s) if computes > 1 => Output::Shm(ShmOutput { name: format!("{}.{c}", s.name), ..s.clone() }),
+            shm @ Output::Shm(_) => shm.clone(),
         }
     }
 }
@@ -91,7 +122,7 @@ impl Sink {
     /// Opens `output` for timeslices of `core` core microslices.
     pub fn open(output: &Output, core: u64) -> Result<Sink, FlesError> {
         let path = match output {
-            Output::Null => return Ok(Sink { file: None, core }),
+            Output::Null | Output::Shm(_) => return Ok(Sink { file: None, core }),
             Output::Tsa(p) | Output::Arrow(p) => p,
         };
         let name = path.file_name().ok_or_else(|| FlesError::Archive(format!("{} names no file", path.display())))?;
@@ -162,6 +193,15 @@ mod tests {
     #[test]
     fn outputs_parse_and_number_per_compute_node() {
         assert_eq!("null".parse(), Ok(Output::Null));
+        let shm = |name: &str, secs, consumers| {
+            Output::Shm(ShmOutput { name: name.into(), hold: Duration::from_secs(secs), consumers })
+        };
+        assert_eq!("shm:fles_out".parse(), Ok(shm("fles_out", 10, 0)));
+        assert_eq!("shm:a?consumers=2&hold=2".parse::<Output>().unwrap().for_compute(1, 2), shm("a.1", 2, 2));
+        assert_eq!(shm("a", 2, 1).to_string(), "shm:a?hold=2&consumers=1");
+        for bad in ["shm:", "shm:a/b", "shm:a?hold=x", "shm:a?hold=-1", "shm:a?wait=1"] {
+            assert!(bad.parse::<Output>().is_err(), "{bad}");
+        }
         assert_eq!(
             "arrow:/x/run.arrow".parse::<Output>().unwrap().for_compute(1, 2),
             Output::Arrow("/x/run.1.arrow".into())

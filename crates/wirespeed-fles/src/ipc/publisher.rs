@@ -9,7 +9,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,14 @@ pub struct Publisher {
     name: String,
     stopping: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    registered: Arc<Registered>,
+}
+
+/// How many consumers are registered, for those who wait for them.
+#[derive(Default)]
+struct Registered {
+    count: Mutex<usize>,
+    changed: Condvar,
 }
 
 impl Publisher {
@@ -64,11 +72,29 @@ impl Publisher {
                 .spawn(move || accept(listener, tx, stopping))
                 .map_err(|e| FlesError::Net(format!("starting the consumers' thread: {e}")))?
         };
-        let distribute = std::thread::Builder::new()
-            .name("fles-distributor".into())
-            .spawn(move || distribute(rx, Distributor::new(hold_limit)))
-            .map_err(|e| FlesError::Net(format!("starting the distributor: {e}")))?;
-        Ok(Publisher { tx, name: name.into(), stopping, threads: vec![accept, distribute] })
+        let registered = Arc::new(Registered::default());
+        let distribute = {
+            let registered = registered.clone();
+            std::thread::Builder::new()
+                .name("fles-distributor".into())
+                .spawn(move || distribute(rx, Distributor::new(hold_limit), &registered))
+                .map_err(|e| FlesError::Net(format!("starting the distributor: {e}")))?
+        };
+        Ok(Publisher { tx, name: name.into(), stopping, threads: vec![accept, distribute], registered })
+    }
+
+    /// Waits until `n` consumers have registered, at most `timeout`.
+    pub fn wait_for_consumers(&self, n: usize, timeout: Duration) -> Result<()> {
+        let count = self.registered.count.lock().unwrap_or_else(|e| e.into_inner());
+        let (count, _) =
+            self.registered.changed.wait_timeout_while(count, timeout, |c| *c < n).unwrap_or_else(|e| e.into_inner());
+        match *count >= n {
+            true => Ok(()),
+            false => Err(FlesError::Net(format!(
+                "{} of {n} consumers registered at ipc://@{} within {timeout:?}",
+                *count, self.name
+            ))),
+        }
     }
 
     /// Offers item `id` to the consumers; `done` runs once none holds it (at once if none
@@ -169,7 +195,7 @@ fn serve_worker(id: WorkerId, conn: UnixStream, tx: &Sender<Input>) {
 }
 
 /// The distributor's loop: inputs and ticks in, writes and completions out.
-fn distribute(rx: Receiver<Input>, mut d: Distributor) {
+fn distribute(rx: Receiver<Input>, mut d: Distributor, registered: &Registered) {
     let mut writers: HashMap<WorkerId, Arc<Mutex<UnixStream>>> = HashMap::new();
     let mut pending: HashMap<ItemId, OnDone> = HashMap::new();
     let mut ending = false;
@@ -198,6 +224,10 @@ fn distribute(rx: Receiver<Input>, mut d: Distributor) {
             Err(RecvTimeoutError::Disconnected) => ending = true,
         }
         d.on_tick(now);
+        if let Ok(mut count) = registered.count.lock() {
+            *count = d.workers().count();
+            registered.changed.notify_all();
+        }
         while let Some(action) = d.poll_action() {
             match action {
                 Action::Send(w, parts) => {

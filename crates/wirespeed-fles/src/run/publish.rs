@@ -20,6 +20,17 @@ use crate::ipc::work_item::{ComponentEntry, TimesliceDescriptor, WorkItem};
 /// FLESnet's TimesliceDescriptor flag for a timeslice missing some input's component.
 pub const MISSING_COMPONENTS: u32 = 1 << 2;
 
+/// Where and how a compute node publishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmOutput {
+    pub name: String,
+    /// A consumer holding a timeslice longer than this loses it.
+    pub hold: Duration,
+    /// Consumers to wait for before the run starts (FLESnet waits for none: a timeslice
+    /// nobody wants is done at once).
+    pub consumers: usize,
+}
+
 struct Publishing<F> {
     segment: Arc<Segment>,
     file: Arc<std::os::fd::OwnedFd>,
@@ -30,21 +41,20 @@ struct Publishing<F> {
 }
 
 impl ComputeListener {
-    /// Runs compute node `index`, publishing each complete timeslice as `name` (see the
-    /// module); `seen` hears of each as it goes out. Consumers holding one longer than `hold`
-    /// lose it.
+    /// Runs compute node `index`, publishing each complete timeslice as `shm.name` (see the
+    /// module); `seen` hears of each as it goes out.
     pub fn publish(
         self,
         s: &Settings,
         index: usize,
         barrier: impl FnOnce() -> Result<()>,
-        name: &str,
-        hold: Duration,
+        shm: &ShmOutput,
         seen: impl FnMut(&Timeslice<'_>),
     ) -> Result<ComputeSummary> {
-        let segment = Segment::create(name, &vec![s.rings.data as usize; s.inputs])?;
+        let segment = Segment::create(&shm.name, &vec![s.rings.data as usize; s.inputs])?;
         let file = Arc::new(segment.file()?);
-        let publisher = Publisher::start(name, hold)?;
+        let publisher = Publisher::start(&shm.name, shm.hold)?;
+        publisher.wait_for_consumers(shm.consumers, s.timeout)?;
         let mut p = Publishing { segment, file, publisher, next_id: 0, core: s.slicing.core, seen };
         self.drive(s, index, barrier, &mut p)
     }
