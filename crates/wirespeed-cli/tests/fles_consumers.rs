@@ -126,3 +126,31 @@ fn the_builders_death_ends_its_consumers_stream() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no word from the node"));
     let _ = finish(run, Duration::from_secs(10));
 }
+
+#[test]
+fn our_consumer_and_flesnets_share_a_node_by_stride() {
+    let name = unique("stride");
+    let run = builder("2:1", &format!("shm:{name}?consumers=2"), &["--timeslices=100"]);
+    let ours = Command::new(env!("CARGO_BIN_EXE_wirespeed"))
+        .args(["fles", "consume", &name, "--stride=2", "--offset=0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let theirs = consumer(&name, &["--stride", "2", "--offset", "1"]);
+    assert!(finish(run, Duration::from_secs(60)).status.success());
+    let ours = finish(ours, Duration::from_secs(30));
+    assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
+    assert!(stdout(&ours).starts_with("50 timeslices, 1100 microslices"), "{}", stdout(&ours));
+    let theirs = finish(theirs, Duration::from_secs(30));
+    assert_eq!(indices(&theirs), (0..50).map(|k| 2 * k + 1).collect::<Vec<u64>>());
+
+    let nobody = Command::new(env!("CARGO_BIN_EXE_wirespeed"))
+        .args(["fles", "consume", &unique("none"), "--wait=0.5"])
+        .output()
+        .unwrap();
+    assert!(!nobody.status.success());
+    let err = String::from_utf8_lossy(&nobody.stderr);
+    assert!(err.contains("attaching to") && err.contains("Connection refused"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -3,6 +3,7 @@
 //! inputs and the rest compute nodes. `node` is one process of a local run.
 
 mod args;
+mod consume;
 mod frames;
 mod local;
 #[cfg(feature = "mpi")]
@@ -40,6 +41,9 @@ enum FlesCommand {
     Simulate(simulate::SimulateArgs),
     /// Draw a run's report: bandwidth over time, completion times, buffer fill (SVG).
     Plot(plot::PlotArgs),
+    /// Take a compute node's timeslices from its `--output shm:NAME`, as FLESnet's tsclient
+    /// does, and check every CRC.
+    Consume(consume::ConsumeArgs),
     /// One node of a run, started by `run --local`.
     #[command(hide = true)]
     Node(node::NodeArgs),
@@ -82,6 +86,7 @@ pub fn run(a: FlesArgs) -> Result<()> {
         },
         FlesCommand::Simulate(a) => simulate::run(a),
         FlesCommand::Plot(a) => plot::run(a),
+        FlesCommand::Consume(a) => consume::run(a),
         FlesCommand::Node(a) => node::run(a),
     }
 }

@@ -32,11 +32,10 @@ pub struct TimesliceReceiver {
     ended: bool,
 }
 
-/// One timeslice, viewed where the node keeps it; completed when it drops.
+/// One timeslice, viewed where the node keeps it, until the next is taken.
 pub struct TimesliceView<'a> {
     pub descriptor: TimesliceDescriptor,
     components: Vec<ComponentView<'a>>,
-    _receiver: &'a mut TimesliceReceiver,
 }
 
 impl TimesliceView<'_> {
@@ -49,27 +48,64 @@ impl TimesliceView<'_> {
     }
 }
 
+/// A timeslice taken: where each component lies in the node's segment (checked to lie inside
+/// it), its size and its microslice count.
+pub struct Taken {
+    pub descriptor: TimesliceDescriptor,
+    pub segment: Arc<Segment>,
+    pub components: Vec<(i64, u64, u64)>,
+}
+
+impl Taken {
+    /// Component `c`'s bytes; see [`TimesliceReceiver::take`] for how long they hold still.
+    pub fn bytes(&self, c: usize) -> &[u8] {
+        let (handle, size, _) = self.components[c];
+        self.segment.bytes(handle, size).expect("checked when taken")
+    }
+}
+
 fn net(what: &str, e: std::io::Error) -> FlesError {
     FlesError::Net(format!("{what}: {e}"))
 }
 
 impl TimesliceReceiver {
     /// Attaches to the node publishing as `name` (`--output shm:NAME`), wanting the items
-    /// `registration` names.
-    pub fn connect(name: &str, registration: Registration) -> Result<TimesliceReceiver> {
-        let (conn, zmtp) = open(name, &registration)?;
+    /// `registration` names; waits up to `wait` for the node to appear, as FLESnet's workers
+    /// wait for theirs.
+    pub fn connect(name: &str, registration: Registration, wait: Duration) -> Result<TimesliceReceiver> {
+        let deadline = Instant::now() + wait;
+        let (conn, zmtp) = loop {
+            match open(name, &registration) {
+                Err(FlesError::Net(_)) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                other => break other?,
+            }
+        };
         Ok(TimesliceReceiver { name: name.into(), registration, conn, zmtp, segment: None, held: None, ended: false })
-    }
-
-    /// Every timeslice, one consumer alone (stride 1, queue all).
-    pub fn all(name: &str, client: &str) -> Result<TimesliceReceiver> {
-        let registration = Registration::parse(&format!("REGISTER 1 0 0 0 {client}")).expect("well-formed");
-        Self::connect(name, registration)
     }
 
     /// The next timeslice (completing the one before), or None once the node has ended the
     /// stream. A node silent for [`HEARTBEAT_TIMEOUT`] or gone is an error.
-    pub fn next(&mut self) -> Result<Option<TimesliceView<'_>>> {
+    pub fn get(&mut self) -> Result<Option<TimesliceView<'_>>> {
+        // SAFETY: the views borrow the receiver, so none is read after the next take.
+        let Some(taken) = (unsafe { self.take() })? else { return Ok(None) };
+        let mut components = Vec::with_capacity(taken.components.len());
+        for (c, &(_, _, count)) in taken.components.iter().enumerate() {
+            let bytes = taken.bytes(c);
+            // SAFETY: `self.segment` keeps the mapping (the same segment) while the views
+            // borrow the receiver; a new segment replaces it only in `take`, which needs the
+            // receiver exclusively.
+            let bytes: &[u8] = unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
+            components.push(ComponentView::new(bytes, count)?);
+        }
+        Ok(Some(TimesliceView { descriptor: taken.descriptor, components }))
+    }
+
+    /// The next timeslice, completing the one before, or None at the end of the stream.
+    ///
+    /// # Safety
+    /// Once the next is taken, the node may write over this one's bytes: read none of them
+    /// after that.
+    pub unsafe fn take(&mut self) -> Result<Option<Taken>> {
         if self.ended {
             return Ok(None);
         }
@@ -79,11 +115,11 @@ impl TimesliceReceiver {
         loop {
             let parts = self.receive()?;
             let text = parts.first().map(|p| String::from_utf8_lossy(p).into_owned()).unwrap_or_default();
-            if text.starts_with("WORK_ITEM ") {
-                let id = text[10..].trim().parse::<ItemId>().map_err(|_| malformed("work item", text.clone()))?;
+            if let Some(id) = text.strip_prefix("WORK_ITEM ") {
+                let id = id.trim().parse::<ItemId>().map_err(|_| malformed("work item", text.clone()))?;
                 let item = WorkItem::decode(parts.get(1).map_or(&[][..], Vec::as_slice))?;
                 self.held = Some(id);
-                return self.view(item).map(Some);
+                return self.locate(item).map(Some);
             } else if text == "HEARTBEAT" {
                 self.send("HEARTBEAT")?;
             } else if text == "DISCONNECT END" {
@@ -98,7 +134,8 @@ impl TimesliceReceiver {
         }
     }
 
-    fn view(&mut self, item: WorkItem) -> Result<TimesliceView<'_>> {
+    /// Opens the item's segment (unless it is the one open) and checks where its components lie.
+    fn locate(&mut self, item: WorkItem) -> Result<Taken> {
         if self.segment.as_ref().is_none_or(|s| s.uuid != item.shm_uuid) {
             let segment = Segment::open_read_only(&item.shm_name)?;
             if segment.uuid != item.shm_uuid {
@@ -112,15 +149,12 @@ impl TimesliceReceiver {
         let segment = self.segment.clone().expect("opened above");
         let mut components = Vec::with_capacity(item.data.len());
         for (&handle, c) in item.data.iter().zip(&item.components) {
-            let bytes = segment
-                .bytes(handle, c.size)
-                .ok_or_else(|| malformed("work item", "a component outside the segment"))?;
-            // SAFETY: the segment stays mapped while the receiver holds it (a new UUID replaces it
-            // only in `view`, which needs the receiver exclusively, so no view is out).
-            let bytes: &[u8] = unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
-            components.push(ComponentView::new(bytes, c.num_microslices)?);
+            if segment.bytes(handle, c.size).is_none() {
+                return Err(malformed("work item", "a component outside the segment"));
+            }
+            components.push((handle, c.size, c.num_microslices));
         }
-        Ok(TimesliceView { descriptor: item.descriptor, components, _receiver: self })
+        Ok(Taken { descriptor: item.descriptor, segment, components })
     }
 
     fn send(&mut self, text: &str) -> Result<()> {

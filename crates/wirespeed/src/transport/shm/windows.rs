@@ -109,7 +109,7 @@ impl NativeRma for ShmRma {
 fn lent_window(fd: std::os::fd::OwnedFd, offset: u64, len: u64) -> std::result::Result<Box<dyn NativeRemote>, String> {
     let st = nix::sys::stat::fstat(&fd).map_err(|e| format!("cannot be examined ({e})"))?;
     let inside = offset.checked_add(len).is_some_and(|end| end <= st.st_size as u64);
-    if len == 0 || offset % 4096 != 0 || !inside {
+    if len == 0 || !offset.is_multiple_of(4096) || !inside {
         return Err(format!("lends {len} bytes at {offset} of a {}-byte file", st.st_size));
     }
     let map = Mapping::shared(&fd, offset as usize, len as usize).map_err(|e| format!("cannot be mapped ({e})"))?;
