@@ -2,7 +2,7 @@
 //! come out as zero-copy views of its rings (or pyarrow batches), and inputs to feed it.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyBufferError, PyStopIteration};
 use pyo3::prelude::*;
 use wirespeed::Config;
 use wirespeed_fles::FlesError;
-use wirespeed_fles::model::Slicing;
+use wirespeed_fles::model::{ComponentView, Slicing};
 use wirespeed_fles::node::ring::RingSizes;
 use wirespeed_fles::run::{ComputeListener, ComputeSummary, KeptTimeslice, Settings, Timeslices, run_input};
 use wirespeed_fles::sched::{DfsSettings, Kind};
@@ -28,6 +28,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// What a timeslice a consumer took says once the next is taken.
+pub(crate) const RELEASED: &str = "this timeslice was released when the next was taken: copy what you keep";
+
 pub(crate) fn fles_error(e: FlesError) -> PyErr {
     match e {
         FlesError::Config(m) => errors::usage(m),
@@ -35,6 +38,7 @@ pub(crate) fn fles_error(e: FlesError) -> PyErr {
             errors::raise("wirespeed._errors", "ChecksumError", e.to_string())
         }
         FlesError::Net(m) => errors::raise("wirespeed._errors", "ConnectionError", m),
+        FlesError::Shm(m) => errors::raise("wirespeed._errors", "ConnectionError", format!("shared memory: {m}")),
         FlesError::Gpu(m) => errors::raise("wirespeed._errors", "GpuError", m),
         other => errors::raise("wirespeed._errors", "ProtocolError", other.to_string()),
     }
@@ -272,15 +276,7 @@ impl Timeslice {
     /// them out) as a read-only buffer over the ring: `memoryview(c)` reads it in place.
     fn components(&self) -> Vec<Component> {
         let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        kept.components()
-            .iter()
-            .map(|c| Component {
-                ptr: c.bytes().as_ptr() as usize,
-                len: c.len(),
-                bytes: c.bytes().len(),
-                kept: self.kept.clone(),
-            })
-            .collect()
+        kept.components().iter().map(|c| Component::new(c, self.kept.clone(), None)).collect()
     }
 
     /// Checks every microslice's CRC-32C; raises ChecksumError naming the first that fails.
@@ -305,14 +301,26 @@ impl Timeslice {
     }
 }
 
-/// One component of a timeslice, as a buffer; it keeps the timeslice held.
+/// One component of a timeslice, as a buffer; it keeps the timeslice held (or, for one a
+/// consumer took, its segment mapped, while `released` says whether the node may reuse it).
 #[pyclass(module = "wirespeed._native", frozen)]
 pub struct Component {
     ptr: usize,
     bytes: usize,
     /// Microslices.
     len: usize,
-    kept: Kept,
+    keep: Arc<dyn std::any::Any + Send + Sync>,
+    released: Option<Arc<AtomicBool>>,
+}
+
+impl Component {
+    pub(crate) fn new(
+        c: &ComponentView<'_>,
+        keep: Arc<dyn std::any::Any + Send + Sync>,
+        released: Option<Arc<AtomicBool>>,
+    ) -> Self {
+        Component { ptr: c.bytes().as_ptr() as usize, len: c.len(), bytes: c.bytes().len(), keep, released }
+    }
 }
 
 #[pymethods]
@@ -336,8 +344,11 @@ impl Component {
         if (flags & pyo3::ffi::PyBUF_WRITABLE) == pyo3::ffi::PyBUF_WRITABLE {
             return Err(PyBufferError::new_err("a timeslice's component is read-only"));
         }
+        if slf.get().released.as_ref().is_some_and(|r| r.load(Ordering::SeqCst)) {
+            return Err(PyBufferError::new_err(RELEASED));
+        }
         let (ptr, len) = (slf.get().ptr, slf.get().bytes);
-        let _ = &slf.get().kept; // the ring space stays taken while this object (and so the view) lives
+        let _ = &slf.get().keep; // the ring space stays taken while this object (and so the view) lives
         // SAFETY: the component lies in ring memory the kept timeslice holds; `obj` keeps this
         // object, and so the timeslice, alive until the view is released.
         unsafe {

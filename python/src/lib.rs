@@ -17,6 +17,7 @@ mod dlpack;
 mod errors;
 mod files;
 mod fles;
+mod fles_receiver;
 mod flight_client;
 mod flight_server;
 mod frames;
@@ -33,6 +34,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     core::register(m)?;
     files::register(m)?;
     fles::register(m)?;
+    fles_receiver::register(m)?;
     frames::register(m)?;
     flight_client::register(m)?;
     flight_server::register(m)?;

@@ -30,7 +30,9 @@ __all__ = [
     "ServerReader",
     "ServerWriter",
     "Stream",
+    "TakenTimeslice",
     "Timeslice",
+    "TimesliceReceiver",
     "__version__",
     "connect",
     "copy",
@@ -271,6 +273,40 @@ class Timeslice:
     def components(self) -> list[Component]: ...
     def verify(self) -> None: ...
     def to_arrow(self) -> pa.RecordBatch: ...
+
+@final
+class TimesliceReceiver:
+    def __new__(
+        cls,
+        name: str,
+        *,
+        stride: int = 1,
+        offset: int = 0,
+        queue: str = "all",
+        group: int = 0,
+        client: str = "python",
+        wait: float = 10.0,
+    ) -> TimesliceReceiver: ...
+    def __iter__(self) -> TimesliceReceiver: ...
+    def __next__(self) -> TakenTimeslice: ...
+    def close(self) -> None: ...
+
+@final
+class TakenTimeslice:
+    @property
+    def index(self) -> int: ...
+    @property
+    def start_time(self) -> int: ...
+    @property
+    def duration(self) -> int: ...
+    @property
+    def flags(self) -> int: ...
+    @property
+    def num_core_microslices(self) -> int: ...
+    @property
+    def released(self) -> bool: ...
+    def components(self) -> list[Component]: ...
+    def verify(self) -> None: ...
 
 @final
 class Component:

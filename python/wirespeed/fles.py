@@ -16,6 +16,11 @@ there before the `Frame` comes out. `cupy.from_dlpack(frame)`, `torch.from_dlpac
 `numpy.from_dlpack(frame)` see it as a uint8 vector without a copy (`frame.parts` says where
 each component lies), and the frame returns to the pool once it and every array over it are
 gone.
+
+`TimesliceReceiver(name)` attaches to a compute node that `wirespeed fles run --output
+shm:NAME` runs, as FLESnet's `fles::TimesliceReceiver` does: iterating it takes each timeslice
+(those its stride and offset select) where the node keeps it, in shared memory; taking the next
+releases the one before to the node, so copy what you keep.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ from typing import Any, Union
 
 from . import Key, _key, _native
 from ._errors import UsageError
-from ._native import Component, ComputeNode, Frame, FrameNode, RunSettings, Timeslice
+from ._native import (
+    Component, ComputeNode, Frame, FrameNode, RunSettings, TakenTimeslice, Timeslice, TimesliceReceiver,
+)
 
 __all__ = [
-    "Build", "Component", "ComputeNode", "Frame", "FrameNode", "MpiNode", "RunSettings", "Timeslice", "build", "feed",
-    "run_mpi",
+    "Build", "Component", "ComputeNode", "Frame", "FrameNode", "MpiNode", "RunSettings", "TakenTimeslice", "Timeslice",
+    "TimesliceReceiver", "build", "feed", "run_mpi",
 ]
 
 # Where frames are built: a GPU's number, "host", or None for timeslices left in the rings.

@@ -158,7 +158,17 @@ impl TimesliceReceiver {
     }
 
     fn send(&mut self, text: &str) -> Result<()> {
-        self.conn.write_all(&message_bytes(&[text.as_bytes()])).map_err(|e| net("writing to the distributor", e))
+        self.conn.write_all(&message_bytes(&[text.as_bytes()])).map_err(|e| self.lost("writing to the distributor", e))
+    }
+
+    /// A failed read or write: a node that went away says so.
+    fn lost(&self, what: &str, e: std::io::Error) -> FlesError {
+        match e.kind() {
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                FlesError::Net(format!("ipc://@{}: the node went away", self.name))
+            }
+            _ => net(what, e),
+        }
     }
 
     fn receive(&mut self) -> Result<Parts> {
@@ -180,11 +190,11 @@ impl TimesliceReceiver {
                 Ok(0) => return Err(FlesError::Net(format!("ipc://@{}: the node went away", self.name))),
                 Ok(n) => self.zmtp.receive(&buf[..n])?,
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                Err(e) => return Err(net("reading from the distributor", e)),
+                Err(e) => return Err(self.lost("reading from the distributor", e)),
             }
             let out = self.zmtp.transmit();
             if !out.is_empty() {
-                self.conn.write_all(&out).map_err(|e| net("writing to the distributor", e))?;
+                self.conn.write_all(&out).map_err(|e| self.lost("writing to the distributor", e))?;
             }
         }
     }
