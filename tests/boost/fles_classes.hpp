@@ -97,18 +97,18 @@ BOOST_CLASS_VERSION(fles::ArchiveDescriptor, 2)
 BOOST_CLASS_VERSION(fles::TimesliceComponentDescriptor, 1)
 BOOST_CLASS_VERSION(fles::TimesliceDescriptor, 2)
 
-static uint32_t crc32c(const uint8_t* p, size_t n) {
-  static uint32_t table[256];
-  if (table[1] == 0) {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      table[i] = c;
-    }
+// CRC-32C with the CPU's crc32 instruction (SSE 4.2, on every x86-64 CPU since 2008), 8 bytes
+// at a time, as FLESnet's consumers compute it.
+__attribute__((target("sse4.2"))) static uint32_t crc32c(const uint8_t* p, size_t n) {
+  uint64_t c = 0xFFFFFFFFu;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = __builtin_ia32_crc32di(c, word);
   }
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+  uint32_t c32 = static_cast<uint32_t>(c);
+  for (; n > 0; --n, ++p) c32 = __builtin_ia32_crc32qi(c32, *p);
+  return c32 ^ 0xFFFFFFFFu;
 }
 
 // Checks a component (its microslice descriptors, then their contents) of `size` bytes holding

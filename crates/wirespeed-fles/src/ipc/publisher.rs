@@ -1,49 +1,53 @@
 //! Runs FLESnet's item distribution for one compute node: consumers connect to the abstract
-//! unix socket `@NAME` (ZeroMQ's `ipc://@NAME`), each on a thread that reads its messages;
-//! one thread owns the [`Distributor`] and writes to them. Only processes of this user may
-//! connect (their credentials are checked), since items name shared memory.
+//! unix socket `@NAME` (ZeroMQ's `ipc://@NAME`). One thread polls the listener and every
+//! consumer's socket; the node publishes on its own thread, writing to idle consumers at once.
+//! Both work the [`Distributor`] under one lock, so an item costs no thread a wake-up of its
+//! own: a completion and the next item's dispatch happen in one, and a new item in none.
+//! Only processes of this user may connect (their credentials are checked): items name shared
+//! memory.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
 use super::distributor::{Action, Distributor, ItemId, WorkerId};
-use super::zmtp::{Parts, SocketType, Zmtp, message_bytes};
+use super::zmtp::{SocketType, Zmtp, message_bytes};
 use crate::error::{FlesError, Result};
 
 /// Consumers connected at once, at most; more are turned away.
 const MAX_WORKERS: usize = 256;
 /// Worker messages are a line of text.
 const MAX_WORKER_FRAME: usize = 4096;
-/// How long a connection may take to say who it is, and a write to a consumer may wait.
+/// How long a connection may take to say who it is.
 const HANDSHAKE: Duration = Duration::from_secs(10);
-const WRITE_WAIT: Duration = Duration::from_secs(5);
+/// Bytes waiting for a consumer that does not read, at most: past it, it is dropped.
+const MAX_UNSENT: usize = 1 << 20;
 
 /// What to do once no consumer holds an item any more.
 pub type OnDone = Box<dyn FnOnce() + Send>;
 
-enum Input {
-    Item(ItemId, Vec<u8>, OnDone),
-    Connected(WorkerId, Arc<Mutex<UnixStream>>),
-    Message(WorkerId, Parts),
-    Gone(WorkerId),
-    End,
-}
-
 /// The distribution of one node's items; dropping it ends the stream for every consumer
 /// once they have completed what they hold (or the hold limit took it).
 pub struct Publisher {
-    tx: Sender<Input>,
+    shared: Arc<Shared>,
     name: String,
-    stopping: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-    registered: Arc<Registered>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the polling thread when it must look again: the end, or a consumer's socket
+    /// that filled up.
+    wake: EventFd,
+    registered: Registered,
 }
 
 /// How many consumers are registered, for those who wait for them.
@@ -51,6 +55,10 @@ pub struct Publisher {
 struct Registered {
     count: Mutex<usize>,
     changed: Condvar,
+}
+
+fn net(what: &str, e: impl std::fmt::Display) -> FlesError {
+    FlesError::Net(format!("{what}: {e}"))
 }
 
 impl Publisher {
@@ -63,31 +71,52 @@ impl Publisher {
                 "listening for consumers at ipc://@{name}: {e} (is another node publishing as {name}?)"
             ))
         })?;
-        let (tx, rx) = mpsc::channel();
-        let stopping = Arc::new(AtomicBool::new(false));
-        let accept = {
-            let (tx, stopping) = (tx.clone(), stopping.clone());
-            std::thread::Builder::new()
-                .name("fles-consumers".into())
-                .spawn(move || accept(listener, tx, stopping))
-                .map_err(|e| FlesError::Net(format!("starting the consumers' thread: {e}")))?
+        listener.set_nonblocking(true).map_err(|e| net("listening for consumers", e))?;
+        let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).map_err(|e| net("making an eventfd", e))?;
+        let state = State {
+            d: Distributor::new(hold_limit),
+            conns: HashMap::new(),
+            pending: HashMap::new(),
+            next_id: 0,
+            ending: false,
+            stuck: false,
         };
-        let registered = Arc::new(Registered::default());
-        let distribute = {
-            let registered = registered.clone();
-            std::thread::Builder::new()
-                .name("fles-distributor".into())
-                .spawn(move || distribute(rx, Distributor::new(hold_limit), &registered))
-                .map_err(|e| FlesError::Net(format!("starting the distributor: {e}")))?
-        };
-        Ok(Publisher { tx, name: name.into(), stopping, threads: vec![accept, distribute], registered })
+        let shared = Arc::new(Shared { state: Mutex::new(state), wake, registered: Registered::default() });
+        let polling = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("fles-distributor".into())
+            .spawn(move || poll_loop(&listener, &polling))
+            .map_err(|e| net("starting the distributor", e))?;
+        Ok(Publisher { shared, name: name.into(), thread: Some(thread) })
+    }
+
+    /// Offers item `id` to the consumers; `done` runs once none holds it (at once if none
+    /// wants it).
+    pub fn publish(&self, id: ItemId, payload: Vec<u8>, done: OnDone) {
+        let mut state = self.shared.lock();
+        state.pending.insert(id, done);
+        state.d.on_item(id, payload, Instant::now());
+        state.act();
+        if std::mem::take(&mut state.stuck) {
+            let _ = self.shared.wake.write(1);
+        }
+    }
+
+    /// No more items: idle consumers hear the end now, busy ones once they are done.
+    pub fn end(&self) {
+        let mut state = self.shared.lock();
+        state.ending = true;
+        state.d.end();
+        state.act();
+        let _ = self.shared.wake.write(1);
     }
 
     /// Waits until `n` consumers have registered, at most `timeout`.
     pub fn wait_for_consumers(&self, n: usize, timeout: Duration) -> Result<()> {
-        let count = self.registered.count.lock().unwrap_or_else(|e| e.into_inner());
+        let registered = &self.shared.registered;
+        let count = registered.count.lock().unwrap_or_else(|e| e.into_inner());
         let (count, _) =
-            self.registered.changed.wait_timeout_while(count, timeout, |c| *c < n).unwrap_or_else(|e| e.into_inner());
+            registered.changed.wait_timeout_while(count, timeout, |c| *c < n).unwrap_or_else(|e| e.into_inner());
         match *count >= n {
             true => Ok(()),
             false => Err(FlesError::Net(format!(
@@ -96,55 +125,212 @@ impl Publisher {
             ))),
         }
     }
-
-    /// Offers item `id` to the consumers; `done` runs once none holds it (at once if none
-    /// wants it).
-    pub fn publish(&self, id: ItemId, payload: Vec<u8>, done: OnDone) {
-        // The distributor ends only after End: until then the send succeeds.
-        let _ = self.tx.send(Input::Item(id, payload, done));
-    }
-
-    /// No more items: idle consumers hear the end now, busy ones once they are done.
-    pub fn end(&self) {
-        let _ = self.tx.send(Input::End);
-    }
 }
 
 impl Drop for Publisher {
     fn drop(&mut self) {
-        let _ = self.tx.send(Input::End);
-        self.stopping.store(true, Ordering::SeqCst);
-        // Wake the accepting thread with a connection of our own.
-        if let Ok(addr) = SocketAddr::from_abstract_name(self.name.as_bytes()) {
-            let _ = UnixStream::connect_addr(&addr);
-        }
-        for t in self.threads.drain(..) {
+        self.end();
+        if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-fn accept(listener: UnixListener, tx: Sender<Input>, stopping: Arc<AtomicBool>) {
-    let live = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut next: WorkerId = 0;
-    for conn in listener.incoming() {
-        if stopping.load(Ordering::SeqCst) {
-            return;
+/// One consumer's connection.
+struct Conn {
+    stream: UnixStream,
+    zmtp: Zmtp,
+    /// Bytes it has not taken yet.
+    unsent: Vec<u8>,
+    /// Until it has said READY.
+    greeting_by: Option<Instant>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The distributor and the consumers' connections.
+struct State {
+    d: Distributor,
+    conns: HashMap<WorkerId, Conn>,
+    pending: HashMap<ItemId, OnDone>,
+    next_id: WorkerId,
+    ending: bool,
+    /// A write left bytes waiting: the polling thread must watch for room.
+    stuck: bool,
+}
+
+/// Polls the listener and the consumers, until the end is told and no item is left.
+fn poll_loop(listener: &UnixListener, shared: &Shared) {
+    loop {
+        let now = Instant::now();
+        // What to watch, taken under the lock and watched without it.
+        let (ids, fds, wait) = {
+            let state = shared.lock();
+            if state.ending && state.d.live_items() == 0 {
+                // Every consumer told the end (or one that hears it thus): close them all.
+                for c in state.conns.values() {
+                    let _ = c.stream.shutdown(std::net::Shutdown::Both);
+                }
+                return;
+            }
+            let greetings = state.conns.values().filter_map(|c| c.greeting_by);
+            let due = greetings.fold(state.d.next_tick(now), Instant::min);
+            let wait = PollTimeout::try_from(due.saturating_duration_since(now)).unwrap_or(PollTimeout::MAX);
+            let ids: Vec<WorkerId> = state.conns.keys().copied().collect();
+            let fds: Vec<(i32, PollFlags)> = ids
+                .iter()
+                .map(|id| {
+                    let c = &state.conns[id];
+                    let out = if c.unsent.is_empty() { PollFlags::empty() } else { PollFlags::POLLOUT };
+                    (c.stream.as_raw_fd(), PollFlags::POLLIN | out)
+                })
+                .collect();
+            (ids, fds, wait)
+        };
+        let (accepting, ready) = {
+            // SAFETY: the descriptors stay open while we poll: only this thread closes
+            // connections (dropping them from the map), and it is here.
+            let borrowed: Vec<BorrowedFd<'_>> =
+                fds.iter().map(|&(fd, _)| unsafe { BorrowedFd::borrow_raw(fd) }).collect();
+            let mut polled = vec![
+                PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+                PollFd::new(shared.wake.as_fd(), PollFlags::POLLIN),
+            ];
+            polled.extend(borrowed.iter().zip(&fds).map(|(fd, &(_, flags))| PollFd::new(*fd, flags)));
+            if poll(&mut polled, wait).is_err() {
+                continue; // EINTR
+            }
+            let any = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+            if any(&polled[1]) {
+                let _ = shared.wake.read();
+            }
+            let ready: Vec<WorkerId> =
+                ids.iter().zip(&polled[2..]).filter(|(_, f)| any(f)).map(|(&id, _)| id).collect();
+            (any(&polled[0]), ready)
+        };
+        let now = Instant::now();
+        let mut state = shared.lock();
+        if accepting {
+            state.accept(listener, now);
         }
-        let Ok(conn) = conn else { continue };
-        if !same_user(&conn) || live.load(Ordering::SeqCst) >= MAX_WORKERS {
-            continue; // dropped: closed
+        for id in ready {
+            state.serve(id, now);
         }
-        next += 1;
-        let (id, tx, counted) = (next, tx.clone(), live.clone());
-        live.fetch_add(1, Ordering::SeqCst);
-        let spawned = std::thread::Builder::new().name(format!("fles-consumer-{id}")).spawn(move || {
-            serve_worker(id, conn, &tx);
-            let _ = tx.send(Input::Gone(id));
-            counted.fetch_sub(1, Ordering::SeqCst);
-        });
-        if spawned.is_err() {
-            live.fetch_sub(1, Ordering::SeqCst); // the connection dropped with the closure
+        state.conns.retain(|_, c| c.greeting_by.is_none_or(|by| by > now));
+        state.d.on_tick(now);
+        state.act();
+        state.stuck = false;
+        shared.registered.set(state.d.workers().count());
+    }
+}
+
+impl State {
+    fn accept(&mut self, listener: &UnixListener, now: Instant) {
+        while let Ok((stream, _)) = listener.accept() {
+            if !same_user(&stream) || self.conns.len() >= MAX_WORKERS || stream.set_nonblocking(true).is_err() {
+                continue; // dropped: closed
+            }
+            self.next_id += 1;
+            let mut zmtp = Zmtp::new(SocketType::Router, MAX_WORKER_FRAME);
+            let unsent = zmtp.transmit();
+            self.conns.insert(self.next_id, Conn { stream, zmtp, unsent, greeting_by: Some(now + HANDSHAKE) });
+            self.flush(self.next_id);
+        }
+    }
+
+    /// Reads what consumer `id` sent, and writes what waits for it.
+    fn serve(&mut self, id: WorkerId, now: Instant) {
+        let Some(c) = self.conns.get_mut(&id) else { return };
+        let mut buf = [0u8; 4096];
+        let mut gone = false;
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => gone = true,
+                Ok(n) => {
+                    gone = c.zmtp.receive(&buf[..n]).is_err();
+                    if !gone {
+                        continue;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => gone = true,
+            }
+            break;
+        }
+        if c.zmtp.is_open() {
+            c.greeting_by = None;
+        }
+        let out = c.zmtp.transmit();
+        c.unsent.extend_from_slice(&out);
+        let messages: Vec<_> = std::iter::from_fn(|| c.zmtp.message()).collect();
+        for m in messages {
+            self.d.on_message(id, &m, now);
+        }
+        if gone {
+            self.drop_conn(id);
+        } else {
+            self.flush(id);
+        }
+    }
+
+    /// Writes what waits for consumer `id`, as much as its socket takes.
+    fn flush(&mut self, id: WorkerId) {
+        let Some(c) = self.conns.get_mut(&id) else { return };
+        let mut failed = false;
+        while !c.unsent.is_empty() {
+            match c.stream.write(&c.unsent) {
+                Ok(n) => drop(c.unsent.drain(..n)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        self.stuck |= !c.unsent.is_empty();
+        // A consumer that takes nothing while we write never holds us.
+        if failed || c.unsent.len() > MAX_UNSENT {
+            self.drop_conn(id);
+        }
+    }
+
+    fn drop_conn(&mut self, id: WorkerId) {
+        self.conns.remove(&id);
+        self.d.on_gone(id);
+    }
+
+    fn act(&mut self) {
+        while let Some(action) = self.d.poll_action() {
+            match action {
+                Action::Send(w, parts) => {
+                    let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                    if let Some(c) = self.conns.get_mut(&w) {
+                        c.unsent.extend_from_slice(&message_bytes(&parts));
+                        self.flush(w);
+                    }
+                }
+                Action::Done(id) => {
+                    if let Some(done) = self.pending.remove(&id) {
+                        done();
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Registered {
+    fn set(&self, now: usize) {
+        let mut count = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        if *count != now {
+            *count = now;
+            self.changed.notify_all();
         }
     }
 }
@@ -154,107 +340,4 @@ fn same_user(conn: &UnixStream) -> bool {
     let me = nix::unistd::geteuid().as_raw();
     nix::sys::socket::getsockopt(conn, nix::sys::socket::sockopt::PeerCredentials)
         .is_ok_and(|c| c.uid() == me || c.uid() == 0)
-}
-
-/// Reads one consumer's messages until it goes.
-fn serve_worker(id: WorkerId, conn: UnixStream, tx: &Sender<Input>) {
-    let Ok(writer) = conn.try_clone() else { return };
-    let _ = writer.set_write_timeout(Some(WRITE_WAIT));
-    let _ = conn.set_read_timeout(Some(HANDSHAKE));
-    let writer = Arc::new(Mutex::new(writer));
-    let mut zmtp = Zmtp::new(SocketType::Router, MAX_WORKER_FRAME);
-    let mut reader = &conn;
-    let mut buf = [0u8; 4096];
-    let mut announced = false;
-    loop {
-        let out = zmtp.transmit();
-        if !out.is_empty() && writer.lock().map(|mut w| w.write_all(&out)).is_err() {
-            return;
-        }
-        if zmtp.is_open() && !announced {
-            announced = true;
-            // Silent while it holds an item, and that is its right: no read timeout now.
-            let _ = conn.set_read_timeout(None);
-            if tx.send(Input::Connected(id, writer.clone())).is_err() {
-                return;
-            }
-        }
-        let n = match reader.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        if zmtp.receive(&buf[..n]).is_err() {
-            return;
-        }
-        while let Some(m) = zmtp.message() {
-            if tx.send(Input::Message(id, m)).is_err() {
-                return;
-            }
-        }
-    }
-}
-
-/// The distributor's loop: inputs and ticks in, writes and completions out.
-fn distribute(rx: Receiver<Input>, mut d: Distributor, registered: &Registered) {
-    let mut writers: HashMap<WorkerId, Arc<Mutex<UnixStream>>> = HashMap::new();
-    let mut pending: HashMap<ItemId, OnDone> = HashMap::new();
-    let mut ending = false;
-    loop {
-        let now = Instant::now();
-        let input = rx.recv_timeout(d.next_tick(now).saturating_duration_since(now));
-        let now = Instant::now();
-        match input {
-            Ok(Input::Item(id, payload, done)) => {
-                pending.insert(id, done);
-                d.on_item(id, payload, now);
-            }
-            Ok(Input::Connected(w, writer)) => {
-                writers.insert(w, writer);
-            }
-            Ok(Input::Message(w, parts)) => d.on_message(w, &parts, now),
-            Ok(Input::Gone(w)) => {
-                writers.remove(&w);
-                d.on_gone(w);
-            }
-            Ok(Input::End) => {
-                ending = true;
-                d.end();
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => ending = true,
-        }
-        d.on_tick(now);
-        if let Ok(mut count) = registered.count.lock() {
-            *count = d.workers().count();
-            registered.changed.notify_all();
-        }
-        while let Some(action) = d.poll_action() {
-            match action {
-                Action::Send(w, parts) => {
-                    let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-                    let bytes = message_bytes(&parts);
-                    let sent = writers.get(&w).is_some_and(|s| s.lock().is_ok_and(|mut s| s.write_all(&bytes).is_ok()));
-                    if !sent {
-                        // Gone, or not reading its socket: a stalled consumer never holds us.
-                        if let Some(s) = writers.remove(&w) {
-                            let _ = s.lock().map(|s| s.shutdown(std::net::Shutdown::Both));
-                        }
-                        d.on_gone(w);
-                    }
-                }
-                Action::Done(id) => {
-                    if let Some(done) = pending.remove(&id) {
-                        done();
-                    }
-                }
-            }
-        }
-        if ending && d.live_items() == 0 {
-            // Close every connection: a consumer told the end, or one that hears it thus.
-            for s in writers.values() {
-                let _ = s.lock().map(|s| s.shutdown(std::net::Shutdown::Both));
-            }
-            return;
-        }
-    }
 }
