@@ -14,6 +14,7 @@ use wirespeed_fles::model::{ComponentView, Slicing};
 use wirespeed_fles::node::ring::RingSizes;
 use wirespeed_fles::run::{ComputeListener, ComputeSummary, KeptTimeslice, Settings, Timeslices, run_input};
 use wirespeed_fles::sched::{DfsSettings, Kind};
+use wirespeed_fles::source::pattern::Style;
 
 use crate::arrow;
 use crate::errors;
@@ -56,7 +57,7 @@ impl RunSettings {
     #[new]
     #[pyo3(signature = (inputs, computes=1, scheduler="dfs", timeslices=None, timeslice_size=100, overlap=1,
         microslice_size=650, microslice_spread=0, rate=0.0, buffer_size=33_554_432, descriptors=4096, timeout=30.0,
-        interval_length=10_000))]
+        interval_length=10_000, pattern="wirespeed"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         inputs: usize,
@@ -72,6 +73,7 @@ impl RunSettings {
         descriptors: u64,
         timeout: f64,
         interval_length: u64,
+        pattern: &str,
     ) -> PyResult<Self> {
         if inputs == 0 || computes == 0 || timeslice_size == 0 || buffer_size == 0 || descriptors == 0 {
             return Err(errors::usage(
@@ -86,6 +88,11 @@ impl RunSettings {
             "dfs" => Kind::Dfs(DfsSettings { interval_length, ..DfsSettings::default() }),
             other => return Err(errors::usage(format!("unknown scheduler {other:?} (rr or dfs)"))),
         };
+        let pattern = match pattern {
+            "wirespeed" => Style::Wirespeed,
+            "flesnet" => Style::Flesnet,
+            other => return Err(errors::usage(format!("unknown pattern {other:?} (wirespeed or flesnet)"))),
+        };
         let timeout =
             Duration::try_from_secs_f64(timeout).map_err(|_| errors::usage(format!("bad timeout {timeout}")))?;
         let settings = Settings {
@@ -95,6 +102,7 @@ impl RunSettings {
             slicing: Slicing { core: timeslice_size, overlap },
             microslice_size,
             microslice_spread: microslice_spread.min(microslice_size),
+            pattern,
             replay: None,
             input_rate: rate,
             rings: RingSizes { data: buffer_size, descs: descriptors },

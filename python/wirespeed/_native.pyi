@@ -247,6 +247,7 @@ class RunSettings:
         descriptors: int = 4096,
         timeout: float = 30.0,
         interval_length: int = 10000,
+        pattern: str = "wirespeed",
     ) -> RunSettings: ...
     @property
     def inputs(self) -> int: ...

@@ -329,3 +329,16 @@ fn a_compute_node_gone_silent_is_left_out_and_stopped() {
     let t = r["timeslices"].as_u64().unwrap();
     assert!((1000..1500).contains(&t), "{t}: the silent node kept what it had finished");
 }
+
+/// `--pattern flesnet` writes FLESnet's ramp; the compute node checks every word of it (our own
+/// implementation of FLESnet's rule) and finds a flipped byte.
+#[test]
+fn flesnets_pattern_is_checked_word_by_word() {
+    let out = fles_run(&["--local=2:1", "--timeslices=50", "--pattern=flesnet", "--microslice-size=203"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("50 timeslices in"));
+    let out = fles_run(&["--local=2:1", "--timeslices=50", "--pattern=flesnet", "--corrupt=7"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not FLESnet's ramp pattern"), "{err}");
+}

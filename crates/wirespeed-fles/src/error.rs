@@ -10,6 +10,9 @@ pub enum FlesError {
     /// A microslice whose content does not match the CRC its descriptor gives.
     #[error("microslice {idx} of input {input}: CRC-32C {found:#010x}, the descriptor says {expected:#010x}")]
     Crc { input: u16, idx: u64, expected: u32, found: u32 },
+    /// A microslice of FLESnet's test pattern whose content departs from it.
+    #[error("microslice {idx}: not FLESnet's ramp pattern: {why}")]
+    Pattern { idx: u64, why: String },
     /// A setting that cannot work (zero compute nodes, a ring smaller than one component).
     #[error("{0}")]
     Config(String),

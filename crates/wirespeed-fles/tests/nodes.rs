@@ -43,6 +43,7 @@ fn settings(inputs: usize, computes: usize, scheduler: Kind, descs: u64, timesli
         slicing: Slicing { core: 10, overlap: 1 },
         microslice_size: 600,
         microslice_spread: 200,
+        pattern: Default::default(),
         input_rate: 0.0,
         replay: None,
         rings: RingSizes { data: 1 << 16, descs },
@@ -270,7 +271,7 @@ fn frames_hold_each_timeslice_contiguously_as_the_inputs_sent_it() {
         assert_eq!((f.check.microslices, f.check.bad), (33, 0));
         assert_eq!(f.parts.iter().map(|p| p.input).collect::<Vec<_>>(), [0, 1, 2]);
         for p in &f.parts {
-            let sent = Pattern { input: p.input as u16, size: 600, spread: 200 }.component(f.index, s.slicing);
+            let sent = Pattern::new(p.input as u16, 600, 200).component(f.index, s.slicing);
             // SAFETY: host frame memory, alive while the frame is held.
             let there = unsafe { std::slice::from_raw_parts((f.address as *const u8).add(p.offset), p.len) };
             assert_eq!(there, &sent[..], "timeslice {} input {}", f.index, p.input);

@@ -12,6 +12,27 @@ use wirespeed_fles::model::Slicing;
 use wirespeed_fles::node::RingSizes;
 use wirespeed_fles::run::Settings;
 use wirespeed_fles::sched::{DfsSettings, Kind, dfs::Speedup};
+use wirespeed_fles::source::pattern::Style;
+
+/// Whose test pattern the inputs generate.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PatternFlag {
+    /// Ours: well-mixed words under a CRC-32C, which any consumer checks without knowing the
+    /// pattern.
+    Wirespeed,
+    /// FLESnet's ramp (subsystem 0xF0, format 0x81), as its pattern generators write it and
+    /// tsclient's pattern checker verifies it; it carries no CRC.
+    Flesnet,
+}
+
+impl PatternFlag {
+    fn style(self) -> Style {
+        match self {
+            PatternFlag::Wirespeed => Style::Wirespeed,
+            PatternFlag::Flesnet => Style::Flesnet,
+        }
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scheduler {
@@ -97,6 +118,9 @@ pub struct RunFlags {
     /// Microslice sizes vary uniformly by up to this many bytes either way.
     #[arg(long, default_value_t = 0)]
     pub microslice_spread: u32,
+    /// The generator's pattern.
+    #[arg(long, value_enum, default_value = "wirespeed")]
+    pub pattern: PatternFlag,
     /// Replay this timeslice archive (.tsa, FLESnet's or ours) instead of generating
     /// microslices: input i sends component i (mod the archive's count) of each archived
     /// timeslice in turn, round and round.
@@ -198,6 +222,7 @@ impl RunFlags {
             slicing: Slicing { core: self.timeslice_size, overlap: self.overlap },
             microslice_size: self.microslice_size,
             microslice_spread: self.microslice_spread.min(self.microslice_size),
+            pattern: self.pattern.style(),
             input_rate: self.rate,
             replay: self.replay.clone(),
             rings: RingSizes { data: self.buffer_size, descs: self.descriptors },
@@ -243,6 +268,7 @@ impl RunFlags {
             format!("--overlap={}", self.overlap),
             format!("--microslice-size={}", self.microslice_size),
             format!("--microslice-spread={}", self.microslice_spread),
+            format!("--pattern={}", self.pattern.to_possible_value().expect("no skipped variants").get_name()),
             format!("--rate={}", self.rate),
             format!("--buffer-size={}", self.buffer_size),
             format!("--descriptors={}", self.descriptors),

@@ -3,6 +3,7 @@
 //! desc[0].offset, as in FLESnet.
 
 use super::microslice::{DESCRIPTOR_LEN, MicrosliceDescriptor, flags};
+use super::ramp;
 use crate::error::{FlesError, Result, malformed};
 
 /// Where a component lies in a compute node's data ring, and what it holds: FLESnet's
@@ -105,11 +106,15 @@ impl<'a> ComponentView<'a> {
         Ok((d, &self.bytes[start..start + d.size as usize]))
     }
 
-    /// Checks the CRC of every microslice that carries one; `input` names the source in errors.
+    /// Checks the CRC of every microslice that carries one, and the content of every
+    /// microslice of FLESnet's ramp pattern; `input` names the source in errors.
     pub fn verify(&self, input: u16) -> Result<()> {
+        let mut channel = None;
         for m in 0..self.count {
             let (d, content) = self.microslice(m)?;
-            if d.flags & flags::CRC_VALID != 0 {
+            if (d.sys_id, d.sys_ver) == (ramp::SYS_ID, ramp::SYS_VER) {
+                ramp::check(content, d.crc, &mut channel, d.idx)?;
+            } else if d.flags & flags::CRC_VALID != 0 {
                 let found = crc32c::crc32c(content);
                 if found != d.crc {
                     return Err(FlesError::Crc { input, idx: d.idx, expected: d.crc, found });

@@ -3,6 +3,7 @@
 
 pub mod component;
 pub mod microslice;
+pub mod ramp;
 
 pub use component::{ComponentDescriptor, ComponentView, component_len, write_component};
 pub use microslice::{MicrosliceDescriptor, flags};

@@ -25,7 +25,8 @@ impl Feed {
     pub fn new(s: &Settings, input: usize) -> Result<Feed> {
         match &s.replay {
             None => {
-                let pattern = Pattern { input: input as u16, size: s.microslice_size, spread: s.microslice_spread };
+                let pattern =
+                    Pattern { style: s.pattern, ..Pattern::new(input as u16, s.microslice_size, s.microslice_spread) };
                 Ok(Feed::Pattern { pattern, built: HashMap::new() })
             }
             Some(path) => load(path, input).map(Feed::Replay),

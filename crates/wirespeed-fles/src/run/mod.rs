@@ -25,6 +25,7 @@ pub use publish::ShmOutput;
 use crate::model::Slicing;
 use crate::node::RingSizes;
 use crate::sched::Kind;
+use crate::source::pattern::Style;
 
 /// What every node of a run agrees on.
 #[derive(Debug, Clone)]
@@ -36,6 +37,8 @@ pub struct Settings {
     /// Mean content bytes per microslice, and the spread around it.
     pub microslice_size: u32,
     pub microslice_spread: u32,
+    /// Whose pattern the generator writes.
+    pub pattern: Style,
     /// Replay this timeslice archive instead of generating microslices.
     pub replay: Option<PathBuf>,
     /// Each input's source rate in 10^9 bytes a second (1 byte a nanosecond); 0: as fast

@@ -186,8 +186,7 @@ mod tests {
     #[test]
     fn reads_back_what_we_write() {
         let slicing = Slicing { core: 5, overlap: 1 };
-        let parts: Vec<Vec<u8>> =
-            (0..3).map(|i| Pattern { input: i, size: 90, spread: 30 }.component(4, slicing)).collect();
+        let parts: Vec<Vec<u8>> = (0..3).map(|i| Pattern::new(i, 90, 30).component(4, slicing)).collect();
         let mut w = TsaWriter::new(Vec::new(), 0, "h", "u").unwrap();
         for index in [4, 5] {
             let components = parts.iter().map(|p| (&p[..], 6)).collect();

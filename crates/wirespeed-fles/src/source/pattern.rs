@@ -1,12 +1,23 @@
 //! A pattern generator like FLESnet's pgen: microslices of a size around a mean, with
 //! content that is a function of (input, index), so the overlap two timeslices share is the
-//! same in both, and a CRC the receiver checks.
+//! same in both. Ours (the default) fills them with well-mixed words under a CRC-32C that any
+//! consumer checks without knowing the pattern; FLESnet's (`Style::Flesnet`) writes the ramp
+//! that its pattern checker verifies, with no CRC.
 
-use crate::model::microslice::DESCRIPTOR_LEN;
-use crate::model::{MicrosliceDescriptor, Slicing};
+use crate::model::microslice::{DESCRIPTOR_LEN, HDR_ID, HDR_VER};
+use crate::model::{MicrosliceDescriptor, Slicing, ramp};
 
 /// Subsystem id pgen uses for generated data.
 pub const PGEN_SYS_ID: u8 = 0xFF;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Style {
+    /// Mixed words under a CRC-32C.
+    #[default]
+    Wirespeed,
+    /// FLESnet's ramp pattern (`model::ramp`).
+    Flesnet,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pattern {
@@ -15,17 +26,29 @@ pub struct Pattern {
     pub size: u32,
     /// Sizes are uniform in size ± spread.
     pub spread: u32,
+    pub style: Style,
 }
 
 impl Pattern {
-    /// Content bytes of microslice `idx`.
+    /// Our pattern for `input`.
+    pub fn new(input: u16, size: u32, spread: u32) -> Self {
+        Pattern { input, size, spread, style: Style::Wirespeed }
+    }
+
+    /// Content bytes of microslice `idx` (whole words in FLESnet's pattern).
     pub fn size_of(&self, idx: u64) -> u32 {
-        if self.spread == 0 {
-            return self.size;
+        let size = match self.spread {
+            0 => self.size,
+            spread => {
+                let span = 2 * spread as u64 + 1;
+                let r = mix(idx ^ ((self.input as u64) << 48) ^ 0x5151) % span;
+                (self.size as u64 + r).saturating_sub(spread as u64) as u32
+            }
+        };
+        match self.style {
+            Style::Wirespeed => size,
+            Style::Flesnet => ramp::size(size),
         }
-        let span = 2 * self.spread as u64 + 1;
-        let r = mix(idx ^ ((self.input as u64) << 48) ^ 0x5151) % span;
-        (self.size as u64 + r).saturating_sub(self.spread as u64) as u32
     }
 
     /// Fills `out` with microslice `idx`'s content.
@@ -53,8 +76,18 @@ impl Pattern {
         let mut offset = range.start * self.size as u64;
         for ((idx, size), desc) in range.zip(sizes).zip(descs.chunks_exact_mut(DESCRIPTOR_LEN)) {
             let (content, rest) = contents.split_at_mut(size);
-            self.fill(idx, content);
-            let d = MicrosliceDescriptor::for_content(self.input, PGEN_SYS_ID, 1, idx, offset, content);
+            let d = match self.style {
+                Style::Wirespeed => {
+                    self.fill(idx, content);
+                    MicrosliceDescriptor::for_content(self.input, PGEN_SYS_ID, 1, idx, offset, content)
+                }
+                Style::Flesnet => {
+                    let crc = ramp::fill(self.input, content);
+                    let (sys_id, sys_ver, eq_id) = (ramp::SYS_ID, ramp::SYS_VER, ramp::EQ_ID);
+                    let (hdr_id, hdr_ver, size) = (HDR_ID, HDR_VER, size as u32);
+                    MicrosliceDescriptor { hdr_id, hdr_ver, eq_id, flags: 0, sys_id, sys_ver, idx, crc, size, offset }
+                }
+            };
             desc.copy_from_slice(&d.encode());
             offset += size as u64;
             contents = rest;
@@ -78,7 +111,7 @@ mod tests {
 
     #[test]
     fn components_verify_and_share_their_overlap() {
-        let p = Pattern { input: 3, size: 100, spread: 40 };
+        let p = Pattern::new(3, 100, 40);
         let s = Slicing { core: 10, overlap: 2 };
         let a = p.component(4, s);
         let b = p.component(5, s);
@@ -96,9 +129,28 @@ mod tests {
     #[test]
     fn inputs_differ() {
         let s = Slicing { core: 2, overlap: 0 };
-        let a = Pattern { input: 0, size: 64, spread: 0 }.component(0, s);
-        let b = Pattern { input: 1, size: 64, spread: 0 }.component(0, s);
+        let a = Pattern::new(0, 64, 0).component(0, s);
+        let b = Pattern::new(1, 64, 0).component(0, s);
         assert_eq!(a.len(), b.len());
         assert_ne!(a[64..], b[64..]);
+    }
+
+    /// FLESnet's pattern as its checker reads it: the ramp, checked by `verify`, and the
+    /// descriptor fields its generator sets.
+    #[test]
+    fn flesnets_pattern_is_the_ramp() {
+        let p = Pattern { style: Style::Flesnet, ..Pattern::new(5, 100, 40) };
+        let s = Slicing { core: 10, overlap: 1 };
+        let c = p.component(2, s);
+        let v = ComponentView::new(&c, 11).unwrap();
+        v.verify(5).unwrap();
+        let (d, content) = v.microslice(3).unwrap();
+        assert_eq!((d.eq_id, d.flags, d.sys_id, d.sys_ver, d.idx), (0xE001, 0, 0xF0, 0x81, 23));
+        assert_eq!(content.len() % 8, 0);
+        assert_eq!(u64::from_le_bytes(content[8..16].try_into().unwrap()), (5 << 48) | 8);
+        let mut broken = c.clone();
+        let at = c.len() - 3;
+        broken[at] ^= 0x40;
+        assert!(ComponentView::new(&broken, 11).unwrap().verify(5).is_err());
     }
 }
