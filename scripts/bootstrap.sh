@@ -7,12 +7,13 @@ set -euo pipefail
 # openssh-server: the tests start a throwaway sshd on 127.0.0.1 for remote copies; rsync and
 # netcat are peers in bench/tools_compare.sh. iproute2: `ip netns` makes two hosts for the
 # remote to remote tests. Open MPI: `fles run` under mpirun (the `mpi` crate builds against
-# mpicc). g++ and Boost.Serialization: the test that reads our .tsa files as FLESnet does.
+# mpicc). g++, Boost.Serialization and Boost.Iostreams (zstd): the test that reads our .tsa
+# files as FLESnet does.
 # Boost's headers (Interprocess) and libzmq: FLESnet's shared-memory consumer interface, and
 # the consumer that tests it.
 # SimGrid: simulating timeslice building (crates/simgrid-sys binds its headers).
 APT_PACKAGES=(pkg-config openssl iperf3 ucx-utils libucx-dev libfabric-dev libfabric-bin libclang-dev openssh-server openssh-client rsync netcat-openbsd
-  iproute2 libopenmpi-dev openmpi-bin g++ libboost-serialization-dev libboost-dev libzmq3-dev libsimgrid-dev)
+  iproute2 libopenmpi-dev openmpi-bin g++ libboost-serialization-dev libboost-iostreams-dev libboost-dev libzmq3-dev libsimgrid-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

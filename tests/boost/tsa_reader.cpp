@@ -1,13 +1,18 @@
 // Reads a FLESnet timeslice archive (.tsa) with Boost.Serialization, using the class layouts
 // and serialize() functions of FLESnet's lib/fles_ipc, and checks every microslice's CRC-32C.
+// A compressed archive (compression 1) is read as FLESnet's InputArchive reads it: the rest of
+// the file through Boost.Iostreams' zstd decompressor, as an archive without a header.
 // Prints the archive's descriptor, one line per timeslice, and a last line
 // "ok TIMESLICES COMPONENTS MICROSLICES"; exits non-zero on any error.
-// Build: g++ -O2 -o tsa_reader tsa_reader.cpp -lboost_serialization
+// Build: g++ -O2 -o tsa_reader tsa_reader.cpp -lboost_serialization -lboost_iostreams
 #include "fles_classes.hpp"
 
 #include <boost/archive/binary_iarchive.hpp>
+#include <boost/iostreams/filter/zstd.hpp>
+#include <boost/iostreams/filtering_stream.hpp>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -26,9 +31,23 @@ int main(int argc, char** argv) {
     std::cout << "archive type " << ad.archive_type << " compression " << ad.archive_compression << " host "
               << ad.hostname << " user " << ad.username << "\n";
     uint64_t timeslices = 0, components = 0, microslices = 0;
-    while (in.peek() != EOF) {
+    std::istream* body = &in;
+    boost::archive::binary_iarchive* archive = &ia;
+    boost::iostreams::filtering_istream unzstd;
+    std::unique_ptr<boost::archive::binary_iarchive> inner;
+    if (ad.archive_compression == 1) {
+      unzstd.push(boost::iostreams::zstd_decompressor());
+      unzstd.push(in);
+      inner = std::make_unique<boost::archive::binary_iarchive>(unzstd, boost::archive::no_header);
+      body = &unzstd;
+      archive = inner.get();
+    } else if (ad.archive_compression != 0) {
+      std::cerr << "unknown compression " << ad.archive_compression << "\n";
+      return 1;
+    }
+    while (body->peek() != EOF) {
       fles::StorableTimeslice ts;
-      ia >> ts;
+      *archive >> ts;
       const auto& d = ts.timeslice_descriptor;
       if (ts.data.size() != d.num_components || ts.desc.size() != d.num_components) {
         std::cerr << "timeslice " << d.index << ": component counts disagree\n";

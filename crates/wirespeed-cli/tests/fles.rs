@@ -82,7 +82,7 @@ fn every_timeslice_arrives_complete_with_both_schedulers() {
 fn bad_settings_get_one_clear_line() {
     for (args, says) in [
         (&["--local=0:2"][..], "not a count of nodes"),
-        (&["--local=2:2", "--output=parquet:/nowhere"][..], "expected null, tsa:PATH or arrow:PATH"),
+        (&["--local=2:2", "--output=parquet:/nowhere"][..], "expected null, tsa:PATH, arrow:PATH or shm:NAME"),
         (&["--timeslices=4"][..], "--local I:C on this host, or --inputs I under mpirun"),
         (&["--local=1:1", "--timeslices=4", "--output=tsa:/nonexistent-dir/run.tsa"][..], "nonexistent-dir"),
         (&["--local=1:1", "--buffer-size=1000", "--timeout=5"][..], "more than the 1000-byte ring"),
@@ -123,7 +123,12 @@ fn archives_are_written_per_compute_node_and_only_appear_whole() {
 fn boost_tsa_reader(dir: &std::path::Path) -> std::path::PathBuf {
     let reader = dir.join("tsa_reader");
     let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/boost/tsa_reader.cpp");
-    let built = Command::new("g++").args(["-O1", "-o"]).arg(&reader).arg(source).arg("-lboost_serialization").output();
+    let built = Command::new("g++")
+        .args(["-O1", "-o"])
+        .arg(&reader)
+        .arg(source)
+        .args(["-lboost_serialization", "-lboost_iostreams"])
+        .output();
     let built = built.expect("g++ (the bootstrap installs it with libboost-serialization-dev)");
     assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
     reader
@@ -341,4 +346,37 @@ fn flesnets_pattern_is_checked_word_by_word() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not FLESnet's ramp pattern"), "{err}");
+}
+
+/// `tsa:PATH?zstd&per-file=N`: zstd-compressed archives of N timeslices each, numbered as
+/// FLESnet's OutputArchiveSequence numbers them, each renamed into place once whole; the Boost
+/// reader (decompressing as FLESnet's InputArchive does) loads every one; `--replay` reads
+/// a compressed archive back.
+#[test]
+fn compressed_sequences_are_written_as_flesnet_writes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run_%n.tsa");
+    let out = fles_run(&[
+        "--local=2:1",
+        "--timeslices=25",
+        "--timeslice-size=10",
+        &format!("--output=tsa:{}?zstd&per-file=10", path.display()),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["run_0000.tsa", "run_0001.tsa", "run_0002.tsa"]);
+    let reader = boost_tsa_reader(dir.path());
+    for (name, count) in names.iter().zip([10, 10, 5]) {
+        let text = read_with_boost(&reader, &dir.path().join(name));
+        assert!(text.starts_with("archive type 0 compression 1 "), "{text}");
+        assert_eq!(text.lines().last(), Some(format!("ok {count} {} {}", 2 * count, 22 * count).as_str()), "{text}");
+    }
+    let replayed = fles_run(&[
+        "--local=2:1",
+        "--timeslices=30",
+        &format!("--replay={}", dir.path().join("run_0001.tsa").display()),
+    ]);
+    assert!(replayed.status.success(), "{}", String::from_utf8_lossy(&replayed.stderr));
 }

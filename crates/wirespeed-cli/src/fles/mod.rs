@@ -9,6 +9,7 @@ mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod node;
+mod output;
 mod plot;
 mod report;
 mod simulate;
@@ -20,7 +21,7 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 
 use args::RunFlags;
-use sink::Output;
+use output::Output;
 
 /// How often a compute node tells its progress.
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -62,10 +63,11 @@ pub struct RunArgs {
     #[arg(long)]
     key_file: Option<PathBuf>,
     /// Where complete timeslices go: `null` checks every CRC and keeps nothing; `tsa:PATH`
-    /// writes FLESnet timeslice archives and `arrow:PATH` Arrow IPC files, one row per
-    /// microslice (one file per compute node: PATH, or run.0.tsa, run.1.tsa, ... for
-    /// run.tsa), renamed into place when the run ends well; `shm:NAME` serves them to
-    /// FLESnet's consumers (`tsclient -i shm:NAME`, fles::TimesliceReceiver), NAME.0,
+    /// writes FLESnet timeslice archives (`?zstd[=LEVEL]` compressed, `&per-file=N` as a
+    /// sequence of files of N timeslices, PATH's %n numbering them) and `arrow:PATH` Arrow IPC
+    /// files, one row per microslice: one file per compute node (PATH, or run.0.tsa,
+    /// run.1.tsa, ... for run.tsa), each renamed into place once whole; `shm:NAME` serves them
+    /// to FLESnet's consumers (`tsclient -i shm:NAME`, fles::TimesliceReceiver), NAME.0,
     /// NAME.1, ... with several compute nodes; `?hold=SECONDS` (10) is how long a consumer
     /// may hold one, `&consumers=N` waits for N consumers before the run starts.
     #[arg(long, default_value = "null")]

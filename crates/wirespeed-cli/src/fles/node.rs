@@ -20,7 +20,8 @@ use wirespeed_fles::run::{ComputeListener, ComputeSummary, InputSummary, Setting
 use super::PROGRESS_EVERY;
 use super::args::RunFlags;
 use super::frames::{Prepared, prepare};
-use super::sink::{Output, Sink};
+use super::output::Output;
+use super::sink::Sink;
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Role {

@@ -5,6 +5,9 @@
 //! StorableTimeslice after another: its TimesliceDescriptor (class version 2), its data as a
 //! vector of byte vectors (one per component), its component descriptors (class version 1).
 //! The first time a class appears it is preceded by a tracking byte (0) and its class version.
+//! A compressed archive (the descriptor says zstd) is the same, but everything after the
+//! descriptor is one zstd stream holding a second archive without a header, whose classes
+//! appear for the first time again: what FLESnet's OutputArchive writes.
 
 use std::io::{self, Write};
 
@@ -23,7 +26,7 @@ pub struct StoredTimeslice<'a> {
 
 /// Writes an archive to `out`; `finish` flushes it.
 pub struct TsaWriter<W: Write> {
-    out: W,
+    out: Out<W>,
     /// Whether each class's version has been written: the timeslice, its descriptor, the
     /// data vector, the descriptor vector, a component descriptor.
     seen: [bool; 5],
@@ -38,24 +41,62 @@ pub(crate) const VERSIONS: [u32; 5] = [0, 2, 0, 0, 1];
 /// The archive's magic, after its length.
 pub(crate) const MAGIC: &[u8; 22] = b"serialization::archive";
 
+/// Where the timeslices go: the file, or a zstd stream into it.
+enum Out<W: Write> {
+    Plain(W),
+    Zstd(zstd::stream::write::Encoder<'static, W>),
+}
+
+impl<W: Write> Write for Out<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Out::Plain(w) => w.write(buf),
+            Out::Zstd(z) => z.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => w.flush(),
+            Out::Zstd(z) => z.flush(),
+        }
+    }
+}
+
+/// ArchiveDescriptor's compression: 0 none, 1 zstd.
+pub(crate) const ZSTD: i32 = 1;
+
 impl<W: Write> TsaWriter<W> {
     /// Starts an archive made at `creation_time` (seconds since the epoch) on `host` by `user`.
-    pub fn new(mut out: W, creation_time: i64, host: &str, user: &str) -> io::Result<Self> {
+    pub fn new(out: W, creation_time: i64, host: &str, user: &str) -> io::Result<Self> {
+        Self::start(out, creation_time, host, user, None)
+    }
+
+    /// As [`new`](Self::new), compressed with zstd at `level` (FLESnet uses 1).
+    pub fn compressed(out: W, creation_time: i64, host: &str, user: &str, level: i32) -> io::Result<Self> {
+        Self::start(out, creation_time, host, user, Some(level))
+    }
+
+    fn start(mut out: W, creation_time: i64, host: &str, user: &str, zstd: Option<i32>) -> io::Result<Self> {
         out.write_all(&(MAGIC.len() as u64).to_le_bytes())?;
         out.write_all(MAGIC)?;
         out.write_all(&18u16.to_le_bytes())?;
         out.write_all(&[4, 8, 4, 8])?;
         out.write_all(&1i32.to_le_bytes())?;
-        // The ArchiveDescriptor, class version 2: a timeslice archive, uncompressed.
+        // The ArchiveDescriptor, class version 2: a timeslice archive, and its compression.
         out.write_all(&[0])?;
         out.write_all(&2u32.to_le_bytes())?;
         out.write_all(&0i32.to_le_bytes())?;
-        out.write_all(&0i32.to_le_bytes())?;
+        out.write_all(&zstd.map_or(0, |_| ZSTD).to_le_bytes())?;
         out.write_all(&creation_time.to_le_bytes())?;
         for s in [host, user] {
             out.write_all(&(s.len() as u64).to_le_bytes())?;
             out.write_all(s.as_bytes())?;
         }
+        let out = match zstd {
+            None => Out::Plain(out),
+            Some(level) => Out::Zstd(zstd::stream::write::Encoder::new(out, level)?),
+        };
         Ok(TsaWriter { out, seen: [false; 5] })
     }
 
@@ -100,14 +141,19 @@ impl<W: Write> TsaWriter<W> {
         Ok(())
     }
 
-    /// Hands what is written so far to the output's own writer (the OS, for a file).
+    /// Hands what is written so far to the output's own writer (the OS, for a file); a
+    /// compressed archive ends a zstd block, so that what is written can be read back.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
 
-    pub fn finish(mut self) -> io::Result<W> {
-        self.out.flush()?;
-        Ok(self.out)
+    pub fn finish(self) -> io::Result<W> {
+        let mut out = match self.out {
+            Out::Plain(w) => w,
+            Out::Zstd(z) => z.finish()?,
+        };
+        out.flush()?;
+        Ok(out)
     }
 }
 

@@ -20,7 +20,7 @@ pub use compute::{ComputeListener, ComputeSummary, Timeslice};
 pub use consumer::{KeptTimeslice, Timeslices};
 pub use frames::{BuiltFrame, Frames};
 pub use input::{InputSummary, run_input};
-pub use publish::ShmOutput;
+pub use publish::{MISSING_COMPONENTS, ShmOutput};
 
 use crate::model::Slicing;
 use crate::node::RingSizes;

@@ -6,7 +6,7 @@ use std::io::{self, BufRead, Read};
 
 use crate::error::{FlesError, Result, malformed};
 use crate::model::ComponentView;
-use crate::output::tsa::{COMPONENT, DATA, DESCRIPTOR, DESCRIPTORS, MAGIC, TIMESLICE};
+use crate::output::tsa::{COMPONENT, DATA, DESCRIPTOR, DESCRIPTORS, MAGIC, TIMESLICE, ZSTD};
 
 /// Components larger than this are refused as garbage rather than allocated.
 const MAX_COMPONENT: u64 = 1 << 32;
@@ -24,11 +24,42 @@ pub struct ArchivedTimeslice {
 
 /// Reads an archive's timeslices one after another.
 pub struct TsaReader<R: BufRead> {
-    input: R,
+    input: In<R>,
     /// Each class's version, once it has appeared.
     versions: [Option<u32>; 5],
     pub host: String,
     pub user: String,
+}
+
+/// The file, or the zstd stream in it that a compressed archive's timeslices are.
+enum In<R: BufRead> {
+    Plain(R),
+    Zstd(std::io::BufReader<zstd::stream::read::Decoder<'static, R>>),
+}
+
+impl<R: BufRead> Read for In<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            In::Plain(r) => r.read(buf),
+            In::Zstd(z) => z.read(buf),
+        }
+    }
+}
+
+impl<R: BufRead> BufRead for In<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        match self {
+            In::Plain(r) => r.fill_buf(),
+            In::Zstd(z) => z.fill_buf(),
+        }
+    }
+
+    fn consume(&mut self, n: usize) {
+        match self {
+            In::Plain(r) => r.consume(n),
+            In::Zstd(z) => z.consume(n),
+        }
+    }
 }
 
 fn io_error(e: io::Error) -> FlesError {
@@ -40,6 +71,8 @@ fn io_error(e: io::Error) -> FlesError {
 }
 
 impl<R: BufRead> TsaReader<R> {
+    /// Reads the archive's header and descriptor; a compressed archive's timeslices are then
+    /// read through zstd.
     pub fn new(mut input: R) -> Result<Self> {
         let mut head = [0u8; 8 + 22 + 2 + 4 + 4];
         input.read_exact(&mut head).map_err(|_| malformed("timeslice archive", "too short for its header"))?;
@@ -49,19 +82,28 @@ impl<R: BufRead> TsaReader<R> {
         if head[32..36] != [4, 8, 4, 8] {
             return Err(malformed("timeslice archive", "written on a platform with other type sizes"));
         }
-        let mut r = TsaReader { input, versions: [None; 5], host: String::new(), user: String::new() };
+        let mut r =
+            TsaReader { input: In::Plain(input), versions: [None; 5], host: String::new(), user: String::new() };
         // The ArchiveDescriptor.
         r.u8()?;
         let version = r.u32()?;
         if version > 0 && r.u32()? != 0 {
             return Err(malformed("timeslice archive", "not a timeslice archive"));
         }
-        if version > 1 && r.u32()? != 0 {
-            return Err(FlesError::Archive("compressed archives cannot be replayed yet".into()));
-        }
+        let compression = if version > 1 { r.u32()? as i32 } else { 0 };
         r.u64()?; // creation time
         r.host = r.string()?;
         r.user = r.string()?;
+        match (compression, r.input) {
+            (0, input) => r.input = input,
+            (ZSTD, In::Plain(raw)) => {
+                let decoder = zstd::stream::read::Decoder::with_buffer(raw).map_err(io_error)?;
+                r.input = In::Zstd(std::io::BufReader::new(decoder));
+            }
+            (other, _) => {
+                return Err(FlesError::Archive(format!("compression {other} is neither none (0) nor zstd (1)")));
+            }
+        }
         Ok(r)
     }
 
@@ -170,17 +212,51 @@ mod tests {
     use crate::source::Pattern;
 
     const TWO: &[u8] = include_bytes!("../../tests/data/two.tsa");
+    /// The same two timeslices, zstd-compressed by FLESnet's own OutputArchive (Boost 1.74).
+    const TWO_ZSTD: &[u8] = include_bytes!("../../tests/data/two_zstd.tsa");
 
     #[test]
     fn reads_what_flesnet_wrote() {
-        let mut r = TsaReader::new(TWO).unwrap();
-        assert_eq!((r.host.as_str(), r.user.as_str()), ("vm", "root"));
-        let a = r.next_timeslice().unwrap().unwrap();
-        assert_eq!((a.index, a.num_core_microslices, a.components.len()), (7, 2, 1));
-        let v = ComponentView::new(&a.components[0].0, 2).unwrap();
-        assert_eq!(v.microslice(1).unwrap().1, [0xA1, 0xB0, 0xC0, 0xD0]);
-        assert_eq!(r.next_timeslice().unwrap().unwrap().index, 8);
-        assert_eq!(r.next_timeslice().unwrap(), None);
+        for archive in [TWO, TWO_ZSTD] {
+            let mut r = TsaReader::new(archive).unwrap();
+            assert_eq!((r.host.as_str(), r.user.as_str()), ("vm", "root"));
+            let a = r.next_timeslice().unwrap().unwrap();
+            assert_eq!((a.index, a.num_core_microslices, a.components.len()), (7, 2, 1));
+            let v = ComponentView::new(&a.components[0].0, 2).unwrap();
+            assert_eq!(v.microslice(1).unwrap().1, [0xA1, 0xB0, 0xC0, 0xD0]);
+            assert_eq!(r.next_timeslice().unwrap().unwrap().index, 8);
+            assert_eq!(r.next_timeslice().unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn compressed_archives_read_back() {
+        let parts: Vec<Vec<u8>> =
+            (0..2).map(|i| Pattern::new(i, 300, 0).component(1, Slicing { core: 9, overlap: 1 })).collect();
+        let mut w = TsaWriter::compressed(Vec::new(), 0, "h", "u", 1).unwrap();
+        for index in 0..20 {
+            let components = parts.iter().map(|p| (&p[..], 10)).collect();
+            let ts = StoredTimeslice {
+                index,
+                start_time: 0,
+                duration: 0,
+                flags: 0,
+                ts_pos: 0,
+                num_core_microslices: 9,
+                components,
+            };
+            w.write(&ts).unwrap();
+            w.flush().unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        assert_eq!(&bytes[0x31..0x35], &1i32.to_le_bytes(), "the descriptor says zstd");
+        let mut r = TsaReader::new(&bytes[..]).unwrap();
+        let read: Vec<u64> = std::iter::from_fn(|| r.next_timeslice().unwrap()).map(|t| t.index).collect();
+        assert_eq!(read, (0..20).collect::<Vec<_>>());
+        // Cut short: whole timeslices, then an error, never a short one.
+        let mut r = TsaReader::new(&bytes[..bytes.len() - 10]).unwrap();
+        while let Ok(Some(_)) = r.next_timeslice() {}
+        assert!(r.next_timeslice().is_err());
     }
 
     #[test]
