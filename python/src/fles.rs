@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyBufferError, PyStopIteration};
 use pyo3::prelude::*;
 use wirespeed::Config;
 use wirespeed_fles::FlesError;
-use wirespeed_fles::model::{ComponentView, Slicing};
+use wirespeed_fles::model::{ComponentView, Slicing, TimeSlicing};
 use wirespeed_fles::node::ring::RingSizes;
 use wirespeed_fles::run::{ComputeListener, ComputeSummary, KeptTimeslice, Settings, Timeslices, run_input};
 use wirespeed_fles::sched::{DfsSettings, Kind};
@@ -57,7 +57,8 @@ impl RunSettings {
     #[new]
     #[pyo3(signature = (inputs, computes=1, scheduler="dfs", timeslices=None, timeslice_size=100, overlap=1,
         microslice_size=650, microslice_spread=0, rate=0.0, buffer_size=33_554_432, descriptors=4096, timeout=30.0,
-        interval_length=10_000, pattern="wirespeed"))]
+        interval_length=10_000, pattern="wirespeed", timeslice_duration=None, overlap_before=0, overlap_after=0,
+        microslice_duration=100_000))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         inputs: usize,
@@ -74,6 +75,10 @@ impl RunSettings {
         timeout: f64,
         interval_length: u64,
         pattern: &str,
+        timeslice_duration: Option<u64>,
+        overlap_before: u64,
+        overlap_after: u64,
+        microslice_duration: u64,
     ) -> PyResult<Self> {
         if inputs == 0 || computes == 0 || timeslice_size == 0 || buffer_size == 0 || descriptors == 0 {
             return Err(errors::usage(
@@ -99,7 +104,19 @@ impl RunSettings {
             inputs,
             computes,
             scheduler,
-            slicing: Slicing { core: timeslice_size, overlap },
+            slicing: match timeslice_duration {
+                None => Slicing::count(timeslice_size, overlap),
+                Some(0) => return Err(errors::usage("timeslice_duration is in ns, at least 1")),
+                Some(_) if microslice_duration == 0 => {
+                    return Err(errors::usage("microslice_duration is in ns, at least 1"));
+                }
+                Some(duration_ns) => Slicing::time(TimeSlicing {
+                    microslice_ns: microslice_duration,
+                    duration_ns,
+                    before_ns: overlap_before,
+                    after_ns: overlap_after,
+                }),
+            },
             microslice_size,
             microslice_spread: microslice_spread.min(microslice_size),
             pattern,

@@ -248,6 +248,10 @@ class RunSettings:
         timeout: float = 30.0,
         interval_length: int = 10000,
         pattern: str = "wirespeed",
+        timeslice_duration: int | None = None,
+        overlap_before: int = 0,
+        overlap_after: int = 0,
+        microslice_duration: int = 100000,
     ) -> RunSettings: ...
     @property
     def inputs(self) -> int: ...

@@ -380,3 +380,45 @@ fn compressed_sequences_are_written_as_flesnet_writes_them() {
     ]);
     assert!(replayed.status.success(), "{}", String::from_utf8_lossy(&replayed.stderr));
 }
+
+/// `--timeslice-duration`: microslices of 100 µs (idx = k · 100,000 ns), timeslices of 1 ms
+/// with 150 µs before and 250 µs after. By hand: timeslice t starts at t ms and holds the
+/// microslice covering t ms − 150 µs (k = 10t − 2, from t = 1) up to the last starting before
+/// (t + 1) ms + 250 µs (k = 10t + 12); timeslice 0 starts at microslice 0.
+#[test]
+fn timeslices_are_cut_by_time_as_flesnet_cuts_them() {
+    use wirespeed_fles::model::ComponentView;
+    use wirespeed_fles::source::TsaReader;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("time.tsa");
+    let out = fles_run(&[
+        "--local=2:1",
+        "--timeslices=6",
+        "--timeslice-duration=1000000",
+        "--overlap-before=150000",
+        "--overlap-after=250000",
+        "--microslice-duration=100000",
+        &format!("--output=tsa:{}", path.display()),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut r = TsaReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+    for t in 0..6u64 {
+        let ts = r.next_timeslice().unwrap().unwrap();
+        assert_eq!((ts.index, ts.start_time, ts.duration, ts.flags), (t, t * 1_000_000, 1_000_000, 0));
+        assert_eq!(ts.num_core_microslices, 10);
+        let first = if t == 0 { 0 } else { 10 * t - 2 };
+        for (bytes, count) in &ts.components {
+            let c = ComponentView::new(bytes, *count).unwrap();
+            let idx: Vec<u64> = (0..c.len()).map(|m| c.descriptor(m).unwrap().idx).collect();
+            let expected: Vec<u64> = (first..=10 * t + 12).map(|k| k * 100_000).collect();
+            assert_eq!(idx, expected, "timeslice {t}");
+        }
+    }
+    assert_eq!(r.next_timeslice().unwrap(), None);
+    let out = fles_run(&["--local=1:1", "--timeslice-duration=1000", "--timeslice-size=5"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -40,7 +40,7 @@ fn settings(inputs: usize, computes: usize, scheduler: Kind, descs: u64, timesli
         inputs,
         computes,
         scheduler,
-        slicing: Slicing { core: 10, overlap: 1 },
+        slicing: Slicing::count(10, 1),
         microslice_size: 600,
         microslice_spread: 200,
         pattern: Default::default(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::{Args, ValueEnum};
 use wirespeed::Fabric;
-use wirespeed_fles::model::Slicing;
+use wirespeed_fles::model::{Slicing, TimeSlicing};
 use wirespeed_fles::node::RingSizes;
 use wirespeed_fles::run::Settings;
 use wirespeed_fles::sched::{DfsSettings, Kind, dfs::Speedup};
@@ -112,6 +112,19 @@ pub struct RunFlags {
     /// Microslices each timeslice shares with the next.
     #[arg(long, default_value_t = 1)]
     pub overlap: u64,
+    /// Cut timeslices by time, as today's FLESnet does, rather than by count: each spans this
+    /// many ns of microslice start times (`idx`), microslices being --microslice-duration ns.
+    #[arg(long, conflicts_with_all = ["timeslice_size", "overlap"])]
+    pub timeslice_duration: Option<u64>,
+    /// With --timeslice-duration: ns of microslices before a timeslice's start it also holds.
+    #[arg(long, default_value_t = 0, requires = "timeslice_duration")]
+    pub overlap_before: u64,
+    /// With --timeslice-duration: ns of microslices after its end it also holds.
+    #[arg(long, default_value_t = 0, requires = "timeslice_duration")]
+    pub overlap_after: u64,
+    /// With --timeslice-duration: each microslice's span in ns (its idx is k times this).
+    #[arg(long, default_value_t = 100_000, requires = "timeslice_duration")]
+    pub microslice_duration: u64,
     /// Mean content bytes per microslice (650 makes a component of about 64 KiB).
     #[arg(long, default_value_t = 650)]
     pub microslice_size: u32,
@@ -219,7 +232,7 @@ impl RunFlags {
             inputs,
             computes,
             scheduler,
-            slicing: Slicing { core: self.timeslice_size, overlap: self.overlap },
+            slicing: self.slicing()?,
             microslice_size: self.microslice_size,
             microslice_spread: self.microslice_spread.min(self.microslice_size),
             pattern: self.pattern.style(),
@@ -260,12 +273,21 @@ impl RunFlags {
         })
     }
 
+    fn slicing(&self) -> Result<Slicing> {
+        let Some(duration_ns) = self.timeslice_duration else {
+            return Ok(Slicing::count(self.timeslice_size, self.overlap));
+        };
+        if duration_ns == 0 || self.microslice_duration == 0 {
+            bail!("--timeslice-duration and --microslice-duration are ns, at least 1");
+        }
+        let (before_ns, after_ns, microslice_ns) = (self.overlap_before, self.overlap_after, self.microslice_duration);
+        Ok(Slicing::time(TimeSlicing { microslice_ns, duration_ns, before_ns, after_ns }))
+    }
+
     /// The flags again, for a node process.
     pub fn to_args(&self) -> Vec<String> {
         let mut v = vec![
             format!("--transport={}", self.transport),
-            format!("--timeslice-size={}", self.timeslice_size),
-            format!("--overlap={}", self.overlap),
             format!("--microslice-size={}", self.microslice_size),
             format!("--microslice-spread={}", self.microslice_spread),
             format!("--pattern={}", self.pattern.to_possible_value().expect("no skipped variants").get_name()),
@@ -275,6 +297,16 @@ impl RunFlags {
             format!("--timeout={}", self.timeout),
         ];
         v.extend(self.scheduling.to_args());
+        if self.timeslice_duration.is_none() {
+            v.push(format!("--timeslice-size={}", self.timeslice_size));
+            v.push(format!("--overlap={}", self.overlap));
+        }
+        if let Some(ns) = self.timeslice_duration {
+            v.push(format!("--timeslice-duration={ns}"));
+            v.push(format!("--overlap-before={}", self.overlap_before));
+            v.push(format!("--overlap-after={}", self.overlap_after));
+            v.push(format!("--microslice-duration={}", self.microslice_duration));
+        }
         if let Some(path) = &self.replay {
             v.push(format!("--replay={}", path.display()));
         }

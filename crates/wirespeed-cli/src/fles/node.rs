@@ -118,7 +118,7 @@ pub fn compute(
             .with_context(|| format!("compute node {index}, publishing as {}", shm.name))?;
         return Ok(compute_json(&summary, 0));
     }
-    let mut sink = Sink::open(output, s.slicing.core)?;
+    let mut sink = Sink::open(output, s.slicing)?;
     let summary = listener
         .run(s, index, barrier, |ts| {
             checked += sink.write(ts)?;

@@ -10,8 +10,9 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use wirespeed_fles::FlesError;
+use wirespeed_fles::model::{Slicing, timeslice_flags};
 use wirespeed_fles::output::{ArrowWriter, StoredTimeslice, TsaWriter};
-use wirespeed_fles::run::{MISSING_COMPONENTS, Timeslice};
+use wirespeed_fles::run::Timeslice;
 
 use super::output::{Output, TsaOutput};
 
@@ -35,7 +36,7 @@ pub struct Sink {
     file: Option<Pending>,
     /// Files of the output begun so far.
     files: usize,
-    core: u64,
+    slicing: Slicing,
 }
 
 fn archive_error(path: &Path) -> impl Fn(std::io::Error) -> FlesError + '_ {
@@ -43,9 +44,9 @@ fn archive_error(path: &Path) -> impl Fn(std::io::Error) -> FlesError + '_ {
 }
 
 impl Sink {
-    /// Opens `output` for timeslices of `core` core microslices.
-    pub fn open(output: &Output, core: u64) -> Result<Sink, FlesError> {
-        let mut sink = Sink { output: output.clone(), file: None, files: 0, core };
+    /// Opens `output` for timeslices cut as `slicing` says.
+    pub fn open(output: &Output, slicing: Slicing) -> Result<Sink, FlesError> {
+        let mut sink = Sink { output: output.clone(), file: None, files: 0, slicing };
         if matches!(output, Output::Tsa(_) | Output::Arrow(_)) {
             sink.begin_file()?;
         }
@@ -102,14 +103,14 @@ impl Sink {
         let Some(file) = &mut self.file else { return Ok(checked) };
         match &mut file.writer {
             Writer::Tsa(w) => {
-                let start_time = ts.components.first().and_then(|c| c.descriptor(0).ok()).map_or(0, |d| d.idx);
+                let (start_time, duration) = self.slicing.start_and_duration(ts.index);
                 let stored = StoredTimeslice {
                     index: ts.index,
                     start_time,
-                    duration: 0,
-                    flags: if ts.incomplete() { MISSING_COMPONENTS } else { 0 },
+                    duration,
+                    flags: timeslice_flags(&ts.components, ts.incomplete()),
                     ts_pos: 0,
-                    num_core_microslices: self.core as u32,
+                    num_core_microslices: self.slicing.core as u32,
                     components: ts.components.iter().map(|c| (c.bytes(), c.len() as u64)).collect(),
                 };
                 let io = archive_error(&file.part);

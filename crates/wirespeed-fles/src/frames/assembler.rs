@@ -171,7 +171,7 @@ mod tests {
     use crate::source::Pattern;
 
     fn component(input: usize, ts: u64) -> Vec<u8> {
-        Pattern::new(input as u16, 100, 40).component(ts, Slicing { core: 9, overlap: 1 })
+        Pattern::new(input as u16, 100, 40).component(ts, Slicing::count(9, 1))
     }
 
     #[test]

@@ -19,6 +19,17 @@ pub struct ComponentDescriptor {
 
 pub const COMPONENT_DESCRIPTOR_LEN: usize = 32;
 
+/// FLESnet's flags of a component (TsComponentFlag) and of a timeslice (TsFlag): a microslice
+/// (of some component) overflowed in the FLIM; a component is missing.
+pub const OVERFLOW_FLIM: u32 = 1 << 1;
+pub const MISSING_COMPONENTS: u32 = 1 << 2;
+
+/// A timeslice's flags, from its components' and whether one is missing.
+pub fn timeslice_flags<'a>(components: impl IntoIterator<Item = &'a ComponentView<'a>>, missing: bool) -> u32 {
+    let overflow = components.into_iter().fold(0, |f, c| f | c.flags());
+    overflow | if missing { MISSING_COMPONENTS } else { 0 }
+}
+
 impl ComponentDescriptor {
     pub fn encode(&self) -> [u8; COMPONENT_DESCRIPTOR_LEN] {
         let mut b = [0u8; COMPONENT_DESCRIPTOR_LEN];
@@ -104,6 +115,12 @@ impl<'a> ComponentView<'a> {
         let first = self.descriptor(0)?.offset;
         let start = self.count * DESCRIPTOR_LEN + (d.offset - first) as usize;
         Ok((d, &self.bytes[start..start + d.size as usize]))
+    }
+
+    /// FLESnet's component flags: [`OVERFLOW_FLIM`] if a microslice overflowed in the FLIM.
+    pub fn flags(&self) -> u32 {
+        let overflow = (0..self.count).any(|m| self.descriptor(m).is_ok_and(|d| d.flags & flags::OVERFLOW_FLIM != 0));
+        if overflow { OVERFLOW_FLIM } else { 0 }
     }
 
     /// Checks the CRC of every microslice that carries one, and the content of every

@@ -5,26 +5,79 @@ pub mod component;
 pub mod microslice;
 pub mod ramp;
 
-pub use component::{ComponentDescriptor, ComponentView, component_len, write_component};
+pub use component::{ComponentDescriptor, ComponentView, component_len, timeslice_flags, write_component};
 pub use microslice::{MicrosliceDescriptor, flags};
 
-/// How timeslices are cut from each input's microslices: timeslice t holds microslices
-/// [t·core, t·core + core + overlap), the overlap copied into both neighbours.
+/// How timeslices are cut from each input's microslices.
+///
+/// By count (FLESnet's legacy builder): timeslice t holds microslices
+/// [t·core, t·core + core + overlap), the overlap copied into both neighbours, and a
+/// microslice's `idx` is its index.
+///
+/// By time (today's FLESnet, `time`): microslice k starts at k·microslice_ns (its `idx`), and
+/// timeslice t, which starts at t·duration_ns, holds the microslices from the one covering
+/// t·duration_ns − before_ns to the last that starts before (t + 1)·duration_ns + after_ns,
+/// as FLESnet's `find_component` cuts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slicing {
     pub core: u64,
     pub overlap: u64,
+    pub time: Option<TimeSlicing>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeSlicing {
+    pub microslice_ns: u64,
+    pub duration_ns: u64,
+    pub before_ns: u64,
+    pub after_ns: u64,
 }
 
 impl Slicing {
-    /// The microslice indices timeslice `ts` holds.
-    pub fn microslices(&self, ts: u64) -> std::ops::Range<u64> {
-        ts * self.core..ts * self.core + self.core + self.overlap
+    /// Cut by count: `core` microslices each, and `overlap` shared with the next.
+    pub fn count(core: u64, overlap: u64) -> Self {
+        Slicing { core, overlap, time: None }
     }
 
-    /// Microslices per component.
+    /// Cut by time (all in ns); `core` is then the microslices a duration holds.
+    pub fn time(t: TimeSlicing) -> Self {
+        Slicing { core: t.duration_ns.div_ceil(t.microslice_ns), overlap: 0, time: Some(t) }
+    }
+
+    /// The microslice indices timeslice `ts` holds.
+    pub fn microslices(&self, ts: u64) -> std::ops::Range<u64> {
+        match self.time {
+            None => ts * self.core..ts * self.core + self.core + self.overlap,
+            Some(t) => {
+                let start = ts * t.duration_ns;
+                let first = start.saturating_sub(t.before_ns) / t.microslice_ns;
+                let end = (start + t.duration_ns + t.after_ns).div_ceil(t.microslice_ns);
+                first..end
+            }
+        }
+    }
+
+    /// The most microslices a component holds.
     pub fn per_component(&self) -> u64 {
-        self.core + self.overlap
+        match self.time {
+            None => self.core + self.overlap,
+            Some(t) => (t.before_ns + t.duration_ns + t.after_ns).div_ceil(t.microslice_ns) + 1,
+        }
+    }
+
+    /// Microslice `k`'s `idx`: its index, or its start time in ns.
+    pub fn idx(&self, k: u64) -> u64 {
+        self.time.map_or(k, |t| k * t.microslice_ns)
+    }
+
+    /// Timeslice `ts`'s start time and duration as its descriptor gives them: in ns when cut
+    /// by time; by count, the first core microslice's index and no duration, as FLESnet's
+    /// legacy builder left them.
+    pub fn start_and_duration(&self, ts: u64) -> (u64, u64) {
+        match self.time {
+            None => (ts * self.core, 0),
+            Some(t) => (ts * t.duration_ns, t.duration_ns),
+        }
     }
 }
 
@@ -34,9 +87,30 @@ mod tests {
 
     #[test]
     fn neighbours_share_the_overlap() {
-        let s = Slicing { core: 100, overlap: 1 };
+        let s = Slicing::count(100, 1);
         assert_eq!(s.microslices(0), 0..101);
         assert_eq!(s.microslices(3), 300..401);
         assert_eq!(s.microslices(2).end - 1, s.microslices(3).start);
+        assert_eq!((s.idx(7), s.start_and_duration(3)), (7, (300, 0)));
+    }
+
+    /// By hand: microslices of 100 µs, timeslices of 1 ms with 150 µs before and 250 µs after.
+    /// Timeslice 2 starts at 2,000,000 ns: from the microslice covering 1,850,000 (k = 18, at
+    /// 1,800,000) to the last starting before 3,250,000 (k = 32, at 3,200,000).
+    #[test]
+    fn by_time_as_flesnet_cuts() {
+        let t = TimeSlicing { microslice_ns: 100_000, duration_ns: 1_000_000, before_ns: 150_000, after_ns: 250_000 };
+        let s = Slicing::time(t);
+        assert_eq!(s.microslices(2), 18..33);
+        assert_eq!(s.idx(18), 1_800_000);
+        assert_eq!(s.start_and_duration(2), (2_000_000, 1_000_000));
+        // The first timeslice cannot reach before time 0.
+        assert_eq!(s.microslices(0), 0..13);
+        assert_eq!(s.core, 10);
+        assert!((0..50).all(|ts| s.microslices(ts).end - s.microslices(ts).start <= s.per_component()));
+        // A duration that is not a whole number of microslices: the microslice covering a
+        // boundary goes to both neighbours, since each takes the one covering its start.
+        let s = Slicing::time(TimeSlicing { microslice_ns: 300, duration_ns: 1000, before_ns: 0, after_ns: 0 });
+        assert_eq!([s.microslices(0), s.microslices(1), s.microslices(2)], [0..4, 3..7, 6..10]);
     }
 }

@@ -307,7 +307,7 @@ mod tests {
 
     #[test]
     fn a_rated_source_sends_each_timeslice_once_its_microslices_exist() {
-        let slicing = Slicing { core: 4, overlap: 1 };
+        let slicing = Slicing::count(4, 1);
         let mut n = node(10).with_source_rate(100, slicing);
         // Timeslice 0 needs microslices 0 to 4: the fifth exists at 500 ns.
         assert_eq!(n.poll(0, |_| 10).unwrap(), InputAction::Wait(Some(500)));

@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn one_row_per_microslice_read_back_by_arrow() {
-        let slicing = Slicing { core: 4, overlap: 1 };
+        let slicing = Slicing::count(4, 1);
         let parts: Vec<Vec<u8>> = (0..2).map(|i| Pattern::new(i, 100, 20).component(7, slicing)).collect();
         let views: Vec<ComponentView> =
             parts.iter().map(|p| ComponentView::new(p, slicing.per_component()).unwrap()).collect();

@@ -11,6 +11,8 @@
 
 use std::io::{self, Write};
 
+use crate::model::ComponentView;
+
 /// One timeslice as the archive holds it.
 pub struct StoredTimeslice<'a> {
     pub index: u64,
@@ -136,7 +138,8 @@ impl<W: Write> TsaWriter<W> {
             for v in [ts.index, 0, bytes.len() as u64, *microslices] {
                 self.out.write_all(&v.to_le_bytes())?;
             }
-            self.out.write_all(&0u32.to_le_bytes())?; // flags
+            let flags = ComponentView::new(bytes, *microslices).map_or(0, |c| c.flags());
+            self.out.write_all(&flags.to_le_bytes())?;
         }
         Ok(())
     }

@@ -55,7 +55,8 @@ impl Feed {
         match self {
             Feed::Pattern { built, .. } => {
                 let bytes = built.remove(&ts).expect("sized before it was placed");
-                send(&bytes, s.slicing.per_component())
+                let range = s.slicing.microslices(ts);
+                send(&bytes, range.end - range.start)
             }
             Feed::Replay(c) => {
                 let (bytes, n) = &c[(ts % c.len() as u64) as usize];

@@ -20,7 +20,7 @@ pub use compute::{ComputeListener, ComputeSummary, Timeslice};
 pub use consumer::{KeptTimeslice, Timeslices};
 pub use frames::{BuiltFrame, Frames};
 pub use input::{InputSummary, run_input};
-pub use publish::{MISSING_COMPONENTS, ShmOutput};
+pub use publish::ShmOutput;
 
 use crate::model::Slicing;
 use crate::node::RingSizes;
@@ -66,7 +66,7 @@ impl Settings {
         let per_input = match &self.replay {
             Some(_) => self.rings.data.min(16 << 20) as usize,
             None => {
-                let microslices = (self.slicing.core + self.slicing.overlap) as usize;
+                let microslices = self.slicing.per_component() as usize;
                 let most = (self.microslice_size + self.microslice_spread.min(self.microslice_size)) as usize;
                 microslices * (crate::model::microslice::DESCRIPTOR_LEN + most)
             }

@@ -16,9 +16,7 @@ use crate::error::{FlesError, Result};
 use crate::ipc::publisher::Publisher;
 use crate::ipc::segment::Segment;
 use crate::ipc::work_item::{ComponentEntry, TimesliceDescriptor, WorkItem};
-
-/// FLESnet's TimesliceDescriptor flag for a timeslice missing some input's component.
-pub const MISSING_COMPONENTS: u32 = 1 << 2;
+use crate::model::{Slicing, timeslice_flags};
 
 /// Where and how a compute node publishes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +34,7 @@ struct Publishing<F> {
     file: Arc<std::os::fd::OwnedFd>,
     publisher: Publisher,
     next_id: u64,
-    core: u64,
+    slicing: Slicing,
     seen: F,
 }
 
@@ -55,7 +53,7 @@ impl ComputeListener {
         let file = Arc::new(segment.file()?);
         let publisher = Publisher::start(&shm.name, shm.hold)?;
         publisher.wait_for_consumers(shm.consumers, s.timeout)?;
-        let mut p = Publishing { segment, file, publisher, next_id: 0, core: s.slicing.core, seen };
+        let mut p = Publishing { segment, file, publisher, next_id: 0, slicing: s.slicing, seen };
         self.drive(s, index, barrier, &mut p)
     }
 }
@@ -89,17 +87,20 @@ impl<F: FnMut(&Timeslice<'_>)> Consumer for Publishing<F> {
             let (offset, size, num_microslices) = (p.at as u64, p.len as u64, p.microslices);
             components.push(ComponentEntry { ts_num: ts.index, offset, size, num_microslices, flags: 0 });
         }
-        let start_time = ts.components.first().and_then(|c| c.descriptor(0).ok()).map_or(0, |d| d.idx);
+        for (entry, view) in components.iter_mut().zip(&ts.components) {
+            entry.flags = view.flags();
+        }
+        let (start_time, duration) = self.slicing.start_and_duration(ts.index);
         let item = WorkItem {
             shm_uuid: self.segment.uuid,
             shm_name: self.segment.name().into(),
             descriptor: TimesliceDescriptor {
                 index: ts.index,
                 start_time,
-                duration: 0,
-                flags: if ts.incomplete() { MISSING_COMPONENTS } else { 0 },
+                duration,
+                flags: timeslice_flags(&ts.components, ts.incomplete()),
                 ts_pos: id,
-                num_core_microslices: self.core as u32,
+                num_core_microslices: self.slicing.core as u32,
                 num_components: ts.places.len() as u32,
             },
             data,

@@ -19,7 +19,7 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<I
     if s.input_rate > 0.0 {
         // One component a period: its bytes at the source's rate.
         let period = (s.component_size as f64 / s.input_rate).ceil() as u64;
-        node = node.with_source_rate(period, Slicing { core: 1, overlap: 0 });
+        node = node.with_source_rate(period, Slicing::count(1, 0));
     }
     let mut summary = InputSummary { index, ..InputSummary::default() };
     let mut sent = Thinned::new(SAMPLES_KEPT);

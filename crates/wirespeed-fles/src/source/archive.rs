@@ -17,6 +17,10 @@ const MAX_COMPONENTS: u64 = 1 << 16;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchivedTimeslice {
     pub index: u64,
+    /// As the descriptor gives them (0 in archives older than class version 2).
+    pub start_time: u64,
+    pub duration: u64,
+    pub flags: u32,
     pub num_core_microslices: u32,
     /// Each component's bytes (descriptors, then contents) and its microslice count.
     pub components: Vec<(Vec<u8>, u64)>,
@@ -151,12 +155,8 @@ impl<R: BufRead> TsaReader<R> {
         self.class(TIMESLICE)?;
         let version = self.class(DESCRIPTOR)?;
         let index = if version > 0 { self.u64()? } else { 0 };
-        if version > 1 {
-            // Start time, duration, flags.
-            self.u64()?;
-            self.u64()?;
-            self.u32()?;
-        }
+        let (start_time, duration, flags) =
+            if version > 1 { (self.u64()?, self.u64()?, self.u32()?) } else { (0, 0, 0) };
         self.u64()?; // ts_pos
         let num_core_microslices = self.u32()?;
         let num_components = u64::from(self.u32()?);
@@ -200,7 +200,7 @@ impl<R: BufRead> TsaReader<R> {
             ComponentView::new(&bytes, microslices)?;
             components.push((bytes, microslices));
         }
-        Ok(Some(ArchivedTimeslice { index, num_core_microslices, components }))
+        Ok(Some(ArchivedTimeslice { index, start_time, duration, flags, num_core_microslices, components }))
     }
 }
 
@@ -231,8 +231,7 @@ mod tests {
 
     #[test]
     fn compressed_archives_read_back() {
-        let parts: Vec<Vec<u8>> =
-            (0..2).map(|i| Pattern::new(i, 300, 0).component(1, Slicing { core: 9, overlap: 1 })).collect();
+        let parts: Vec<Vec<u8>> = (0..2).map(|i| Pattern::new(i, 300, 0).component(1, Slicing::count(9, 1))).collect();
         let mut w = TsaWriter::compressed(Vec::new(), 0, "h", "u", 1).unwrap();
         for index in 0..20 {
             let components = parts.iter().map(|p| (&p[..], 10)).collect();
@@ -261,7 +260,7 @@ mod tests {
 
     #[test]
     fn reads_back_what_we_write() {
-        let slicing = Slicing { core: 5, overlap: 1 };
+        let slicing = Slicing::count(5, 1);
         let parts: Vec<Vec<u8>> = (0..3).map(|i| Pattern::new(i, 90, 30).component(4, slicing)).collect();
         let mut w = TsaWriter::new(Vec::new(), 0, "h", "u").unwrap();
         for index in [4, 5] {

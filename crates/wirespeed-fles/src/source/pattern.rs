@@ -79,12 +79,13 @@ impl Pattern {
             let d = match self.style {
                 Style::Wirespeed => {
                     self.fill(idx, content);
-                    MicrosliceDescriptor::for_content(self.input, PGEN_SYS_ID, 1, idx, offset, content)
+                    MicrosliceDescriptor::for_content(self.input, PGEN_SYS_ID, 1, slicing.idx(idx), offset, content)
                 }
                 Style::Flesnet => {
                     let crc = ramp::fill(self.input, content);
                     let (sys_id, sys_ver, eq_id) = (ramp::SYS_ID, ramp::SYS_VER, ramp::EQ_ID);
                     let (hdr_id, hdr_ver, size) = (HDR_ID, HDR_VER, size as u32);
+                    let idx = slicing.idx(idx);
                     MicrosliceDescriptor { hdr_id, hdr_ver, eq_id, flags: 0, sys_id, sys_ver, idx, crc, size, offset }
                 }
             };
@@ -112,7 +113,7 @@ mod tests {
     #[test]
     fn components_verify_and_share_their_overlap() {
         let p = Pattern::new(3, 100, 40);
-        let s = Slicing { core: 10, overlap: 2 };
+        let s = Slicing::count(10, 2);
         let a = p.component(4, s);
         let b = p.component(5, s);
         let (va, vb) = (ComponentView::new(&a, 12).unwrap(), ComponentView::new(&b, 12).unwrap());
@@ -128,7 +129,7 @@ mod tests {
 
     #[test]
     fn inputs_differ() {
-        let s = Slicing { core: 2, overlap: 0 };
+        let s = Slicing::count(2, 0);
         let a = Pattern::new(0, 64, 0).component(0, s);
         let b = Pattern::new(1, 64, 0).component(0, s);
         assert_eq!(a.len(), b.len());
@@ -140,7 +141,7 @@ mod tests {
     #[test]
     fn flesnets_pattern_is_the_ramp() {
         let p = Pattern { style: Style::Flesnet, ..Pattern::new(5, 100, 40) };
-        let s = Slicing { core: 10, overlap: 1 };
+        let s = Slicing::count(10, 1);
         let c = p.component(2, s);
         let v = ComponentView::new(&c, 11).unwrap();
         v.verify(5).unwrap();
