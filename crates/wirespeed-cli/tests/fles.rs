@@ -422,3 +422,89 @@ fn timeslices_are_cut_by_time_as_flesnet_cuts_them() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--replay a.msa,b.msa`: each input replays its own microslice archive in full, cut by the
+/// run's slicing; what comes out is its source, microslice for microslice (offsets made back
+/// to back), and the run ends with the last whole timeslice the archives hold.
+#[test]
+fn microslice_archives_replay_in_full() {
+    use wirespeed_fles::model::{ComponentView, MicrosliceDescriptor, ramp};
+    use wirespeed_fles::output::MsaWriter;
+    use wirespeed_fles::source::TsaReader;
+    let dir = tempfile::tempdir().unwrap();
+    // Input i: 95 microslices of FLESnet's ramp for channel i, 100 µs apart, 80 to 200 bytes.
+    let source = |i: u16| -> Vec<(MicrosliceDescriptor, Vec<u8>)> {
+        let mut offset = 0;
+        (0..95u64)
+            .map(|k| {
+                let mut content = vec![0u8; 80 + 8 * ((k as usize * 7 + i as usize) % 16)];
+                let crc = ramp::fill(i, &mut content);
+                let d = MicrosliceDescriptor {
+                    hdr_id: 0xDD,
+                    hdr_ver: 1,
+                    eq_id: ramp::EQ_ID,
+                    flags: 0,
+                    sys_id: ramp::SYS_ID,
+                    sys_ver: ramp::SYS_VER,
+                    idx: k * 100_000,
+                    crc,
+                    size: content.len() as u32,
+                    offset,
+                };
+                offset += content.len() as u64 + 1000; // gaps in the stream: replay closes them
+                (d, content)
+            })
+            .collect()
+    };
+    let mut paths = Vec::new();
+    for i in 0..2 {
+        let path = dir.path().join(format!("in{i}.msa"));
+        let mut w = MsaWriter::new(std::fs::File::create(&path).unwrap(), 0, "h", "u").unwrap();
+        for (d, content) in source(i) {
+            w.write(&d, &content).unwrap();
+        }
+        w.finish().unwrap();
+        paths.push(path.display().to_string());
+    }
+    let out_path = dir.path().join("out.tsa");
+    let out = fles_run(&[
+        "--local=2:1",
+        "--timeslice-duration=1000000",
+        "--overlap-after=100000",
+        &format!("--replay={}", paths.join(",")),
+        &format!("--output=tsa:{}", out_path.display()),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // 95 microslices hold 9 whole timeslices of 10 plus one after (the 10th would need k = 100).
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("9 timeslices in"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let mut r = TsaReader::new(std::io::BufReader::new(std::fs::File::open(&out_path).unwrap())).unwrap();
+    let sources = [source(0), source(1)];
+    for t in 0..9usize {
+        let ts = r.next_timeslice().unwrap().unwrap();
+        for (i, (bytes, count)) in ts.components.iter().enumerate() {
+            let c = ComponentView::new(bytes, *count).unwrap();
+            c.verify(i as u16).unwrap();
+            let expected = &sources[i][10 * t..10 * t + 11];
+            for (m, (d, content)) in expected.iter().enumerate() {
+                let (got, got_content) = c.microslice(m).unwrap();
+                assert_eq!((got.idx, got.crc, got.size, got_content), (d.idx, d.crc, d.size, &content[..]));
+            }
+            assert_eq!(c.len(), 11);
+        }
+    }
+    assert_eq!(r.next_timeslice().unwrap(), None);
+    let too_many = fles_run(&[
+        "--local=2:1",
+        "--timeslices=50",
+        "--timeslice-duration=1000000",
+        "--overlap-after=100000",
+        &format!("--replay={}", paths.join(",")),
+    ]);
+    assert!(!too_many.status.success());
+    let err = String::from_utf8_lossy(&too_many.stderr);
+    assert!(err.contains("hold 9 whole timeslices"), "{err}");
+}

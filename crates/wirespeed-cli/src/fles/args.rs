@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use wirespeed::Fabric;
 use wirespeed_fles::model::{Slicing, TimeSlicing};
 use wirespeed_fles::node::RingSizes;
-use wirespeed_fles::run::Settings;
+use wirespeed_fles::run::{Replay, Settings};
 use wirespeed_fles::sched::{DfsSettings, Kind, dfs::Speedup};
 use wirespeed_fles::source::pattern::Style;
 
@@ -134,11 +134,13 @@ pub struct RunFlags {
     /// The generator's pattern.
     #[arg(long, value_enum, default_value = "wirespeed")]
     pub pattern: PatternFlag,
-    /// Replay this timeslice archive (.tsa, FLESnet's or ours) instead of generating
-    /// microslices: input i sends component i (mod the archive's count) of each archived
-    /// timeslice in turn, round and round.
-    #[arg(long)]
-    pub replay: Option<PathBuf>,
+    /// Replay archives instead of generating microslices: a timeslice archive (.tsa, FLESnet's
+    /// or ours, maybe zstd-compressed): input i sends component i (mod the archive's count) of
+    /// each archived timeslice in turn, round and round; or microslice archives (.msa, as
+    /// mstool writes them), comma-separated, one per input: each input's microslices cut into
+    /// components as the run slices them, each once (the run ends when one runs out).
+    #[arg(long, value_delimiter = ',')]
+    pub replay: Vec<PathBuf>,
     /// Each input's data rate in GB/s (10^9 bytes a second), as a detector delivers it; 0:
     /// as fast as the run takes it.
     #[arg(long, default_value_t = 0.0)]
@@ -228,18 +230,27 @@ impl RunFlags {
             bail!("--rate is in GB/s, 0 or more");
         }
         let scheduler = self.scheduling.kind()?;
+        let slicing = self.slicing()?;
+        let replay = self.replay()?;
+        let mut timeslices = self.timeslices;
+        if let Some(held) = replay.as_ref().map(|r| r.timeslices(slicing)).transpose()?.flatten() {
+            if timeslices.is_some_and(|n| n > held) || held == 0 {
+                bail!("the microslice archives hold {held} whole timeslices; --timeslices asks for more");
+            }
+            timeslices = Some(timeslices.unwrap_or(held));
+        }
         Ok(Settings {
             inputs,
             computes,
             scheduler,
-            slicing: self.slicing()?,
+            slicing,
             microslice_size: self.microslice_size,
             microslice_spread: self.microslice_spread.min(self.microslice_size),
             pattern: self.pattern.style(),
             input_rate: self.rate,
-            replay: self.replay.clone(),
+            replay,
             rings: RingSizes { data: self.buffer_size, descs: self.descriptors },
-            timeslices: self.timeslices,
+            timeslices,
             timeout: Duration::from_secs(self.timeout),
             corrupt: self.corrupt,
             stop,
@@ -271,6 +282,17 @@ impl RunFlags {
             "scheduler": self.scheduling.name(), "timeslice_size": self.timeslice_size, "overlap": self.overlap,
             "microslice_size": self.microslice_size, "buffer_size": self.buffer_size,
         })
+    }
+
+    /// `--replay`: one timeslice archive, or microslice archives (.msa).
+    fn replay(&self) -> Result<Option<Replay>> {
+        let msa = |p: &PathBuf| p.extension().is_some_and(|e| e == "msa");
+        match self.replay.as_slice() {
+            [] => Ok(None),
+            paths if paths.iter().all(msa) => Ok(Some(Replay::Microslices(paths.to_vec()))),
+            [one] => Ok(Some(Replay::Timeslices(one.clone()))),
+            _ => bail!("--replay takes one timeslice archive, or microslice archives (.msa), one per input"),
+        }
     }
 
     fn slicing(&self) -> Result<Slicing> {
@@ -307,8 +329,9 @@ impl RunFlags {
             v.push(format!("--overlap-after={}", self.overlap_after));
             v.push(format!("--microslice-duration={}", self.microslice_duration));
         }
-        if let Some(path) = &self.replay {
-            v.push(format!("--replay={}", path.display()));
+        if !self.replay.is_empty() {
+            let paths: Vec<String> = self.replay.iter().map(|p| p.display().to_string()).collect();
+            v.push(format!("--replay={}", paths.join(",")));
         }
         if let Some(n) = self.timeslices {
             v.push(format!("--timeslices={n}"));

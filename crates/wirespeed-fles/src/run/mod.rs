@@ -22,10 +22,41 @@ pub use frames::{BuiltFrame, Frames};
 pub use input::{InputSummary, run_input};
 pub use publish::ShmOutput;
 
+use crate::error::{FlesError, Result};
 use crate::model::Slicing;
 use crate::node::RingSizes;
 use crate::sched::Kind;
 use crate::source::pattern::Style;
+
+/// What inputs replay instead of generating microslices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replay {
+    /// A timeslice archive: input i sends component i (mod their count) of each timeslice
+    /// in turn (at most its first 1,024), round and round.
+    Timeslices(PathBuf),
+    /// Microslice archives (.msa), one per input (input i replays file i mod their count),
+    /// cut into components as the run's slicing says, each microslice once.
+    Microslices(Vec<PathBuf>),
+}
+
+impl Replay {
+    /// Whole timeslices the microslice archives hold for `slicing` (the fewest of any file);
+    /// None for a timeslice archive, which goes round and round.
+    pub fn timeslices(&self, slicing: Slicing) -> Result<Option<u64>> {
+        let Replay::Microslices(paths) = self else { return Ok(None) };
+        let mut fewest = u64::MAX;
+        for path in paths {
+            let file = std::fs::File::open(path).map_err(|e| FlesError::Archive(format!("{}: {e}", path.display())))?;
+            let mut reader = crate::source::MsaReader::new(std::io::BufReader::new(file))?;
+            let mut idx = Vec::new();
+            while let Some((d, _)) = reader.next_microslice()? {
+                idx.push(d.idx);
+            }
+            fewest = fewest.min(feed::whole_timeslices(&idx, slicing));
+        }
+        Ok(Some(fewest))
+    }
+}
 
 /// What every node of a run agrees on.
 #[derive(Debug, Clone)]
@@ -39,8 +70,8 @@ pub struct Settings {
     pub microslice_spread: u32,
     /// Whose pattern the generator writes.
     pub pattern: Style,
-    /// Replay this timeslice archive instead of generating microslices.
-    pub replay: Option<PathBuf>,
+    /// Replay archives instead of generating microslices.
+    pub replay: Option<Replay>,
     /// Each input's source rate in 10^9 bytes a second (1 byte a nanosecond); 0: as fast
     /// as the run takes it.
     pub input_rate: f64,

@@ -2,11 +2,12 @@
 //! [`TsaWriter`](crate::output::TsaWriter) writes, and older class versions FLESnet wrote
 //! (a descriptor without index, start time or flags; components without flags).
 
-use std::io::{self, BufRead, Read};
+use std::io::BufRead;
 
-use crate::error::{FlesError, Result, malformed};
+use super::boost_in::{ArchiveIn, TIMESLICE_ARCHIVE};
+use crate::error::{Result, malformed};
 use crate::model::ComponentView;
-use crate::output::tsa::{COMPONENT, DATA, DESCRIPTOR, DESCRIPTORS, MAGIC, TIMESLICE, ZSTD};
+use crate::output::tsa::{COMPONENT, DATA, DESCRIPTOR, DESCRIPTORS, TIMESLICE};
 
 /// Components larger than this are refused as garbage rather than allocated.
 const MAX_COMPONENT: u64 = 1 << 32;
@@ -28,171 +29,63 @@ pub struct ArchivedTimeslice {
 
 /// Reads an archive's timeslices one after another.
 pub struct TsaReader<R: BufRead> {
-    input: In<R>,
-    /// Each class's version, once it has appeared.
-    versions: [Option<u32>; 5],
+    archive: ArchiveIn<R>,
     pub host: String,
     pub user: String,
-}
-
-/// The file, or the zstd stream in it that a compressed archive's timeslices are.
-enum In<R: BufRead> {
-    Plain(R),
-    Zstd(std::io::BufReader<zstd::stream::read::Decoder<'static, R>>),
-}
-
-impl<R: BufRead> Read for In<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            In::Plain(r) => r.read(buf),
-            In::Zstd(z) => z.read(buf),
-        }
-    }
-}
-
-impl<R: BufRead> BufRead for In<R> {
-    fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        match self {
-            In::Plain(r) => r.fill_buf(),
-            In::Zstd(z) => z.fill_buf(),
-        }
-    }
-
-    fn consume(&mut self, n: usize) {
-        match self {
-            In::Plain(r) => r.consume(n),
-            In::Zstd(z) => z.consume(n),
-        }
-    }
-}
-
-fn io_error(e: io::Error) -> FlesError {
-    if e.kind() == io::ErrorKind::UnexpectedEof {
-        malformed("timeslice archive", "it ends in the middle of a timeslice")
-    } else {
-        FlesError::Archive(e.to_string())
-    }
 }
 
 impl<R: BufRead> TsaReader<R> {
     /// Reads the archive's header and descriptor; a compressed archive's timeslices are then
     /// read through zstd.
-    pub fn new(mut input: R) -> Result<Self> {
-        let mut head = [0u8; 8 + 22 + 2 + 4 + 4];
-        input.read_exact(&mut head).map_err(|_| malformed("timeslice archive", "too short for its header"))?;
-        if head[..8] != (MAGIC.len() as u64).to_le_bytes() || &head[8..30] != MAGIC {
-            return Err(malformed("timeslice archive", "not a Boost.Serialization binary archive"));
-        }
-        if head[32..36] != [4, 8, 4, 8] {
-            return Err(malformed("timeslice archive", "written on a platform with other type sizes"));
-        }
-        let mut r =
-            TsaReader { input: In::Plain(input), versions: [None; 5], host: String::new(), user: String::new() };
-        // The ArchiveDescriptor.
-        r.u8()?;
-        let version = r.u32()?;
-        if version > 0 && r.u32()? != 0 {
-            return Err(malformed("timeslice archive", "not a timeslice archive"));
-        }
-        let compression = if version > 1 { r.u32()? as i32 } else { 0 };
-        r.u64()?; // creation time
-        r.host = r.string()?;
-        r.user = r.string()?;
-        match (compression, r.input) {
-            (0, input) => r.input = input,
-            (ZSTD, In::Plain(raw)) => {
-                let decoder = zstd::stream::read::Decoder::with_buffer(raw).map_err(io_error)?;
-                r.input = In::Zstd(std::io::BufReader::new(decoder));
-            }
-            (other, _) => {
-                return Err(FlesError::Archive(format!("compression {other} is neither none (0) nor zstd (1)")));
-            }
-        }
-        Ok(r)
-    }
-
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let mut b = [0u8; N];
-        self.input.read_exact(&mut b).map_err(io_error)?;
-        Ok(b)
-    }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.bytes::<1>()?[0])
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.bytes()?))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.bytes()?))
-    }
-    fn string(&mut self) -> Result<String> {
-        let len = self.u64()?;
-        if len > 4096 {
-            return Err(malformed("timeslice archive", format!("a {len}-byte name")));
-        }
-        let mut b = vec![0u8; len as usize];
-        self.input.read_exact(&mut b).map_err(io_error)?;
-        Ok(String::from_utf8_lossy(&b).into_owned())
-    }
-
-    /// A class's version: read with its tracking byte the first time it appears.
-    fn class(&mut self, which: usize) -> Result<u32> {
-        if let Some(v) = self.versions[which] {
-            return Ok(v);
-        }
-        self.u8()?;
-        let v = self.u32()?;
-        self.versions[which] = Some(v);
-        Ok(v)
+    pub fn new(input: R) -> Result<Self> {
+        let archive = ArchiveIn::open(input, TIMESLICE_ARCHIVE, "timeslice archive")?;
+        let (host, user) = (archive.host.clone(), archive.user.clone());
+        Ok(TsaReader { archive, host, user })
     }
 
     /// The next timeslice, or None at the end of the archive. Every component is checked to
     /// hold as many microslices as its descriptor says, within its bytes.
     pub fn next_timeslice(&mut self) -> Result<Option<ArchivedTimeslice>> {
-        if self.input.fill_buf().map_err(io_error)?.is_empty() {
+        if self.archive.at_end()? {
             return Ok(None);
         }
-        self.class(TIMESLICE)?;
-        let version = self.class(DESCRIPTOR)?;
-        let index = if version > 0 { self.u64()? } else { 0 };
+        self.archive.class(TIMESLICE)?;
+        let version = self.archive.class(DESCRIPTOR)?;
+        let index = if version > 0 { self.archive.u64()? } else { 0 };
         let (start_time, duration, flags) =
-            if version > 1 { (self.u64()?, self.u64()?, self.u32()?) } else { (0, 0, 0) };
-        self.u64()?; // ts_pos
-        let num_core_microslices = self.u32()?;
-        let num_components = u64::from(self.u32()?);
+            if version > 1 { (self.archive.u64()?, self.archive.u64()?, self.archive.u32()?) } else { (0, 0, 0) };
+        self.archive.u64()?; // ts_pos
+        let num_core_microslices = self.archive.u32()?;
+        let num_components = u64::from(self.archive.u32()?);
         if num_components > MAX_COMPONENTS {
             return Err(malformed("timeslice archive", format!("{num_components} components")));
         }
-        self.class(DATA)?;
-        let count = self.u64()?;
-        self.u32()?; // item version
+        self.archive.class(DATA)?;
+        let count = self.archive.u64()?;
+        self.archive.u32()?; // item version
         if count != num_components {
             return Err(malformed("timeslice archive", "component counts disagree"));
         }
         let mut data = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            let len = self.u64()?;
+            let len = self.archive.u64()?;
             if len > MAX_COMPONENT {
                 return Err(malformed("timeslice archive", format!("a {len}-byte component")));
             }
-            let mut bytes = Vec::new();
-            (&mut self.input).take(len).read_to_end(&mut bytes).map_err(io_error)?;
-            if bytes.len() as u64 != len {
-                return Err(malformed("timeslice archive", "it ends in the middle of a timeslice"));
-            }
-            data.push(bytes);
+            data.push(self.archive.vec(len)?);
         }
-        self.class(DESCRIPTORS)?;
-        if self.u64()? != count {
+        self.archive.class(DESCRIPTORS)?;
+        if self.archive.u64()? != count {
             return Err(malformed("timeslice archive", "component counts disagree"));
         }
-        self.u32()?; // item version
+        self.archive.u32()?; // item version
         let mut components = Vec::with_capacity(data.len());
         for bytes in data {
-            let version = self.class(COMPONENT)?;
-            let (_ts_num, _offset, size, microslices) = (self.u64()?, self.u64()?, self.u64()?, self.u64()?);
+            let version = self.archive.class(COMPONENT)?;
+            let (_ts_num, _offset, size, microslices) =
+                (self.archive.u64()?, self.archive.u64()?, self.archive.u64()?, self.archive.u64()?);
             if version >= 1 {
-                self.u32()?; // flags
+                self.archive.u32()?; // flags
             }
             if size != bytes.len() as u64 {
                 return Err(malformed("timeslice archive", "a component's size disagrees with its bytes"));

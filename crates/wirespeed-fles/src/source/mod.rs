@@ -2,7 +2,10 @@
 //! replayed.
 
 pub mod archive;
+mod boost_in;
+pub mod msa;
 pub mod pattern;
 
 pub use archive::{ArchivedTimeslice, TsaReader};
+pub use msa::MsaReader;
 pub use pattern::Pattern;

@@ -1,0 +1,150 @@
+//! Reading FLESnet's archives as Boost.Serialization wrote them: the header, the
+//! ArchiveDescriptor (its type checked, and zstd after it where it says so), then the fields
+//! of the objects, each class's tracking byte and version before its first appearance.
+
+use std::io::{self, BufRead, Read};
+
+use crate::error::{FlesError, Result, malformed};
+use crate::output::tsa::{MAGIC, ZSTD};
+
+/// ArchiveDescriptor's types.
+pub(crate) const TIMESLICE_ARCHIVE: u32 = 0;
+pub(crate) const MICROSLICE_ARCHIVE: u32 = 1;
+
+/// The file, or the zstd stream in it that a compressed archive's objects are.
+pub(crate) enum In<R: BufRead> {
+    Plain(R),
+    Zstd(io::BufReader<zstd::stream::read::Decoder<'static, R>>),
+}
+
+impl<R: BufRead> Read for In<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            In::Plain(r) => r.read(buf),
+            In::Zstd(z) => z.read(buf),
+        }
+    }
+}
+
+impl<R: BufRead> BufRead for In<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        match self {
+            In::Plain(r) => r.fill_buf(),
+            In::Zstd(z) => z.fill_buf(),
+        }
+    }
+
+    fn consume(&mut self, n: usize) {
+        match self {
+            In::Plain(r) => r.consume(n),
+            In::Zstd(z) => z.consume(n),
+        }
+    }
+}
+
+pub(crate) fn io_error(e: io::Error) -> FlesError {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        malformed("archive", "it ends in the middle of an object")
+    } else {
+        FlesError::Archive(e.to_string())
+    }
+}
+
+/// An archive being read.
+pub(crate) struct ArchiveIn<R: BufRead> {
+    pub input: In<R>,
+    /// Each class's version, once it has appeared (classes numbered by the reader).
+    versions: [Option<u32>; 8],
+    pub host: String,
+    pub user: String,
+}
+
+impl<R: BufRead> ArchiveIn<R> {
+    /// Reads the header and descriptor of an archive of `archive_type` (`what`, in errors).
+    pub fn open(mut input: R, archive_type: u32, what: &'static str) -> Result<Self> {
+        let mut head = [0u8; 8 + 22 + 2 + 4 + 4];
+        input.read_exact(&mut head).map_err(|_| malformed(what, "too short for its header"))?;
+        if head[..8] != (MAGIC.len() as u64).to_le_bytes() || &head[8..30] != MAGIC {
+            return Err(malformed(what, "not a Boost.Serialization binary archive"));
+        }
+        if head[32..36] != [4, 8, 4, 8] {
+            return Err(malformed(what, "written on a platform with other type sizes"));
+        }
+        let mut a =
+            ArchiveIn { input: In::Plain(input), versions: [None; 8], host: String::new(), user: String::new() };
+        a.u8()?;
+        let version = a.u32()?;
+        let found = if version > 0 { a.u32()? } else { TIMESLICE_ARCHIVE };
+        if found != archive_type {
+            return Err(malformed(what, format!("an archive of type {found}, not {archive_type}")));
+        }
+        let compression = if version > 1 { a.u32()? as i32 } else { 0 };
+        a.u64()?; // creation time
+        a.host = a.string()?;
+        a.user = a.string()?;
+        match (compression, a.input) {
+            (0, input) => a.input = input,
+            (ZSTD, In::Plain(raw)) => {
+                let decoder = zstd::stream::read::Decoder::with_buffer(raw).map_err(io_error)?;
+                a.input = In::Zstd(io::BufReader::new(decoder));
+            }
+            (other, _) => {
+                return Err(FlesError::Archive(format!("compression {other} is neither none (0) nor zstd (1)")));
+            }
+        }
+        Ok(a)
+    }
+
+    /// Whether the archive has ended.
+    pub fn at_end(&mut self) -> Result<bool> {
+        Ok(self.input.fill_buf().map_err(io_error)?.is_empty())
+    }
+
+    fn bytes<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let mut b = [0u8; N];
+        self.input.read_exact(&mut b).map_err(io_error)?;
+        Ok(b)
+    }
+    pub fn u8(&mut self) -> Result<u8> {
+        Ok(self.bytes::<1>()?[0])
+    }
+    pub fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.bytes()?))
+    }
+    pub fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.bytes()?))
+    }
+    pub fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.bytes()?))
+    }
+    pub fn string(&mut self) -> Result<String> {
+        let len = self.u64()?;
+        if len > 4096 {
+            return Err(malformed("archive", format!("a {len}-byte name")));
+        }
+        let mut b = vec![0u8; len as usize];
+        self.input.read_exact(&mut b).map_err(io_error)?;
+        Ok(String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// `len` raw bytes (a vector of bytes' contents).
+    pub fn vec(&mut self, len: u64) -> Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        (&mut self.input).take(len).read_to_end(&mut bytes).map_err(io_error)?;
+        if bytes.len() as u64 != len {
+            return Err(malformed("archive", "it ends in the middle of an object"));
+        }
+        Ok(bytes)
+    }
+
+    /// Class `which`'s version: read with its tracking byte the first time it appears.
+    pub fn class(&mut self, which: usize) -> Result<u32> {
+        if let Some(v) = self.versions[which] {
+            return Ok(v);
+        }
+        self.u8()?;
+        let v = self.u32()?;
+        self.versions[which] = Some(v);
+        Ok(v)
+    }
+}
