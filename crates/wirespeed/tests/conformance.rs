@@ -12,7 +12,8 @@ use wirespeed::Fabric;
 use wirespeed::proto::frame::{FrameHeader, HEADER_LEN, Kind, Limits};
 use wirespeed::proto::handshake::{Handshake, Params};
 use wirespeed::{
-    Bytes, Config, Connection, Error, ErrorCode, Key, Listener, Message, Ready, Violation, connect, listen,
+    Bytes, Config, Connection, Error, ErrorCode, Key, Listener, Message, Ready, Region, RemoteRegion, Stream,
+    Violation, connect, listen,
 };
 
 fn key() -> Key {
@@ -430,6 +431,18 @@ fn one_thread_serves_many_streams(scheme: &str) {
     });
 }
 
+/// The server sends `region`'s descriptor over a stream the client opens: the client's end of
+/// it, the server's, and the region as the client reaches it.
+fn hand_over(c: &Connection, s: &Connection, region: &Region) -> (Stream, Stream, RemoteRegion) {
+    let control = c.open_stream().unwrap();
+    control.send(b"hello", &[]).unwrap();
+    let served = s.accept_stream().unwrap();
+    served.recv().unwrap().unwrap();
+    served.send(region.descriptor(), &[]).unwrap();
+    let remote = c.remote_region(&control.recv().unwrap().unwrap().header).unwrap();
+    (control, served, remote)
+}
+
 /// The server exposes a region and sends its descriptor; the client puts into it (more than
 /// one frame's worth), then gets back what the server wrote. Ordering: bytes put before a
 /// message are there when the message arrives.
@@ -438,13 +451,7 @@ fn one_sided_put_and_get(scheme: &str) {
     let (_l, c, s) = pair(scheme);
     let region = s.register(LEN).unwrap();
     assert_eq!(region.len(), LEN);
-    let control = c.open_stream().unwrap();
-    control.send(b"hello", &[]).unwrap();
-    let served = s.accept_stream().unwrap();
-    served.recv().unwrap().unwrap();
-    served.send(region.descriptor(), &[]).unwrap();
-
-    let remote = c.remote_region(&control.recv().unwrap().unwrap().header).unwrap();
+    let (control, served, remote) = hand_over(&c, &s, &region);
     assert_eq!(remote.len(), LEN as u64);
     let data = pattern(9, LEN - 1000);
     c.put(&remote, 1000, &data).unwrap();
@@ -500,13 +507,7 @@ fn one_sided_put_into_lent_memory(scheme: &str) {
     let lent = wirespeed::LentMemory { ptr, len: LEN, file: file.clone(), offset: AT as u64, keep: Box::new(()) };
     // SAFETY: the mapping above stays for the whole test.
     let region = unsafe { s.lend(lent) }.unwrap();
-    let control = c.open_stream().unwrap();
-    control.send(b"hello", &[]).unwrap();
-    let served = s.accept_stream().unwrap();
-    served.recv().unwrap().unwrap();
-    served.send(region.descriptor(), &[]).unwrap();
-
-    let remote = c.remote_region(&control.recv().unwrap().unwrap().header).unwrap();
+    let (control, served, remote) = hand_over(&c, &s, &region);
     assert_eq!(remote.len(), LEN as u64);
     let data = pattern(11, LEN - 10);
     c.put(&remote, 10, &data).unwrap();

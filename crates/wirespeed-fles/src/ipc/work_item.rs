@@ -5,7 +5,7 @@
 //! themselves), and each component's descriptor.
 
 use crate::error::{Result, malformed};
-use crate::output::tsa::MAGIC;
+use crate::output::tsa::{MAGIC, write_header};
 
 /// FLESnet's TimesliceDescriptor (class version 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -45,11 +45,7 @@ const MAX_COMPONENTS: u64 = 1 << 16;
 impl WorkItem {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(200 + self.components.len() * 48);
-        b.extend_from_slice(&(MAGIC.len() as u64).to_le_bytes());
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&18u16.to_le_bytes());
-        b.extend_from_slice(&[4, 8, 4, 8]);
-        b.extend_from_slice(&1i32.to_le_bytes());
+        write_header(&mut b).expect("writing to a Vec");
         // Each class's tracking byte and version, the first time it appears.
         let class = |b: &mut Vec<u8>, version: u32| {
             b.push(0);

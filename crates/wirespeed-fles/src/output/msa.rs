@@ -5,7 +5,7 @@
 
 use std::io::{self, Write};
 
-use super::tsa::MAGIC;
+use super::tsa::{MICROSLICE_ARCHIVE, write_head};
 use crate::model::MicrosliceDescriptor;
 
 pub struct MsaWriter<W: Write> {
@@ -16,21 +16,7 @@ pub struct MsaWriter<W: Write> {
 impl<W: Write> MsaWriter<W> {
     /// Starts an archive made at `creation_time` (seconds since the epoch) on `host` by `user`.
     pub fn new(mut out: W, creation_time: i64, host: &str, user: &str) -> io::Result<Self> {
-        out.write_all(&(MAGIC.len() as u64).to_le_bytes())?;
-        out.write_all(MAGIC)?;
-        out.write_all(&18u16.to_le_bytes())?;
-        out.write_all(&[4, 8, 4, 8])?;
-        out.write_all(&1i32.to_le_bytes())?;
-        // The ArchiveDescriptor, class version 2: a microslice archive, uncompressed.
-        out.write_all(&[0])?;
-        out.write_all(&2u32.to_le_bytes())?;
-        out.write_all(&1i32.to_le_bytes())?;
-        out.write_all(&0i32.to_le_bytes())?;
-        out.write_all(&creation_time.to_le_bytes())?;
-        for s in [host, user] {
-            out.write_all(&(s.len() as u64).to_le_bytes())?;
-            out.write_all(s.as_bytes())?;
-        }
+        write_head(&mut out, MICROSLICE_ARCHIVE, 0, creation_time, host, user)?;
         Ok(MsaWriter { out, first: true })
     }
 

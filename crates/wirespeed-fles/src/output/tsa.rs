@@ -67,6 +67,41 @@ impl<W: Write> Write for Out<W> {
 
 /// ArchiveDescriptor's compression: 0 none, 1 zstd.
 pub(crate) const ZSTD: i32 = 1;
+/// ArchiveDescriptor's types.
+pub(crate) const TIMESLICE_ARCHIVE: i32 = 0;
+pub(crate) const MICROSLICE_ARCHIVE: i32 = 1;
+
+/// A Boost.Serialization binary archive's header, as Boost 1.74 writes it.
+pub(crate) fn write_header(out: &mut impl Write) -> io::Result<()> {
+    out.write_all(&(MAGIC.len() as u64).to_le_bytes())?;
+    out.write_all(MAGIC)?;
+    out.write_all(&18u16.to_le_bytes())?;
+    out.write_all(&[4, 8, 4, 8])?;
+    out.write_all(&1i32.to_le_bytes())
+}
+
+/// The header, then FLESnet's ArchiveDescriptor (class version 2): the archive's type and
+/// compression, when (seconds since the epoch), on which host and by whom it was made.
+pub(crate) fn write_head(
+    out: &mut impl Write,
+    archive_type: i32,
+    compression: i32,
+    creation_time: i64,
+    host: &str,
+    user: &str,
+) -> io::Result<()> {
+    write_header(out)?;
+    out.write_all(&[0])?;
+    out.write_all(&2u32.to_le_bytes())?;
+    out.write_all(&archive_type.to_le_bytes())?;
+    out.write_all(&compression.to_le_bytes())?;
+    out.write_all(&creation_time.to_le_bytes())?;
+    for s in [host, user] {
+        out.write_all(&(s.len() as u64).to_le_bytes())?;
+        out.write_all(s.as_bytes())?;
+    }
+    Ok(())
+}
 
 impl<W: Write> TsaWriter<W> {
     /// Starts an archive made at `creation_time` (seconds since the epoch) on `host` by `user`.
@@ -80,21 +115,8 @@ impl<W: Write> TsaWriter<W> {
     }
 
     fn start(mut out: W, creation_time: i64, host: &str, user: &str, zstd: Option<i32>) -> io::Result<Self> {
-        out.write_all(&(MAGIC.len() as u64).to_le_bytes())?;
-        out.write_all(MAGIC)?;
-        out.write_all(&18u16.to_le_bytes())?;
-        out.write_all(&[4, 8, 4, 8])?;
-        out.write_all(&1i32.to_le_bytes())?;
-        // The ArchiveDescriptor, class version 2: a timeslice archive, and its compression.
-        out.write_all(&[0])?;
-        out.write_all(&2u32.to_le_bytes())?;
-        out.write_all(&0i32.to_le_bytes())?;
-        out.write_all(&zstd.map_or(0, |_| ZSTD).to_le_bytes())?;
-        out.write_all(&creation_time.to_le_bytes())?;
-        for s in [host, user] {
-            out.write_all(&(s.len() as u64).to_le_bytes())?;
-            out.write_all(s.as_bytes())?;
-        }
+        let compression = zstd.map_or(0, |_| ZSTD);
+        write_head(&mut out, TIMESLICE_ARCHIVE, compression, creation_time, host, user)?;
         let out = match zstd {
             None => Out::Plain(out),
             Some(level) => Out::Zstd(zstd::stream::write::Encoder::new(out, level)?),

@@ -6,10 +6,7 @@ use std::io::{self, BufRead, Read};
 
 use crate::error::{FlesError, Result, malformed};
 use crate::output::tsa::{MAGIC, ZSTD};
-
-/// ArchiveDescriptor's types.
-pub(crate) const TIMESLICE_ARCHIVE: u32 = 0;
-pub(crate) const MICROSLICE_ARCHIVE: u32 = 1;
+pub(crate) use crate::output::tsa::{MICROSLICE_ARCHIVE, TIMESLICE_ARCHIVE};
 
 /// The file, or the zstd stream in it that a compressed archive's objects are.
 pub(crate) enum In<R: BufRead> {
@@ -61,7 +58,7 @@ pub(crate) struct ArchiveIn<R: BufRead> {
 
 impl<R: BufRead> ArchiveIn<R> {
     /// Reads the header and descriptor of an archive of `archive_type` (`what`, in errors).
-    pub fn open(mut input: R, archive_type: u32, what: &'static str) -> Result<Self> {
+    pub fn open(mut input: R, archive_type: i32, what: &'static str) -> Result<Self> {
         let mut head = [0u8; 8 + 22 + 2 + 4 + 4];
         input.read_exact(&mut head).map_err(|_| malformed(what, "too short for its header"))?;
         if head[..8] != (MAGIC.len() as u64).to_le_bytes() || &head[8..30] != MAGIC {
@@ -74,7 +71,7 @@ impl<R: BufRead> ArchiveIn<R> {
             ArchiveIn { input: In::Plain(input), versions: [None; 8], host: String::new(), user: String::new() };
         a.u8()?;
         let version = a.u32()?;
-        let found = if version > 0 { a.u32()? } else { TIMESLICE_ARCHIVE };
+        let found = if version > 0 { a.u32()? as i32 } else { TIMESLICE_ARCHIVE };
         if found != archive_type {
             return Err(malformed(what, format!("an archive of type {found}, not {archive_type}")));
         }
