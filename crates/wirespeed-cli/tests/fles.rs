@@ -404,8 +404,9 @@ fn timeslices_are_cut_by_time_as_flesnet_cuts_them() {
     let mut r = TsaReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
     for t in 0..6u64 {
         let ts = r.next_timeslice().unwrap().unwrap();
-        assert_eq!((ts.index, ts.start_time, ts.duration, ts.flags), (t, t * 1_000_000, 1_000_000, 0));
-        assert_eq!(ts.num_core_microslices, 10);
+        let d = ts.descriptor;
+        assert_eq!((d.index, d.start_time, d.duration, d.flags), (t, t * 1_000_000, 1_000_000, 0));
+        assert_eq!(d.num_core_microslices, 10);
         let first = if t == 0 { 0 } else { 10 * t - 2 };
         for (bytes, count) in &ts.components {
             let c = ComponentView::new(bytes, *count).unwrap();

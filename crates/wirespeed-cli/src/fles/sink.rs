@@ -10,7 +10,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use wirespeed_fles::FlesError;
-use wirespeed_fles::model::{Slicing, timeslice_flags};
+use wirespeed_fles::model::{Slicing, TimesliceDescriptor, timeslice_flags};
 use wirespeed_fles::output::{ArrowWriter, StoredTimeslice, TsaWriter};
 use wirespeed_fles::run::Timeslice;
 
@@ -104,15 +104,16 @@ impl Sink {
         match &mut file.writer {
             Writer::Tsa(w) => {
                 let (start_time, duration) = self.slicing.start_and_duration(ts.index);
-                let stored = StoredTimeslice {
+                let descriptor = TimesliceDescriptor {
                     index: ts.index,
                     start_time,
                     duration,
                     flags: timeslice_flags(&ts.components, ts.incomplete()),
-                    ts_pos: 0,
                     num_core_microslices: self.slicing.core as u32,
-                    components: ts.components.iter().map(|c| (c.bytes(), c.len() as u64)).collect(),
+                    ..Default::default()
                 };
+                let components = ts.components.iter().map(|c| (c.bytes(), c.len() as u64)).collect();
+                let stored = StoredTimeslice { descriptor, components };
                 let io = archive_error(&file.part);
                 w.write(&stored).map_err(&io)?;
                 w.flush().map_err(&io)?;

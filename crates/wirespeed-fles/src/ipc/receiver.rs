@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use super::distributor::{ItemId, Registration};
 use super::segment::Segment;
-use super::work_item::{TimesliceDescriptor, WorkItem};
+use super::work_item::WorkItem;
 use super::zmtp::{Parts, SocketType, Zmtp, message_bytes};
 use crate::error::{FlesError, Result, malformed};
-use crate::model::ComponentView;
+use crate::model::{ComponentView, TimesliceDescriptor};
 
 /// FLESnet's worker gives up on a distributor it has not heard from for this long.
 pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -5,19 +5,8 @@
 //! themselves), and each component's descriptor.
 
 use crate::error::{Result, malformed};
+use crate::model::TimesliceDescriptor;
 use crate::output::tsa::{MAGIC, write_header};
-
-/// FLESnet's TimesliceDescriptor (class version 2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TimesliceDescriptor {
-    pub index: u64,
-    pub start_time: u64,
-    pub duration: u64,
-    pub flags: u32,
-    pub ts_pos: u64,
-    pub num_core_microslices: u32,
-    pub num_components: u32,
-}
 
 /// FLESnet's TimesliceComponentDescriptor (class version 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,14 +45,7 @@ impl WorkItem {
         b.extend_from_slice(&(self.shm_name.len() as u64).to_le_bytes());
         b.extend_from_slice(self.shm_name.as_bytes());
         class(&mut b, 2);
-        let d = &self.descriptor;
-        for v in [d.index, d.start_time, d.duration] {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        b.extend_from_slice(&d.flags.to_le_bytes());
-        b.extend_from_slice(&d.ts_pos.to_le_bytes());
-        b.extend_from_slice(&d.num_core_microslices.to_le_bytes());
-        b.extend_from_slice(&d.num_components.to_le_bytes());
+        b.extend_from_slice(&self.descriptor.encode());
         // Vectors of numbers are bare (Boost's array optimisation): data, then the empty desc.
         b.extend_from_slice(&(self.data.len() as u64).to_le_bytes());
         for h in &self.data {

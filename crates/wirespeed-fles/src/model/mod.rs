@@ -8,6 +8,33 @@ pub mod ramp;
 pub use component::{ComponentDescriptor, ComponentView, component_len, timeslice_flags, write_component};
 pub use microslice::{MicrosliceDescriptor, flags};
 
+/// FLESnet's TimesliceDescriptor (class version 2), as archives and work items carry it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TimesliceDescriptor {
+    pub index: u64,
+    pub start_time: u64,
+    pub duration: u64,
+    pub flags: u32,
+    pub ts_pos: u64,
+    pub num_core_microslices: u32,
+    pub num_components: u32,
+}
+
+impl TimesliceDescriptor {
+    /// Its fields as Boost stores them (after the class information), 44 bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(44);
+        for v in [self.index, self.start_time, self.duration] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&self.flags.to_le_bytes());
+        b.extend_from_slice(&self.ts_pos.to_le_bytes());
+        b.extend_from_slice(&self.num_core_microslices.to_le_bytes());
+        b.extend_from_slice(&self.num_components.to_le_bytes());
+        b
+    }
+}
+
 /// How timeslices are cut from each input's microslices.
 ///
 /// By count (FLESnet's legacy builder): timeslice t holds microslices

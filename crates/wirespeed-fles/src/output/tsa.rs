@@ -11,17 +11,12 @@
 
 use std::io::{self, Write};
 
-use crate::model::ComponentView;
+use crate::model::{ComponentView, TimesliceDescriptor};
 
-/// One timeslice as the archive holds it.
+/// One timeslice as the archive holds it (the descriptor's component count is the
+/// components').
 pub struct StoredTimeslice<'a> {
-    pub index: u64,
-    pub start_time: u64,
-    pub duration: u64,
-    pub flags: u32,
-    /// The first core microslice's index within each component.
-    pub ts_pos: u64,
-    pub num_core_microslices: u32,
+    pub descriptor: TimesliceDescriptor,
     /// Each component's bytes (descriptors, then contents) and its microslice count.
     pub components: Vec<(&'a [u8], u64)>,
 }
@@ -137,13 +132,8 @@ impl<W: Write> TsaWriter<W> {
     pub fn write(&mut self, ts: &StoredTimeslice<'_>) -> io::Result<()> {
         self.class(TIMESLICE)?;
         self.class(DESCRIPTOR)?;
-        for v in [ts.index, ts.start_time, ts.duration] {
-            self.out.write_all(&v.to_le_bytes())?;
-        }
-        self.out.write_all(&ts.flags.to_le_bytes())?;
-        self.out.write_all(&ts.ts_pos.to_le_bytes())?;
-        self.out.write_all(&ts.num_core_microslices.to_le_bytes())?;
-        self.out.write_all(&(ts.components.len() as u32).to_le_bytes())?;
+        let d = TimesliceDescriptor { num_components: ts.components.len() as u32, ..ts.descriptor };
+        self.out.write_all(&d.encode())?;
         self.class(DATA)?;
         self.out.write_all(&(ts.components.len() as u64).to_le_bytes())?;
         self.out.write_all(&0u32.to_le_bytes())?; // the byte vectors' item version
@@ -157,7 +147,7 @@ impl<W: Write> TsaWriter<W> {
         for (bytes, microslices) in &ts.components {
             self.class(COMPONENT)?;
             // ts_num, offset in this timeslice's byte vector (each has its own), size, count
-            for v in [ts.index, 0, bytes.len() as u64, *microslices] {
+            for v in [d.index, 0, bytes.len() as u64, *microslices] {
                 self.out.write_all(&v.to_le_bytes())?;
             }
             let flags = ComponentView::new(bytes, *microslices).map_or(0, |c| c.flags());
@@ -214,15 +204,8 @@ mod tests {
             let descs: Vec<_> = ms.iter().map(|(d, _)| *d).collect();
             let mut bytes = vec![0; component_len(&descs)];
             write_component(&ms.iter().map(|(d, c)| (*d, &c[..])).collect::<Vec<_>>(), &mut bytes);
-            let ts = StoredTimeslice {
-                index,
-                start_time: 0,
-                duration: 0,
-                flags: 0,
-                ts_pos: 0,
-                num_core_microslices: 2,
-                components: vec![(&bytes, 2)],
-            };
+            let descriptor = TimesliceDescriptor { index, num_core_microslices: 2, ..Default::default() };
+            let ts = StoredTimeslice { descriptor, components: vec![(&bytes, 2)] };
             w.write(&ts).unwrap();
         }
         let mut ours = w.finish().unwrap();

@@ -15,8 +15,8 @@ use super::link::Event;
 use crate::error::{FlesError, Result};
 use crate::ipc::publisher::Publisher;
 use crate::ipc::segment::Segment;
-use crate::ipc::work_item::{ComponentEntry, TimesliceDescriptor, WorkItem};
-use crate::model::{Slicing, timeslice_flags};
+use crate::ipc::work_item::{ComponentEntry, WorkItem};
+use crate::model::{Slicing, TimesliceDescriptor, timeslice_flags};
 
 /// Where and how a compute node publishes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::io::BufRead;
 
 use super::boost_in::{ArchiveIn, TIMESLICE_ARCHIVE};
 use crate::error::{Result, malformed};
-use crate::model::ComponentView;
+use crate::model::{ComponentView, TimesliceDescriptor};
 use crate::output::tsa::{COMPONENT, DATA, DESCRIPTOR, DESCRIPTORS, TIMESLICE};
 
 /// Components larger than this are refused as garbage rather than allocated.
@@ -17,12 +17,9 @@ const MAX_COMPONENTS: u64 = 1 << 16;
 /// One timeslice from an archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchivedTimeslice {
-    pub index: u64,
-    /// As the descriptor gives them (0 in archives older than class version 2).
-    pub start_time: u64,
-    pub duration: u64,
-    pub flags: u32,
-    pub num_core_microslices: u32,
+    /// As the archive gives it (index 0 in archives older than class version 1; start time,
+    /// duration and flags 0 in those older than 2).
+    pub descriptor: TimesliceDescriptor,
     /// Each component's bytes (descriptors, then contents) and its microslice count.
     pub components: Vec<(Vec<u8>, u64)>,
 }
@@ -54,9 +51,12 @@ impl<R: BufRead> TsaReader<R> {
         let index = if version > 0 { self.archive.u64()? } else { 0 };
         let (start_time, duration, flags) =
             if version > 1 { (self.archive.u64()?, self.archive.u64()?, self.archive.u32()?) } else { (0, 0, 0) };
-        self.archive.u64()?; // ts_pos
+        let ts_pos = self.archive.u64()?;
         let num_core_microslices = self.archive.u32()?;
-        let num_components = u64::from(self.archive.u32()?);
+        let num_components = self.archive.u32()?;
+        let descriptor =
+            TimesliceDescriptor { index, start_time, duration, flags, ts_pos, num_core_microslices, num_components };
+        let num_components = u64::from(num_components);
         if num_components > MAX_COMPONENTS {
             return Err(malformed("timeslice archive", format!("{num_components} components")));
         }
@@ -93,7 +93,7 @@ impl<R: BufRead> TsaReader<R> {
             ComponentView::new(&bytes, microslices)?;
             components.push((bytes, microslices));
         }
-        Ok(Some(ArchivedTimeslice { index, start_time, duration, flags, num_core_microslices, components }))
+        Ok(Some(ArchivedTimeslice { descriptor, components }))
     }
 }
 
@@ -114,10 +114,10 @@ mod tests {
             let mut r = TsaReader::new(archive).unwrap();
             assert_eq!((r.host.as_str(), r.user.as_str()), ("vm", "root"));
             let a = r.next_timeslice().unwrap().unwrap();
-            assert_eq!((a.index, a.num_core_microslices, a.components.len()), (7, 2, 1));
+            assert_eq!((a.descriptor.index, a.descriptor.num_core_microslices, a.components.len()), (7, 2, 1));
             let v = ComponentView::new(&a.components[0].0, 2).unwrap();
             assert_eq!(v.microslice(1).unwrap().1, [0xA1, 0xB0, 0xC0, 0xD0]);
-            assert_eq!(r.next_timeslice().unwrap().unwrap().index, 8);
+            assert_eq!(r.next_timeslice().unwrap().unwrap().descriptor.index, 8);
             assert_eq!(r.next_timeslice().unwrap(), None);
         }
     }
@@ -128,22 +128,15 @@ mod tests {
         let mut w = TsaWriter::compressed(Vec::new(), 0, "h", "u", 1).unwrap();
         for index in 0..20 {
             let components = parts.iter().map(|p| (&p[..], 10)).collect();
-            let ts = StoredTimeslice {
-                index,
-                start_time: 0,
-                duration: 0,
-                flags: 0,
-                ts_pos: 0,
-                num_core_microslices: 9,
-                components,
-            };
+            let descriptor = TimesliceDescriptor { index, num_core_microslices: 9, ..Default::default() };
+            let ts = StoredTimeslice { descriptor, components };
             w.write(&ts).unwrap();
             w.flush().unwrap();
         }
         let bytes = w.finish().unwrap();
         assert_eq!(&bytes[0x31..0x35], &1i32.to_le_bytes(), "the descriptor says zstd");
         let mut r = TsaReader::new(&bytes[..]).unwrap();
-        let read: Vec<u64> = std::iter::from_fn(|| r.next_timeslice().unwrap()).map(|t| t.index).collect();
+        let read: Vec<u64> = std::iter::from_fn(|| r.next_timeslice().unwrap()).map(|t| t.descriptor.index).collect();
         assert_eq!(read, (0..20).collect::<Vec<_>>());
         // Cut short: whole timeslices, then an error, never a short one.
         let mut r = TsaReader::new(&bytes[..bytes.len() - 10]).unwrap();
@@ -158,22 +151,14 @@ mod tests {
         let mut w = TsaWriter::new(Vec::new(), 0, "h", "u").unwrap();
         for index in [4, 5] {
             let components = parts.iter().map(|p| (&p[..], 6)).collect();
-            w.write(&StoredTimeslice {
-                index,
-                start_time: 0,
-                duration: 0,
-                flags: 0,
-                ts_pos: 0,
-                num_core_microslices: 5,
-                components,
-            })
-            .unwrap();
+            let descriptor = TimesliceDescriptor { index, num_core_microslices: 5, ..Default::default() };
+            w.write(&StoredTimeslice { descriptor, components }).unwrap();
         }
         let bytes = w.finish().unwrap();
         let mut r = TsaReader::new(&bytes[..]).unwrap();
         for index in [4, 5] {
             let a = r.next_timeslice().unwrap().unwrap();
-            assert_eq!(a.index, index);
+            assert_eq!(a.descriptor.index, index);
             assert_eq!(a.components.iter().map(|c| &c.0).collect::<Vec<_>>(), parts.iter().collect::<Vec<_>>());
         }
         assert_eq!(r.next_timeslice().unwrap(), None);
@@ -182,7 +167,7 @@ mod tests {
             let mut r = TsaReader::new(&bytes[..cut]).unwrap();
             let mut results = Vec::new();
             while let Ok(Some(t)) = r.next_timeslice() {
-                results.push(t.index);
+                results.push(t.descriptor.index);
             }
             assert!(r.next_timeslice().is_err() || results.len() < 2, "cut at {cut}");
         }
