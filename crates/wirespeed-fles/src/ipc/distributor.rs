@@ -218,7 +218,9 @@ impl Distributor {
 
     /// No more items come: idle workers hear the end now, busy ones once they are done.
     pub fn end(&mut self) {
-        self.ending = true;
+        if std::mem::replace(&mut self.ending, true) {
+            return; // told once
+        }
         let idle: Vec<WorkerId> = self.workers.iter().filter(|(_, w)| w.holding.is_none()).map(|(&w, _)| w).collect();
         for w in idle {
             self.say_end(w);
@@ -431,6 +433,8 @@ mod tests {
         assert_eq!(drain(&mut d), [], "both hold item 0");
         d.on_message(1, &msg("COMPLETE 0"), t);
         assert_eq!(drain(&mut d), [Action::Send(1, msg("DISCONNECT END"))]);
+        d.end();
+        assert_eq!(drain(&mut d), [], "the end is told once");
     }
 
     #[test]
