@@ -80,6 +80,7 @@ impl Publisher {
             next_id: 0,
             ending: false,
             stuck: false,
+            closing: Vec::new(),
         };
         let shared = Arc::new(Shared { state: Mutex::new(state), wake, registered: Registered::default() });
         let polling = shared.clone();
@@ -161,6 +162,8 @@ struct State {
     ending: bool,
     /// A write left bytes waiting: the polling thread must watch for room.
     stuck: bool,
+    /// Connections dropped, closed only by the polling thread, which may be polling them.
+    closing: Vec<Conn>,
 }
 
 /// Polls the listener and the consumers, until the end is told and no item is left.
@@ -192,8 +195,8 @@ fn poll_loop(listener: &UnixListener, shared: &Shared) {
             (ids, fds, wait)
         };
         let (accepting, ready) = {
-            // SAFETY: the descriptors stay open while we poll: only this thread closes
-            // connections (dropping them from the map), and it is here.
+            // SAFETY: the descriptors stay open while we poll: a connection dropped meanwhile
+            // waits in `closing`, which only this thread empties, after the poll.
             let borrowed: Vec<BorrowedFd<'_>> =
                 fds.iter().map(|&(fd, _)| unsafe { BorrowedFd::borrow_raw(fd) }).collect();
             let mut polled = vec![
@@ -224,6 +227,7 @@ fn poll_loop(listener: &UnixListener, shared: &Shared) {
         state.d.on_tick(now);
         state.act();
         state.stuck = false;
+        state.closing.clear();
         shared.registered.set(state.d.workers().count());
     }
 }
@@ -300,8 +304,12 @@ impl State {
         }
     }
 
+    /// Forgets consumer `id`; its socket closes once the polling thread is done with it.
     fn drop_conn(&mut self, id: WorkerId) {
-        self.conns.remove(&id);
+        if let Some(c) = self.conns.remove(&id) {
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+            self.closing.push(c);
+        }
         self.d.on_gone(id);
     }
 
