@@ -155,3 +155,37 @@ fn our_consumer_and_flesnets_share_a_node_by_stride() {
     assert!(err.contains("attaching to") && err.contains("Connection refused"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// Hundreds of sockets that connect and say nothing, and one that sends an oversized frame,
+/// keep no consumer out: the node drops the garbage and, when full, the oldest silent socket.
+#[test]
+fn silent_and_garbage_peers_keep_no_consumer_out() {
+    use std::io::Write;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixStream};
+    let name = unique("abuse-peers");
+    let run = builder("1:1", &format!("shm:{name}?consumers=1"), &["--timeslices=200"]);
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        match UnixStream::connect_addr(&addr) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("the node never listened: {e}"),
+        }
+    };
+    let mut silent: Vec<UnixStream> = (0..300).filter_map(|_| UnixStream::connect_addr(&addr).ok()).collect();
+    silent.push(first);
+    let mut garbage = UnixStream::connect_addr(&addr).unwrap();
+    let mut greeting = vec![0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3, 0];
+    greeting.extend_from_slice(b"NULL");
+    greeting.resize(64, 0);
+    garbage.write_all(&greeting).unwrap();
+    let _ = garbage.write_all(&[0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]);
+    std::thread::sleep(Duration::from_millis(500)); // all of them taken before the consumer comes
+    let ours = Command::new(env!("CARGO_BIN_EXE_wirespeed")).args(["fles", "consume", &name]).output().unwrap();
+    assert!(ours.status.success(), "{}", String::from_utf8_lossy(&ours.stderr));
+    assert!(stdout(&ours).starts_with("200 timeslices, "), "{}", stdout(&ours));
+    assert!(finish(run, Duration::from_secs(60)).status.success());
+    drop(silent);
+}

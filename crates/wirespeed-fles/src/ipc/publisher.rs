@@ -233,10 +233,17 @@ fn poll_loop(listener: &UnixListener, shared: &Shared) {
 }
 
 impl State {
+    /// Takes new connections. When full, one still silent after connecting gives way (the
+    /// oldest), so silent sockets never keep a consumer out; registered ones never do.
     fn accept(&mut self, listener: &UnixListener, now: Instant) {
         while let Ok((stream, _)) = listener.accept() {
-            if !same_user(&stream) || self.conns.len() >= MAX_WORKERS || stream.set_nonblocking(true).is_err() {
+            if !same_user(&stream) || stream.set_nonblocking(true).is_err() {
                 continue; // dropped: closed
+            }
+            if self.conns.len() >= MAX_WORKERS {
+                let silent = self.conns.iter().filter_map(|(&id, c)| c.greeting_by.map(|by| (by, id))).min();
+                let Some((_, oldest)) = silent else { continue };
+                self.drop_conn(oldest);
             }
             self.next_id += 1;
             let mut zmtp = Zmtp::new(SocketType::Router, MAX_WORKER_FRAME);
