@@ -509,3 +509,22 @@ fn microslice_archives_replay_in_full() {
     let err = String::from_utf8_lossy(&too_many.stderr);
     assert!(err.contains("hold 9 whole timeslices"), "{err}");
 }
+
+/// `--verify`: all (the default) and sample (every 16th timeslice) find a flipped byte in a
+/// timeslice they check; sample and none let one they do not check through, and say so.
+#[test]
+fn verify_checks_what_it_says() {
+    for (verify, corrupt, passes) in
+        [("all", "33", false), ("sample", "32", false), ("sample", "33", true), ("none", "32", true)]
+    {
+        let out = fles_run(&[
+            "--local=2:1",
+            "--timeslices=60",
+            &format!("--verify={verify}"),
+            &format!("--corrupt={corrupt}"),
+        ]);
+        assert_eq!(out.status.success(), passes, "{verify} {corrupt}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.contains(&format!("(--verify {verify})")), passes && verify != "all", "{text}");
+    }
+}

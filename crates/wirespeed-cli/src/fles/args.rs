@@ -34,6 +34,36 @@ impl PatternFlag {
     }
 }
 
+/// Which microslices' CRCs a compute node checks before it puts a timeslice out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Verify {
+    /// Every one.
+    All,
+    /// Those of every 16th timeslice.
+    Sample,
+    /// None: as FLESnet, which leaves it to the consumers.
+    None,
+}
+
+impl Verify {
+    /// Whether timeslice `index`'s microslices are checked.
+    pub fn checks(self, index: u64) -> bool {
+        match self {
+            Verify::All => true,
+            Verify::Sample => index.is_multiple_of(16),
+            Verify::None => false,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Verify::All => "all",
+            Verify::Sample => "sample",
+            Verify::None => "none",
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scheduler {
     /// FLESnet's round robin: timeslice t to compute node t mod C, as soon as there is room.
@@ -134,6 +164,10 @@ pub struct RunFlags {
     /// The generator's pattern.
     #[arg(long, value_enum, default_value = "wirespeed")]
     pub pattern: PatternFlag,
+    /// Which microslices' CRCs the compute nodes check (with --output null, tsa: or arrow:;
+    /// shm: leaves them to the consumers, --gpu checks all of them on the GPU).
+    #[arg(long, value_enum, default_value = "all")]
+    pub verify: Verify,
     /// Replay archives instead of generating microslices: a timeslice archive (.tsa, FLESnet's
     /// or ours, maybe zstd-compressed): input i sends component i (mod the archive's count) of
     /// each archived timeslice in turn, round and round; or microslice archives (.msa, as
@@ -281,6 +315,7 @@ impl RunFlags {
             "inputs": inputs, "computes": computes, "transport": self.transport.to_string(),
             "scheduler": self.scheduling.name(), "timeslice_size": self.timeslice_size, "overlap": self.overlap,
             "microslice_size": self.microslice_size, "buffer_size": self.buffer_size,
+            "verify": self.verify.name(),
         })
     }
 
@@ -313,6 +348,7 @@ impl RunFlags {
             format!("--microslice-size={}", self.microslice_size),
             format!("--microslice-spread={}", self.microslice_spread),
             format!("--pattern={}", self.pattern.to_possible_value().expect("no skipped variants").get_name()),
+            format!("--verify={}", self.verify.name()),
             format!("--rate={}", self.rate),
             format!("--buffer-size={}", self.buffer_size),
             format!("--descriptors={}", self.descriptors),

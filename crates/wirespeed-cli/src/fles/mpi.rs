@@ -115,7 +115,7 @@ fn run_rank(
                     next += PROGRESS_LOG_EVERY;
                 }
             };
-            node::compute(&s, c, l, &a.output.for_compute(c, computes), frames, barrier, progress)?
+            node::compute(&s, c, l, &a.output.for_compute(c, computes), a.flags.verify, frames, barrier, progress)?
         }
         None => node::input(&s, rank, &urls, &key, &config, barrier)?,
     };

@@ -19,6 +19,7 @@ use wirespeed_fles::run::{ComputeListener, ComputeSummary, InputSummary, Setting
 
 use super::PROGRESS_EVERY;
 use super::args::RunFlags;
+use super::args::Verify;
 use super::frames::{Prepared, prepare};
 use super::output::Output;
 use super::sink::Sink;
@@ -81,13 +82,16 @@ pub fn listen_host() -> String {
     usable.map_or_else(|| "127.0.0.1".into(), |a| a.ip().to_string())
 }
 
-/// Runs a compute node until its last timeslice, putting each out through `output` (or
-/// building it in `frames`), and calling `progress(timeslices, bytes)` every second or so.
+/// Runs a compute node until its last timeslice, putting each out through `output` (checked
+/// as `verify` says) or building it in `frames`, and calling `progress(timeslices, bytes)`
+/// every second or so.
+#[allow(clippy::too_many_arguments)]
 pub fn compute(
     s: &Settings,
     index: usize,
     listener: ComputeListener,
     output: &Output,
+    verify: Verify,
     frames: Option<Prepared>,
     barrier: impl FnOnce() -> Result<(), FlesError>,
     mut progress: impl FnMut(u64, u64),
@@ -118,7 +122,7 @@ pub fn compute(
             .with_context(|| format!("compute node {index}, publishing as {}", shm.name))?;
         return Ok(compute_json(&summary, 0));
     }
-    let mut sink = Sink::open(output, s.slicing)?;
+    let mut sink = Sink::open(output, s.slicing, verify)?;
     let summary = listener
         .run(s, index, barrier, |ts| {
             checked += sink.write(ts)?;
@@ -192,7 +196,8 @@ pub fn run(a: NodeArgs) -> Result<()> {
             let frames = a.flags.frame_settings(&s)?.map(|f| prepare(&f, s.inputs)).transpose()?;
             let listener = listen(a.flags.transport, a.index, "127.0.0.1", &key, &config)?;
             println!("listening {}", listener.url());
-            compute(&s, a.index, listener, &a.output, frames, barrier, |t, b| println!("progress {t} {b}"))?
+            let progress = |t, b| println!("progress {t} {b}");
+            compute(&s, a.index, listener, &a.output, a.flags.verify, frames, barrier, progress)?
         }
         Role::Input => {
             if a.connect.len() != a.computes {

@@ -112,6 +112,9 @@ pub fn describe(r: &Value) -> String {
             f(sim, "peak_memory_mib"),
         );
     }
+    if let Some(mode) = r["run"]["verify"].as_str().filter(|m| *m != "all") {
+        more += &format!("\nCRCs checked by the compute nodes: {mode} (--verify {mode})");
+    }
     if r["recovery"].is_object() {
         more += &format!("\n{}", describe_recovery(&r["recovery"]));
     }
