@@ -173,7 +173,7 @@ impl TimesliceReceiver {
 
     fn receive(&mut self) -> Result<Parts> {
         let deadline = Instant::now() + HEARTBEAT_TIMEOUT;
-        let mut buf = vec![0u8; 64 << 10];
+        let mut buf = [0u8; 16 << 10];
         loop {
             if let Some(m) = self.zmtp.message() {
                 return Ok(m);
