@@ -171,25 +171,24 @@ impl TimesliceReceiver {
         }
     }
 
+    /// The next message. The socket's read timeout (set once, in `open`) is the heartbeat
+    /// timeout: a node that sends nothing for that long, heartbeats included, is given up.
     fn receive(&mut self) -> Result<Parts> {
-        let deadline = Instant::now() + HEARTBEAT_TIMEOUT;
         let mut buf = [0u8; 16 << 10];
         loop {
             if let Some(m) = self.zmtp.message() {
                 return Ok(m);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(FlesError::Net(format!(
-                    "ipc://@{}: no word from the node for {HEARTBEAT_TIMEOUT:?}",
-                    self.name
-                )));
-            }
-            self.conn.set_read_timeout(Some(left)).map_err(|e| net("setting a timeout", e))?;
             match self.conn.read(&mut buf) {
                 Ok(0) => return Err(FlesError::Net(format!("ipc://@{}: the node went away", self.name))),
                 Ok(n) => self.zmtp.receive(&buf[..n])?,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    return Err(FlesError::Net(format!(
+                        "ipc://@{}: no word from the node for {HEARTBEAT_TIMEOUT:?}",
+                        self.name
+                    )));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.lost("reading from the distributor", e)),
             }
             let out = self.zmtp.transmit();

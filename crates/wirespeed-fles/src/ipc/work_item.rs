@@ -6,7 +6,8 @@
 
 use crate::error::{Result, malformed};
 use crate::model::TimesliceDescriptor;
-use crate::output::tsa::{MAGIC, write_header};
+use crate::output::tsa::write_header;
+use crate::source::boost_in::ArchiveIn;
 
 /// FLESnet's TimesliceComponentDescriptor (class version 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,23 +69,15 @@ impl WorkItem {
     }
 
     pub fn decode(b: &[u8]) -> Result<WorkItem> {
-        let mut r = Reader { b, at: 0 };
-        if r.take(8)? != (MAGIC.len() as u64).to_le_bytes() || r.take(22)? != MAGIC {
-            return Err(malformed("work item", "not a Boost.Serialization binary archive"));
-        }
-        r.take(2)?; // library version
-        if r.take(4)? != [4, 8, 4, 8] {
-            return Err(malformed("work item", "written on a platform with other type sizes"));
-        }
-        r.take(4)?;
-        let version = r.class()?;
-        let shm_uuid = r.take(16)?.try_into().expect("16 bytes");
-        let name_len = r.u64()?;
-        if name_len > 4096 {
-            return Err(malformed("work item", format!("a {name_len}-byte segment name")));
-        }
-        let shm_name = String::from_utf8_lossy(r.take(name_len as usize)?).into_owned();
-        if r.class()? != 2 {
+        let mut r = ArchiveIn::headed(b, "work item")?;
+        let count = |r: &mut ArchiveIn<&[u8]>| match r.u64()? {
+            n if n > MAX_COMPONENTS => Err(malformed("work item", format!("{n} components"))),
+            n => Ok(n),
+        };
+        let version = r.class(ITEM)?;
+        let shm_uuid = r.vec(16)?.try_into().expect("16 bytes");
+        let shm_name = r.string()?;
+        if r.class(DESCRIPTOR)? != 2 {
             return Err(malformed("work item", "a timeslice descriptor of another version than 2"));
         }
         let descriptor = TimesliceDescriptor {
@@ -96,17 +89,17 @@ impl WorkItem {
             num_core_microslices: r.u32()?,
             num_components: r.u32()?,
         };
-        let data = (0..r.count()?).map(|_| r.u64().map(|h| h as i64)).collect::<Result<Vec<_>>>()?;
-        for _ in 0..r.count()? {
+        let data = (0..count(&mut r)?).map(|_| r.u64().map(|h| h as i64)).collect::<Result<Vec<_>>>()?;
+        for _ in 0..count(&mut r)? {
             r.u64()?; // legacy descriptor handles
         }
         let mut components = Vec::new();
         if version > 0 {
-            r.class()?;
-            let count = r.count()?;
-            let item_version = r.u32()?;
-            for i in 0..count {
-                let element_version = if i == 0 { r.class()? } else { item_version };
+            r.class(COMPONENTS)?;
+            let n = count(&mut r)?;
+            r.u32()?; // item version: the first component's class says it again
+            for _ in 0..n {
+                let element_version = r.class(COMPONENT)?;
                 components.push(ComponentEntry {
                     ts_num: r.u64()?,
                     offset: r.u64()?,
@@ -123,37 +116,11 @@ impl WorkItem {
     }
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
-        let end = end.ok_or_else(|| malformed("work item", "it ends early"))?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    fn class(&mut self) -> Result<u32> {
-        self.take(1)?;
-        self.u32()
-    }
-    fn count(&mut self) -> Result<u64> {
-        let n = self.u64()?;
-        if n > MAX_COMPONENTS {
-            return Err(malformed("work item", format!("{n} components")));
-        }
-        Ok(n)
-    }
-}
+/// The item's classes, as they first appear.
+const ITEM: usize = 0;
+const DESCRIPTOR: usize = 1;
+const COMPONENTS: usize = 2;
+const COMPONENT: usize = 3;
 
 #[cfg(test)]
 mod tests {

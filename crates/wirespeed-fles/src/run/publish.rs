@@ -81,14 +81,12 @@ impl<F: FnMut(&Timeslice<'_>)> Consumer for Publishing<F> {
         let base = self.segment.base() as usize;
         let mut data = Vec::with_capacity(ts.places.len());
         let mut components = Vec::with_capacity(ts.places.len());
-        for p in &ts.places {
+        // Rings in the segment are host memory, so every place has its view.
+        for (p, view) in ts.places.iter().zip(&ts.components) {
             let ring = ts.rings[p.input].host().expect("rings in the segment are host memory");
             data.push((ring.as_ptr() as usize - base + p.at) as i64);
-            let (offset, size, num_microslices) = (p.at as u64, p.len as u64, p.microslices);
-            components.push(ComponentEntry { ts_num: ts.index, offset, size, num_microslices, flags: 0 });
-        }
-        for (entry, view) in components.iter_mut().zip(&ts.components) {
-            entry.flags = view.flags();
+            let (offset, size, num_microslices, flags) = (p.at as u64, p.len as u64, p.microslices, view.flags());
+            components.push(ComponentEntry { ts_num: ts.index, offset, size, num_microslices, flags });
         }
         let (start_time, duration) = self.slicing.start_and_duration(ts.index);
         let item = WorkItem {

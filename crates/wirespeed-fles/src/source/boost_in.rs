@@ -57,8 +57,8 @@ pub(crate) struct ArchiveIn<R: BufRead> {
 }
 
 impl<R: BufRead> ArchiveIn<R> {
-    /// Reads the header and descriptor of an archive of `archive_type` (`what`, in errors).
-    pub fn open(mut input: R, archive_type: i32, what: &'static str) -> Result<Self> {
+    /// Reads an archive's header (`what`, in errors); its objects follow.
+    pub fn headed(mut input: R, what: &'static str) -> Result<Self> {
         let mut head = [0u8; 8 + 22 + 2 + 4 + 4];
         input.read_exact(&mut head).map_err(|_| malformed(what, "too short for its header"))?;
         if head[..8] != (MAGIC.len() as u64).to_le_bytes() || &head[8..30] != MAGIC {
@@ -67,8 +67,12 @@ impl<R: BufRead> ArchiveIn<R> {
         if head[32..36] != [4, 8, 4, 8] {
             return Err(malformed(what, "written on a platform with other type sizes"));
         }
-        let mut a =
-            ArchiveIn { input: In::Plain(input), versions: [None; 8], host: String::new(), user: String::new() };
+        Ok(ArchiveIn { input: In::Plain(input), versions: [None; 8], host: String::new(), user: String::new() })
+    }
+
+    /// Reads the header and descriptor of an archive of `archive_type` (`what`, in errors).
+    pub fn open(input: R, archive_type: i32, what: &'static str) -> Result<Self> {
+        let mut a = Self::headed(input, what)?;
         a.u8()?;
         let version = a.u32()?;
         let found = if version > 0 { a.u32()? as i32 } else { TIMESLICE_ARCHIVE };

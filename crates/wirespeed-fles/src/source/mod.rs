@@ -2,7 +2,7 @@
 //! replayed.
 
 pub mod archive;
-mod boost_in;
+pub(crate) mod boost_in;
 pub mod msa;
 pub mod pattern;
 
