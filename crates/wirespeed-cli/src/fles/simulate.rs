@@ -59,10 +59,11 @@ pub struct SimulateArgs {
     /// from FROM to TO simulated seconds) or off:input|compute:N@SECONDS; repeatable.
     #[arg(long = "event")]
     events: Vec<SimEvent>,
-    /// Simulated seconds before peers see a node turned off is gone.
-    #[arg(long, default_value_t = 0.001)]
-    detect: f64,
-    /// Simulated seconds a node waits without progress before it gives up.
+    /// Simulated seconds between a node's heartbeats to each peer.
+    #[arg(long, default_value_t = 1.0)]
+    heartbeat: f64,
+    /// Simulated seconds a node waits for a silent peer, twice: a node turned off is found by
+    /// its silence, as in a real run.
     #[arg(long, default_value_t = 30.0)]
     timeout: f64,
     /// SimGrid configuration (as network/model:CM02); repeatable.
@@ -97,7 +98,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         process_ns: (a.process_us * 1e3).round() as u64,
         in_flight: a.in_flight,
         timeout: a.timeout,
-        detect: a.detect,
+        heartbeat: a.heartbeat,
         platform: a.platform.clone(),
         config: a.config.clone(),
         events: a.events.clone(),

@@ -1,15 +1,20 @@
 //! A compute node, sans-IO: learns of components from the inputs' descriptors, completes a
 //! timeslice once every input's component is in, hands complete timeslices over in order,
-//! and gives ring space back as the consumer releases them (in any order).
+//! and gives ring space back as the consumer releases them (in any order). Its messages and
+//! its peers' liveness are in [`messages`].
+
+mod messages;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::liveness::Liveness;
 use super::rescue::{Fate, Rescue};
 use super::ring::{Pointers, RingSizes};
 use super::thinned::Thinned;
 use crate::error::{FlesError, Result};
 use crate::model::ComponentDescriptor;
-use crate::sched::{Completed, Coordinator, DfsSettings, IntervalReport, Nanos, Proposal};
+use crate::sched::{Completed, Coordinator, DfsSettings, IntervalReport, Nanos};
+use crate::wire::Msg;
 
 /// At most this many completion times are kept per compute node (a few MB).
 const COMPLETIONS_KEPT: usize = 200_000;
@@ -19,16 +24,13 @@ pub enum ComputeAction {
     /// Timeslice `ts` is complete: `components[i]` is input i's, in its data ring, or None
     /// if input i was lost before sending it (the timeslice is then incomplete).
     Deliver { ts: u64, components: Vec<Option<ComponentDescriptor>> },
-    /// Tell input `input` its rings are free up to `acked`.
-    Ack { input: usize, acked: Pointers },
-    /// Tell every input the DFS's proposal.
-    Propose(Proposal),
-    /// Ask every input to stop (the run was interrupted here, or at one input).
-    Halt,
-    /// Tell every input the agreed end: timeslices below it are built, none after.
-    End(u64),
-    /// Tell every input that this compute node is lost: leave it out.
-    Leave(usize),
+    /// A component of this node's own timeslice, not yet complete, is in input `input`'s
+    /// ring (where it stays until the timeslice is released); a consumer may start on it.
+    Arrived { input: usize, desc: ComponentDescriptor },
+    /// Send `msg` to input `input`.
+    Send { input: usize, msg: Msg },
+    /// Close the connection to input `input`: it was given up on (one only slow learns so).
+    Close(usize),
 }
 
 /// When a timeslice's components arrived, for the run's report.
@@ -79,6 +81,7 @@ pub struct ComputeNode {
     halting: bool,
     ended: bool,
     actions: VecDeque<ComputeAction>,
+    liveness: Option<Liveness>,
     /// Completion times: all of a short run's, an even sample of a long one's.
     pub completions: Thinned<Completion>,
     /// The longest time from a timeslice's first component to its last.
@@ -118,6 +121,7 @@ impl ComputeNode {
             halting: false,
             ended: false,
             actions: VecDeque::new(),
+            liveness: None,
             completions: Thinned::new(COMPLETIONS_KEPT),
             slowest: 0,
             intervals: Vec::new(),
@@ -181,6 +185,9 @@ impl ComputeNode {
         p.components[input] = Some(desc);
         p.count += 1;
         self.complete_if_ready(ts, now);
+        if self.awaits(ts) {
+            self.actions.push_back(ComputeAction::Arrived { input, desc });
+        }
         Ok(())
     }
 
@@ -200,18 +207,23 @@ impl ComputeNode {
         self.deliver_in_order();
     }
 
-    /// Input `input` is gone (its connection failed, or it fell silent): the run goes on
-    /// without it, and timeslices that lack its component are delivered incomplete. Its ring
-    /// needs no more acknowledgements, and the DFS no more of its reports.
     /// Whether `ts` is this node's own timeslice, begun and not yet complete: a consumer
     /// may start on its components (a rescued one may still be dropped).
-    pub fn awaits(&self, ts: u64) -> bool {
+    fn awaits(&self, ts: u64) -> bool {
         self.pending.contains_key(&ts) && self.rescue.fate(ts) == Fate::Home
     }
 
+    /// Input `input` is gone (its connection failed, it fell silent, or it could not be
+    /// reached): the run goes on without it, and timeslices that lack its component are
+    /// delivered incomplete. Its ring needs no more acknowledgements, and the DFS no more of
+    /// its reports.
     pub fn on_input_lost(&mut self, input: usize, now: Nanos) -> Result<()> {
         if std::mem::replace(&mut self.lost[input], true) {
             return Ok(());
+        }
+        self.actions.push_back(ComputeAction::Close(input));
+        if let Some(l) = &mut self.liveness {
+            l.forget(input);
         }
         if self.lost.iter().all(|&l| l) {
             return Err(FlesError::Net("every input is gone".into()));
@@ -225,7 +237,7 @@ impl ComputeNode {
         if let Some(c) = &mut self.coordinator {
             for (done, proposals) in c.lose(input) {
                 self.intervals.push(done);
-                self.actions.extend(proposals.into_iter().map(ComputeAction::Propose));
+                proposals.into_iter().for_each(|p| self.broadcast(Msg::Propose(p)));
             }
         }
         if self.halting && !self.ended {
@@ -263,7 +275,7 @@ impl ComputeNode {
     /// here has said, what the lost node finished is dropped and the rest is taken over.
     pub fn on_compute_lost(&mut self, input: usize, compute: usize, finished: Vec<(u64, u64)>) -> Result<()> {
         if self.rescue.on_report(input, self.inputs(), compute, finished)? {
-            self.actions.push_back(ComputeAction::Leave(compute));
+            self.broadcast(Msg::Leave { compute: compute as u32 });
         }
         self.agree_on_loss();
         Ok(())
@@ -273,6 +285,9 @@ impl ComputeNode {
     /// compute node lost after that, and had nothing of it left to send again.
     pub fn on_input_ended(&mut self, input: usize) {
         self.done_inputs[input] = true;
+        if let Some(l) = &mut self.liveness {
+            l.forget(input);
+        }
         self.agree_on_loss();
     }
 
@@ -325,7 +340,7 @@ impl ComputeNode {
             }
             if let Some(end) = moved {
                 self.acked[input] = end;
-                self.actions.push_back(ComputeAction::Ack { input, acked: end });
+                self.send(input, Msg::Ack(end));
             }
         }
     }
@@ -339,7 +354,7 @@ impl ComputeNode {
             && let Some((done, proposals)) = c.report(r)
         {
             self.intervals.push(done);
-            self.actions.extend(proposals.into_iter().map(ComputeAction::Propose));
+            proposals.into_iter().for_each(|p| self.broadcast(Msg::Propose(p)));
         }
         Ok(())
     }
@@ -348,7 +363,7 @@ impl ComputeNode {
     pub fn halt(&mut self) {
         if !self.halting {
             self.halting = true;
-            self.actions.push_back(ComputeAction::Halt);
+            self.broadcast(Msg::Halt);
         }
     }
 
@@ -376,7 +391,7 @@ impl ComputeNode {
             let end = self.limit.map_or(end, |l| l.min(end));
             self.limit = Some(end);
             self.ended = true;
-            self.actions.push_back(ComputeAction::End(end));
+            self.broadcast(Msg::End { at: end });
         }
     }
 
@@ -410,6 +425,15 @@ mod tests {
         ComputeNode::new(1, 2, 2, RingSizes { data: 100, descs: 4 }, Some(6), None)
     }
 
+    /// The next action, past the arrivals of components.
+    fn next(n: &mut ComputeNode) -> Option<ComputeAction> {
+        std::iter::from_fn(|| n.next_action()).find(|a| !matches!(a, ComputeAction::Arrived { .. }))
+    }
+
+    fn ack(input: usize, data: u64, desc: u64) -> Option<ComputeAction> {
+        Some(ComputeAction::Send { input, msg: Msg::Ack(Pointers { data, desc }) })
+    }
+
     fn arrive(n: &mut ComputeNode, input: usize, d: ComponentDescriptor, now: Nanos) {
         let written = Pointers { data: d.offset + d.size, desc: n.seen[input] + 1 };
         assert_eq!(n.on_status(input, written).unwrap(), n.seen[input]..written.desc);
@@ -422,20 +446,20 @@ mod tests {
         arrive(&mut n, 0, desc(1, 0, 30), 10);
         arrive(&mut n, 0, desc(3, 30, 30), 11);
         arrive(&mut n, 1, desc(1, 0, 30), 12);
-        assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 1, .. })));
-        assert_eq!(n.next_action(), None, "3 waits for input 1");
+        assert!(matches!(next(&mut n), Some(ComputeAction::Deliver { ts: 1, .. })));
+        assert_eq!(next(&mut n), None, "3 waits for input 1");
         arrive(&mut n, 1, desc(3, 30, 30), 20);
-        assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 3, .. })));
+        assert!(matches!(next(&mut n), Some(ComputeAction::Deliver { ts: 3, .. })));
         assert_eq!(
             n.completions.kept(),
             [Completion { ts: 1, first: 10, last: 12 }, Completion { ts: 3, first: 11, last: 20 }]
         );
         assert!((n.fill() - 0.6).abs() < 1e-9);
         n.release(3);
-        assert_eq!(n.next_action(), None, "both rings still hold 1 before 3");
+        assert_eq!(next(&mut n), None, "both rings still hold 1 before 3");
         n.release(1);
-        assert_eq!(n.next_action(), Some(ComputeAction::Ack { input: 0, acked: Pointers { data: 60, desc: 2 } }));
-        assert_eq!(n.next_action(), Some(ComputeAction::Ack { input: 1, acked: Pointers { data: 60, desc: 2 } }));
+        assert_eq!(next(&mut n), ack(0, 60, 2));
+        assert_eq!(next(&mut n), ack(1, 60, 2));
         assert!(!n.finished());
         assert_eq!(n.fill(), 0.0);
     }
@@ -446,12 +470,14 @@ mod tests {
         arrive(&mut n, 0, desc(1, 0, 10), 0);
         assert!(n.on_stop(0, 1).is_err(), "input 0 sent timeslice 1 already");
         n.on_stop(0, 4).unwrap();
-        assert_eq!(n.next_action(), Some(ComputeAction::Halt), "the other input is asked to stop");
-        assert_eq!(n.next_action(), None);
+        let to_all =
+            |msg: Msg| -> Vec<_> { (0..2).map(|input| ComputeAction::Send { input, msg: msg.clone() }).collect() };
+        let asked: Vec<_> = std::iter::from_fn(|| next(&mut n)).collect();
+        assert_eq!(asked, to_all(Msg::Halt), "the other input is asked to stop");
         n.on_stop(1, 6).unwrap();
-        assert_eq!(n.next_action(), Some(ComputeAction::End(6)));
+        assert_eq!(std::iter::from_fn(|| next(&mut n)).collect::<Vec<_>>(), to_all(Msg::End { at: 6 }));
         arrive(&mut n, 1, desc(1, 0, 10), 1);
-        assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 1, .. })));
+        assert!(matches!(next(&mut n), Some(ComputeAction::Deliver { ts: 1, .. })));
         assert!(!n.finished(), "5 is still to come");
     }
 
@@ -461,24 +487,25 @@ mod tests {
         arrive(&mut n, 0, desc(1, 0, 30), 10);
         arrive(&mut n, 1, desc(1, 0, 30), 11);
         arrive(&mut n, 0, desc(3, 30, 30), 12);
-        assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 1, .. })));
-        assert_eq!(n.next_action(), None, "3 waits for input 1");
+        assert!(matches!(next(&mut n), Some(ComputeAction::Deliver { ts: 1, .. })));
+        assert_eq!(next(&mut n), None, "3 waits for input 1");
         n.on_input_lost(1, 20).unwrap();
-        match n.next_action() {
+        assert_eq!(next(&mut n), Some(ComputeAction::Close(1)));
+        match next(&mut n) {
             Some(ComputeAction::Deliver { ts: 3, components }) => {
                 assert!(components[0].is_some() && components[1].is_none())
             }
             other => panic!("{other:?}"),
         }
         arrive(&mut n, 0, desc(5, 60, 30), 30);
-        assert!(matches!(n.next_action(), Some(ComputeAction::Deliver { ts: 5, .. })), "input 0 alone completes");
+        assert!(matches!(next(&mut n), Some(ComputeAction::Deliver { ts: 5, .. })), "input 0 alone completes");
         assert_eq!(n.incomplete, 2);
         n.release(1);
         n.release(3);
         n.release(5);
-        let acks: Vec<_> = std::iter::from_fn(|| n.next_action()).collect();
+        let acks: Vec<_> = std::iter::from_fn(|| next(&mut n)).collect();
         assert!(
-            acks.iter().all(|a| matches!(a, ComputeAction::Ack { input: 0, .. })),
+            acks.iter().all(|a| matches!(a, ComputeAction::Send { input: 0, msg: Msg::Ack(_) })),
             "none to the lost input: {acks:?}"
         );
         assert!(n.finished());

@@ -1,13 +1,17 @@
 //! An input node, sans-IO: asks its scheduler what to send next, places each component in
 //! the compute node's rings when they have room, and frees that room as acknowledgements
-//! come back.
+//! come back. Its messages and its peers' liveness are in [`messages`].
+
+mod messages;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::liveness::Liveness;
 use super::ring::{Pointers, RingSizes};
 use crate::error::{FlesError, Result};
 use crate::model::{ComponentDescriptor, Slicing};
-use crate::sched::{InputSchedule, IntervalReport, Nanos, Owners, Proposal};
+use crate::sched::{InputSchedule, Nanos, Owners, Proposal};
+use crate::wire::Msg;
 
 /// What the driver does next for an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,8 +19,11 @@ pub enum InputAction {
     /// Put the component of `desc.ts_num` at data position `desc.offset` of `compute`'s ring,
     /// then `desc` at descriptor position `slot`, then tell the compute node `pointers`.
     Write { compute: usize, slot: u64, desc: ComponentDescriptor, pointers: Pointers },
-    /// Tell every compute node how an interval went.
-    Report(IntervalReport),
+    /// Send `msg` to compute node `compute`.
+    Send { compute: usize, msg: Msg },
+    /// Close the connection to compute node `compute`: it was given up on (one only slow
+    /// learns so).
+    Close(usize),
     /// Nothing to do until this time, or until something arrives (None).
     Wait(Option<Nanos>),
     /// Every timeslice is sent and acknowledged.
@@ -46,7 +53,9 @@ pub struct InputNode {
     owners: Owners,
     /// Timeslices a lost compute node had not acknowledged, to send again to their new owners.
     resend: VecDeque<u64>,
-    reports: VecDeque<IntervalReport>,
+    /// Messages and closes to carry out before anything else.
+    outbox: VecDeque<InputAction>,
+    liveness: Option<Liveness>,
     sent: u64,
     /// Whether the scheduler has planned past the limit (nothing more to send).
     exhausted: bool,
@@ -72,7 +81,8 @@ impl InputNode {
             acked_below: vec![BTreeMap::new(); computes],
             owners: Owners::new(computes),
             resend: VecDeque::new(),
-            reports: VecDeque::new(),
+            outbox: VecDeque::new(),
+            liveness: None,
             sent: 0,
             exhausted: false,
             horizon: 0,
@@ -89,10 +99,11 @@ impl InputNode {
         self
     }
 
-    /// The next action at `now`; `size_of(ts)` gives the bytes of timeslice ts's component.
-    pub fn poll(&mut self, now: Nanos, mut size_of: impl FnMut(u64) -> u64) -> Result<InputAction> {
-        if let Some(r) = self.reports.pop_front() {
-            return Ok(InputAction::Report(r));
+    /// The next action at `now` (before liveness has its say); `size_of(ts)` gives the bytes
+    /// of timeslice ts's component.
+    fn poll_work(&mut self, now: Nanos, mut size_of: impl FnMut(u64) -> u64) -> Result<InputAction> {
+        if let Some(a) = self.outbox.pop_front() {
+            return Ok(a);
         }
         if let Some(&ts) = self.resend.front() {
             let compute = self.owner(ts)?;
@@ -119,7 +130,7 @@ impl InputNode {
                 // the scheduler's bookkeeping closes.
                 self.schedule.sent(now);
                 if let Some(r) = self.schedule.acked(plan.ts, now) {
-                    self.reports.push_back(r);
+                    self.broadcast(Msg::Report(r));
                 }
                 continue;
             }
@@ -162,11 +173,10 @@ impl InputNode {
         Ok(Some(InputAction::Write { compute: c, slot, desc, pointers }))
     }
 
-    /// Compute node `compute` is gone (its connection failed, it fell silent, or a compute
-    /// node said so): the timeslices it had not acknowledged go again to their new owners,
-    /// and so do all it would have taken. Returns what to tell every compute node still
-    /// there, or None if it was already given up.
-    pub fn on_compute_lost(&mut self, compute: usize) -> Result<Option<LostReport>> {
+    /// Compute node `compute` is gone: the timeslices it had not acknowledged go again to
+    /// their new owners, and so do all it would have taken. Returns what to tell every compute
+    /// node still there, or None if it was already given up.
+    fn on_compute_lost(&mut self, compute: usize) -> Result<Option<LostReport>> {
         let before = self.owners.clone();
         if !self.owners.lose(compute) {
             return Ok(None);
@@ -215,26 +225,27 @@ impl InputNode {
             let below = self.acked_below[compute].entry(ts % self.in_flight.len() as u64).or_default();
             *below = (*below).max(ts + 1);
             if let Some(r) = self.schedule.acked(ts, now) {
-                self.reports.push_back(r);
+                self.broadcast(Msg::Report(r));
             }
         }
         Ok(())
     }
 
     /// Stops sending new timeslices until [`on_end`](Self::on_end), for a run that winds
-    /// down; returns the horizon to tell every compute node, or None if already stopping.
-    pub fn stop(&mut self) -> Option<u64> {
+    /// down, and tells every compute node its horizon (once).
+    pub fn stop(&mut self) {
         if self.stopping {
-            return None;
+            return;
         }
         self.stopping = true;
-        match self.limit {
-            Some(limit) if self.horizon >= limit => Some(limit), // everything is sent
+        let horizon = match self.limit {
+            Some(limit) if self.horizon >= limit => limit, // everything is sent
             _ => {
                 self.paused = true;
-                Some(self.horizon)
+                self.horizon
             }
-        }
+        };
+        self.broadcast(Msg::Stop { horizon });
     }
 
     /// The compute nodes agreed that the run ends before timeslice `end`.
@@ -293,8 +304,12 @@ mod tests {
     fn stops_at_its_horizon_until_the_end_is_agreed() {
         let mut n = InputNode::new(2, RingSizes { data: 100, descs: 8 }, None, Box::new(RoundRobin::new(2)));
         assert!(matches!(n.poll(0, |_| 10).unwrap(), InputAction::Write { .. }));
-        assert_eq!(n.stop(), Some(1));
-        assert_eq!(n.stop(), None, "once");
+        n.stop();
+        n.stop();
+        for compute in 0..2 {
+            let told = InputAction::Send { compute, msg: Msg::Stop { horizon: 1 } };
+            assert_eq!(n.poll(0, |_| 10).unwrap(), told, "every compute node hears, once");
+        }
         assert_eq!(n.poll(0, |_| 10).unwrap(), InputAction::Wait(None), "paused");
         assert!(n.on_end(0).is_err(), "timeslice 0 is sent");
         n.on_end(2).unwrap();

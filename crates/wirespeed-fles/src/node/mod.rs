@@ -2,12 +2,14 @@
 
 pub mod compute;
 pub mod input;
+pub mod liveness;
 mod rescue;
 pub mod ring;
 pub mod thinned;
 
 pub use compute::{Completion, ComputeAction, ComputeNode};
 pub use input::{InputAction, InputNode, LostReport};
+pub use liveness::LivenessSettings;
 pub use ring::{Pointers, RingSizes};
 pub use thinned::Thinned;
 
@@ -18,18 +20,10 @@ mod tests {
 
     use super::*;
     use crate::sched::{DfsSettings, Kind};
+    use crate::wire::Msg;
 
     fn run(inputs: usize, computes: usize, limit: u64, kind: Kind) -> Vec<ComputeNode> {
         run_until(inputs, computes, Some(limit), kind, None, None)
-    }
-
-    /// Input `i` gives compute node `c` up and tells the compute nodes still there.
-    fn give_up(ins: &mut [InputNode], cns: &mut [ComputeNode], dead: &[bool], i: usize, c: usize) {
-        if let Some(r) = ins[i].on_compute_lost(c).unwrap() {
-            for (d, cn) in cns.iter_mut().enumerate().filter(|(d, _)| !dead[*d]) {
-                cn.on_compute_lost(i, c, r.finished.clone()).unwrap_or_else(|e| panic!("at {d}: {e}"));
-            }
-        }
     }
 
     /// A run to `limit`, or wound down from compute node 0 at tick `halt_at`. Compute node
@@ -64,17 +58,20 @@ mod tests {
             for i in 0..inputs {
                 loop {
                     match ins[i].poll(now, size).unwrap() {
-                        InputAction::Write { compute, .. } if dead[compute] => {
-                            give_up(&mut ins, &mut cns, &dead, i, compute)
+                        InputAction::Write { compute, .. } | InputAction::Send { compute, .. } if dead[compute] => {
+                            ins[i].on_unreachable(compute).unwrap()
                         }
                         InputAction::Write { compute, slot, desc, pointers } => {
-                            let cn = &mut cns[compute];
-                            assert_eq!(cn.on_status(i, pointers).unwrap(), slot..slot + 1);
-                            cn.on_component(i, desc, now).unwrap();
+                            let read = |at| {
+                                assert_eq!(at, slot % rings.descs);
+                                Ok(desc)
+                            };
+                            cns[compute].handle(i, Msg::Status(pointers), now, read).unwrap();
                         }
-                        InputAction::Report(r) => {
-                            cns.iter_mut().zip(&dead).filter(|(_, d)| !**d).for_each(|(c, _)| c.on_report(r).unwrap())
+                        InputAction::Send { compute, msg } => {
+                            cns[compute].handle(i, msg, now, |_| panic!("no status")).unwrap()
                         }
+                        InputAction::Close(_) => {}
                         InputAction::Wait(_) => break,
                         InputAction::Done => {
                             done += 1;
@@ -87,7 +84,7 @@ mod tests {
                     && now == at
                 {
                     dead[k] = true;
-                    give_up(&mut ins, &mut cns, &dead, 0, k);
+                    ins[0].on_unreachable(k).unwrap();
                 }
             }
             if done == inputs {
@@ -124,40 +121,28 @@ mod tests {
                             delivered[c].push(ts);
                             got.push(ts);
                         }
-                        ComputeAction::Ack { input, acked } => ins[input].on_ack(c, acked, now).unwrap(),
-                        ComputeAction::Propose(p) => ins.iter_mut().for_each(|i| i.on_proposal(p)),
-                        ComputeAction::Halt => {
-                            for (i, input) in ins.iter_mut().enumerate() {
-                                if let Some(h) = input.stop() {
-                                    cns.iter_mut()
-                                        .zip(&dead)
-                                        .filter(|(_, d)| !**d)
-                                        .for_each(|(c, _)| c.on_stop(i, h).unwrap());
-                                }
+                        ComputeAction::Send { input, msg } => {
+                            if let Msg::End { at } = msg {
+                                assert!(limit.is_none_or(|l| l == at), "every compute node agrees");
+                                limit = Some(at);
                             }
+                            ins[input].handle(c, msg, now).unwrap();
                         }
-                        ComputeAction::End(end) => {
-                            assert!(limit.is_none_or(|l| l == end), "every compute node agrees");
-                            limit = Some(end);
-                            ins.iter_mut().for_each(|i| i.on_end(end).unwrap());
-                        }
-                        ComputeAction::Leave(lost) => {
-                            (0..inputs).for_each(|i| give_up(&mut ins, &mut cns, &dead, i, lost))
-                        }
+                        ComputeAction::Arrived { .. } | ComputeAction::Close(_) => {}
                     }
                 }
                 let cn = &mut cns[c];
                 got.into_iter().rev().for_each(|ts| cn.release(ts));
                 while let Some(a) = cn.next_action() {
-                    if let ComputeAction::Ack { input, acked } = a
+                    if let ComputeAction::Send { input, msg } = a
                         && (!dies || input == 0)
                     {
-                        ins[input].on_ack(c, acked, now).unwrap();
+                        ins[input].handle(c, msg, now).unwrap();
                     }
                 }
                 if dies && !delivered[c].is_empty() {
                     dead[c] = true;
-                    give_up(&mut ins, &mut cns, &dead, 0, c);
+                    ins[0].on_unreachable(c).unwrap();
                 }
             }
         }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use wirespeed::{Config, Connection, Key, Listener, Region};
 
-use super::link::{Event, Heard, Heartbeats, Link, await_closes, net, patient};
-use super::{HEARTBEAT_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
+use super::link::{Event, Link, await_closes, net, patient};
+use super::{SAMPLE_EVERY, SAMPLES_KEPT, Settings, since, until};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::model::{ComponentDescriptor, ComponentView};
@@ -192,21 +192,19 @@ impl ComputeListener {
         barrier()?;
         let t0 = Instant::now();
         let (tx, rx) = mpsc::channel();
-        let heard = Heard::new(s.inputs);
         for (i, p) in peers.iter().enumerate() {
-            p.link.start_reader(i, tx.clone(), heard.clone())?;
+            p.link.start_reader(i, tx.clone())?;
         }
         let dfs = match &s.scheduler {
             Kind::Dfs(d) => Some(d.clone()),
             Kind::RoundRobin => None,
         };
-        let mut node = ComputeNode::new(index, s.inputs, s.computes, s.rings, s.timeslices, dfs);
+        let mut node =
+            ComputeNode::new(index, s.inputs, s.computes, s.rings, s.timeslices, dfs).with_liveness(s.liveness(), 0);
         let mut summary = ComputeSummary { index, ..ComputeSummary::default() };
         let mut next_sample = Duration::ZERO;
         let mut fill = Thinned::new(SAMPLES_KEPT);
-        let mut quiet_since = Instant::now();
         let mut kept = 0usize;
-        let heartbeats = Heartbeats::start(&peers.iter().map(|p| &p.link).collect::<Vec<_>>(), HEARTBEAT_EVERY)?;
         while !node.finished() || kept > 0 || !node.inputs_gone() {
             if node.finished() && kept > 0 && std::mem::take(&mut delivered_all) {
                 consumer.delivered_all();
@@ -214,93 +212,51 @@ impl ComputeListener {
             if s.stop.load(Ordering::Relaxed) {
                 node.halt();
             }
-            let ev = match rx.recv_timeout(STOP_POLL) {
+            let wait = until(node.poll_timeout(), since(t0));
+            let first = match rx.recv_timeout(wait) {
                 Ok(ev) => Some(ev),
-                // A consumer holding timeslices is no stall of the inputs.
-                Err(RecvTimeoutError::Timeout) if kept > 0 || quiet_since.elapsed() < s.timeout => None,
-                Err(RecvTimeoutError::Timeout) => {
-                    return Err(FlesError::Net(format!("nothing from any input for {:?}", s.timeout)));
-                }
+                Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => return Err(FlesError::Net("every input is gone".into())),
             };
-            if ev.is_some() {
-                quiet_since = Instant::now();
-            }
-            let now = since(t0);
-            // An input silent for half the timeout (no heartbeat either) is lost: the other
-            // inputs, waiting for acknowledgements meanwhile, give up only after the whole.
-            for (i, p) in peers.iter().enumerate() {
-                if heard.silent_for(i) > s.timeout / 2 && !node.is_lost(i) && !node.input_done(i) {
-                    node.on_input_lost(i, now)?;
-                    p.link.finish();
+            // Everything that came meanwhile is heard before any input is judged silent.
+            for ev in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+                let now = since(t0);
+                match ev {
+                    Event::Msg(i, msg) => node.handle(i, msg, now, |slot| read_descriptor(&peers[i].descs, slot))?,
+                    Event::Closed(i, end) => node.on_closed(i, end.is_ok(), now)?,
+                    Event::Released(ts) => {
+                        node.release(ts);
+                        kept -= 1;
+                    }
+                    Event::Failed(e) => return Err(e),
                 }
             }
-            match ev {
-                None => {}
-                Some(Event::Msg(i, _)) if node.is_lost(i) => {} // it was given up on
-                Some(Event::Msg(i, Msg::Status(p))) => {
-                    for slot in node.on_status(i, p)? {
-                        let desc = read_descriptor(&peers[i].descs, slot % s.rings.descs)?;
-                        node.on_component(i, desc, now)?;
-                        if node.awaits(desc.ts_num) {
-                            let (place, _) = component(i, &rings[i], s, &desc)?;
-                            consumer.arrived(desc.ts_num, place)?;
+            node.handle_timeout(since(t0))?;
+            while let Some(action) = node.next_action() {
+                match action {
+                    ComputeAction::Deliver { ts, components } => {
+                        let ts_view = view(&rings, s, ts, &components)?;
+                        let released = consumer.complete(&ts_view, &tx)?;
+                        summary.timeslices += 1;
+                        summary.bytes += components.iter().flatten().map(|c| c.size).sum::<u64>();
+                        if released {
+                            node.release(ts);
+                        } else {
+                            kept += 1;
                         }
                     }
-                }
-                Some(Event::Released(ts)) => {
-                    node.release(ts);
-                    kept -= 1;
-                }
-                Some(Event::Failed(e)) => return Err(e),
-                Some(Event::Msg(_, Msg::Report(r))) => node.on_report(r)?,
-                Some(Event::Msg(i, Msg::Stop { horizon })) => node.on_stop(i, horizon)?,
-                Some(Event::Msg(i, Msg::Lost { compute, finished })) => {
-                    node.on_compute_lost(i, compute as usize, finished)?
-                }
-                Some(Event::Msg(_, Msg::Heartbeat)) => {}
-                Some(Event::Msg(i, other)) => return Err(FlesError::Protocol(format!("input {i} sent {other:?}"))),
-                // An input finishes its stream once all it sent is acknowledged; one whose
-                // connection fails is lost, and the run goes on without it.
-                Some(Event::Closed(i, Ok(()))) => node.on_input_ended(i),
-                Some(Event::Closed(i, Err(_))) => node.on_input_lost(i, now)?,
-            }
-            // A send that fails means that input just died (its Closed event may still be on
-            // the way): the run goes on without it.
-            let mut failed = Vec::new();
-            loop {
-                while let Some(action) = node.next_action() {
-                    match action {
-                        ComputeAction::Deliver { ts, components } => {
-                            let ts_view = view(&rings, s, ts, &components)?;
-                            let released = consumer.complete(&ts_view, &tx)?;
-                            summary.timeslices += 1;
-                            summary.bytes += components.iter().flatten().map(|c| c.size).sum::<u64>();
-                            if released {
-                                node.release(ts);
-                            } else {
-                                kept += 1;
-                            }
-                        }
-                        ComputeAction::Ack { input, acked } if !node.is_lost(input) => {
-                            if peers[input].link.send(&Msg::Ack(acked)).is_err() {
-                                failed.push(input);
-                            }
-                        }
-                        ComputeAction::Ack { .. } => {}
-                        ComputeAction::Propose(p) => failed.extend(broadcast(&peers, &node, &Msg::Propose(p))),
-                        ComputeAction::Halt => failed.extend(broadcast(&peers, &node, &Msg::Halt)),
-                        ComputeAction::End(at) => failed.extend(broadcast(&peers, &node, &Msg::End { at })),
-                        ComputeAction::Leave(c) => {
-                            failed.extend(broadcast(&peers, &node, &Msg::Leave { compute: c as u32 }))
+                    ComputeAction::Arrived { input, desc } => {
+                        let (place, _) = component(input, &rings[input], s, &desc)?;
+                        consumer.arrived(desc.ts_num, place)?;
+                    }
+                    // A send that fails means that input just died (its Closed event may
+                    // still be on the way): the run goes on without it.
+                    ComputeAction::Send { input, msg } => {
+                        if peers[input].link.send(&msg).is_err() {
+                            node.on_input_lost(input, since(t0))?;
                         }
                     }
-                }
-                if failed.is_empty() {
-                    break;
-                }
-                for i in failed.drain(..) {
-                    node.on_input_lost(i, now)?;
+                    ComputeAction::Close(input) => peers[input].link.finish(),
                 }
             }
             let elapsed = t0.elapsed();
@@ -314,7 +270,6 @@ impl ComputeListener {
         }
         summary.seconds = t0.elapsed().as_secs_f64();
         summary.record(&node, s.inputs, s.computes, fill.kept());
-        drop(heartbeats);
         // The inputs finish their streams once they have every acknowledgement.
         for p in &peers {
             p.link.finish();
@@ -322,12 +277,6 @@ impl ComputeListener {
         await_closes(&rx, vec![false; s.inputs], s.timeout);
         Ok(summary)
     }
-}
-
-/// Sends `m` to every input still there; returns those it could not reach.
-fn broadcast(peers: &[Peer], node: &ComputeNode, m: &Msg) -> Vec<usize> {
-    let live = peers.iter().enumerate().filter(|(i, _)| !node.is_lost(*i));
-    live.filter(|(_, p)| p.link.send(m).is_err()).map(|(i, _)| i).collect()
 }
 
 fn read_descriptor(descs: &Region, slot: u64) -> Result<ComponentDescriptor> {

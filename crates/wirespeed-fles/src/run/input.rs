@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use wirespeed::{Config, Key, RemoteRegion};
 
 use super::feed::Feed;
-use super::link::{Event, Heard, Heartbeats, Link, await_closes, net, patient};
-use super::{HEARTBEAT_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, STOP_POLL, Settings, since};
+use super::link::{Event, Link, await_closes, net, patient};
+use super::{SAMPLE_EVERY, SAMPLES_KEPT, Settings, since, until};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::node::{InputAction, InputNode, Thinned};
@@ -70,12 +70,12 @@ pub fn run_input(
     barrier()?;
     let t0 = Instant::now();
     let (tx, rx) = mpsc::channel();
-    let heard = Heard::new(s.computes);
     for (c, p) in peers.iter().enumerate() {
-        p.link.start_reader(c, tx.clone(), heard.clone())?;
+        p.link.start_reader(c, tx.clone())?;
     }
     drop(tx);
-    let mut node = InputNode::new(s.computes, s.rings, s.timeslices, s.scheduler.input(index, s.computes));
+    let mut node = InputNode::new(s.computes, s.rings, s.timeslices, s.scheduler.input(index, s.computes))
+        .with_liveness(s.liveness(), 0);
     if s.input_rate > 0.0 {
         node = node.with_source_rate((f64::from(s.microslice_size) / s.input_rate).ceil() as u64, s.slicing);
     }
@@ -86,59 +86,29 @@ pub fn run_input(
     let mut summary = InputSummary { index, ..InputSummary::default() };
     let mut next_sample = Duration::ZERO;
     let mut sent = Thinned::new(SAMPLES_KEPT);
-    let stop = |node: &mut InputNode, peers: &[Peer]| -> Result<()> {
-        match node.stop() {
-            Some(horizon) => send_all(node, peers, &Msg::Stop { horizon }),
-            None => Ok(()),
-        }
-    };
-    let handle = |node: &mut InputNode, ev: Event, now: u64| -> Result<()> {
+    // Compute nodes whose streams have not ended yet.
+    let mut open = vec![true; s.computes];
+    let mut handle = |node: &mut InputNode, ev: Event| -> Result<()> {
         match ev {
-            // A compute node given up on may still be talking (it was only slow).
-            Event::Msg(c, _) if node.is_compute_lost(c) => Ok(()),
-            Event::Msg(c, Msg::Ack(p)) => node.on_ack(c, p, now),
-            Event::Msg(_, Msg::Propose(p)) => {
-                node.on_proposal(p);
-                Ok(())
+            Event::Msg(c, msg) => node.handle(c, msg, since(t0)),
+            Event::Closed(c, end) => {
+                open[c] = false;
+                node.on_closed(c, end.is_ok())
             }
-            Event::Msg(_, Msg::Halt) => stop(node, &peers),
-            Event::Msg(_, Msg::End { at }) => node.on_end(at),
-            Event::Msg(_, Msg::Heartbeat) => Ok(()),
-            Event::Msg(_, Msg::Leave { compute }) if (compute as usize) < peers.len() => {
-                give_up(node, &peers, compute as usize)
-            }
-            Event::Msg(c, other) => Err(FlesError::Protocol(format!("compute node {c} sent {other:?}"))),
-            // A compute node leaves once it has every timeslice it takes; one that leaves
-            // before, or whose connection fails, is lost: the others take its timeslices.
-            Event::Closed(c, Ok(())) if !node.owes(c) => Ok(()),
-            Event::Closed(c, _) => give_up(node, &peers, c),
             Event::Released(_) | Event::Failed(_) => Ok(()), // compute nodes' only
         }
     };
-    let mut quiet_since = Instant::now();
-    // Compute nodes whose streams have not ended yet.
-    let mut open = vec![true; s.computes];
-    let heartbeats = Heartbeats::start(&peers.iter().map(|p| &p.link).collect::<Vec<_>>(), HEARTBEAT_EVERY)?;
     loop {
-        let now = since(t0);
+        // Everything that came meanwhile is heard before any compute node is judged silent.
         while let Ok(ev) = rx.try_recv() {
-            if let Event::Closed(c, _) = ev {
-                open[c] = false;
-            }
-            handle(&mut node, ev, now)?;
-            quiet_since = Instant::now();
+            handle(&mut node, ev)?;
         }
-        // A compute node silent for half the timeout (no heartbeat either) is lost.
-        for (c, &open) in open.iter().enumerate() {
-            if open && heard.silent_for(c) > s.timeout / 2 && !node.is_compute_lost(c) {
-                give_up(&mut node, &peers, c)?;
-            }
-        }
+        node.handle_timeout(since(t0))?;
         if s.stop.load(Ordering::Relaxed) {
-            stop(&mut node, &peers)?;
+            node.stop();
         }
-        let action = node.poll(now, |ts| feed.size(ts, s))?;
-        match action {
+        let now = since(t0);
+        match node.poll(now, |ts| feed.size(ts, s))? {
             InputAction::Write { compute, slot, mut desc, pointers } => {
                 let p = &peers[compute];
                 let written = feed.with(desc.ts_num, s, |bytes, microslices| -> wirespeed::Result<()> {
@@ -154,32 +124,22 @@ pub fn run_input(
                         summary.bytes += desc.size;
                     }
                     // It died: the component goes to the node that takes its timeslices.
-                    Err(_) => give_up(&mut node, &peers, compute)?,
+                    Err(_) => node.on_unreachable(compute)?,
                 }
             }
-            InputAction::Report(r) => send_all(&mut node, &peers, &Msg::Report(r))?,
-            InputAction::Wait(until) => {
-                let wait = until.map_or(STOP_POLL, |t| Duration::from_nanos(t.saturating_sub(now)).min(STOP_POLL));
-                match rx.recv_timeout(wait) {
-                    Ok(ev) => {
-                        if let Event::Closed(c, _) = ev {
-                            open[c] = false;
-                        }
-                        handle(&mut node, ev, since(t0))?;
-                        quiet_since = Instant::now();
-                    }
-                    Err(RecvTimeoutError::Timeout) if until.is_some() || quiet_since.elapsed() < s.timeout => {}
-                    Err(RecvTimeoutError::Timeout) => {
-                        return Err(FlesError::Net(format!(
-                            "no acknowledgement from any compute node for {:?}",
-                            s.timeout
-                        )));
-                    }
-                    Err(RecvTimeoutError::Disconnected) => {
-                        return Err(FlesError::Net("every compute node is gone".into()));
-                    }
+            InputAction::Send { compute, msg } => {
+                if peers[compute].link.send(&msg).is_err() {
+                    node.on_unreachable(compute)?;
                 }
             }
+            InputAction::Close(compute) => peers[compute].link.finish(),
+            InputAction::Wait(deadline) => match rx.recv_timeout(until(deadline, now)) {
+                Ok(ev) => handle(&mut node, ev)?,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(FlesError::Net("every compute node is gone".into()));
+                }
+            },
             InputAction::Done => break,
         }
         let elapsed = t0.elapsed();
@@ -192,38 +152,10 @@ pub fn run_input(
     summary.sent = sent.kept().to_vec();
     summary.sent.push((summary.seconds, summary.bytes));
     summary.lost_computes = (0..s.computes).filter(|&c| node.is_compute_lost(c)).collect();
-    drop(heartbeats);
     for p in &peers {
         p.link.finish();
     }
     // Compute nodes finish once every input has (one may be lost and leave them work).
     await_closes(&rx, (0..s.computes).map(|c| open[c] && !node.is_compute_lost(c)).collect(), s.timeout);
     Ok(summary)
-}
-
-/// Sends `m` to every compute node still there, giving up those it cannot reach.
-fn send_all(node: &mut InputNode, peers: &[Peer], m: &Msg) -> Result<()> {
-    for (c, p) in peers.iter().enumerate() {
-        if !node.is_compute_lost(c) && p.link.send(m).is_err() {
-            give_up(node, peers, c)?;
-        }
-    }
-    Ok(())
-}
-
-/// Gives compute node `c` up: its timeslices go to the others, and each compute node still
-/// there hears what this input knows `c` finished. One that cannot be told is given up too.
-fn give_up(node: &mut InputNode, peers: &[Peer], c: usize) -> Result<()> {
-    let mut todo = vec![c];
-    while let Some(c) = todo.pop() {
-        let Some(report) = node.on_compute_lost(c)? else { continue };
-        peers[c].link.finish(); // so that a node that was only slow learns it was left out
-        let msg = Msg::Lost { compute: c as u32, finished: report.finished };
-        for (d, p) in peers.iter().enumerate() {
-            if !node.is_compute_lost(d) && p.link.send(&msg).is_err() {
-                todo.push(d);
-            }
-        }
-    }
-    Ok(())
 }

@@ -2,7 +2,6 @@
 //! that reads it and hands each message, tagged with the peer, to the node's one loop.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
@@ -49,8 +48,8 @@ impl Link {
     }
 
     /// Starts the thread that reads the stream into `events`, as peer `peer`. A quiet stream
-    /// is not an error here: the node's loop has its own stall limit.
-    pub fn start_reader(&self, peer: usize, events: Sender<Event>, heard: Arc<Heard>) -> Result<()> {
+    /// is not an error here: the node judges its peers' silence.
+    pub fn start_reader(&self, peer: usize, events: Sender<Event>) -> Result<()> {
         let stream = self.stream.clone();
         std::thread::Builder::new()
             .name(format!("fles-link-{peer}"))
@@ -59,7 +58,6 @@ impl Link {
                     match stream.recv() {
                         Ok(Some(m)) => match Msg::decode(&m.header) {
                             Ok(msg) => {
-                                heard.touch(peer);
                                 if events.send(Event::Msg(peer, msg)).is_err() {
                                     return; // the node is gone
                                 }
@@ -79,70 +77,6 @@ impl Link {
 
     pub fn finish(&self) {
         let _ = self.stream.finish();
-    }
-}
-
-/// Sends a heartbeat on every link every `every`, from its own thread, so that a node whose
-/// loop is held up (a put to a peer that died waits out its timeout) still looks alive to
-/// the others. Stops when dropped.
-pub(crate) struct Heartbeats {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Heartbeats {
-    pub fn start(links: &[&Link], every: Duration) -> Result<Self> {
-        let streams: Vec<Arc<Stream>> = links.iter().map(|l| l.stream.clone()).collect();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        let beat = Msg::Heartbeat.encode();
-        let thread = std::thread::Builder::new()
-            .name("fles-heartbeat".into())
-            .spawn(move || {
-                let mut next = Instant::now() + every;
-                while !stopped.load(Ordering::Relaxed) {
-                    if Instant::now() >= next {
-                        for s in &streams {
-                            let _ = s.send(&beat, &[]);
-                        }
-                        next = Instant::now() + every;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            })
-            .map_err(|e| FlesError::Protocol(format!("starting the heartbeat thread: {e}")))?;
-        Ok(Heartbeats { stop, thread: Some(thread) })
-    }
-}
-
-impl Drop for Heartbeats {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// When each peer was last heard from, as its reader saw it: a node whose own loop fell
-/// behind (a slow consumer, a blocked put) must not take its backlog for silent peers.
-pub(crate) struct Heard {
-    t0: Instant,
-    at: Vec<AtomicU64>,
-}
-
-impl Heard {
-    pub fn new(peers: usize) -> Arc<Self> {
-        Arc::new(Heard { t0: Instant::now(), at: (0..peers).map(|_| AtomicU64::new(0)).collect() })
-    }
-
-    fn touch(&self, peer: usize) {
-        self.at[peer].store(self.t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    }
-
-    /// How long peer `peer` has been silent.
-    pub fn silent_for(&self, peer: usize) -> Duration {
-        self.t0.elapsed().saturating_sub(Duration::from_nanos(self.at[peer].load(Ordering::Relaxed)))
     }
 }
 

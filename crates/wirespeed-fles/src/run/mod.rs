@@ -24,7 +24,7 @@ pub use publish::ShmOutput;
 
 use crate::error::{FlesError, Result};
 use crate::model::Slicing;
-use crate::node::RingSizes;
+use crate::node::{LivenessSettings, RingSizes};
 use crate::sched::Kind;
 use crate::source::pattern::Style;
 
@@ -106,13 +106,25 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// How nodes judge their peers: beats every second, and a peer silent for half the
+    /// timeout on a quiet host is given up (see [`crate::node::liveness`]).
+    pub fn liveness(&self) -> LivenessSettings {
+        LivenessSettings { every: HEARTBEAT_EVERY.as_nanos() as u64, limit: (self.timeout / 2).as_nanos() as u64 }
+    }
+}
+
 /// Nanoseconds since `t0`, the node's barrier.
 fn since(t0: Instant) -> u64 {
     t0.elapsed().as_nanos() as u64
 }
 
-/// How often an input tells each compute node it is alive; a compute node that hears nothing
-/// from an input for half of `Settings::timeout` goes on without it.
+/// How long to wait at `now` for a node that must act again at `deadline`: never past
+/// [`STOP_POLL`], so that the stop flag is seen.
+fn until(deadline: Option<u64>, now: u64) -> Duration {
+    deadline.map_or(STOP_POLL, |t| Duration::from_nanos(t.saturating_sub(now)).min(STOP_POLL))
+}
+
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a node's loop may sleep before it looks at `Settings::stop` again.

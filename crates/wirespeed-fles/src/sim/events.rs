@@ -21,7 +21,7 @@ pub enum SimEvent {
     /// Links whose names contain `links` (every link if empty) lose `share` of their
     /// bandwidth from `from` to `to`.
     BandwidthDrop { from: f64, to: f64, share: f64, links: String },
-    /// A node is turned off at `at`; its peers see its connections close `detect` later.
+    /// A node is turned off at `at`: it stops answering, and its peers find it by its silence.
     Off { node: NodeRef, at: f64 },
 }
 
@@ -63,8 +63,6 @@ enum Step {
     /// Multiply the bandwidth of the links of event `i` by this factor.
     Scale(usize, f64),
     TurnOff(NodeRef),
-    /// Tell the node's peers its connections closed.
-    Tell(NodeRef),
 }
 
 /// The events' actor: plays each step at its time, and once the run is over tells every node
@@ -90,7 +88,6 @@ pub(super) fn run(sh: &Shared, port: &mut Port) -> Result<()> {
             }
             SimEvent::Off { node, at } => {
                 timeline.push((*at, Step::TurnOff(*node)));
-                timeline.push((at + s.detect, Step::Tell(*node)));
                 links.push(Vec::new());
             }
         }
@@ -110,12 +107,6 @@ pub(super) fn run(sh: &Shared, port: &mut Port) -> Result<()> {
         match step {
             Step::Scale(i, factor) => links[i].iter().for_each(|l| l.set_bandwidth(l.bandwidth() * factor)),
             Step::TurnOff(node) => port.send(sh.id(node), SimMsg::Die),
-            Step::Tell(NodeRef::Input(i)) => {
-                (0..s.computes).for_each(|c| port.send(sh.id(NodeRef::Compute(c)), SimMsg::Closed(i)))
-            }
-            Step::Tell(NodeRef::Compute(c)) => {
-                (0..s.inputs).for_each(|i| port.send(sh.id(NodeRef::Input(i)), SimMsg::Closed(c)))
-            }
         }
         next = steps.next();
     }

@@ -19,7 +19,7 @@ pub use events::{NodeRef, SimEvent};
 pub use platform::Platform;
 
 use crate::error::{FlesError, Result};
-use crate::node::RingSizes;
+use crate::node::{LivenessSettings, RingSizes};
 use crate::run::{ComputeSummary, InputSummary};
 use crate::sched::{Kind, Nanos};
 use net::{Port, SimMsg};
@@ -42,10 +42,11 @@ pub struct SimSettings {
     pub process_ns: Nanos,
     /// Components an input has in flight at once (its NIC's send queue).
     pub in_flight: usize,
-    /// Simulated seconds a node waits without progress before it gives up.
+    /// Simulated seconds a peer may stay silent on a quiet platform, twice (as real runs'
+    /// timeout): a node turned off is found by its silence, as in a real run.
     pub timeout: f64,
-    /// Simulated seconds before a node turned off is seen to be gone by its peers.
-    pub detect: f64,
+    /// Simulated seconds between a node's heartbeats to each peer.
+    pub heartbeat: f64,
     pub platform: Platform,
     /// SimGrid configuration, as `network/model:CM02`.
     pub config: Vec<String>,
@@ -53,6 +54,11 @@ pub struct SimSettings {
 }
 
 impl SimSettings {
+    /// How nodes judge their peers: the real runs' rule, in simulated time.
+    fn liveness(&self) -> LivenessSettings {
+        LivenessSettings { every: (self.heartbeat * 1e9) as Nanos, limit: (self.timeout / 2.0 * 1e9) as Nanos }
+    }
+
     /// The bytes of input `input`'s component of timeslice `ts`.
     pub fn component_bytes(&self, input: usize, ts: u64) -> u64 {
         if self.component_spread == 0 {
@@ -144,6 +150,9 @@ pub fn simulate(s: &SimSettings, dir: &Path, progress: Option<Progress>) -> Resu
         return config_error(
             "inputs, compute nodes, timeslices, components in flight and their size must be at least 1".into(),
         );
+    }
+    if !(s.heartbeat > 0.0 && s.timeout > 2.0 * s.heartbeat) {
+        return config_error("the heartbeat must be above 0, and the timeout more than twice it".into());
     }
     for e in &s.events {
         match e {
@@ -300,7 +309,7 @@ mod tests {
             process_ns: 0,
             in_flight: 1,
             timeout: 1.0,
-            detect: 0.0,
+            heartbeat: 0.1,
             platform: Platform::Xc40,
             config: Vec::new(),
             events: Vec::new(),

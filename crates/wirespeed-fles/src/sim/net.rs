@@ -18,13 +18,10 @@ pub(super) enum SimMsg {
     Component { desc: ComponentDescriptor, pointers: Pointers },
     /// Any of the real run's control messages.
     Ctl(Msg),
-    /// Input → compute node: the end of its stream, after everything it sent.
+    /// The end of a node's stream to a peer, after everything it sent there.
     Finished,
     /// Events → node: this node is turned off.
     Die,
-    /// Events → node: the peer of this index (a compute node for an input, an input for a
-    /// compute node) failed; its connection is seen to close.
-    Closed(usize),
     /// The run is over: events and turned-off nodes stop.
     Over,
 }
@@ -38,7 +35,7 @@ impl SimMsg {
                 desc.size + COMPONENT_DESCRIPTOR_LEN as u64 + Msg::Status(*pointers).encode().len() as u64
             }
             SimMsg::Ctl(m) => m.encode().len() as u64,
-            SimMsg::Finished | SimMsg::Die | SimMsg::Closed(_) | SimMsg::Over => 0,
+            SimMsg::Finished | SimMsg::Die | SimMsg::Over => 0,
         }
     }
 }
