@@ -288,40 +288,68 @@ fn whole_timeslices(reader: &std::path::Path, archive: &std::path::Path) -> Vec<
 #[test]
 fn a_compute_node_killed_mid_run_leaves_its_timeslices_to_the_others_none_lost_none_twice() {
     for (transport, scheduler) in [("shm", "dfs"), ("tcp", "rr"), ("ucx", "dfs")] {
-        let dir = tempfile::tempdir().unwrap();
-        let output = format!("--output=tsa:{}", dir.path().join("run.tsa").display());
-        let args = [
-            "--local=3:3",
-            "--timeslices=3000",
-            "--timeslice-size=20",
-            "--rate=0.01",
-            &format!("--transport={transport}"),
-            &format!("--scheduler={scheduler}"),
-            &output,
-        ];
-        let r = run_and_signal(dir.path(), &args, ("compute", 1), "KILL", std::time::Duration::from_millis(1500));
-        assert_eq!(r["lost_computes"], serde_json::json!([1]), "{transport}");
-        assert_eq!(r["incomplete"], 0);
-        // The two left write whole archives; the lost node's part file holds what it had
-        // finished, its last timeslice perhaps cut short. Together: every timeslice once.
-        let reader = boost_tsa_reader(dir.path());
-        let mut all = Vec::new();
-        for c in [0, 2] {
-            let text = read_with_boost(&reader, &dir.path().join(format!("run.{c}.tsa")));
-            assert!(text.lines().last().unwrap().starts_with("ok "), "{text}");
-            all.extend(whole_timeslices(&reader, &dir.path().join(format!("run.{c}.tsa"))));
-        }
-        let survivors = all.len();
-        assert_eq!(r["timeslices"], survivors as u64);
-        all.extend(whole_timeslices(&reader, &dir.path().join(".run.1.tsa.part")));
-        all.sort_unstable();
-        let twice = all.windows(2).filter(|w| w[0] == w[1]).count();
-        all.dedup();
-        assert_eq!(all, (0..3000).collect::<Vec<u64>>(), "{transport}: none lost");
-        // One the lost node wrote but did not live to give back may be built again.
-        assert!(twice <= 1, "{transport}: {twice} built twice");
-        assert!(survivors >= 2000, "{transport}: {survivors}");
+        kill_compute_node_1(transport, scheduler);
     }
+}
+
+/// With more threads spinning than the machine has cores, nodes are descheduled for long
+/// stretches: slow, not dead. Killing one compute node loses it alone.
+#[test]
+fn a_compute_node_killed_on_a_busy_machine_is_the_only_one_lost() {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..cores + 1)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    kill_compute_node_1("shm", "dfs");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    hogs.into_iter().for_each(|h| h.join().unwrap());
+}
+
+/// Kills compute node 1 of a 3:3 run mid-way: the two left build everything it had not
+/// finished, and no input is lost.
+fn kill_compute_node_1(transport: &str, scheduler: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let output = format!("--output=tsa:{}", dir.path().join("run.tsa").display());
+    let args = [
+        "--local=3:3",
+        "--timeslices=3000",
+        "--timeslice-size=20",
+        "--rate=0.01",
+        &format!("--transport={transport}"),
+        &format!("--scheduler={scheduler}"),
+        &output,
+    ];
+    let r = run_and_signal(dir.path(), &args, ("compute", 1), "KILL", std::time::Duration::from_millis(1500));
+    assert_eq!(r["lost_computes"], serde_json::json!([1]), "{transport}");
+    assert_eq!(r["lost_inputs"], serde_json::json!([]), "{transport}");
+    assert_eq!(r["incomplete"], 0);
+    // The two left write whole archives; the lost node's part file holds what it had
+    // finished, its last timeslice perhaps cut short. Together: every timeslice once.
+    let reader = boost_tsa_reader(dir.path());
+    let mut all = Vec::new();
+    for c in [0, 2] {
+        let text = read_with_boost(&reader, &dir.path().join(format!("run.{c}.tsa")));
+        assert!(text.lines().last().unwrap().starts_with("ok "), "{text}");
+        all.extend(whole_timeslices(&reader, &dir.path().join(format!("run.{c}.tsa"))));
+    }
+    let survivors = all.len();
+    assert_eq!(r["timeslices"], survivors as u64);
+    all.extend(whole_timeslices(&reader, &dir.path().join(".run.1.tsa.part")));
+    all.sort_unstable();
+    let twice = all.windows(2).filter(|w| w[0] == w[1]).count();
+    all.dedup();
+    assert_eq!(all, (0..3000).collect::<Vec<u64>>(), "{transport}: none lost");
+    // One the lost node wrote but did not live to give back may be built again.
+    assert!(twice <= 1, "{transport}: {twice} built twice");
+    assert!(survivors >= 2000, "{transport}: {survivors}");
 }
 
 #[test]

@@ -164,6 +164,20 @@ fn a_compute_node_turned_off_loses_no_timeslice_and_duplicates_none() {
     }
 }
 
+/// Nodes find a peer turned off by its silence alone, as real nodes do (the same detector):
+/// beats every millisecond, a peer given up after 20 ms of silence. One that is only slow (its
+/// link at a tenth for half of that) is waited for.
+#[test]
+fn the_detector_finds_the_silent_and_waits_for_the_slow() {
+    let liveness = ["--heartbeat=0.001", "--timeout=0.04", "--scheduler=rr", "--timeslices=400"];
+    let r = simulated(&[&SWITCH[..], &liveness, &["--event=off:compute:3@0.002"]].concat());
+    assert_eq!(r["lost_computes"], serde_json::json!([3]));
+    assert!(f(&r["seconds"]) > 0.002 + 0.02, "found after its silence: {}", r["seconds"]);
+    let r = simulated(&[&SWITCH[..], &liveness, &["--event=drop:0.002-0.012:0.9:switch_link_7_DOWN"]].concat());
+    assert_eq!(r["lost_computes"], serde_json::json!([]), "slow is not dead");
+    all_once(&r, 400);
+}
+
 #[test]
 fn an_input_turned_off_leaves_timeslices_incomplete_and_the_run_goes_on() {
     let r = simulated(

@@ -4,8 +4,10 @@
 //! beats come late, 25 times their mean lateness (FLESnet's DFS takes 20 and 25 times the
 //! mean heartbeat latency). Silence counts only while this node itself ran: a node woken far
 //! later than it asked to be (its process was descheduled, its loop held up) adds the pause
-//! to every peer's allowance rather than taking it for their silence, so a busy machine never
-//! turns one loss into all.
+//! to every peer's allowance rather than taking it for their silence; and when every peer it
+//! watches falls silent at once, the fault is likelier its own (its host, its link), so it
+//! gives none up, and fails only once all have been silent for twice the limit (the run's
+//! timeout). A busy machine never turns one loss into all.
 
 use crate::sched::Nanos;
 
@@ -34,6 +36,17 @@ pub enum PeerState {
     Dead,
     /// No longer watched: it finished, or was given up on for another reason.
     Gone,
+}
+
+/// What a node does at a timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Beat to every peer now.
+    pub beat: bool,
+    /// Peers newly found dead: give them up.
+    pub dead: Vec<usize>,
+    /// Every peer watched has been silent this long, twice the limit: fail.
+    pub stalled: Option<Nanos>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -101,20 +114,22 @@ impl Liveness {
         self.settings.limit.max(self.settings.every * SUSPECT_BEATS + DEAD_FACTOR * c.lateness)
     }
 
-    /// When this node must next be woken: to beat, or to judge a peer.
+    /// When this node must next be woken: to beat, or to judge a peer (or all of them, once
+    /// all are silent).
     pub fn poll_timeout(&mut self) -> Nanos {
         let watched = self.peers.iter().filter(|c| matches!(c.state, PeerState::Alive | PeerState::Suspected));
-        let judge = watched.map(|c| {
+        let judge = watched.flat_map(|c| {
             let after = if c.state == PeerState::Alive { self.suspect_after(c) } else { self.dead_after(c) };
-            c.heard + after + 1 // the first moment past the allowance
+            // The first moments past each allowance that are still to come.
+            [c.heard + after + 1, c.heard + 2 * self.settings.limit + 1].into_iter().filter(|&t| t > self.awake)
         });
         let at = judge.fold(self.next_beat, Nanos::min);
         self.awake = self.awake.max(at);
         at
     }
 
-    /// The time is `now`: returns whether this node beats now, and the peers newly found dead.
-    pub fn handle_timeout(&mut self, now: Nanos) -> (bool, Vec<usize>) {
+    /// The time is `now`: what this node does about it.
+    pub fn handle_timeout(&mut self, now: Nanos) -> Verdict {
         // Woken late: this node was not running; its peers' silence meanwhile does not count.
         let pause = now.saturating_sub(self.awake);
         self.awake = now;
@@ -123,23 +138,33 @@ impl Liveness {
             self.peers.iter_mut().for_each(|c| c.heard = c.heard.saturating_add(pause).min(now));
         }
         let mut dead = Vec::new();
+        let mut watched = 0;
+        let mut least_silence = Nanos::MAX;
         for p in 0..self.peers.len() {
             let c = self.peers[p];
             let silent = now.saturating_sub(c.heard);
+            if matches!(c.state, PeerState::Alive | PeerState::Suspected) {
+                watched += 1;
+                least_silence = least_silence.min(silent);
+            }
             match c.state {
-                PeerState::Alive | PeerState::Suspected if silent > self.dead_after(&c) => {
-                    self.peers[p].state = PeerState::Dead;
-                    dead.push(p);
-                }
+                PeerState::Alive | PeerState::Suspected if silent > self.dead_after(&c) => dead.push(p),
                 PeerState::Alive if silent > self.suspect_after(&c) => self.peers[p].state = PeerState::Suspected,
                 _ => {}
             }
         }
+        let all_silent = watched > 0 && dead.len() == watched;
+        if all_silent {
+            dead.iter().for_each(|&p| self.peers[p].state = PeerState::Suspected);
+            dead.clear();
+        }
+        dead.iter().for_each(|&p| self.peers[p].state = PeerState::Dead);
         let beat = now >= self.next_beat;
         if beat {
             self.next_beat = now + self.settings.every;
         }
-        (beat, dead)
+        let stalled = all_silent && least_silence > 2 * self.settings.limit;
+        Verdict { beat, dead, stalled: stalled.then_some(least_silence) }
     }
 }
 
@@ -174,7 +199,7 @@ mod tests {
                     beats[p] += period[p];
                 }
             }
-            for p in l.handle_timeout(now).1 {
+            for p in l.handle_timeout(now).dead {
                 found[p] = Some(now);
             }
         }
@@ -224,7 +249,7 @@ mod tests {
         let mut l = liveness(2);
         assert_eq!(drive(&mut l, (0, 10 * S), [S, S], |_, _| true), [None, None]);
         let wake = l.poll_timeout();
-        assert_eq!(l.handle_timeout(wake + 20 * S).1, Vec::<usize>::new());
+        assert_eq!(l.handle_timeout(wake + 20 * S).dead, Vec::<usize>::new());
         assert!(l.longest_pause >= 20 * S);
         // Then peer 1 stays silent: the time the node runs counts again.
         let found = drive(&mut l, (wake + 20 * S, 60 * S), [S, S], |p, _| p == 0);
@@ -238,5 +263,23 @@ mod tests {
         let found = drive(&mut l, (0, 30 * S), [S, S], |p, _| p == 0);
         assert_eq!(found, [None, None]);
         assert_eq!(l.state(1), PeerState::Gone);
+    }
+
+    #[test]
+    fn when_every_peer_falls_silent_at_once_none_is_given_up_until_the_timeout() {
+        let mut l = liveness(2);
+        let found = drive(&mut l, (0, 20 * S), [S, S], |_, t| t < 5 * S);
+        assert_eq!(found, [None, None], "the silence is likelier this node's");
+        assert_eq!(l.suspected(), 2);
+        // Their last beats came at 4 s: at twice the limit after, the node fails.
+        loop {
+            let now = l.poll_timeout();
+            let v = l.handle_timeout(now);
+            assert!(v.dead.is_empty() && now <= 24 * S + 1, "{v:?} at {now}");
+            if let Some(silent) = v.stalled {
+                assert_eq!((now, silent), (24 * S + 1, 20 * S + 1));
+                break;
+            }
+        }
     }
 }

@@ -205,8 +205,10 @@ impl ComputeListener {
         let mut next_sample = Duration::ZERO;
         let mut fill = Thinned::new(SAMPLES_KEPT);
         let mut kept = 0usize;
-        while !node.finished() || kept > 0 || !node.inputs_gone() {
-            if node.finished() && kept > 0 && std::mem::take(&mut delivered_all) {
+        // Until every input has finished or is lost: nothing more can come then (a node the
+        // inputs left out is not finished, but done all the same).
+        while !node.inputs_gone() || kept > 0 {
+            if (node.finished() || node.inputs_gone()) && kept > 0 && std::mem::take(&mut delivered_all) {
                 consumer.delivered_all();
             }
             if s.stop.load(Ordering::Relaxed) {

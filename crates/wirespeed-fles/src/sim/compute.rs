@@ -54,7 +54,8 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<C
             }
         }
         fill.push((seconds(now), node.fill()));
-        if node.finished() && processing.is_empty() && node.inputs_gone() {
+        // Nothing more can come once every input has finished or is lost.
+        if processing.is_empty() && node.inputs_gone() {
             break;
         }
         let judge = node.poll_timeout().expect("liveness is watched");

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use super::Shared;
 use super::engine::{Link, now};
-use super::net::{Port, SimMsg, Wake};
+use super::net::{FOREVER, Port, SimMsg, Wake};
 use crate::error::{FlesError, Result};
 
 /// A node of the run.
@@ -58,6 +58,19 @@ impl FromStr for SimEvent {
     }
 }
 
+/// The platform's links whose names hold `name`: at least one.
+pub(super) fn named_links(name: &str) -> Result<Vec<Link>> {
+    let named: Vec<Link> = Link::all().into_iter().filter(|l| l.name().contains(name)).collect();
+    if named.is_empty() {
+        let some: Vec<String> = Link::all().iter().take(4).map(Link::name).collect();
+        return Err(FlesError::Config(format!(
+            "no link's name holds {name:?} (the platform's links are named as {})",
+            some.join(", ")
+        )));
+    }
+    Ok(named)
+}
+
 /// One step of the events' timeline.
 enum Step {
     /// Multiply the bandwidth of the links of event `i` by this factor.
@@ -76,15 +89,7 @@ pub(super) fn run(sh: &Shared, port: &mut Port) -> Result<()> {
             SimEvent::BandwidthDrop { from, to, share, links: name } => {
                 timeline.push((*from, Step::Scale(i, 1.0 - share)));
                 timeline.push((*to, Step::Scale(i, 1.0 / (1.0 - share))));
-                let named: Vec<Link> = Link::all().into_iter().filter(|l| l.name().contains(name.as_str())).collect();
-                if named.is_empty() {
-                    let some: Vec<String> = Link::all().iter().take(4).map(Link::name).collect();
-                    return Err(FlesError::Config(format!(
-                        "no link's name holds {name:?} (the platform's links are named as {})",
-                        some.join(", ")
-                    )));
-                }
-                links.push(named);
+                links.push(named_links(name)?);
             }
             SimEvent::Off { node, at } => {
                 timeline.push((*at, Step::TurnOff(*node)));
@@ -96,10 +101,9 @@ pub(super) fn run(sh: &Shared, port: &mut Port) -> Result<()> {
     let mut steps = timeline.into_iter();
     let mut next = steps.next();
     loop {
-        let wait = next.as_ref().map_or(s.timeout * 100.0, |(at, _)| (at - now()).max(0.0));
+        let wait = next.as_ref().map_or(FOREVER, |(at, _)| (at - now()).max(0.0));
         match port.next(wait)? {
             Wake::Msg(_, SimMsg::Over) => break,
-            Wake::Timeout if next.is_none() => break,
             Wake::Timeout => {}
             _ => continue,
         }

@@ -171,6 +171,12 @@ pub fn simulate(s: &SimSettings, dir: &Path, progress: Option<Progress>) -> Resu
     let engine = Engine::start(&flags.iter().map(String::as_str).collect::<Vec<_>>())?;
     let nodes = s.inputs + s.computes;
     engine.load_platform(&s.platform.file(nodes, dir)?)?;
+    // The events' actor must not fail once the nodes run: they would wait for it.
+    for e in &s.events {
+        if let SimEvent::BandwidthDrop { links, .. } = e {
+            events::named_links(links)?;
+        }
+    }
     let all = platform::natural_order(hosts());
     if all.len() < nodes {
         return config_error(format!("the platform has {} hosts, fewer than the {nodes} nodes", all.len()));
@@ -250,7 +256,7 @@ fn node<T>(
         port.send(sh.events_id(), SimMsg::Over);
     }
     // Messages to an actor that has ended fail in its senders' waits: stay until all end.
-    if let Err(e) = port.drain_until_over(sh.settings.timeout * 100.0) {
+    if let Err(e) = port.drain_until_over() {
         lock(&sh.errors).push(e.to_string());
     }
     port.flush();

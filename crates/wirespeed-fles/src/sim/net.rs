@@ -10,6 +10,9 @@ use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::node::Pointers;
 use crate::wire::Msg;
 
+/// Simulated seconds that stand for "no timeout".
+pub(super) const FOREVER: f64 = 1e15;
+
 /// A message between actors.
 #[derive(Debug)]
 pub(super) enum SimMsg {
@@ -187,13 +190,11 @@ impl Port {
     }
 
     /// A node that ended (or was turned off): takes whatever arrives, unread, until the run is
-    /// over.
-    pub(super) fn drain_until_over(&mut self, timeout: f64) -> Result<()> {
-        let until = now() + timeout;
+    /// over (every node ends: one whose peers all fall silent fails after the timeout).
+    pub(super) fn drain_until_over(&mut self) -> Result<()> {
         loop {
-            match self.next((until - now()).max(0.0))? {
-                Wake::Msg(_, SimMsg::Over) | Wake::Timeout => return Ok(()),
-                _ => {}
+            if let Wake::Msg(_, SimMsg::Over) = self.next(FOREVER)? {
+                return Ok(());
             }
         }
     }
