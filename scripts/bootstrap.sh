@@ -12,8 +12,10 @@ set -euo pipefail
 # Boost's headers (Interprocess) and libzmq: FLESnet's shared-memory consumer interface, and
 # the consumer that tests it.
 # SimGrid: simulating timeslice building (crates/simgrid-sys binds its headers).
+# InfluxDB and Prometheus (promtool): the live metrics of `fles run -m` go to the real ones.
 APT_PACKAGES=(pkg-config openssl iperf3 ucx-utils libucx-dev libfabric-dev libfabric-bin libclang-dev openssh-server openssh-client rsync netcat-openbsd
-  iproute2 libopenmpi-dev openmpi-bin g++ libboost-serialization-dev libboost-iostreams-dev libboost-dev libzmq3-dev libsimgrid-dev)
+  iproute2 libopenmpi-dev openmpi-bin g++ libboost-serialization-dev libboost-iostreams-dev libboost-dev libzmq3-dev libsimgrid-dev
+  influxdb prometheus)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

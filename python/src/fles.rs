@@ -127,6 +127,7 @@ impl RunSettings {
             timeout,
             corrupt: None,
             stop: Arc::new(AtomicBool::new(false)),
+            monitor: None,
         };
         Ok(RunSettings { settings })
     }

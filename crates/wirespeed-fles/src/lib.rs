@@ -7,6 +7,7 @@ pub mod error;
 pub mod frames;
 pub mod ipc;
 pub mod model;
+pub mod monitor;
 pub mod node;
 pub mod output;
 pub mod run;

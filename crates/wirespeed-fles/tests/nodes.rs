@@ -51,6 +51,7 @@ fn settings(inputs: usize, computes: usize, scheduler: Kind, descs: u64, timesli
         timeout: Duration::from_secs(20),
         corrupt: None,
         stop: Arc::new(AtomicBool::new(false)),
+        monitor: None,
     }
 }
 

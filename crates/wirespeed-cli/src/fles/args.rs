@@ -288,6 +288,7 @@ impl RunFlags {
             timeout: Duration::from_secs(self.timeout),
             corrupt: self.corrupt,
             stop,
+            monitor: None,
         })
     }
 

@@ -14,6 +14,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use wirespeed::Key;
 use wirespeed::key::KEY_ENV;
+use wirespeed_fles::monitor::{Monitor, Point};
 use wirespeed_fles::run::Settings;
 
 use super::{RunArgs, report};
@@ -117,7 +118,11 @@ pub fn run(layout: (usize, usize), a: &RunArgs) -> Result<()> {
     let (_, key) = Key::generate()?;
     let (tx, lines) = mpsc::channel();
     let mut nodes = Nodes { nodes: Vec::new(), lines, tx };
-    let outcome = drive(layout, a, &mut nodes, &key, &s);
+    // The nodes print their points; this process sends them on, so that one endpoint or
+    // database connection serves the run.
+    let monitor = (!a.monitor.is_empty()).then(|| Monitor::open(&a.monitor)).transpose()?;
+    let outcome = drive(layout, a, &mut nodes, &key, &s, monitor.as_ref());
+    monitor.iter().for_each(Monitor::close);
     if outcome.is_err() {
         nodes.kill_all();
     }
@@ -139,6 +144,7 @@ fn drive(
     nodes: &mut Nodes,
     key: &str,
     s: &Settings,
+    monitor: Option<&Monitor>,
 ) -> Result<(Vec<Value>, Vec<usize>)> {
     let timeout = s.timeout;
     let (inputs, computes) = layout;
@@ -150,6 +156,9 @@ fn drive(
             format!("--computes={computes}"),
         ];
         v.extend(a.flags.to_args());
+        if monitor.is_some() {
+            v.push("--metrics".into());
+        }
         v
     };
     for c in 0..computes {
@@ -233,7 +242,10 @@ fn drive(
             lost.push(i);
             continue;
         };
-        if let Some(p) = line.strip_prefix("progress ") {
+        if let Some(point) = line.strip_prefix("metrics ") {
+            let point = Point::from_line(point).with_context(|| format!("{name}'s metrics"))?;
+            monitor.into_iter().for_each(|m| m.record(vec![point.clone()]));
+        } else if let Some(p) = line.strip_prefix("progress ") {
             progress.update(i, p);
         } else if let Some(json) = line.strip_prefix("summary ") {
             summaries.push(serde_json::from_str(json).with_context(|| format!("{name}'s summary"))?);

@@ -22,6 +22,7 @@ use clap::{Args, Subcommand};
 
 use args::RunFlags;
 use output::Output;
+use wirespeed_fles::monitor::SinkSpec;
 
 /// How often a compute node tells its progress.
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -75,6 +76,12 @@ pub struct RunArgs {
     /// Write the run's figures and time series here, as JSON.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Live metrics, every second, as FLESnet's monitor sinks take them: `influx2:HOST:[PORT]:
+    /// [BUCKET]:[TOKEN]` (the token from CBM_INFLUX_TOKEN when left out), `influx1:HOST:PORT:DB`,
+    /// `file:PATH` (or file:cout) in InfluxDB's line protocol, or `prometheus:[HOST:]PORT` for a
+    /// /metrics endpoint; repeatable. HTTP to other hosts than this one goes over TLS.
+    #[arg(long, short = 'm')]
+    monitor: Vec<SinkSpec>,
     #[command(flatten)]
     flags: RunFlags,
 }

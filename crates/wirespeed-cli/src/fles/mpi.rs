@@ -15,6 +15,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{CommunicatorCollectives, Destination, Root, Source};
 use serde_json::Value;
 use wirespeed::{Config, Key};
+use wirespeed_fles::monitor::{Monitor, SinkSpec};
 
 use super::frames::prepare;
 use super::{RunArgs, node, report};
@@ -63,7 +64,13 @@ fn run_rank(
         bail!("--inputs {inputs} with {size} ranks: there must be at least one input and one compute node");
     }
     let computes = size - inputs;
-    let s = a.flags.settings(inputs, computes, stop)?;
+    let mut s = a.flags.settings(inputs, computes, stop)?;
+    // Every rank sends its own points, tagged with its host and index; rank r serves its
+    // Prometheus endpoint at the port given plus r.
+    if !a.monitor.is_empty() {
+        let specs: Vec<SinkSpec> = a.monitor.iter().map(|m| m.for_rank(rank)).collect();
+        s.monitor = Some(Monitor::open(&specs)?);
+    }
     let base = Key::require(a.key_file.as_deref()).context("every rank needs the same key")?;
     let mut nonce = [0u8; 64];
     if rank == 0 {
@@ -121,6 +128,7 @@ fn run_rank(
     };
     // Connections close in the background; let them finish before MPI and the process end.
     wirespeed::transport::wait_for_closing();
+    s.monitor.iter().for_each(Monitor::close);
 
     let lost_any = lost_ranks(std::slice::from_ref(&summary), inputs) > 0;
     if rank != 0 {

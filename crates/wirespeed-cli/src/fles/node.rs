@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use wirespeed::fabric::AddressKind;
 use wirespeed::{Config, Fabric, Key};
 use wirespeed_fles::FlesError;
+use wirespeed_fles::monitor::Monitor;
 use wirespeed_fles::run::{ComputeListener, ComputeSummary, InputSummary, Settings, run_input};
 
 use super::PROGRESS_EVERY;
@@ -46,6 +47,9 @@ pub struct NodeArgs {
     /// This compute node's own output.
     #[arg(long, default_value = "null")]
     output: Output,
+    /// Print live metrics for `run --local` to pass on.
+    #[arg(long)]
+    metrics: bool,
     #[command(flatten)]
     flags: RunFlags,
 }
@@ -188,7 +192,10 @@ fn barrier() -> Result<(), FlesError> {
 pub fn run(a: NodeArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     crate::interrupt::install_winding_down(stop.clone())?;
-    let s = a.flags.settings(a.inputs, a.computes, stop)?;
+    let mut s = a.flags.settings(a.inputs, a.computes, stop)?;
+    if a.metrics {
+        s.monitor = Some(Monitor::to_parent()?);
+    }
     let key = Key::require(None)?;
     let config = Config::default();
     let summary = match a.role {
@@ -208,6 +215,8 @@ pub fn run(a: NodeArgs) -> Result<()> {
     };
     // Connections close in the background; let them finish before the process exits.
     wirespeed::transport::wait_for_closing();
+    // The last points before the summary, which ends what the launcher reads.
+    s.monitor.iter().for_each(Monitor::close);
     println!("summary {summary}");
     Ok(())
 }

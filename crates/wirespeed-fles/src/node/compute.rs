@@ -84,8 +84,10 @@ pub struct ComputeNode {
     liveness: Option<Liveness>,
     /// Completion times: all of a short run's, an even sample of a long one's.
     pub completions: Thinned<Completion>,
-    /// The longest time from a timeslice's first component to its last.
+    /// The longest time from a timeslice's first component to its last: over the run, and
+    /// since the driver last took it (for live metrics).
     pub slowest: Nanos,
+    recent_slowest: Nanos,
     pub intervals: Vec<Completed>,
 }
 
@@ -124,6 +126,7 @@ impl ComputeNode {
             liveness: None,
             completions: Thinned::new(COMPLETIONS_KEPT),
             slowest: 0,
+            recent_slowest: 0,
             intervals: Vec::new(),
         }
     }
@@ -203,6 +206,7 @@ impl ComputeNode {
         }
         self.completions.push(Completion { ts, first: p.first, last: now });
         self.slowest = self.slowest.max(now - p.first);
+        self.recent_slowest = self.recent_slowest.max(now - p.first);
         self.complete.insert(ts, p.components);
         self.deliver_in_order();
     }
@@ -402,6 +406,16 @@ impl ComputeNode {
     /// Whether every timeslice this node takes below the limit was delivered.
     pub fn finished(&self) -> bool {
         self.limit.is_some_and(|l| self.next_deliver >= l && !self.rescue.open() && self.rescue.nexts().all(|n| n >= l))
+    }
+
+    /// The longest completion since the last call, ns.
+    pub fn take_recent_slowest(&mut self) -> Nanos {
+        std::mem::take(&mut self.recent_slowest)
+    }
+
+    /// Inputs lost so far.
+    pub fn lost_inputs(&self) -> usize {
+        self.lost.iter().filter(|&&l| l).count()
     }
 
     /// The fullest data ring's share in use.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use wirespeed::{Config, Connection, Key, Listener, Region};
 
 use super::link::{Event, Link, await_closes, net, patient};
-use super::{SAMPLE_EVERY, SAMPLES_KEPT, Settings, since, until};
+use super::{METRICS_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, Settings, metrics, since, until};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::model::{ComponentDescriptor, ComponentView};
@@ -202,7 +202,7 @@ impl ComputeListener {
         let mut node =
             ComputeNode::new(index, s.inputs, s.computes, s.rings, s.timeslices, dfs).with_liveness(s.liveness(), 0);
         let mut summary = ComputeSummary { index, ..ComputeSummary::default() };
-        let mut next_sample = Duration::ZERO;
+        let (mut next_sample, mut next_metrics) = (Duration::ZERO, Duration::ZERO);
         let mut fill = Thinned::new(SAMPLES_KEPT);
         let mut kept = 0usize;
         // Until every input has finished or is lost: nothing more can come then (a node the
@@ -266,11 +266,16 @@ impl ComputeListener {
                 fill.push((elapsed.as_secs_f64(), node.fill()));
                 next_sample = elapsed + SAMPLE_EVERY;
             }
+            if elapsed >= next_metrics {
+                next_metrics = elapsed + METRICS_EVERY;
+                record_metrics(s, index, &mut node, &summary);
+            }
         }
         if delivered_all {
             consumer.delivered_all();
         }
         summary.seconds = t0.elapsed().as_secs_f64();
+        record_metrics(s, index, &mut node, &summary);
         summary.record(&node, s.inputs, s.computes, fill.kept());
         // The inputs finish their streams once they have every acknowledgement.
         for p in &peers {
@@ -279,6 +284,24 @@ impl ComputeListener {
         await_closes(&rx, vec![false; s.inputs], s.timeout);
         Ok(summary)
     }
+}
+
+/// This node's live metrics of the last second.
+fn record_metrics(s: &Settings, index: usize, node: &mut ComputeNode, summary: &ComputeSummary) {
+    let (suspected, pause) = node.liveness_seen();
+    let lost_computes = (0..s.computes).filter(|&c| node.is_compute_lost(c)).count();
+    let fields = vec![
+        ("timeslices", summary.timeslices as f64),
+        ("bytes", summary.bytes as f64),
+        ("buffer_fill", node.fill()),
+        ("completion_seconds_max", node.take_recent_slowest() as f64 / 1e9),
+        ("incomplete", node.incomplete as f64),
+        ("lost_inputs", node.lost_inputs() as f64),
+        ("lost_computes", lost_computes as f64),
+        ("suspected", suspected as f64),
+        ("pause_seconds_longest", pause as f64 / 1e9),
+    ];
+    metrics(s, "fles_compute", index, fields);
 }
 
 fn read_descriptor(descs: &Region, slot: u64) -> Result<ComponentDescriptor> {

@@ -9,7 +9,7 @@ use wirespeed::{Config, Key, RemoteRegion};
 
 use super::feed::Feed;
 use super::link::{Event, Link, await_closes, net, patient};
-use super::{SAMPLE_EVERY, SAMPLES_KEPT, Settings, since, until};
+use super::{METRICS_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, Settings, metrics, since, until};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::node::{InputAction, InputNode, Thinned};
@@ -84,7 +84,8 @@ pub fn run_input(
     #[cfg(feature = "gpu")]
     let _pinned = peers.iter().find_map(|p| p.data.copied_by()).map(|gpu| feed.pin(&gpu));
     let mut summary = InputSummary { index, ..InputSummary::default() };
-    let mut next_sample = Duration::ZERO;
+    let (mut next_sample, mut next_metrics) = (Duration::ZERO, METRICS_EVERY);
+    let mut last_metrics = (Duration::ZERO, 0u64);
     let mut sent = Thinned::new(SAMPLES_KEPT);
     // Compute nodes whose streams have not ended yet.
     let mut open = vec![true; s.computes];
@@ -147,7 +148,12 @@ pub fn run_input(
             sent.push((elapsed.as_secs_f64(), summary.bytes));
             next_sample = elapsed + SAMPLE_EVERY;
         }
+        if elapsed >= next_metrics {
+            record_metrics(s, index, &node, &summary, &mut last_metrics, elapsed);
+            next_metrics = elapsed + METRICS_EVERY;
+        }
     }
+    record_metrics(s, index, &node, &summary, &mut last_metrics, t0.elapsed());
     summary.seconds = t0.elapsed().as_secs_f64();
     summary.sent = sent.kept().to_vec();
     summary.sent.push((summary.seconds, summary.bytes));
@@ -158,4 +164,27 @@ pub fn run_input(
     // Compute nodes finish once every input has (one may be lost and leave them work).
     await_closes(&rx, (0..s.computes).map(|c| open[c] && !node.is_compute_lost(c)).collect(), s.timeout);
     Ok(summary)
+}
+
+/// This input's live metrics since `last` (time and bytes then), which moves to now.
+fn record_metrics(
+    s: &Settings,
+    index: usize,
+    node: &InputNode,
+    summary: &InputSummary,
+    last: &mut (Duration, u64),
+    elapsed: Duration,
+) {
+    let (suspected, pause) = node.liveness_seen();
+    let seconds = (elapsed - last.0).as_secs_f64().max(1e-9);
+    let fields = vec![
+        ("components", summary.components as f64),
+        ("bytes", summary.bytes as f64),
+        ("gbps", (summary.bytes - last.1) as f64 / seconds / 1e9),
+        ("lost_computes", (0..s.computes).filter(|&c| node.is_compute_lost(c)).count() as f64),
+        ("suspected", suspected as f64),
+        ("pause_seconds_longest", pause as f64 / 1e9),
+    ];
+    metrics(s, "fles_input", index, fields);
+    *last = (elapsed, summary.bytes);
 }

@@ -24,6 +24,7 @@ pub use publish::ShmOutput;
 
 use crate::error::{FlesError, Result};
 use crate::model::Slicing;
+use crate::monitor::{Monitor, Point};
 use crate::node::{LivenessSettings, RingSizes};
 use crate::sched::Kind;
 use crate::source::pattern::Style;
@@ -87,6 +88,8 @@ pub struct Settings {
     /// Set on any node to wind the run down: the inputs stop, agree with the compute nodes
     /// on the last timeslice, build everything before it, and finish.
     pub stop: Arc<AtomicBool>,
+    /// Where each node's live metrics go, every second (None: nowhere).
+    pub monitor: Option<Monitor>,
 }
 
 impl Settings {
@@ -113,6 +116,18 @@ impl Settings {
         LivenessSettings { every: HEARTBEAT_EVERY.as_nanos() as u64, limit: (self.timeout / 2).as_nanos() as u64 }
     }
 }
+
+/// Node `index`'s metrics of this second, as `measurement` (tagged with its host and index).
+fn metrics(s: &Settings, measurement: &str, index: usize, fields: Vec<(&str, f64)>) {
+    let Some(monitor) = &s.monitor else { return };
+    let time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let tags = vec![("host".into(), monitor.host().into()), ("node".into(), index.to_string())];
+    let fields = fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    monitor.record(vec![Point { measurement: measurement.into(), tags, fields, time }]);
+}
+
+/// How often nodes record their metrics.
+const METRICS_EVERY: Duration = Duration::from_secs(1);
 
 /// Nanoseconds since `t0`, the node's barrier.
 fn since(t0: Instant) -> u64 {
