@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyBufferError, PyStopIteration};
 use pyo3::prelude::*;
-use wirespeed::Config;
 use wirespeed_fles::FlesError;
 use wirespeed_fles::model::{ComponentView, Slicing, TimeSlicing};
 use wirespeed_fles::node::ring::RingSizes;
@@ -156,7 +155,7 @@ fn feed(
 ) -> PyResult<(u64, u64)> {
     let key = crate::keys::required_key(key)?;
     let s = settings.settings;
-    let summary = interruptible(py, move || run_input(&s, index, &urls, &key, &Config::default(), || Ok(())))?
+    let summary = interruptible(py, move || run_input(&s, index, &urls, &key, &wirespeed_fles::run::connection_config(), || Ok(())))?
         .map_err(fles_error)?;
     Ok((summary.components, summary.bytes))
 }
@@ -181,7 +180,7 @@ impl ComputeNode {
         key: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         let key = crate::keys::required_key(key)?;
-        let listener = py.detach(|| ComputeListener::bind(&listen, &key, &Config::default())).map_err(fles_error)?;
+        let listener = py.detach(|| ComputeListener::bind(&listen, &key, &wirespeed_fles::run::connection_config())).map_err(fles_error)?;
         let url = listener.url().to_string();
         let timeslices = listener.timeslices(settings.settings, index, || Ok(())).map_err(fles_error)?;
         Ok(ComputeNode { url, timeslices: NodeOutput::new(timeslices) })

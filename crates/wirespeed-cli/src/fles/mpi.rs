@@ -14,7 +14,7 @@ use mpi::point_to_point::MatchedReceiveVec;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{CommunicatorCollectives, Destination, Root, Source};
 use serde_json::Value;
-use wirespeed::{Config, Key};
+use wirespeed::Key;
 use wirespeed_fles::monitor::{Monitor, SinkSpec};
 
 use super::frames::prepare;
@@ -78,7 +78,7 @@ fn run_rank(
     }
     within(timeout, "sharing the run's nonce", || world.process_at_rank(0).broadcast_into(&mut nonce[..]));
     let key = base.derive(&[&b"wirespeed fles run "[..], &nonce].concat());
-    let config = Config::default();
+    let config = wirespeed_fles::run::connection_config();
 
     // A compute rank makes its frame memory first: a GPU it lacks fails it before it listens.
     let frames = match (rank >= inputs, a.flags.frame_settings(&s)?) {

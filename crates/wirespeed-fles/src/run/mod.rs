@@ -129,6 +129,12 @@ fn metrics(s: &Settings, measurement: &str, index: usize, fields: Vec<(&str, f64
 /// How often nodes record their metrics.
 const METRICS_EVERY: Duration = Duration::from_secs(1);
 
+/// The connection settings for a run's nodes: their waits sleep at once rather than poll,
+/// since every core is busy moving and checking data.
+pub fn connection_config() -> wirespeed::Config {
+    wirespeed::Config { shm_spin: Duration::ZERO, ..wirespeed::Config::default() }
+}
+
 /// Nanoseconds since `t0`, the node's barrier.
 fn since(t0: Instant) -> u64 {
     t0.elapsed().as_nanos() as u64

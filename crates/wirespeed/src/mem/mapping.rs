@@ -27,7 +27,8 @@ impl Mapping {
         Self::map(fd, offset, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED)
     }
 
-    /// As [`Mapping::shared`], with the page tables built at once (the file's pages exist).
+    /// As [`Mapping::shared`], with the page tables built at once (and the file's pages
+    /// allocated where they were not yet).
     pub fn shared_populated(fd: impl AsFd, offset: usize, len: usize) -> Result<Self> {
         let flags = MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE;
         Self::map(fd, offset, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, flags)

@@ -67,6 +67,10 @@ pub struct Config {
     pub shm_ring_areas: u32,
     /// TCP send and receive buffer sizes; 0 leaves the kernel's autotuning alone.
     pub tcp_buffer_bytes: usize,
+    /// How long a shared-memory wait polls before it sleeps: latency for a core to spare.
+    /// Zero where every core is busy moving data (timeslice building), so that no waiter
+    /// takes a core from the copies.
+    pub shm_spin: Duration,
 }
 
 impl Default for Config {
@@ -81,6 +85,7 @@ impl Default for Config {
             shm_ring_bytes: 16 << 20,
             shm_ring_areas: 8,
             tcp_buffer_bytes: 4 << 20,
+            shm_spin: Duration::from_micros(50),
         }
     }
 }

@@ -10,13 +10,12 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::error::{Error, Result};
 use crate::transport::sys::ms_until;
-/// How long a waiting side polls shared memory before it sleeps on its eventfd.
-const SPIN: Duration = Duration::from_micros(50);
-
 /// Sleeps on an eventfd after a bounded spin; the unix socket reports a dead peer.
 pub(super) struct Waker {
     pub(super) efd: OwnedFd,
     pub(super) sock: UnixStream,
+    /// How long a waiting side polls shared memory before it sleeps on its eventfd.
+    pub(super) spin: Duration,
 }
 
 impl Waker {
@@ -35,7 +34,7 @@ impl Waker {
         if ready() {
             return Ok(true);
         }
-        let spin_end = Instant::now() + SPIN;
+        let spin_end = Instant::now() + self.spin;
         let mut i = 0u32;
         loop {
             if ready() {

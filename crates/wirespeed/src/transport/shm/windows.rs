@@ -45,7 +45,8 @@ impl NativeRma for ShmRma {
             .map_err(io::Error::from)?;
         nix::unistd::ftruncate(&fd, size as i64).map_err(io::Error::from)?;
         fcntl(&fd, FcntlArg::F_ADD_SEALS(FIXED | SealFlag::F_SEAL_SEAL)).map_err(io::Error::from)?;
-        let map = Mapping::shared(&fd, 0, size)?;
+        // Page tables built now, on both sides, rather than at each first touch mid-transfer.
+        let map = Mapping::shared_populated(&fd, 0, size)?;
         let id = WINDOW | self.next.fetch_add(1, Ordering::Relaxed);
         send_fd(&self.sock, id, size as u64, &fd)
             .map_err(|e| Error::ConnectionLost(format!("handing over a one-sided region: {e}")))?;
@@ -92,7 +93,7 @@ impl NativeRma for ShmRma {
         if len == 0 || st.st_size as u64 != len {
             return Err(bad(format!("has {} bytes, not the {len} announced", st.st_size)));
         }
-        Ok(Box::new(Window(Mapping::shared(&fd, 0, len as usize)?)))
+        Ok(Box::new(Window(Mapping::shared_populated(&fd, 0, len as usize)?)))
     }
 
     #[cfg(feature = "gpu")]
@@ -112,7 +113,7 @@ fn lent_window(fd: std::os::fd::OwnedFd, offset: u64, len: u64) -> std::result::
     if len == 0 || !offset.is_multiple_of(4096) || !inside {
         return Err(format!("lends {len} bytes at {offset} of a {}-byte file", st.st_size));
     }
-    let map = Mapping::shared(&fd, offset as usize, len as usize).map_err(|e| format!("cannot be mapped ({e})"))?;
+    let map = Mapping::shared_populated(&fd, offset as usize, len as usize).map_err(|e| format!("cannot be mapped ({e})"))?;
     Ok(Box::new(Window(map)))
 }
 
