@@ -205,6 +205,7 @@ impl ComputeListener {
         let (mut next_sample, mut next_metrics) = (Duration::ZERO, Duration::ZERO);
         let mut fill = Thinned::new(SAMPLES_KEPT);
         let mut kept = 0usize;
+        let mut acks = vec![None; s.inputs];
         // Until every input has finished or is lost: nothing more can come then (a node the
         // inputs left out is not finished, but done all the same).
         while !node.inputs_gone() || kept > 0 {
@@ -251,14 +252,25 @@ impl ComputeListener {
                         let (place, _) = component(input, &rings[input], s, &desc)?;
                         consumer.arrived(desc.ts_num, place)?;
                     }
+                    // Acknowledgements are cumulative: one per input and pass says all.
+                    ComputeAction::Send { input, msg: Msg::Ack(p) } => acks[input] = Some(p),
                     // A send that fails means that input just died (its Closed event may
                     // still be on the way): the run goes on without it.
                     ComputeAction::Send { input, msg } => {
-                        if peers[input].link.send(&msg).is_err() {
+                        let ack = acks[input].take().map(Msg::Ack);
+                        if ack.iter().chain([&msg]).any(|m| peers[input].link.send(m).is_err()) {
                             node.on_input_lost(input, since(t0))?;
                         }
                     }
                     ComputeAction::Close(input) => peers[input].link.finish(),
+                }
+            }
+            for (input, ack) in acks.iter_mut().enumerate() {
+                if let Some(p) = ack.take()
+                    && !node.is_lost(input)
+                    && peers[input].link.send(&Msg::Ack(p)).is_err()
+                {
+                    node.on_input_lost(input, since(t0))?;
                 }
             }
             let elapsed = t0.elapsed();

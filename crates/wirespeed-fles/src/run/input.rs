@@ -12,7 +12,7 @@ use super::link::{Event, Link, await_closes, net, patient};
 use super::{METRICS_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, Settings, metrics, since, until};
 use crate::error::{FlesError, Result};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
-use crate::node::{InputAction, InputNode, Thinned};
+use crate::node::{InputAction, InputNode, Pointers, Thinned};
 use crate::wire::Msg;
 
 /// What an input did, for the run's report.
@@ -89,6 +89,7 @@ pub fn run_input(
     let mut sent = Thinned::new(SAMPLES_KEPT);
     // Compute nodes whose streams have not ended yet.
     let mut open = vec![true; s.computes];
+    let mut statuses = Statuses::new(s.computes);
     let mut handle = |node: &mut InputNode, ev: Event| -> Result<()> {
         match ev {
             Event::Msg(c, msg) => node.handle(c, msg, since(t0)),
@@ -109,7 +110,16 @@ pub fn run_input(
             node.stop();
         }
         let now = since(t0);
-        match node.poll(now, |ts| feed.size(ts, s))? {
+        let action = node.poll(now, |ts| feed.size(ts, s))?;
+        if !matches!(action, InputAction::Write { .. }) {
+            // Before anything else, each compute node hears where this input's writes are.
+            for (compute, pointers) in statuses.take_all() {
+                if peers[compute].link.send(&Msg::Status(pointers)).is_err() {
+                    node.on_unreachable(compute)?;
+                }
+            }
+        }
+        match action {
             InputAction::Write { compute, slot, mut desc, pointers } => {
                 let p = &peers[compute];
                 let written = feed.with(desc.ts_num, s, |bytes, microslices| -> wirespeed::Result<()> {
@@ -117,7 +127,10 @@ pub fn run_input(
                     p.link.conn.put(&p.data, desc.offset % s.rings.data, bytes)?;
                     let slot_at = (slot % s.rings.descs) * COMPONENT_DESCRIPTOR_LEN as u64;
                     p.link.conn.put(&p.descs, slot_at, &desc.encode())?;
-                    p.link.send_raw(&Msg::Status(pointers))
+                    match statuses.wrote(compute, pointers) {
+                        Some(pointers) => p.link.send_raw(&Msg::Status(pointers)),
+                        None => Ok(()),
+                    }
                 });
                 match written {
                     Ok(()) => {
@@ -125,7 +138,10 @@ pub fn run_input(
                         summary.bytes += desc.size;
                     }
                     // It died: the component goes to the node that takes its timeslices.
-                    Err(_) => node.on_unreachable(compute)?,
+                    Err(_) => {
+                        statuses.forget(compute);
+                        node.on_unreachable(compute)?;
+                    }
                 }
             }
             InputAction::Send { compute, msg } => {
@@ -164,6 +180,46 @@ pub fn run_input(
     // Compute nodes finish once every input has (one may be lost and leave them work).
     await_closes(&rx, (0..s.computes).map(|c| open[c] && !node.is_compute_lost(c)).collect(), s.timeout);
     Ok(summary)
+}
+
+/// Status messages held back while an input writes on: one tells a compute node of up to
+/// [`STATUS_EVERY`] components (its pointers cover all before), as FLESnet packs several
+/// descriptors into one update; whatever is held goes out before the input does anything else.
+struct Statuses {
+    due: Vec<Option<Pointers>>,
+    held: Vec<u32>,
+}
+
+/// Components a status message may cover.
+const STATUS_EVERY: u32 = 8;
+
+impl Statuses {
+    fn new(computes: usize) -> Self {
+        Statuses { due: vec![None; computes], held: vec![0; computes] }
+    }
+
+    /// A component went to `compute`, its rings now at `pointers`: the status to send now,
+    /// if this is the last the message may wait for.
+    fn wrote(&mut self, compute: usize, pointers: Pointers) -> Option<Pointers> {
+        self.held[compute] += 1;
+        if self.held[compute] >= STATUS_EVERY {
+            self.forget(compute);
+            return Some(pointers);
+        }
+        self.due[compute] = Some(pointers);
+        None
+    }
+
+    fn forget(&mut self, compute: usize) {
+        self.due[compute] = None;
+        self.held[compute] = 0;
+    }
+
+    /// Every status held, to send now.
+    fn take_all(&mut self) -> Vec<(usize, Pointers)> {
+        self.held.iter_mut().for_each(|h| *h = 0);
+        self.due.iter_mut().enumerate().filter_map(|(c, d)| Some((c, d.take()?))).collect()
+    }
 }
 
 /// This input's live metrics since `last` (time and bytes then), which moves to now.

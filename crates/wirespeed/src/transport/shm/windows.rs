@@ -113,7 +113,8 @@ fn lent_window(fd: std::os::fd::OwnedFd, offset: u64, len: u64) -> std::result::
     if len == 0 || !offset.is_multiple_of(4096) || !inside {
         return Err(format!("lends {len} bytes at {offset} of a {}-byte file", st.st_size));
     }
-    let map = Mapping::shared_populated(&fd, offset as usize, len as usize).map_err(|e| format!("cannot be mapped ({e})"))?;
+    let map =
+        Mapping::shared_populated(&fd, offset as usize, len as usize).map_err(|e| format!("cannot be mapped ({e})"))?;
     Ok(Box::new(Window(map)))
 }
 
