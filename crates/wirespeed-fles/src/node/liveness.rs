@@ -128,6 +128,19 @@ impl Liveness {
         at
     }
 
+    /// As [`handle_timeout`](Self::handle_timeout), with a stall as the error: nothing from
+    /// any of the `peers` (as the message names them) for the whole timeout.
+    pub fn judge(&mut self, now: Nanos, peers: &str) -> crate::error::Result<Verdict> {
+        let verdict = self.handle_timeout(now);
+        match verdict.stalled {
+            Some(silent) => Err(crate::error::FlesError::Net(format!(
+                "nothing from any {peers} for {:?}",
+                std::time::Duration::from_nanos(silent)
+            ))),
+            None => Ok(verdict),
+        }
+    }
+
     /// The time is `now`: what this node does about it.
     pub fn handle_timeout(&mut self, now: Nanos) -> Verdict {
         // Woken late: this node was not running; its peers' silence meanwhile does not count.

@@ -1,8 +1,6 @@
 //! A compute node's messages: what each one from an input does, what goes back, and the
 //! inputs' liveness. Drivers pass in what arrives and the time, and carry out the actions.
 
-use std::time::Duration;
-
 use super::{ComputeAction, ComputeNode};
 use crate::error::{FlesError, Result};
 use crate::model::ComponentDescriptor;
@@ -69,10 +67,7 @@ impl ComputeNode {
     /// The time is `now`: beats to the inputs when due, and goes on without those found dead.
     pub fn handle_timeout(&mut self, now: Nanos) -> Result<()> {
         let Some(l) = &mut self.liveness else { return Ok(()) };
-        let verdict = l.handle_timeout(now);
-        if let Some(silent) = verdict.stalled {
-            return Err(FlesError::Net(format!("nothing from any input for {:?}", Duration::from_nanos(silent))));
-        }
+        let verdict = l.judge(now, "input")?;
         for input in verdict.dead {
             if !self.done_inputs[input] {
                 self.on_input_lost(input, now)?;

@@ -2,8 +2,6 @@
 //! compute nodes' liveness. Drivers pass in what arrives and the time, and carry out the
 //! actions.
 
-use std::time::Duration;
-
 use super::{InputAction, InputNode};
 use crate::error::{FlesError, Result};
 use crate::node::liveness::{Liveness, LivenessSettings};
@@ -87,13 +85,7 @@ impl InputNode {
     /// The time is `now`: beats to the compute nodes when due, and gives up those found dead.
     pub fn handle_timeout(&mut self, now: Nanos) -> Result<()> {
         let Some(l) = &mut self.liveness else { return Ok(()) };
-        let verdict = l.handle_timeout(now);
-        if let Some(silent) = verdict.stalled {
-            return Err(FlesError::Net(format!(
-                "nothing from any compute node for {:?}",
-                Duration::from_nanos(silent)
-            )));
-        }
+        let verdict = l.judge(now, "compute node")?;
         for compute in verdict.dead {
             self.give_up(compute)?;
         }
