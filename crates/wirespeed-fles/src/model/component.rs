@@ -69,28 +69,23 @@ impl<'a> ComponentView<'a> {
     /// A view of `bytes` holding `count` microslices; checks that every descriptor is one and
     /// every content lies inside.
     pub fn new(bytes: &'a [u8], count: u64) -> Result<Self> {
+        let view = Self::deferred(bytes, count)?;
+        for m in 0..view.count {
+            view.microslice(m)?;
+        }
+        Ok(view)
+    }
+
+    /// A view that checks only that the `count` descriptors fit in `bytes`: each microslice is
+    /// checked when read. For a node that passes components on without reading them, as
+    /// FLESnet's compute nodes do.
+    pub fn deferred(bytes: &'a [u8], count: u64) -> Result<Self> {
         let count = usize::try_from(count).map_err(|_| malformed("component", "microslice count"))?;
-        let head = count
+        count
             .checked_mul(DESCRIPTOR_LEN)
             .filter(|&h| h <= bytes.len())
             .ok_or_else(|| malformed("component", format!("{count} descriptors do not fit {} bytes", bytes.len())))?;
-        let view = ComponentView { bytes, count };
-        let first = match count {
-            0 => return Ok(view),
-            _ => view.descriptor(0)?.offset,
-        };
-        for m in 0..count {
-            let d = view.descriptor(m)?;
-            let start = d
-                .offset
-                .checked_sub(first)
-                .and_then(|o| o.checked_add(head as u64))
-                .ok_or_else(|| malformed("component", format!("microslice {m} starts before the first")))?;
-            if start.checked_add(d.size as u64).is_none_or(|end| end > bytes.len() as u64) {
-                return Err(malformed("component", format!("microslice {m} runs past the component's end")));
-            }
-        }
-        Ok(view)
+        Ok(ComponentView { bytes, count })
     }
 
     pub fn len(&self) -> usize {
@@ -109,12 +104,20 @@ impl<'a> ComponentView<'a> {
         MicrosliceDescriptor::decode(&self.bytes[m * DESCRIPTOR_LEN..])
     }
 
-    /// Microslice `m`: its descriptor and content (bounds checked by `new`).
+    /// Microslice `m`: its descriptor and content, which must lie inside the component.
     pub fn microslice(&self, m: usize) -> Result<(MicrosliceDescriptor, &'a [u8])> {
         let d = self.descriptor(m)?;
         let first = self.descriptor(0)?.offset;
-        let start = self.count * DESCRIPTOR_LEN + (d.offset - first) as usize;
-        Ok((d, &self.bytes[start..start + d.size as usize]))
+        let start = d
+            .offset
+            .checked_sub(first)
+            .and_then(|o| o.checked_add((self.count * DESCRIPTOR_LEN) as u64))
+            .ok_or_else(|| malformed("component", format!("microslice {m} starts before the first")))?;
+        let content = usize::try_from(start)
+            .ok()
+            .and_then(|start| self.bytes.get(start..start.checked_add(d.size as usize)?))
+            .ok_or_else(|| malformed("component", format!("microslice {m} runs past the component's end")))?;
+        Ok((d, content))
     }
 
     /// FLESnet's component flags: [`OVERFLOW_FLIM`] if a microslice overflowed in the FLIM.

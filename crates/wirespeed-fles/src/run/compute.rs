@@ -248,10 +248,7 @@ impl ComputeListener {
                             kept += 1;
                         }
                     }
-                    ComputeAction::Arrived { input, desc } => {
-                        let (place, _) = component(input, &rings[input], s, &desc)?;
-                        consumer.arrived(desc.ts_num, place)?;
-                    }
+                    ComputeAction::Arrived { input, desc } => consumer.arrived(desc.ts_num, place(input, s, &desc))?,
                     // Acknowledgements are cumulative: one per input and pass says all.
                     ComputeAction::Send { input, msg: Msg::Ack(p) } => acks[input] = Some(p),
                     // A send that fails means that input just died (its Closed event may
@@ -349,22 +346,27 @@ pub(crate) trait Consumer {
     fn delivered_all(&mut self) {}
 }
 
+/// Where input `input`'s component lies in its data ring.
+fn place(input: usize, s: &Settings, c: &ComponentDescriptor) -> Place {
+    Place { input, at: (c.offset % s.rings.data) as usize, len: c.size as usize, microslices: c.num_microslices }
+}
+
 /// Where input `input`'s component lies in its data ring, and a view of it there when the
-/// ring is in host memory (which checks its microslices' descriptors).
+/// ring is in host memory. The view reads no microslice until asked: a consumer that checks
+/// them (`--verify`) does, one that passes the component on does not.
 fn component<'a>(
     input: usize,
     ring: &'a DataRing,
     s: &Settings,
     c: &ComponentDescriptor,
 ) -> Result<(Place, Option<ComponentView<'a>>)> {
-    let at = (c.offset % s.rings.data) as usize;
-    let place = Place { input, at, len: c.size as usize, microslices: c.num_microslices };
+    let place = place(input, s, c);
     let Some(ring) = ring.host() else { return Ok((place, None)) };
     // SAFETY: the node checked that the component lies inside the ring (it never wraps)
     // and below the input's write pointer; the input writes there again only after we
     // acknowledge it, which happens after the consumer releases the timeslice.
-    let bytes = unsafe { std::slice::from_raw_parts(ring.as_ptr().add(at), place.len) };
-    Ok((place, Some(ComponentView::new(bytes, c.num_microslices)?)))
+    let bytes = unsafe { std::slice::from_raw_parts(ring.as_ptr().add(place.at), place.len) };
+    Ok((place, Some(ComponentView::deferred(bytes, c.num_microslices)?)))
 }
 
 /// Views of a timeslice's components in the data rings.
