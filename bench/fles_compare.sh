@@ -11,14 +11,15 @@
 #             CORES cores it makes at most CORES / (1/copy + 1/crc)
 # and rr against dfs at the same size (DFS intervals of INTERVAL timeslices, default 1000):
 # completion time and buffer fill. Every figure is the median of RUNS runs (default 3);
-# GB = 10^9 bytes. TRANSPORTS picks the fabrics (default "shm ucx tcp").
+# GB = 10^9 bytes. TRANSPORTS picks the fabrics (default "shm ucx tcp"). 60,000 timeslices
+# (TIMESLICES) give the DFS the history its proposals and staged speed-up work from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/wirespeed}
 RUNS=${RUNS:-3}
 INPUTS=${INPUTS:-2}
 COMPUTES=${COMPUTES:-2}
-TIMESLICES=${TIMESLICES:-20000}
+TIMESLICES=${TIMESLICES:-60000}
 INTERVAL=${INTERVAL:-1000}
 TRANSPORTS=${TRANSPORTS:-shm ucx tcp}
 WORK=$(mktemp -d)
