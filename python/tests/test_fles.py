@@ -1,6 +1,8 @@
 """Timeslice building from Python: a builder in this process, and a compute node fed by the
 `wirespeed fles` CLI's own input processes is left to the CLI's tests."""
 
+import time
+
 import pytest
 
 import wirespeed
@@ -51,6 +53,24 @@ def test_bad_settings_are_usage_errors():
         fles.RunSettings(0)
     with pytest.raises(wirespeed.UsageError):
         fles.RunSettings(2, scheduler="fifo")
+    with pytest.raises(wirespeed.UsageError):
+        fles.RunSettings(2, monitor=["udp:host:1"])
+
+
+def test_live_metrics_go_where_flesnets_go(tmp_path):
+    """`monitor` takes `fles run -m`'s sinks: here a file of InfluxDB line protocol."""
+    path = tmp_path / "run.lp"
+    run = fles.build(2, 30, scheduler="rr", microslice_size=100, timeslice_size=5, monitor=[f"file:{path}"])
+    for ts in run:
+        pass
+    del ts
+    assert run.finish()["timeslices"] == 30
+    deadline = time.monotonic() + 10
+    while "timeslices=30," not in (path.read_text() if path.exists() else ""):
+        assert time.monotonic() < deadline, "the node's last point never came"
+        time.sleep(0.1)
+    lines = path.read_text().splitlines()
+    assert any(line.startswith("fles_input,host=") for line in lines)
 
 
 MPI_RANK = """

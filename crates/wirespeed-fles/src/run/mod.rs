@@ -107,9 +107,7 @@ impl Settings {
         };
         self.inputs * (per_input + crate::frames::PART_ALIGN)
     }
-}
 
-impl Settings {
     /// How nodes judge their peers: beats every second, and a peer silent for half the
     /// timeout on a quiet host is given up (see [`crate::node::liveness`]).
     pub fn liveness(&self) -> LivenessSettings {
