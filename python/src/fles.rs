@@ -58,7 +58,7 @@ impl RunSettings {
     #[pyo3(signature = (inputs, computes=1, scheduler="dfs", timeslices=None, timeslice_size=100, overlap=1,
         microslice_size=650, microslice_spread=0, rate=0.0, buffer_size=33_554_432, descriptors=4096, timeout=30.0,
         interval_length=10_000, pattern="wirespeed", timeslice_duration=None, overlap_before=0, overlap_after=0,
-        microslice_duration=100_000, monitor=Vec::new()))]
+        microslice_duration=100_000, monitor=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         inputs: usize,
@@ -79,7 +79,7 @@ impl RunSettings {
         overlap_before: u64,
         overlap_after: u64,
         microslice_duration: u64,
-        monitor: Vec<String>,
+        monitor: Option<Vec<String>>,
     ) -> PyResult<Self> {
         if inputs == 0 || computes == 0 || timeslice_size == 0 || buffer_size == 0 || descriptors == 0 {
             return Err(errors::usage(
@@ -129,10 +129,10 @@ impl RunSettings {
             corrupt: None,
             stop: Arc::new(AtomicBool::new(false)),
             // Each node of this process sends its points itself, as an MPI rank does.
-            monitor: match monitor.is_empty() {
-                true => None,
-                false => {
-                    let specs = monitor.iter().map(|m| m.parse::<SinkSpec>()).collect::<Result<Vec<_>, _>>();
+            monitor: match monitor.unwrap_or_default() {
+                sinks if sinks.is_empty() => None,
+                sinks => {
+                    let specs = sinks.iter().map(|m| m.parse::<SinkSpec>()).collect::<Result<Vec<_>, _>>();
                     Some(Monitor::open(&specs.map_err(fles_error)?).map_err(fles_error)?)
                 }
             },

@@ -190,7 +190,9 @@ def test_server_gone_mid_stream(tmp_path, transport):
 
     data = tmp_path / "d"
     data.mkdir()
-    feather.write_feather(table(400_000), data / "big.arrow", compression="uncompressed", chunksize=1000)
+    # About 45 MB: more than the stream's window and the ring, so the server cannot have sent it
+    # all before it is killed.
+    feather.write_feather(table(2_000_000), data / "big.arrow", compression="uncompressed", chunksize=1000)
     proc = Proc(["serve", str(data), "--listen", f"127.0.0.1:{free_port()}"])
     client = flight.connect(proc.url, key=KEY, transport=transport)
     reader = client.do_get(next(client.list_flights()).endpoints[0].ticket)

@@ -252,7 +252,7 @@ class RunSettings:
         overlap_before: int = 0,
         overlap_after: int = 0,
         microslice_duration: int = 100000,
-        monitor: list[str] = [],
+        monitor: list[str] | None = None,
     ) -> RunSettings: ...
     @property
     def inputs(self) -> int: ...
