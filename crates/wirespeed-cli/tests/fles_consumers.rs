@@ -94,9 +94,9 @@ fn every_timeslice_reaches_a_consumer_once_with_every_crc_right() {
 fn a_consumer_that_dies_or_stalls_never_holds_the_builder() {
     let name = unique("abuse");
     // Three consumers share the node's timeslices by stride: one dies holding its 5th, one
-    // stalls holding its 3rd (and loses it after the 6 s hold: long enough that the steady one,
+    // stalls holding its 3rd (and loses it after the 3 s hold: long enough that the steady one,
     // on a machine this busy, is never taken for stalled), one takes all of its own.
-    let run = builder("2:1", &format!("shm:{name}?consumers=3&hold=6"), &["--timeslices=300", "--buffer-size=65536"]);
+    let run = builder("2:1", &format!("shm:{name}?consumers=3&hold=3"), &["--timeslices=300", "--buffer-size=65536"]);
     let dies = consumer(&name, &["--stride", "3", "--offset", "0", "--die-after", "5"]);
     let stalls = consumer(&name, &["--stride", "3", "--offset", "1", "--stall-after", "3"]);
     let steady = consumer(&name, &["--stride", "3", "--offset", "2"]);

@@ -11,6 +11,11 @@
 //! back; one that speaks out of turn hears `DISCONNECT`. An item is done once no worker holds
 //! or queues it.
 //!
+//! FLESnet's worker is a ZeroMQ REQ socket: it takes one reply to each message it sends and
+//! drops any other. So a worker hears something (an item, a heartbeat, the end) only when it
+//! is owed a reply; an item that comes while its answer to our heartbeat is on the way waits
+//! in its queue for that answer.
+//!
 //! One rule is ours: a worker that holds an item longer than the hold limit loses it, and its
 //! registration, so that a stalled consumer never holds the builder; it hears `DISCONNECT`
 //! when it next speaks, as FLESnet's workers do after a protocol error, and registers anew.
@@ -84,6 +89,15 @@ struct Worker {
     holding: Option<(ItemId, Instant)>,
     queue: VecDeque<ItemId>,
     last_heard_from_us: Instant,
+    /// It sent a message we have not answered: we may send it one.
+    owed: bool,
+}
+
+impl Worker {
+    /// Whether it may be handed an item now.
+    fn free(&self) -> bool {
+        self.holding.is_none() && self.owed
+    }
 }
 
 /// The distributor's state.
@@ -135,7 +149,7 @@ impl Distributor {
                 self.clear_queue(w);
             }
             let worker = self.workers.get_mut(&w).expect("listed above");
-            if worker.holding.is_none() {
+            if worker.free() {
                 if group != 0 {
                     served_groups.push(group);
                     self.unqueue_from_group(group, w, id);
@@ -157,7 +171,7 @@ impl Distributor {
         };
         if let Some(reg) = Registration::parse(&text) {
             self.on_gone(w);
-            let worker = Worker { reg, holding: None, queue: VecDeque::new(), last_heard_from_us: now };
+            let worker = Worker { reg, holding: None, queue: VecDeque::new(), last_heard_from_us: now, owed: true };
             self.workers.insert(w, worker);
             // FLESnet answers a registration with the next item, or a heartbeat a second on.
             if self.ending {
@@ -170,10 +184,15 @@ impl Distributor {
             }
             worker.holding = None;
             worker.last_heard_from_us = now;
+            worker.owed = true;
             self.drop_reference(id);
             self.next_for(w, now);
-        } else if text.starts_with("HEARTBEAT") && self.workers.contains_key(&w) {
-            // An answer to ours; the next goes a second on.
+        } else if let Some(worker) = self.workers.get_mut(&w).filter(|_| text.starts_with("HEARTBEAT")) {
+            // An answer to ours: what came meanwhile goes now, else the next beat a second on.
+            worker.owed = true;
+            if worker.holding.is_none() && (!worker.queue.is_empty() || self.ending) {
+                self.next_for(w, now);
+            }
         } else {
             self.refuse(w);
         }
@@ -195,8 +214,12 @@ impl Distributor {
             match worker.holding {
                 Some((_, since)) if now.duration_since(since) > self.hold_limit => stalled.push(w),
                 Some(_) => {}
-                None if !self.ending && now.duration_since(worker.last_heard_from_us) >= HEARTBEAT_EVERY => {
+                None if worker.owed
+                    && !self.ending
+                    && now.duration_since(worker.last_heard_from_us) >= HEARTBEAT_EVERY =>
+                {
                     worker.last_heard_from_us = now;
+                    worker.owed = false;
                     self.actions.push_back(Action::Send(w, vec![b"HEARTBEAT".to_vec()]));
                 }
                 None => {}
@@ -211,8 +234,7 @@ impl Distributor {
     /// When the next tick is due.
     pub fn next_tick(&self, now: Instant) -> Instant {
         let hold = self.workers.values().filter_map(|w| w.holding.map(|(_, since)| since + self.hold_limit));
-        let beat =
-            self.workers.values().filter(|w| w.holding.is_none()).map(|w| w.last_heard_from_us + HEARTBEAT_EVERY);
+        let beat = self.workers.values().filter(|w| w.free()).map(|w| w.last_heard_from_us + HEARTBEAT_EVERY);
         hold.chain(beat).min().unwrap_or(now + HEARTBEAT_EVERY).max(now)
     }
 
@@ -221,13 +243,17 @@ impl Distributor {
         if std::mem::replace(&mut self.ending, true) {
             return; // told once
         }
-        let idle: Vec<WorkerId> = self.workers.iter().filter(|(_, w)| w.holding.is_none()).map(|(&w, _)| w).collect();
-        for w in idle {
+        // Those waiting for our reply with nothing queued; the others once they speak.
+        let idle = self.workers.iter().filter(|(_, w)| w.free() && w.queue.is_empty()).map(|(&w, _)| w);
+        for w in idle.collect::<Vec<_>>() {
             self.say_end(w);
         }
     }
 
     fn say_end(&mut self, w: WorkerId) {
+        if let Some(worker) = self.workers.get_mut(&w) {
+            worker.owed = false;
+        }
         self.actions.push_back(Action::Send(w, vec![b"DISCONNECT END".to_vec()]));
     }
 
@@ -244,6 +270,7 @@ impl Distributor {
         let worker = self.workers.get_mut(&w).expect("a known worker");
         worker.holding = Some((id, now));
         worker.last_heard_from_us = now;
+        worker.owed = false;
         self.actions.push_back(Action::Send(w, message));
     }
 
@@ -435,6 +462,29 @@ mod tests {
         assert_eq!(drain(&mut d), [Action::Send(1, msg("DISCONNECT END"))]);
         d.end();
         assert_eq!(drain(&mut d), [], "the end is told once");
+    }
+
+    /// FLESnet's worker is a REQ socket: an item sent while its answer to our heartbeat is on
+    /// the way would be dropped there, and the worker, holding nothing, would hear nothing more.
+    #[test]
+    fn a_worker_hears_one_reply_per_message() {
+        let t = Instant::now();
+        let mut d = Distributor::new(Duration::from_secs(10));
+        d.on_message(1, &msg("REGISTER 1 0 0 0 a"), t);
+        d.on_tick(t + HEARTBEAT_EVERY);
+        assert_eq!(drain(&mut d), [Action::Send(1, msg("HEARTBEAT"))]);
+        d.on_item(0, vec![0], t + HEARTBEAT_EVERY);
+        d.on_item(1, vec![1], t + HEARTBEAT_EVERY);
+        d.on_tick(t + 3 * HEARTBEAT_EVERY);
+        assert_eq!(drain(&mut d), [], "nothing until it answers, not even a heartbeat");
+        d.on_message(1, &msg("HEARTBEAT"), t + 3 * HEARTBEAT_EVERY);
+        assert_eq!(drain(&mut d), [Action::Send(1, item(0))]);
+        d.end();
+        assert_eq!(drain(&mut d), [], "it holds 0 and has 1 queued");
+        d.on_message(1, &msg("COMPLETE 0"), t);
+        assert_eq!(drain(&mut d), [Action::Done(0), Action::Send(1, item(1))]);
+        d.on_message(1, &msg("COMPLETE 1"), t);
+        assert_eq!(drain(&mut d), [Action::Done(1), Action::Send(1, msg("DISCONNECT END"))]);
     }
 
     #[test]
