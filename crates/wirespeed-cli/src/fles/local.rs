@@ -244,7 +244,9 @@ fn drive(
         };
         if let Some(point) = line.strip_prefix("metrics ") {
             let point = Point::from_line(point).with_context(|| format!("{name}'s metrics"))?;
-            monitor.into_iter().for_each(|m| m.record(vec![point.clone()]));
+            if let Some(m) = monitor {
+                m.record(vec![point]);
+            }
         } else if let Some(p) = line.strip_prefix("progress ") {
             progress.update(i, p);
         } else if let Some(json) = line.strip_prefix("summary ") {

@@ -202,20 +202,21 @@ impl Sink {
 
     /// Writes `points`; a failure is said once per flush and the points are kept for the next.
     fn write(&mut self, points: &[Point]) -> std::result::Result<(), String> {
-        let body: String = points.iter().map(|p| p.to_line() + "\n").collect();
+        let lines = |prefix: &str| -> String { points.iter().map(|p| format!("{prefix}{}\n", p.to_line())).collect() };
         match self {
-            Sink::File(out) => out.write_all(body.as_bytes()).and_then(|()| out.flush()).map_err(|e| e.to_string()),
+            Sink::File(out) => {
+                out.write_all(lines("").as_bytes()).and_then(|()| out.flush()).map_err(|e| e.to_string())
+            }
             Sink::Parent => {
-                let lines: String = points.iter().map(|p| format!("metrics {}\n", p.to_line())).collect();
                 let mut out = std::io::stdout().lock();
-                out.write_all(lines.as_bytes()).and_then(|()| out.flush()).map_err(|e| e.to_string())
+                out.write_all(lines("metrics ").as_bytes()).and_then(|()| out.flush()).map_err(|e| e.to_string())
             }
             Sink::Http { url, auth, agent } => {
                 let mut req = agent.post(url.as_str()).header("Content-Type", "text/plain; charset=utf-8");
                 if let Some(auth) = auth {
                     req = req.header("Authorization", auth.as_str());
                 }
-                match req.send(body) {
+                match req.send(lines("")) {
                     Ok(r) if r.status().is_success() => Ok(()),
                     Ok(r) => Err(format!("{url}: HTTP {}", r.status())),
                     Err(e) => Err(format!("{url}: {e}")),

@@ -23,11 +23,13 @@ impl InputNode {
     /// long to wait (no later than liveness needs). `size_of(ts)` gives the bytes of
     /// timeslice ts's component.
     pub fn poll(&mut self, now: Nanos, size_of: impl FnMut(u64) -> u64) -> Result<InputAction> {
-        let action = self.poll_work(now, size_of)?;
-        let judge = self.liveness.as_mut().map(Liveness::poll_timeout);
-        Ok(match (action, judge) {
-            (InputAction::Wait(until), Some(judge)) => InputAction::Wait(Some(until.map_or(judge, |u| u.min(judge)))),
-            (action, _) => action,
+        // Only a wait asks liveness when to wake: the answer says the node sleeps until then.
+        Ok(match self.poll_work(now, size_of)? {
+            InputAction::Wait(until) => match self.liveness.as_mut().map(Liveness::poll_timeout) {
+                Some(judge) => InputAction::Wait(Some(until.map_or(judge, |u| u.min(judge)))),
+                None => InputAction::Wait(until),
+            },
+            action => action,
         })
     }
 
