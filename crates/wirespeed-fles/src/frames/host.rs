@@ -78,9 +78,9 @@ impl SealedFrame for HostSealed {
                 check.first_bad.get_or_insert((p, 0));
                 continue;
             };
-            for m in 0..view.len() {
+            for (m, microslice) in view.microslices().enumerate() {
                 check.microslices += 1;
-                let good = view.microslice(m).is_ok_and(|(d, content)| {
+                let good = microslice.is_ok_and(|(d, content)| {
                     d.flags & crate::model::flags::CRC_VALID == 0 || crc32c::crc32c(content) == d.crc
                 });
                 if !good {

@@ -70,9 +70,7 @@ impl<'a> ComponentView<'a> {
     /// every content lies inside.
     pub fn new(bytes: &'a [u8], count: u64) -> Result<Self> {
         let view = Self::deferred(bytes, count)?;
-        for m in 0..view.count {
-            view.microslice(m)?;
-        }
+        view.microslices().try_for_each(|m| m.map(drop))?;
         Ok(view)
     }
 
@@ -106,8 +104,19 @@ impl<'a> ComponentView<'a> {
 
     /// Microslice `m`: its descriptor and content, which must lie inside the component.
     pub fn microslice(&self, m: usize) -> Result<(MicrosliceDescriptor, &'a [u8])> {
+        self.microslice_after(self.descriptor(0)?.offset, m)
+    }
+
+    /// Every microslice in order, as [`microslice`](Self::microslice) gives each; the first
+    /// descriptor read once.
+    pub fn microslices(&self) -> impl Iterator<Item = Result<(MicrosliceDescriptor, &'a [u8])>> + '_ {
+        let first = if self.count == 0 { Ok(0) } else { self.descriptor(0).map(|d| d.offset) };
+        (0..self.count).map(move |m| first.clone().and_then(|first| self.microslice_after(first, m)))
+    }
+
+    /// Microslice `m` of a component whose first microslice's offset is `first`.
+    fn microslice_after(&self, first: u64, m: usize) -> Result<(MicrosliceDescriptor, &'a [u8])> {
         let d = self.descriptor(m)?;
-        let first = self.descriptor(0)?.offset;
         let start = d
             .offset
             .checked_sub(first)
@@ -130,8 +139,8 @@ impl<'a> ComponentView<'a> {
     /// microslice of FLESnet's ramp pattern; `input` names the source in errors.
     pub fn verify(&self, input: u16) -> Result<()> {
         let mut channel = None;
-        for m in 0..self.count {
-            let (d, content) = self.microslice(m)?;
+        for microslice in self.microslices() {
+            let (d, content) = microslice?;
             if (d.sys_id, d.sys_ver) == (ramp::SYS_ID, ramp::SYS_VER) {
                 ramp::check(content, d.crc, &mut channel, d.idx)?;
             } else if d.flags & flags::CRC_VALID != 0 {

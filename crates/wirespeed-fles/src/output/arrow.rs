@@ -89,8 +89,8 @@ pub fn record_batch(
     let content_bytes = components.iter().map(|c| c.bytes().len()).sum();
     let mut content = LargeBinaryBuilder::with_capacity(rows, content_bytes);
     for (&i, c) in inputs.iter().zip(components) {
-        for m in 0..c.len() {
-            let (d, bytes) = c.microslice(m)?;
+        for microslice in c.microslices() {
+            let (d, bytes) = microslice?;
             component.append_value(i as u16);
             hdr_id.append_value(d.hdr_id);
             hdr_ver.append_value(d.hdr_ver);

@@ -1,5 +1,11 @@
 //! The DFS at an input: the offset round robin, paced to the proposal for the interval,
 //! behind the acknowledgement gate; reports each interval once it is fully acknowledged.
+//!
+//! An interval lasts, as reported and proposed, from its first send to its last
+//! acknowledgement, so the rounds are paced over the proposal less the drain (last send to
+//! last acknowledgement) the input saw last: paced over the whole proposal, every interval
+//! took a drain longer than proposed, and the proposals, medians of what happened, grew
+//! slower one drain at a time.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +17,7 @@ use crate::sched::{InputSchedule, Nanos, Planned};
 #[derive(Debug, Default)]
 struct Progress {
     start: Option<Nanos>,
+    last_sent: Nanos,
     sent: u64,
     acked: u64,
 }
@@ -28,6 +35,8 @@ pub struct DfsInput {
     /// The current interval's pacing: its proposed start and each round's share of its
     /// duration; None at full speed.
     pace: Option<(Nanos, Nanos)>,
+    /// From the last send of the last fully acknowledged interval to its last acknowledgement.
+    drain: Nanos,
 }
 
 impl DfsInput {
@@ -41,6 +50,7 @@ impl DfsInput {
             progress: BTreeMap::new(),
             proposals: BTreeMap::new(),
             pace: None,
+            drain: 0,
         };
         s.progress.insert(0, Progress::default());
         s
@@ -66,7 +76,7 @@ impl DfsInput {
             .proposals
             .get(&self.current)
             .filter(|p| p.start + p.duration > now)
-            .map(|p| (p.start, p.duration / self.geometry.rounds));
+            .map(|p| (p.start, p.duration.saturating_sub(self.drain) / self.geometry.rounds));
     }
 }
 
@@ -88,6 +98,7 @@ impl InputSchedule for DfsInput {
     fn sent(&mut self, now: Nanos) {
         let p = self.progress.get_mut(&self.current).expect("the current interval");
         p.start.get_or_insert(now);
+        p.last_sent = now;
         p.sent += 1;
     }
 
@@ -99,6 +110,7 @@ impl InputSchedule for DfsInput {
             return None;
         }
         let start = p.start.unwrap_or(now);
+        self.drain = now.saturating_sub(p.last_sent);
         Some(IntervalReport { input: self.input, interval: j, start, duration: now.saturating_sub(start) })
     }
 
@@ -168,7 +180,7 @@ mod tests {
         s.proposal(Proposal { interval: 1, start: 5, duration: 5 }); // only the first counts
         send_all(&mut s, 0);
         for ts in 0..8 {
-            s.acked(ts, 100);
+            s.acked(ts, 0); // no drain
         }
         // Interval 1 waits for its start, then one round (2 timeslices) per 100 ns.
         let p = s.next(100).unwrap();
@@ -177,6 +189,20 @@ mod tests {
         assert_eq!(s.next(1000).unwrap().due, 1100);
         assert_eq!(send_all(&mut s, 1250), [10, 11, 12, 13]); // behind: catches up at once
         assert_eq!(s.next(1250).unwrap().due, 1300);
+    }
+
+    #[test]
+    fn the_rounds_leave_time_for_the_last_drain() {
+        let mut s = DfsInput::new(0, 2, DfsSettings { ack_gate: 1.0, ..settings(8) });
+        s.proposal(Proposal { interval: 1, start: 1000, duration: 500 });
+        send_all(&mut s, 0);
+        for ts in 0..8 {
+            s.acked(ts, 100); // acknowledged 100 ns after the last send
+        }
+        // (500 − 100) / 4 rounds: the last round is due at 1300, its acknowledgements by 1500.
+        assert_eq!(send_all(&mut s, 1000), [8, 9]);
+        assert_eq!(s.next(1000).unwrap().due, 1100);
+        assert_eq!(send_all(&mut s, 1300).len(), 6);
     }
 
     #[test]
