@@ -431,6 +431,83 @@ fn one_thread_serves_many_streams(scheme: &str) {
     });
 }
 
+/// Many small messages, with a large one now and then, sent from one thread over 8 streams
+/// in turns (so small ones pile up behind a large one, where fabrics batch them): each stream's
+/// arrive in order and intact.
+fn small_messages_among_large_ones_arrive_in_order(scheme: &str) {
+    const STREAMS: usize = 8;
+    const MESSAGES: u32 = 600;
+    let size = |i: usize, m: u32| match m % 97 {
+        0 => 200_000 + i * 1000,
+        _ => (m as usize * 131 + i * 17) % 2000,
+    };
+    let (_l, c, s) = pair(scheme);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let streams: Vec<_> = (0..STREAMS).map(|_| c.open_stream().unwrap()).collect();
+            for m in 0..MESSAGES {
+                for (i, st) in streams.iter().enumerate() {
+                    let header = [i as u32, m].map(u32::to_le_bytes).concat();
+                    st.send(&header, &[&pattern(i as u64 * 100_000 + m as u64, size(i, m))]).unwrap();
+                }
+            }
+            for st in &streams {
+                st.finish().unwrap();
+            }
+        });
+        let streams: Vec<_> = (0..STREAMS).map(|_| s.accept_stream().unwrap()).collect();
+        for st in streams {
+            scope.spawn(move || {
+                let mut i = None;
+                for m in 0..MESSAGES {
+                    let got = st.recv().unwrap().expect("every message");
+                    let i = *i.get_or_insert(u32::from_le_bytes(got.header[..4].try_into().unwrap()) as usize);
+                    assert_eq!(got.header[4..], m.to_le_bytes(), "order on stream {i}");
+                    assert!(
+                        got.body.to_vec() == pattern(i as u64 * 100_000 + m as u64, size(i, m)),
+                        "message {m} on {i}"
+                    );
+                }
+                assert!(st.recv().unwrap().is_none());
+            });
+        }
+    });
+}
+
+/// A lone small message is not held back to be batched: twenty ping-pongs of 64 bytes, after
+/// a burst, take a median far under 100 ms.
+fn a_lone_small_message_goes_at_once(scheme: &str) {
+    let (_l, c, s) = pair(scheme);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let st = s.accept_stream().unwrap();
+            while let Some(m) = st.recv().unwrap() {
+                if m.header == b"ping" {
+                    st.send(b"pong", &[&m.body.to_vec()]).unwrap();
+                }
+            }
+            st.finish().unwrap();
+        });
+        let st = c.open_stream().unwrap();
+        for i in 0..200u32 {
+            st.send(b"burst", &[&pattern(i as u64, 4096)]).unwrap();
+        }
+        let mut rounds: Vec<_> = (0..20)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                st.send(b"ping", &[&[7u8; 64]]).unwrap();
+                let m = st.recv().unwrap().unwrap();
+                assert_eq!((&m.header[..], m.body.to_vec()), (&b"pong"[..], vec![7u8; 64]));
+                t.elapsed()
+            })
+            .collect();
+        rounds.sort();
+        assert!(rounds[10] < std::time::Duration::from_millis(100), "round trips {rounds:?}");
+        st.finish().unwrap();
+        assert!(st.recv().unwrap().is_none());
+    });
+}
+
 /// The server sends `region`'s descriptor over a stream the client opens: the client's end of
 /// it, the server's, and the region as the client reaches it.
 fn hand_over(c: &Connection, s: &Connection, region: &Region) -> (Stream, Stream, RemoteRegion) {
@@ -1137,6 +1214,8 @@ suite! {
         filled_bodies_arrive_whole,
         failed_fill_resets_only_its_stream,
         one_thread_serves_many_streams,
+        small_messages_among_large_ones_arrive_in_order,
+        a_lone_small_message_goes_at_once,
         one_sided_put_and_get,
         one_sided_put_into_lent_memory,
         put_into_an_unexposed_region_fails_the_connection,

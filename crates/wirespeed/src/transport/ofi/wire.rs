@@ -1,7 +1,8 @@
 //! The messages two ofi endpoints exchange (PROTOCOL.md, "libfabric"): a frame carried whole
 //! (eager), a frame whose body the receiver reads from the sender's registered memory
-//! (rendezvous, answered by Done), and a frame cut into pieces where the provider has no
-//! one-sided access. Every message starts with a 16-byte prefix:
+//! (rendezvous, answered by Done), a frame cut into pieces where the provider has no
+//! one-sided access, and small frames batched into one message. Every message starts with a
+//! 16-byte prefix:
 //!
 //! ```text
 //! kind u8 | segments u8 | flags u8 | zero u8 | seq u32 | word u64   (little-endian)
@@ -9,8 +10,8 @@
 //!
 //! `seq` numbers a sender's messages from 0, wrapping: providers may complete receives out
 //! of order (ofi_rxm does, for messages of different sizes), and the receiver puts them
-//! back in order by it. `word` is the rendezvous token (Rendezvous, Done) or the frame's
-//! whole length (First).
+//! back in order by it. `word` is the rendezvous token (Rendezvous, Done), the frame's
+//! whole length (First) or how many frames a Batch holds, each as a u32 length and its bytes.
 //! Decoding is pure: bytes in, a message or a `Violation` out.
 
 use crate::error::Violation;
@@ -27,6 +28,9 @@ const RENDEZVOUS: u8 = 2;
 const DONE: u8 = 3;
 const FIRST: u8 = 4;
 const MORE: u8 = 5;
+const BATCH: u8 = 6;
+/// A batched frame's length field.
+pub(super) const BATCH_LEN_LEN: usize = 4;
 /// Rendezvous flag: the frame's meta follows the header here (otherwise it is read too,
 /// ahead of the payload).
 const META_INLINE: u8 = 1;
@@ -53,6 +57,38 @@ pub(super) enum Msg<'a> {
     First { total: u64, bytes: &'a [u8] },
     /// A further piece of the frame being assembled.
     More(&'a [u8]),
+    /// Two or more whole frames, checked to lie end to end.
+    Batch(Batch<'a>),
+}
+
+/// The frames of a Batch, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Batch<'a>(&'a [u8]);
+
+impl<'a> Iterator for Batch<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (len, rest) = self.0.split_first_chunk::<BATCH_LEN_LEN>()?;
+        let (frame, rest) = rest.split_at(u32::from_le_bytes(*len) as usize);
+        self.0 = rest;
+        Some(frame)
+    }
+}
+
+/// Whether `bytes` are exactly `count` (at least two) frames, each a u32 length (at least a
+/// header's) and its bytes.
+fn is_batch(mut bytes: &[u8], count: u64) -> bool {
+    let mut found = 0;
+    while let Some((len, rest)) = bytes.split_first_chunk::<BATCH_LEN_LEN>() {
+        let len = u32::from_le_bytes(*len) as usize;
+        match rest.get(len..) {
+            Some(after) if len >= HEADER_LEN => bytes = after,
+            _ => return false,
+        }
+        found += 1;
+    }
+    bytes.is_empty() && found == count && count >= 2
 }
 
 fn prefix(kind: u8, segments: u8, flags: u8, word: u64) -> [u8; PREFIX_LEN] {
@@ -99,6 +135,34 @@ pub(super) fn more_prefix() -> [u8; PREFIX_LEN] {
     prefix(MORE, 0, 0, 0)
 }
 
+/// Adds the whole frame `frame` (header, meta, payload) to `m`, a message built by
+/// `frame_prefix` or already a Batch, which it becomes.
+pub(super) fn batch_onto(m: &mut Vec<u8>, frame: &[u8]) {
+    let len = |b: &[u8]| (b.len() as u32).to_le_bytes();
+    if m[0] == FRAME {
+        let first = m.split_off(PREFIX_LEN);
+        m[0] = BATCH;
+        m[8..PREFIX_LEN].copy_from_slice(&1u64.to_le_bytes());
+        m.extend_from_slice(&len(&first));
+        m.extend_from_slice(&first);
+    }
+    let count = u64::from_le_bytes(m[8..PREFIX_LEN].try_into().expect("8 bytes")) + 1;
+    m[8..PREFIX_LEN].copy_from_slice(&count.to_le_bytes());
+    m.extend_from_slice(&len(frame));
+    m.extend_from_slice(frame);
+}
+
+/// Whether frames may be batched onto `m`: a whole frame, or a Batch.
+pub(super) fn batchable(m: &[u8]) -> bool {
+    m[0] == FRAME || m[0] == BATCH
+}
+
+/// The bytes `batch_onto` adds for a frame of `len` bytes (and, the first time, the frame
+/// already there).
+pub(super) const fn batch_cost(len: usize) -> usize {
+    2 * BATCH_LEN_LEN + len
+}
+
 /// Numbers a message (built by the functions above) as the sender's `seq`th.
 pub(super) fn set_seq(m: &mut [u8], seq: u32) {
     m[4..8].copy_from_slice(&seq.to_le_bytes());
@@ -121,6 +185,7 @@ pub(super) fn decode(m: &[u8]) -> Result<Msg<'_>, Violation> {
         DONE if plain && rest.is_empty() => Ok(Msg::Done(word)),
         FIRST if plain && word > rest.len() as u64 => Ok(Msg::First { total: word, bytes: rest }),
         MORE if plain && word == 0 && !rest.is_empty() => Ok(Msg::More(rest)),
+        BATCH if plain && is_batch(rest, word) => Ok(Msg::Batch(Batch(rest))),
         RENDEZVOUS if flags & !META_INLINE == 0 && p[3] == 0 && (1..=MAX_SEGMENTS).contains(&segments) => {
             let (list, rest) = rest.split_at_checked(segments * SEGMENT_LEN).ok_or(malformed.clone())?;
             let (header, meta) = rest.split_first_chunk::<HEADER_LEN>().ok_or(malformed.clone())?;
@@ -141,13 +206,21 @@ pub(super) fn decode(m: &[u8]) -> Result<Msg<'_>, Violation> {
     }
 }
 
-/// Fuzzing entry: decodes any bytes; a rendezvous it accepts encodes back to them.
+/// Fuzzing entry: decodes any bytes; a rendezvous it accepts encodes back to them, and a
+/// batch it accepts holds the frames it said.
 #[cfg(fuzzing)]
 pub fn fuzz_decode(data: &[u8]) {
-    if let Ok(Msg::Rendezvous { token, segments, header, meta }) = decode(data) {
-        let mut again = rendezvous(token, &segments, header, meta);
-        set_seq(&mut again, seq(data).expect("decoded, so it has a prefix"));
-        assert_eq!(again, data, "a rendezvous round trips");
+    match decode(data) {
+        Ok(Msg::Rendezvous { token, segments, header, meta }) => {
+            let mut again = rendezvous(token, &segments, header, meta);
+            set_seq(&mut again, seq(data).expect("decoded, so it has a prefix"));
+            assert_eq!(again, data, "a rendezvous round trips");
+        }
+        Ok(Msg::Batch(frames)) => {
+            let said = u64::from_le_bytes(data[8..16].try_into().expect("8 bytes"));
+            assert!(frames.map(|f| assert!(f.len() >= HEADER_LEN)).count() as u64 == said);
+        }
+        _ => {}
     }
 }
 
@@ -192,6 +265,23 @@ mod tests {
         assert_eq!(decode(&more).unwrap(), Msg::More(&[1]));
     }
 
+    /// A Batch of two frames (PROTOCOL.md): one of 24 bytes, one of 26.
+    #[test]
+    fn batch_test_vector() {
+        let (one, two) = ([0x11u8; HEADER_LEN], [0x22u8; HEADER_LEN + 2]);
+        let mut m = frame_prefix().to_vec();
+        m.extend_from_slice(&one);
+        batch_onto(&mut m, &two);
+        set_seq(&mut m, 3);
+        let mut want = vec![6, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 24, 0, 0, 0];
+        want.extend_from_slice(&one);
+        want.extend_from_slice(&[26, 0, 0, 0]);
+        want.extend_from_slice(&two);
+        assert_eq!(m, want);
+        let Msg::Batch(frames) = decode(&m).unwrap() else { panic!("a batch") };
+        assert_eq!(frames.collect::<Vec<_>>(), [&one[..], &two[..]]);
+    }
+
     #[test]
     fn malformed_messages_are_refused() {
         let header = [0u8; HEADER_LEN];
@@ -211,13 +301,47 @@ mod tests {
             },
             prefix(RENDEZVOUS, 0, 0, 1).to_vec(), // no segments
             prefix(9, 0, 0, 0).to_vec(),
+            batch(1, &[HEADER_LEN]),                                         // a batch of one
+            batch(3, &[HEADER_LEN, HEADER_LEN]),                             // fewer frames than it says
+            batch(2, &[HEADER_LEN, HEADER_LEN - 1]),                         // a frame shorter than a header
+            [&batch(2, &[HEADER_LEN, HEADER_LEN])[..], &[0]].concat(),       // a byte past the last
+            batch(2, &[HEADER_LEN, HEADER_LEN])[..PREFIX_LEN + 30].to_vec(), // cut in a frame
         ];
         for m in cases {
             assert!(decode(&m).is_err(), "{m:?}");
         }
     }
 
+    /// A Batch saying `count` frames, holding frames of `lens` bytes.
+    fn batch(count: u64, lens: &[usize]) -> Vec<u8> {
+        let mut m = prefix(BATCH, 0, 0, count).to_vec();
+        for &len in lens {
+            m.extend_from_slice(&(len as u32).to_le_bytes());
+            m.extend(std::iter::repeat_n(7u8, len));
+        }
+        m
+    }
+
     proptest! {
+        #[test]
+        fn batches_round_trip(frames in proptest::collection::vec(
+            proptest::collection::vec(any::<u8>(), HEADER_LEN..200), 1..20)
+        ) {
+            let mut m = frame_prefix().to_vec();
+            m.extend_from_slice(&frames[0]);
+            for f in &frames[1..] {
+                let before = m.len();
+                batch_onto(&mut m, f);
+                prop_assert!(m.len() - before <= batch_cost(f.len()));
+            }
+            let got: Vec<&[u8]> = match decode(&m).unwrap() {
+                Msg::Frame(f) => vec![f],
+                Msg::Batch(b) => b.collect(),
+                other => panic!("{other:?}"),
+            };
+            prop_assert_eq!(got, frames.iter().map(|f| &f[..]).collect::<Vec<_>>());
+        }
+
         #[test]
         fn decoding_anything_never_panics(m in proptest::collection::vec(any::<u8>(), 0..600)) {
             let _ = decode(&m);

@@ -6,6 +6,11 @@
 //! registers the payload where it lies and sends its address and key; the receiver reads it
 //! into a buffer of its own, which the application then gets without a further copy, and
 //! answers Done. Without one-sided access, large frames travel in pieces.
+//!
+//! At most `SENDS_IN_FLIGHT` messages that need a completion are with the provider at once;
+//! small frames sent meanwhile wait in the outbox, where each joins the one before it into a
+//! Batch (up to a receive buffer), so frames that pile up behind a busy provider cost one
+//! message, one completion and one receive between them. A lone frame goes at once.
 
 use std::collections::VecDeque;
 
@@ -49,6 +54,8 @@ const PAYLOAD_ALIGN: usize = 64;
 const MAX_EARLY: usize = 1024;
 /// Completions taken per read of the queue.
 const CQ_BATCH: usize = 16;
+/// Messages with the provider at once, not counting those it took whole (injected).
+const SENDS_IN_FLIGHT: usize = 2;
 
 /// An operation's context: what libfabric hands back on completion. Boxed, so it stays put;
 /// providers that need FI_CONTEXT(2) space use the first field.
@@ -139,6 +146,8 @@ pub(super) struct Core {
     next_id: u64,
     /// Messages for the peer, in the order sent, that the provider has not taken yet.
     outbox: VecDeque<Vec<u8>>,
+    /// Sends posted and not yet complete.
+    sends_in_flight: usize,
     /// Where completions are read (kept, not zeroed on every look at the queue).
     cq_entries: [fi_cq_msg_entry; CQ_BATCH],
     /// Where a small message is built when it can be injected at once, so it needs no buffer
@@ -188,6 +197,7 @@ impl Core {
             ops: HashMap::new(),
             next_id: 1,
             outbox: VecDeque::new(),
+            sends_in_flight: 0,
             cq_entries: [fi_cq_msg_entry::default(); CQ_BATCH],
             scratch: Vec::with_capacity(EAGER_MAX),
             sent: 0,
@@ -244,7 +254,7 @@ impl Core {
 
     /// Whether everything sent has left: the provider holds no message of ours.
     pub(super) fn drained(&self) -> bool {
-        self.outbox.is_empty() && !self.ops.values().any(|(_, op)| matches!(op, Op::Send { .. }))
+        self.outbox.is_empty() && self.sends_in_flight == 0
     }
 
     /// Whether `bytes` more fit under the in-flight limit.
@@ -265,6 +275,19 @@ impl Core {
         let total = head.len() + payload.iter().map(|s| s.len()).sum::<usize>();
         let parts = std::iter::once(head).chain(payload.iter().map(|s| &s[..]));
         if PREFIX_LEN + total <= RECV_BYTES {
+            if let Some(last) = self.outbox.back_mut()
+                && wire::batchable(last)
+                && last.len() + wire::batch_cost(total) <= RECV_BYTES
+            {
+                let before = last.len();
+                let mut frame = std::mem::take(&mut self.scratch);
+                frame.clear();
+                parts.for_each(|p| frame.extend_from_slice(p));
+                wire::batch_onto(last, &frame);
+                self.inflight_bytes += last.len() - before;
+                self.scratch = frame;
+                return Ok(());
+            }
             let mut msg = std::mem::take(&mut self.scratch);
             msg.clear();
             msg.extend_from_slice(&wire::frame_prefix());
@@ -419,11 +442,15 @@ impl Core {
         self.finished.remove(&id)
     }
 
-    /// Hands queued messages to the provider until it is busy.
+    /// Hands queued messages to the provider until it is busy or has `SENDS_IN_FLIGHT`.
     fn flush(&mut self) {
         while let Some(msg) = self.outbox.front() {
             let len = msg.len();
-            let posted = if len <= self.ep.abilities.inject_size {
+            let injected = len <= self.ep.abilities.inject_size;
+            if !injected && self.sends_in_flight >= SENDS_IN_FLIGHT {
+                break;
+            }
+            let posted = if injected {
                 self.ep.inject(msg).map(|ok| ok.then_some(None))
             } else {
                 let id = self.new_id();
@@ -442,6 +469,7 @@ impl Core {
                     match ctx {
                         None => self.inflight_bytes -= len, // injected: done already
                         Some(ctx) => {
+                            self.sends_in_flight += 1;
                             self.ops.insert(ctx.id, (ctx, Op::Send { _msg: msg }));
                         }
                     }
@@ -470,7 +498,10 @@ impl Core {
         }
         let Some((_, op)) = self.ops.remove(&id) else { return Ok(()) };
         match op {
-            Op::Send { _msg } => self.inflight_bytes -= _msg.len(),
+            Op::Send { _msg } => {
+                self.inflight_bytes -= _msg.len();
+                self.sends_in_flight -= 1;
+            }
             Op::Read { arrival } => self.read_done(arrival),
             Op::User => {
                 self.finished.insert(id, Ok(()));
@@ -485,6 +516,10 @@ impl Core {
         match op {
             Some((c, Op::User)) => {
                 self.finished.insert(c.id, Err(why));
+            }
+            Some((_, Op::Send { .. })) => {
+                self.sends_in_flight -= 1;
+                self.fail(Error::ConnectionLost(why));
             }
             _ => self.fail(Error::ConnectionLost(why)),
         }

@@ -48,37 +48,46 @@ impl Core {
         Ok(())
     }
 
+    /// Handles a frame that came whole.
+    fn arrive_frame(&mut self, bytes: &[u8]) -> Result<()> {
+        let (fixed, rest) = bytes.split_first_chunk::<HEADER_LEN>().ok_or(FrameError::Malformed("frame"))?;
+        let header = self.decode_header(fixed)?;
+        let meta_len = header.meta_len as usize;
+        if rest.len() as u64 != meta_len as u64 + header.payload_len() {
+            return Err(FrameError::Malformed("libfabric frame length").into());
+        }
+        let (meta, payload) = rest.split_at(meta_len);
+        // A small body is copied to a heap buffer of its size: a page from the pool for each
+        // would fault in a page per message while the reader is behind.
+        let copied = if payload.is_empty() { Buf::empty() } else { Buf::from(payload.to_vec()) };
+        self.held += payload.len();
+        self.arrivals_held += usize::from(!payload.is_empty());
+        let id = self.new_id();
+        self.arrivals.push_back(Arrival {
+            id,
+            header,
+            meta: meta.into(),
+            data_meta: 0,
+            pad: 0,
+            buf: None,
+            copied,
+            local: None,
+            reads_left: 0,
+            posted: 0,
+            token: 0,
+            deferred: None,
+        });
+        Ok(())
+    }
+
     /// Handles one received message.
     fn arrive(&mut self, msg: &[u8]) -> Result<()> {
         match wire::decode(msg)? {
-            Msg::Frame(bytes) => {
-                let (fixed, rest) = bytes.split_first_chunk::<HEADER_LEN>().ok_or(FrameError::Malformed("frame"))?;
-                let header = self.decode_header(fixed)?;
-                let meta_len = header.meta_len as usize;
-                if rest.len() as u64 != meta_len as u64 + header.payload_len() {
-                    return Err(FrameError::Malformed("libfabric frame length").into());
+            Msg::Frame(bytes) => self.arrive_frame(bytes)?,
+            Msg::Batch(frames) => {
+                for frame in frames {
+                    self.arrive_frame(frame)?;
                 }
-                let (meta, payload) = rest.split_at(meta_len);
-                // A small body is copied to a heap buffer of its size: a page from the pool
-                // for each would fault in a page per message while the reader is behind.
-                let copied = if payload.is_empty() { Buf::empty() } else { Buf::from(payload.to_vec()) };
-                self.held += payload.len();
-                self.arrivals_held += usize::from(!payload.is_empty());
-                let id = self.new_id();
-                self.arrivals.push_back(Arrival {
-                    id,
-                    header,
-                    meta: meta.into(),
-                    data_meta: 0,
-                    pad: 0,
-                    buf: None,
-                    copied,
-                    local: None,
-                    reads_left: 0,
-                    posted: 0,
-                    token: 0,
-                    deferred: None,
-                });
             }
             Msg::Rendezvous { token, segments, header, meta } => {
                 if !self.ep.abilities.rma {
