@@ -7,13 +7,14 @@
 use std::ffi::{CStr, CString, c_void};
 use std::os::fd::RawFd;
 use std::ptr::{null, null_mut};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use ofi_sys::*;
 
 use crate::error::{Error, Result};
 use crate::fabric::Provider;
+use crate::sync::Unpoison;
 
 /// `FI_ADDR_UNSPEC`: `(fi_addr_t) -1` in fabric.h, which bindgen cannot translate.
 pub(super) const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
@@ -54,13 +55,25 @@ pub(super) struct Abilities {
     pub(super) inject_size: usize,
 }
 
-/// A fabric and domain: what registrations belong to, so they keep it open.
+/// A fabric and domain: what registrations belong to, so they keep it open. Every
+/// connection over the same provider, interface and one-sided access in a process shares one,
+/// as libfabric intends: opening them took 2 to 200 ms a connection.
 struct Domain {
     fabric: *mut fid_fabric,
     domain: *mut fid_domain,
     /// Owners of the two, in the order they were opened.
     owned: Vec<Fid>,
+    /// What `fi_getinfo` answered, which endpoints are opened with; freed last.
+    info: *mut fi_info,
+    abilities: Abilities,
+    /// Keys handed out when the provider does not pick them: unique in the domain.
+    next_key: AtomicU64,
 }
+
+/// The domains open in this process, by provider, interface and whether without one-sided
+/// access; each lives while an endpoint or registration holds it.
+type DomainKey = (Provider, Option<String>, bool);
+static DOMAINS: Mutex<Vec<(DomainKey, Weak<Domain>)>> = Mutex::new(Vec::new());
 
 // SAFETY: the domain is FI_THREAD_SAFE.
 unsafe impl Send for Domain {}
@@ -71,6 +84,59 @@ impl Drop for Domain {
         while let Some(f) = self.owned.pop() {
             drop(f);
         }
+        // SAFETY: allocated by fi_getinfo, freed once, after everything opened with it.
+        unsafe { lib().fi_freeinfo(self.info) };
+    }
+}
+
+impl Domain {
+    /// The process's domain for `provider` (see `Endpoint::open`), opened if none is.
+    fn shared(provider: Provider, no_rma: bool, source: Option<&str>) -> Result<Arc<Domain>> {
+        let key = (provider, source.map(str::to_owned), no_rma);
+        let mut open = DOMAINS.lock().unpoison();
+        open.retain(|(_, d)| d.strong_count() > 0);
+        if let Some(d) = open.iter().filter(|(k, _)| *k == key).find_map(|(_, d)| d.upgrade()) {
+            return Ok(d);
+        }
+        let info = match no_rma {
+            false => get_info(provider, true, source).or_else(|_| get_info(provider, false, source))?,
+            true => get_info(provider, false, source)?,
+        };
+        let d = Arc::new(Domain::open(info)?);
+        open.push((key, Arc::downgrade(&d)));
+        Ok(d)
+    }
+
+    /// Opens the fabric and domain `info` describes; owns `info` from here on.
+    fn open(info: *mut fi_info) -> Result<Domain> {
+        // SAFETY: `info` is a valid list head from fi_getinfo; its attribute structs are set.
+        let (caps, mr_mode, inject_size) =
+            unsafe { ((*info).caps, (*(*info).domain_attr).mr_mode as u32, (*(*info).tx_attr).inject_size) };
+        let abilities = Abilities {
+            rma: caps & FI_RMA as u64 != 0,
+            mr_local: mr_mode & FI_MR_LOCAL != 0,
+            mr_virt_addr: mr_mode & FI_MR_VIRT_ADDR != 0,
+            mr_prov_key: mr_mode & FI_MR_PROV_KEY != 0,
+            mr_endpoint: mr_mode & FI_MR_ENDPOINT != 0,
+            inject_size,
+        };
+        let mut d = Domain {
+            fabric: null_mut(),
+            domain: null_mut(),
+            owned: Vec::new(),
+            info,
+            abilities,
+            next_key: AtomicU64::new(1),
+        };
+        // SAFETY: valid attributes from `info`; out-pointers to fields; each object opened is
+        // owned by `d` at once, so an error closes it.
+        unsafe {
+            check("opening the fabric", lib().fi_fabric((*info).fabric_attr, &mut d.fabric, null_mut()) as isize)?;
+            d.owned.push(Fid(&mut (*d.fabric).fid));
+            check("opening the domain", ws_fi_domain(d.fabric, info, &mut d.domain, null_mut()) as isize)?;
+            d.owned.push(Fid(&mut (*d.domain).fid));
+        }
+        Ok(d)
     }
 }
 
@@ -89,8 +155,6 @@ pub(super) struct Endpoint {
     peer: fi_addr_t,
     /// How the completion queue is slept on.
     wait: Wait,
-    /// Keys handed out when the provider does not pick them.
-    next_key: AtomicU64,
 }
 
 // SAFETY: the domain is FI_THREAD_SAFE; data-path calls are made with the connection's lock.
@@ -117,53 +181,23 @@ pub(super) enum Completions {
 
 impl Endpoint {
     /// Opens an RDM endpoint on `provider`, with one-sided access unless `no_rma` or the
-    /// provider lacks it. `source`: the local address (of the bootstrap socket) that picks
-    /// the interface, for providers that bind to one.
+    /// provider lacks it, in the process's domain for them. `source`: the local address (of
+    /// the bootstrap socket) that picks the interface, for providers that bind to one.
     pub(super) fn open(provider: Provider, no_rma: bool, source: Option<&str>) -> Result<Endpoint> {
         ofi_sys::load().map_err(|e| Error::Fabric { op: "opening libfabric", status: e.into() })?;
         let source = if provider == Provider::Tcp { source } else { None };
-        let info = match no_rma {
-            false => get_info(provider, true, source).or_else(|_| get_info(provider, false, source))?,
-            true => get_info(provider, false, source)?,
-        };
-        let result = Endpoint::open_with(info);
-        // SAFETY: allocated by fi_getinfo, freed once; what we opened keeps its own copies.
-        unsafe { lib().fi_freeinfo(info) };
-        result
-    }
-
-    fn open_with(info: *mut fi_info) -> Result<Endpoint> {
-        // SAFETY: `info` is a valid list head from fi_getinfo; its attribute structs are set.
-        let (caps, mr_mode, inject_size) =
-            unsafe { ((*info).caps, (*(*info).domain_attr).mr_mode as u32, (*(*info).tx_attr).inject_size) };
-        let abilities = Abilities {
-            rma: caps & FI_RMA as u64 != 0,
-            mr_local: mr_mode & FI_MR_LOCAL != 0,
-            mr_virt_addr: mr_mode & FI_MR_VIRT_ADDR != 0,
-            mr_prov_key: mr_mode & FI_MR_PROV_KEY != 0,
-            mr_endpoint: mr_mode & FI_MR_ENDPOINT != 0,
-            inject_size,
-        };
-        let mut d = Domain { fabric: null_mut(), domain: null_mut(), owned: Vec::new() };
-        // SAFETY: valid attributes from `info`; out-pointers to fields; each object opened is
-        // owned by `d` at once, so an error closes it.
-        unsafe {
-            check("opening the fabric", lib().fi_fabric((*info).fabric_attr, &mut d.fabric, null_mut()) as isize)?;
-            d.owned.push(Fid(&mut (*d.fabric).fid));
-            check("opening the domain", ws_fi_domain(d.fabric, info, &mut d.domain, null_mut()) as isize)?;
-            d.owned.push(Fid(&mut (*d.domain).fid));
-        }
+        let domain = Domain::shared(provider, no_rma, source)?;
+        let info = domain.info;
         let mut e = Endpoint {
-            fabric: d.fabric,
-            domain: Arc::new(d),
+            fabric: domain.fabric,
+            abilities: domain.abilities,
+            domain,
             av: null_mut(),
             cq: null_mut(),
             ep: null_mut(),
             owned: Vec::new(),
-            abilities,
             peer: FI_ADDR_UNSPEC,
             wait: Wait::Poll,
-            next_key: AtomicU64::new(1),
         };
         // SAFETY (this block): each call gets valid attributes from `info` and out-pointers
         // to fields; every object opened is owned by `e` at once, so an error closes it.
@@ -369,7 +403,7 @@ impl Endpoint {
     /// # Safety
     /// The memory stays valid until the registration drops.
     pub(super) unsafe fn register(&self, ptr: *const u8, len: usize, access: u64) -> Result<Registration> {
-        let key = if self.abilities.mr_prov_key { 0 } else { self.next_key.fetch_add(1, Ordering::Relaxed) };
+        let key = if self.abilities.mr_prov_key { 0 } else { self.domain.next_key.fetch_add(1, Ordering::Relaxed) };
         let mut mr = null_mut();
         // SAFETY: open domain; the caller keeps the memory valid.
         let s =
