@@ -560,6 +560,45 @@ fn one_sided_put_and_get(scheme: &str) {
     assert!(c.remote_region(b"not a descriptor").is_err());
 }
 
+/// Two connections from one process, each to a server that answers every message, take 500
+/// one-sided writes of 64 KiB in turns, each followed by a message and its answer (as an
+/// input's put, status and acknowledgement in timeslice building): every write lands before
+/// the message after it, on both.
+fn one_sided_writes_in_turns_over_two_connections(scheme: &str) {
+    const LEN: usize = 64 << 10;
+    const ROUNDS: u64 = 500;
+    let (pairs, regions): (Vec<_>, Vec<_>) = (0..2)
+        .map(|_| {
+            let (l, c, s) = pair(scheme);
+            let region = s.register(LEN).unwrap();
+            ((l, c, s), region)
+        })
+        .unzip();
+    let handed: Vec<_> = pairs.iter().zip(&regions).map(|((_, c, s), r)| hand_over(c, s, r)).collect();
+    std::thread::scope(|scope| {
+        for ((_, served, _), region) in handed.iter().zip(&regions) {
+            scope.spawn(move || {
+                while let Some(m) = served.recv().unwrap() {
+                    let i = u64::from_le_bytes(m.header[..].try_into().unwrap());
+                    let mut back = vec![0; LEN];
+                    region.read(0, &mut back).unwrap();
+                    assert!(back == pattern(i, LEN), "write {i} landed before its message");
+                    served.send(&m.header, &[]).unwrap();
+                }
+            });
+        }
+        for i in 0..ROUNDS {
+            let ((_, c, _), (control, _, remote)) = (&pairs[(i % 2) as usize], &handed[(i % 2) as usize]);
+            c.put(remote, 0, &pattern(i, LEN)).unwrap();
+            control.send(&i.to_le_bytes(), &[]).unwrap();
+            assert_eq!(control.recv().unwrap().unwrap().header, i.to_le_bytes());
+        }
+        for (control, _, _) in &handed {
+            control.finish().unwrap();
+        }
+    });
+}
+
 /// Memory the owner maps from a shared-memory file of its own (at an offset past a first
 /// page) is lent to the peer, which puts into it: the bytes land in the file, where a third
 /// mapping of it sees them.
@@ -1218,6 +1257,7 @@ suite! {
         a_lone_small_message_goes_at_once,
         one_sided_put_and_get,
         one_sided_put_into_lent_memory,
+        one_sided_writes_in_turns_over_two_connections,
         put_into_an_unexposed_region_fails_the_connection,
         body_larger_than_4_gib,
         slow_reader_does_not_stall_others,
