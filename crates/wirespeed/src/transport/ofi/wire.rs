@@ -135,21 +135,20 @@ pub(super) fn more_prefix() -> [u8; PREFIX_LEN] {
     prefix(MORE, 0, 0, 0)
 }
 
-/// Adds the whole frame `frame` (header, meta, payload) to `m`, a message built by
-/// `frame_prefix` or already a Batch, which it becomes.
-pub(super) fn batch_onto(m: &mut Vec<u8>, frame: &[u8]) {
-    let len = |b: &[u8]| (b.len() as u32).to_le_bytes();
+/// Adds a whole frame of `len` bytes, given as `parts` (header, meta, payload), to `m`, a
+/// message built by `frame_prefix` or already a Batch, which it becomes. The parts are copied
+/// once, straight into the message.
+pub(super) fn batch_onto<'a>(m: &mut Vec<u8>, len: usize, parts: impl IntoIterator<Item = &'a [u8]>) {
     if m[0] == FRAME {
-        let first = m.split_off(PREFIX_LEN);
+        let first = (m.len() - PREFIX_LEN) as u32;
+        m.splice(PREFIX_LEN..PREFIX_LEN, first.to_le_bytes());
         m[0] = BATCH;
         m[8..PREFIX_LEN].copy_from_slice(&1u64.to_le_bytes());
-        m.extend_from_slice(&len(&first));
-        m.extend_from_slice(&first);
     }
     let count = u64::from_le_bytes(m[8..PREFIX_LEN].try_into().expect("8 bytes")) + 1;
     m[8..PREFIX_LEN].copy_from_slice(&count.to_le_bytes());
-    m.extend_from_slice(&len(frame));
-    m.extend_from_slice(frame);
+    m.extend_from_slice(&(len as u32).to_le_bytes());
+    parts.into_iter().for_each(|p| m.extend_from_slice(p));
 }
 
 /// Whether frames may be batched onto `m`: a whole frame, or a Batch.
@@ -271,7 +270,7 @@ mod tests {
         let (one, two) = ([0x11u8; HEADER_LEN], [0x22u8; HEADER_LEN + 2]);
         let mut m = frame_prefix().to_vec();
         m.extend_from_slice(&one);
-        batch_onto(&mut m, &two);
+        batch_onto(&mut m, two.len(), [&two[..]]);
         set_seq(&mut m, 3);
         let mut want = vec![6, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 24, 0, 0, 0];
         want.extend_from_slice(&one);
@@ -331,7 +330,7 @@ mod tests {
             m.extend_from_slice(&frames[0]);
             for f in &frames[1..] {
                 let before = m.len();
-                batch_onto(&mut m, f);
+                batch_onto(&mut m, f.len(), [&f[..5], &f[5..]]);
                 prop_assert!(m.len() - before <= batch_cost(f.len()));
             }
             let got: Vec<&[u8]> = match decode(&m).unwrap() {

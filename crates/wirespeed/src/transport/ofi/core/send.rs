@@ -15,12 +15,8 @@ impl Core {
                 && last.len() + wire::batch_cost(total) <= RECV_BYTES
             {
                 let before = last.len();
-                let mut frame = std::mem::take(&mut self.scratch);
-                frame.clear();
-                parts.for_each(|p| frame.extend_from_slice(p));
-                wire::batch_onto(last, &frame);
+                wire::batch_onto(last, total, parts);
                 self.inflight_bytes += last.len() - before;
-                self.scratch = frame;
                 return Ok(());
             }
             let mut msg = std::mem::take(&mut self.scratch);
