@@ -88,6 +88,10 @@ fn every_timeslice_reaches_a_consumer_once_with_every_crc_right() {
     }
     seen.sort();
     assert_eq!(seen, (0..200).collect::<Vec<u64>>());
+    for c in 0..2 {
+        let segment = format!("/dev/shm/{name}.{c}");
+        assert!(!std::path::Path::new(&segment).exists(), "a finished run left {segment}");
+    }
 }
 
 #[test]
@@ -111,6 +115,7 @@ fn a_consumer_that_dies_or_stalls_never_holds_the_builder() {
     let mut stalls = stalls;
     let _ = stalls.kill();
     assert_eq!(indices(&stalls.wait_with_output().unwrap()), [1, 4, 7]);
+    assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "the run left its segment");
 }
 
 #[test]
@@ -122,6 +127,8 @@ fn the_builders_death_ends_its_consumers_stream() {
     std::thread::sleep(Duration::from_secs(2));
     let group = nix::unistd::Pid::from_raw(run.id() as i32);
     nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL).unwrap();
+    // A killed builder cannot remove its segment (nor can FLESnet's): the operator does.
+    let _ = std::fs::remove_file(format!("/dev/shm/{name}"));
     let out = finish(c, Duration::from_secs(30));
     assert!(!out.status.success(), "{}", stdout(&out));
     assert!(!indices(&out).is_empty(), "it took some before");

@@ -5,6 +5,7 @@ use std::ffi::{CString, c_char, c_void};
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{FlesError, Result};
 
@@ -35,12 +36,14 @@ const PAGE: usize = 4096;
 /// What Boost's own bookkeeping takes, beyond the blocks, with room to spare.
 const OVERHEAD: usize = 64 << 10;
 
-/// A segment, mapped; the one that made it removes its name when it drops.
+/// A segment, mapped; the one that made it removes its name when it drops, or earlier with
+/// [`Segment::remove_name`].
 pub struct Segment {
     raw: NonNull<RawSegment>,
     name: CString,
     pub uuid: [u8; 16],
-    owner: bool,
+    /// Whether this mapping still owns the name (it made it, and has not removed it yet).
+    owner: AtomicBool,
 }
 
 // SAFETY: Boost's segment manager locks its own allocations; the mapping is shared memory.
@@ -70,7 +73,7 @@ impl Segment {
         let raw =
             unsafe { ws_segment_create(name.as_ptr(), size, uuid.as_mut_ptr(), err.as_mut_ptr().cast(), err.len()) };
         let raw = NonNull::new(raw).ok_or_else(|| shm_error("creating", &name, &err))?;
-        Ok(Arc::new(Segment { raw, name, uuid, owner: true }))
+        Ok(Arc::new(Segment { raw, name, uuid, owner: AtomicBool::new(true) }))
     }
 
     /// Opens segment `name` read-only, as FLESnet's consumers do.
@@ -81,7 +84,17 @@ impl Segment {
         let raw =
             unsafe { ws_segment_open_read_only(name.as_ptr(), uuid.as_mut_ptr(), err.as_mut_ptr().cast(), err.len()) };
         let raw = NonNull::new(raw).ok_or_else(|| shm_error("opening", &name, &err))?;
-        Ok(Arc::new(Segment { raw, name, uuid, owner: false }))
+        Ok(Arc::new(Segment { raw, name, uuid, owner: AtomicBool::new(false) }))
+    }
+
+    /// Removes the name, if this mapping made it, while mappings (here and in consumers) stay
+    /// valid: a publisher calls it once no consumer will open the segment again, since blocks
+    /// lent to connections that close in the background may outlive the process's last look.
+    pub fn remove_name(&self) {
+        if self.owner.swap(false, Ordering::SeqCst) {
+            // SAFETY: a valid C string; removing a name leaves every mapping of it valid.
+            unsafe { ws_segment_remove(self.name.as_ptr()) };
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -129,13 +142,9 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        self.remove_name();
         // SAFETY: closed once; mappings of the name elsewhere stay valid.
-        unsafe {
-            if self.owner {
-                ws_segment_remove(self.name.as_ptr());
-            }
-            ws_segment_close(self.raw.as_ptr());
-        }
+        unsafe { ws_segment_close(self.raw.as_ptr()) };
     }
 }
 

@@ -54,7 +54,14 @@ impl ComputeListener {
         let publisher = Publisher::start(&shm.name, shm.hold)?;
         publisher.wait_for_consumers(shm.consumers, s.timeout)?;
         let mut p = Publishing { segment, file, publisher, next_id: 0, slicing: s.slicing, seen };
-        self.drive(s, index, barrier, &mut p)
+        let summary = self.drive(s, index, barrier, &mut p);
+        // Consumers are done once the publisher is (it waits for them): nobody opens the
+        // segment again, though blocks lent to closing connections may keep it mapped here
+        // past the process's exit.
+        let Publishing { segment, publisher, .. } = p;
+        drop(publisher);
+        segment.remove_name();
+        summary
     }
 }
 
