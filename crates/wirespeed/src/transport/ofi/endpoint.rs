@@ -151,6 +151,7 @@ pub(super) struct Endpoint {
     /// Owners of the objects above but the domain, in the order they were opened.
     owned: Vec<Fid>,
     pub(super) abilities: Abilities,
+    pub(super) provider: Provider,
     /// The peer's address in our address vector, once inserted.
     peer: fi_addr_t,
     /// How the completion queue is slept on.
@@ -191,6 +192,7 @@ impl Endpoint {
         let mut e = Endpoint {
             fabric: domain.fabric,
             abilities: domain.abilities,
+            provider,
             domain,
             av: null_mut(),
             cq: null_mut(),

@@ -11,7 +11,7 @@ pub use lingering::wait_for_closing;
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -47,6 +47,23 @@ const HANDOVER_MAX: Duration = Duration::from_millis(16);
 /// work: doubling from `STALL_BACKOFF_MIN / 2` each pass in a row, up to `MIN << (STEPS-1)`.
 const STALL_BACKOFF_MIN: Duration = Duration::from_micros(20);
 const STALL_BACKOFF_STEPS: u32 = 6;
+/// Bounds on the looks (about a microsecond each) at a fabric whose progress is a system call
+/// that find nothing before a waiting thread sleeps on its fds. Between them the budget
+/// adapts: doubled when spinning finds an event, halved when it does not. A ping-pong's answer
+/// comes within some 50 looks, and a wake from `ppoll` costs about 30 µs; but spinning while
+/// the peer waits for a CPU (a busy host) only delays it.
+const FD_SPIN_MIN: u32 = 2;
+const FD_SPIN_MAX: u32 = 64;
+/// What waking from `ppoll` costs, about: an event sooner than this after a sleep began would
+/// have been found more cheaply by spinning.
+const FD_WAKE_COST: Duration = Duration::from_micros(50);
+/// How long an application thread sleeps on the fabric's fds at most, where progress is a
+/// system call: a wake it missed (another thread took its event) costs no more than this.
+const FD_SLICE: Duration = Duration::from_millis(10);
+/// The same while transfers are in flight, whose progress the fd does not always announce
+/// (1 ms made timeslice building over ofi+tcp slower than spinning had been; 10 to 200 µs
+/// all did about as well).
+const FD_SLICE_BUSY: Duration = Duration::from_micros(50);
 /// Bounds on how long the progress thread sleeps between looks at the worker.
 const MIN_POLL: Duration = Duration::from_millis(1);
 const MAX_POLL: Duration = Duration::from_secs(1);
@@ -80,6 +97,11 @@ pub(crate) trait Driver: Send + 'static {
     fn give_up_at(&self) -> Option<Instant>;
     /// Takes the oldest arrival if it is complete: header, meta and payload.
     fn pop_frame(&mut self) -> Option<Result<(FrameHeader, Meta, Buf)>>;
+    /// Whether each look at the fabric is a system call (libfabric's tcp: an `epoll_wait`),
+    /// so that a waiting thread sleeps on the fabric's fds at once instead of spinning.
+    fn progress_is_a_syscall(&self) -> bool {
+        false
+    }
 }
 
 /// A frame's meta as a driver hands it over; most fit inline.
@@ -110,6 +132,12 @@ pub(crate) struct Shared<Core: Driver> {
     wake: Condvar,
     /// Threads parked on `wake`.
     parked: AtomicUsize,
+    /// Application threads asleep on the fabric's fds and `woken` (where progress is a system
+    /// call), and the eventfd (a semaphore) that whoever progresses for them writes.
+    fd_sleepers: AtomicUsize,
+    woken: EventFd,
+    /// Looks without an event before such a thread sleeps (see `FD_SPIN_MAX`).
+    fd_spin: AtomicU32,
     /// Counts application threads' turns at driving progress (one per wait, and one per
     /// `CLOCK_EVERY` turns within it), so the progress thread can tell whether they still drive.
     app_turns: AtomicU64,
@@ -151,11 +179,17 @@ impl<Core: Driver> Shared<Core> {
     fn new(core: Core, sock: TcpStream) -> Result<Arc<Self>> {
         let kick = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
             .map_err(io::Error::from)?;
+        let woken =
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_SEMAPHORE)
+                .map_err(io::Error::from)?;
         sock.set_nonblocking(true)?;
         Ok(Arc::new(Shared {
             core: Mutex::new(core),
             wake: Condvar::new(),
             parked: AtomicUsize::new(0),
+            fd_sleepers: AtomicUsize::new(0),
+            woken,
+            fd_spin: AtomicU32::new(FD_SPIN_MAX),
             app_turns: AtomicU64::new(0),
             kick,
             kicked: AtomicBool::new(false),
@@ -189,6 +223,8 @@ impl<Core: Driver> Shared<Core> {
         // of them, under load) never reads it, and reading it costs more than a turn.
         let mut spin_end = None;
         let mut turns = 0u32;
+        let mut idle_turns = 0u32;
+        let mut slept_at: Option<Instant> = None;
         loop {
             if let Some(t) = ready(&mut core) {
                 return Ok(Some(t));
@@ -224,9 +260,32 @@ impl<Core: Driver> Shared<Core> {
             }
             if core.progress() > 0 {
                 spin_end = None; // spin on for a whole SPIN after the last event
-                // What we just progressed may be what a parked thread waits for.
-                if self.parked.load(Ordering::SeqCst) > 0 {
-                    self.wake.notify_all();
+                match slept_at.take() {
+                    // Spinning found the event: spin the longest next time.
+                    None if idle_turns > 0 => self.fd_spin.store(FD_SPIN_MAX, Ordering::Relaxed),
+                    // It came so soon after the sleep began that spinning on would have been
+                    // cheaper than the wake: spin longer next time.
+                    Some(at) if at.elapsed() < FD_WAKE_COST => {
+                        let budget = self.fd_spin.load(Ordering::Relaxed);
+                        self.fd_spin.store((budget * 2).min(FD_SPIN_MAX), Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+                idle_turns = 0;
+                self.wake_waiters();
+            } else if core.progress_is_a_syscall() {
+                idle_turns += 1;
+                let budget = self.fd_spin.load(Ordering::Relaxed);
+                if idle_turns >= budget {
+                    // Spinning found nothing this time: spin less next time.
+                    self.fd_spin.store((budget / 2).max(FD_SPIN_MIN), Ordering::Relaxed);
+                    slept_at = Some(Instant::now());
+                    core = self.sleep_on_fabric(core, deadline)?;
+                    idle_turns = 0;
+                } else {
+                    drop(core);
+                    std::hint::spin_loop();
+                    core = self.lock();
                 }
             } else {
                 drop(core);
@@ -234,6 +293,58 @@ impl<Core: Driver> Shared<Core> {
                 core = self.lock();
             }
         }
+    }
+
+    /// Wakes the threads that wait for what progress just moved.
+    fn wake_waiters(&self) {
+        if self.parked.load(Ordering::SeqCst) > 0 {
+            self.wake.notify_all();
+        }
+        let sleepers = self.fd_sleepers.load(Ordering::SeqCst);
+        if sleepers > 0 {
+            let _ = self.woken.write(sleepers as u64);
+        }
+    }
+
+    /// Sleeps on the fabric's fds until an event, a wake from a thread that progressed, the
+    /// deadline, or a slice that bounds how long a missed wake can cost. Nothing pending must
+    /// be left unprogressed: the fabric is armed first, and progress runs again if it cannot be.
+    fn sleep_on_fabric<'a>(
+        &'a self,
+        mut core: MutexGuard<'a, Core>,
+        deadline: Option<Instant>,
+    ) -> Result<MutexGuard<'a, Core>> {
+        let mut fds = Vec::with_capacity(4);
+        match core.arm() {
+            Ok(true) => {}
+            Ok(false) => return Ok(core),
+            Err(e) => {
+                core.fail(e);
+                self.wake_waiters();
+                return Ok(core);
+            }
+        }
+        fds.push(libc::pollfd { fd: self.woken.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        if let Err(e) = core.wait_fds(&mut fds) {
+            core.fail(e);
+            self.wake_waiters();
+            return Ok(core);
+        }
+        let now = Instant::now();
+        let slice = if core.outstanding() { FD_SLICE_BUSY } else { FD_SLICE };
+        let mut until = deadline.map_or(now + slice, |d| d.min(now + slice));
+        if let Some(t) = core.give_up_at() {
+            until = until.min(t);
+        }
+        self.fd_sleepers.fetch_add(1, Ordering::SeqCst);
+        self.app_turns.fetch_add(1, Ordering::Relaxed);
+        drop(core);
+        ppoll_until(&mut fds, until);
+        if fds[0].revents & libc::POLLIN != 0 {
+            let _ = self.woken.read();
+        }
+        self.fd_sleepers.fetch_sub(1, Ordering::SeqCst);
+        Ok(self.lock())
     }
 
     /// Fails the connection: parked threads wake and see `e`.
@@ -282,8 +393,12 @@ impl<Core: Driver> Shared<Core> {
             let turns = self.app_turns.load(Ordering::Relaxed);
             let app_driving = turns != seen_turns;
             seen_turns = turns;
-            if self.parked.load(Ordering::SeqCst) == 0 && app_driving {
-                self.sleep(&[], false, now + stay_out);
+            let app_asleep_on_fabric = self.fd_sleepers.load(Ordering::SeqCst) > 0;
+            if self.parked.load(Ordering::SeqCst) == 0 && (app_driving || app_asleep_on_fabric) {
+                // A thread asleep on the fabric may sleep long: the peer's hang-up is ours to see.
+                if self.sleep(&[], sock_open && app_asleep_on_fabric, now + stay_out) {
+                    self.read_bootstrap(&mut sock_open);
+                }
                 stay_out = (stay_out * 2).clamp(HANDOVER, HANDOVER_MAX);
                 continue;
             }
@@ -302,8 +417,8 @@ impl<Core: Driver> Shared<Core> {
                 let armed = core.arm();
                 // Send completions may show only in the event count, arrivals in the driver's.
                 let active = events > 0 || core.events() != before;
-                if active && self.parked.load(Ordering::SeqCst) > 0 {
-                    self.wake.notify_all();
+                if active {
+                    self.wake_waiters();
                 }
                 if active {
                     stalled = 0;
@@ -350,15 +465,21 @@ impl<Core: Driver> Shared<Core> {
                 linger_end.map_or(wake_at, |l| l.min(wake_at))
             };
             if self.sleep(&fabric_fds, sock_open, until) {
-                match (&self.sock).read(&mut [0u8; 64]) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
-                    Ok(0) | Err(_) => {
-                        sock_open = false;
-                        self.lock().peer_going("the peer hung up".into());
-                    }
-                    Ok(_) => self.fail(Violation::BootstrapBytes.into()),
-                }
+                self.read_bootstrap(&mut sock_open);
             }
+        }
+    }
+
+    /// Reads the bootstrap socket once `sleep` says it has something: a hang-up (the peer is
+    /// going) or bytes nobody may send on it.
+    fn read_bootstrap(&self, sock_open: &mut bool) {
+        match (&self.sock).read(&mut [0u8; 64]) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+            Ok(0) | Err(_) => {
+                *sock_open = false;
+                self.lock().peer_going("the peer hung up".into());
+            }
+            Ok(_) => self.fail(Violation::BootstrapBytes.into()),
         }
     }
 
@@ -371,13 +492,7 @@ impl<Core: Driver> Shared<Core> {
         if sock {
             fds.push(watch(self.sock.as_raw_fd()));
         }
-        // To the microsecond (ppoll): poll's milliseconds made every 50 µs poll of a fabric
-        // without an fd a whole millisecond, and each one-sided write over ofi+shm 1.6 ms.
-        let left = until.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
-        let timeout = libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos().into() };
-        // SAFETY: `fds` is a valid array of its length; every fd outlives the call (the
-        // fabric's belong to the driver, which the caller keeps alive); no signal mask.
-        unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &timeout, std::ptr::null()) };
+        ppoll_until(&mut fds, until);
         let sock_ready = sock && fds.last().is_some_and(|f| f.revents != 0);
         if fds[0].revents & libc::POLLIN != 0 {
             self.kicked.store(false, Ordering::SeqCst);
@@ -426,4 +541,15 @@ impl<Core: Driver> Drop for Handle<Core> {
             None => {}
         }
     }
+}
+
+/// Waits for any of `fds` until `until` (at most a second). To the microsecond (ppoll): poll's
+/// milliseconds made every 50 µs poll of a fabric without an fd a whole millisecond, and each
+/// one-sided write over ofi+shm 1.6 ms.
+fn ppoll_until(fds: &mut [libc::pollfd], until: Instant) {
+    let left = until.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
+    let timeout = libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos().into() };
+    // SAFETY: `fds` is a valid array of its length; every fd outlives the call (the fabric's
+    // belong to the driver, which the caller keeps alive); no signal mask.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &timeout, std::ptr::null()) };
 }

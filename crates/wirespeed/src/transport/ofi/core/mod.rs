@@ -30,6 +30,7 @@ mod send;
 use super::endpoint::{Completions, Endpoint, Registration};
 use super::wire::{self, MAX_SEGMENTS, Msg, PREFIX_LEN, SEGMENT_LEN, Segment};
 use crate::error::{Error, FrameError, Result, Violation};
+use crate::fabric::Provider;
 use crate::mem::Buf;
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
 use crate::transport::pool::{Pool, PoolBuf};
@@ -381,6 +382,11 @@ impl Driver for Core {
 
     fn wait_fds(&mut self, fds: &mut Vec<libc::pollfd>) -> Result<()> {
         self.ep.wait_fds(fds)
+    }
+
+    fn progress_is_a_syscall(&self) -> bool {
+        // tcp's progress polls its sockets (an `epoll_wait`) on every look at the queue.
+        self.ep.provider == Provider::Tcp
     }
 
     fn outstanding(&self) -> bool {
