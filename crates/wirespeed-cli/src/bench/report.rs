@@ -8,7 +8,7 @@ pub struct Report {
     pub messages: u64,
     pub streams: usize,
     pub seconds: f64,
-    /// One-way latency of every message, in nanoseconds.
+    /// One-way latency of each timed message (every one, or a sample), in nanoseconds.
     pub latencies_ns: Vec<u64>,
 }
 
