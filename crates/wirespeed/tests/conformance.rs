@@ -993,6 +993,15 @@ fn many_silent_peers_do_not_keep_a_real_one_out(scheme: &str) {
 }
 
 fn killed_peer_mid_message(scheme: &str) {
+    // libfabric's shm before 1.18 has a sender lock the receiver's region (a spinlock in the
+    // shared memory) to queue each command: a sender killed holding it leaves the receiver's
+    // progress spinning on it for good, in libfabric (about 1 run in 15 here, with one-sided
+    // access off). 1.18 made the queue lock-free.
+    const LOCK_FREE_SHM: u32 = (1 << 16) | 18;
+    if scheme == "ofi+shm" && ofi_sys::FI_VERSION_BUILT < LOCK_FREE_SHM {
+        eprintln!("skipped: libfabric before 1.18 wedges a receiver whose shm peer dies holding its lock");
+        return;
+    }
     let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_sends_forever", "--nocapture", "--test-threads=1"])

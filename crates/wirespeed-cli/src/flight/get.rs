@@ -27,7 +27,7 @@ pub struct GetArgs {
     /// standard output.
     #[arg(short, long)]
     output: PathBuf,
-    /// Plane: auto (the fastest offered), grpc, shm, tcp or ucx.
+    /// Plane: auto (the fastest offered), grpc, shm, tcp, ucx or ofi+<provider> (ofi+tcp, ofi+shm, ...).
     #[arg(long, default_value = "auto")]
     transport: String,
     /// Data-plane key file instead of WIRESPEED_KEY; with neither, gRPC carries the data.
