@@ -6,10 +6,15 @@
 //! the library made, so they need nothing until [`load`] has succeeded.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, clippy::all)]
 
-use std::sync::OnceLock;
+/// bindgen's output (and its generated loader): its unsafe blocks are not ours to annotate.
+#[allow(clippy::undocumented_unsafe_blocks)]
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+    include!(concat!(env!("OUT_DIR"), "/shim.rs"));
+}
+pub use generated::*;
 
-include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
-include!(concat!(env!("OUT_DIR"), "/shim.rs"));
+use std::sync::OnceLock;
 
 /// The shared object opened: the soname of libfabric 1.x.
 const SONAME: &str = "libfabric.so.1";

@@ -4,9 +4,14 @@
 //! runs everything else.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, clippy::all)]
 
-use std::sync::OnceLock;
+/// bindgen's output (and its generated loader): its unsafe blocks are not ours to annotate.
+#[allow(clippy::undocumented_unsafe_blocks)]
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+}
+pub use generated::*;
 
-include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+use std::sync::OnceLock;
 
 /// The shared object opened: SimGrid 3.32's soname.
 const SONAME: &str = "libsimgrid.so.3.32";
@@ -15,9 +20,9 @@ static LIBRARY: OnceLock<Result<SimGrid, String>> = OnceLock::new();
 
 /// Opens SimGrid once per process; the error says why it cannot be used here.
 pub fn load() -> Result<&'static SimGrid, &'static str> {
-    // SAFETY: opening SimGrid runs only its own initialisers, and every symbol bound is
-    // declared with the signature of the headers it was built against.
     let lib = LIBRARY.get_or_init(|| {
+        // SAFETY: opening SimGrid runs only its own initialisers, and every symbol bound is
+        // declared with the signature of the headers it was built against.
         unsafe { SimGrid::new(SONAME) }
             .map_err(|e| format!("cannot load SimGrid ({SONAME}; Debian: apt install libsimgrid3.32): {e}"))
     });

@@ -8,6 +8,8 @@
 //! Layers, bottom up: `ipc` (RecordBatches to frames and back, sans-IO), `plane` (calls on
 //! wirespeed streams), `grpc` (the Flight service and FlightData), then `server` and `client`.
 
+#![forbid(unsafe_code)]
+
 pub mod client;
 pub mod error;
 pub mod grpc;

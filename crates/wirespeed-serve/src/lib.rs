@@ -6,6 +6,8 @@
 //! - `dir`: the [`DirService`] handler; `upload`: one upload in progress; `cache`: the table
 //!   cache; `format`: which files are which.
 
+#![forbid(unsafe_code)]
+
 mod cache;
 mod dir;
 mod format;

@@ -32,6 +32,7 @@ fn pattern(len: usize) -> Vec<u8> {
 fn device_bytes(gpu: &Gpu, address: u64, len: usize) -> Vec<u8> {
     let stream = gpu.stream().unwrap();
     let mut out = vec![0; len];
+    // SAFETY: `address` names `len` bytes of device memory the caller keeps allocated.
     unsafe { stream.copy_from_address(&mut out, address) }.unwrap();
     stream.synchronize().unwrap();
     out

@@ -178,6 +178,7 @@ mod tests {
     fn components_land_where_their_parts_say_in_input_order_and_check() {
         let mut a = Assembler::new(HostFrames::new(2, 1 << 16), Duration::from_millis(10));
         let c: Vec<Vec<u8>> = (0..3).map(|i| component(i, 5)).collect();
+        // SAFETY: the components are locals that outlive the assembler's copies.
         unsafe {
             a.arrived(5, 2, c[2][..].into(), 10).unwrap(); // arrivals in any order
             a.arrived(5, 0, c[0][..].into(), 10).unwrap();
@@ -201,6 +202,7 @@ mod tests {
         let mut c1 = component(1, 1);
         let last = c1.len() - 1;
         c1[last] ^= 0x40;
+        // SAFETY: the components are locals that outlive the assembler's copies.
         let mut s = unsafe { a.complete(1, &[(0, c0[..].into(), 10), (1, c1[..].into(), 10)]) }.unwrap();
         let check = s.sealed.checked().unwrap();
         assert_eq!((check.bad, check.first_bad), (1, Some((1, 9))));
@@ -211,15 +213,20 @@ mod tests {
         let mut a = Assembler::new(HostFrames::new(2, 1 << 16), Duration::from_millis(50));
         let c = component(0, 0);
         let recycle = a.recycler();
+        // SAFETY: the components are locals that outlive the assembler's copies.
         let first = unsafe { a.complete(0, &[(0, c[..].into(), 10)]) }.unwrap().frame;
+        // SAFETY: the components are locals that outlive the assembler's copies.
         let second = unsafe { a.complete(1, &[(0, c[..].into(), 10)]) }.unwrap().frame;
         assert_ne!(first, second);
         // Every frame is out: an arrival waits in its ring, completion gives up in time.
+        // SAFETY: the components are locals that outlive the assembler's copies.
         unsafe { a.arrived(2, 0, c[..].into(), 10) }.unwrap();
         assert!(a.building.is_empty());
+        // SAFETY: the components are locals that outlive the assembler's copies.
         let e = unsafe { a.complete(2, &[(0, c[..].into(), 10)]) }.err().unwrap();
         assert!(e.to_string().contains("no frame came back"), "{e}");
         recycle.send(first).unwrap();
+        // SAFETY: the components are locals that outlive the assembler's copies.
         assert_eq!(unsafe { a.complete(2, &[(0, c[..].into(), 10)]) }.unwrap().frame, first);
     }
 
@@ -228,10 +235,12 @@ mod tests {
         let mut a = Assembler::new(HostFrames::new(3, 1 << 16), Duration::from_millis(10));
         let c = component(0, 0);
         for ts in 0..5 {
+            // SAFETY: the components are locals that outlive the assembler's copies.
             unsafe { a.arrived(ts, 0, c[..].into(), 10) }.unwrap();
         }
         assert_eq!(a.building.len(), 2);
         // A timeslice begun later completes first: the kept frame takes it.
+        // SAFETY: the components are locals that outlive the assembler's copies.
         let s = unsafe { a.complete(4, &[(0, c[..].into(), 10)]) }.unwrap();
         assert_eq!(s.frame, 2);
     }
@@ -241,7 +250,9 @@ mod tests {
         let mut a = Assembler::new(HostFrames::new(2, 1000), Duration::from_millis(10));
         let c = component(0, 0);
         assert!(c.len() > 1000);
+        // SAFETY: the components are locals that outlive the assembler's copies.
         unsafe { a.arrived(0, 0, c[..].into(), 10) }.unwrap(); // left in its ring
+        // SAFETY: the components are locals that outlive the assembler's copies.
         let e = unsafe { a.complete(0, &[(0, c[..].into(), 10)]) }.err().unwrap();
         assert!(e.to_string().contains("more than a frame's 1000"), "{e}");
     }

@@ -48,6 +48,7 @@ pub struct Segment {
 
 // SAFETY: Boost's segment manager locks its own allocations; the mapping is shared memory.
 unsafe impl Send for Segment {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Segment {}
 
 fn shm_error(what: &str, name: &CString, err: &[u8]) -> FlesError {
@@ -159,6 +160,7 @@ pub struct Block {
 
 // SAFETY: memory in the shared segment, which the block keeps mapped.
 unsafe impl Send for Block {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Block {}
 
 impl Drop for Block {

@@ -24,6 +24,7 @@ pub(super) struct Context {
 
 // SAFETY: a CUDA context may be made current on any thread; every use does so first.
 unsafe impl Send for Context {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Context {}
 
 impl Context {
@@ -207,6 +208,7 @@ pub struct PinnedBuffer {
 
 // SAFETY: plain host memory owned by this value; shared access only reads.
 unsafe impl Send for PinnedBuffer {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for PinnedBuffer {}
 
 impl PinnedBuffer {

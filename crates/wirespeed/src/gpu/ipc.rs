@@ -33,6 +33,7 @@ pub struct IpcMapping {
 
 // SAFETY: a device address in a context that every use makes current first.
 unsafe impl Send for IpcMapping {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for IpcMapping {}
 
 impl Gpu {

@@ -18,6 +18,7 @@ pub struct Mapping {
 // SAFETY: plain memory; who may write it when is the owner's protocol (a ring's, or none at
 // all for sealed memory).
 unsafe impl Send for Mapping {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {

@@ -42,6 +42,7 @@ enum Inner {
 // SAFETY: lent memory is read-only while lent and stays mapped while the lender lives (the
 // Arc keeps it alive); owned memory is an ordinary Vec.
 unsafe impl Send for Buf {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Buf {}
 
 impl Buf {
@@ -183,6 +184,7 @@ pub struct RegionMem {
 // SAFETY: the memory is only reached through raw copies; ordering them is the application's
 // contract (see the type's docs), as with any memory a NIC may write.
 unsafe impl Send for RegionMem {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for RegionMem {}
 
 const PAGE: usize = 4096;

@@ -194,6 +194,7 @@ mod tests {
         for (dst, src) in spare.iter_mut().zip(&bytes[HEADER_LEN + 10..]) {
             dst.write(*src);
         }
+        // SAFETY: the loop above wrote the first 990 bytes of the spare slice.
         unsafe { d.payload_filled(990) };
         let f = d.take_frame().unwrap();
         assert_eq!(f.payload, vec![7u8; 1000]);

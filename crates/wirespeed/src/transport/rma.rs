@@ -82,6 +82,7 @@ pub struct LentMemory {
 
 // SAFETY: `ptr` only names memory that `keep` keeps mapped; see `Connection::lend`.
 unsafe impl Send for LentMemory {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for LentMemory {}
 
 /// The id in the descriptor of a GPU region, which the session's table never holds.

@@ -77,6 +77,7 @@ static DOMAINS: Mutex<Vec<(DomainKey, Weak<Domain>)>> = Mutex::new(Vec::new());
 
 // SAFETY: the domain is FI_THREAD_SAFE.
 unsafe impl Send for Domain {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Domain {}
 
 impl Drop for Domain {
@@ -160,6 +161,7 @@ pub(super) struct Endpoint {
 
 // SAFETY: the domain is FI_THREAD_SAFE; data-path calls are made with the connection's lock.
 unsafe impl Send for Endpoint {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Endpoint {}
 
 /// How a completion queue is slept on.
@@ -201,7 +203,7 @@ impl Endpoint {
             peer: FI_ADDR_UNSPEC,
             wait: Wait::Poll,
         };
-        // SAFETY (this block): each call gets valid attributes from `info` and out-pointers
+        // SAFETY: (this block) each call gets valid attributes from `info` and out-pointers
         // to fields; every object opened is owned by `e` at once, so an error closes it.
         unsafe {
             let (ctx, domain) = (null_mut(), e.domain.domain);
@@ -449,6 +451,7 @@ pub(super) struct Registration {
 
 // SAFETY: a handle the FI_THREAD_SAFE domain lets any thread use and close.
 unsafe impl Send for Registration {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Registration {}
 
 /// A posting call's status: done, busy (`Ok(false)`), or failed.

@@ -33,6 +33,7 @@ struct Registered {
 
 // SAFETY: plain heap memory and a registration the thread-safe domain lets any thread close.
 unsafe impl Send for Registered {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Registered {}
 
 impl Drop for Registered {
@@ -117,8 +118,8 @@ impl OfiRemote {
         drop(core);
         let deadline = Instant::now() + timeout;
         let remote = (self.addr.wrapping_add(offset), self.key);
-        // SAFETY: `buf` outlives the transfer: we return only once it completed or failed.
         let id = shared.wait(Some(deadline), true, |core| {
+            // SAFETY: `buf` outlives the transfer: we return only once it completed or failed.
             unsafe { core.start_user_rma(write, buf, len, desc, remote) }.transpose()
         });
         let outcome = match id {

@@ -80,6 +80,7 @@ pub struct Ring {
 // SAFETY: all shared fields are atomics; data bytes are handed over through head/tail with
 // release/acquire ordering.
 unsafe impl Send for Ring {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Ring {}
 
 /// Where a frame sits in the ring, once validated.
@@ -335,6 +336,7 @@ mod tests {
 
     fn ring(cap: usize) -> (Mem, Ring) {
         let mut m = Mem { ctl: Box::new(Ctl::starting_at(0)), data: vec![0; cap] };
+        // SAFETY: `m` owns both and outlives the ring in every test.
         let r = unsafe { Ring::new(&*m.ctl, m.data.as_mut_ptr(), cap as u64) };
         (m, r)
     }
@@ -347,6 +349,7 @@ mod tests {
         if pad > 0 {
             r.write_pad(*head, pad);
         }
+        // SAFETY: `reserve` gave `at` room for the whole frame before the ring's end.
         unsafe { std::ptr::copy_nonoverlapping(h.encode().as_ptr(), r.data_ptr(at), HEADER_LEN) };
         *head = at + total;
         r.publish(*head);

@@ -14,6 +14,7 @@ struct Context(ucp_context_h);
 // SAFETY: created with `mt_workers_shared`, so workers on different threads may share it;
 // it lives for the rest of the process.
 unsafe impl Send for Context {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Context {}
 
 static CONTEXT: OnceLock<std::result::Result<Context, String>> = OnceLock::new();

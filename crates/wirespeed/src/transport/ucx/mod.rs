@@ -111,14 +111,15 @@ fn complete(
     timeout: Duration,
     what: &str,
 ) -> (Result<()>, bool) {
-    // SAFETY (reads of `slot`): UCX writes it only from callbacks run under the lock that
-    // `wait` holds while it calls us.
     let mut abandoned = false;
+    // SAFETY: (reads of `slot`, here and below) UCX writes it only from callbacks run under
+    // the lock that `wait` holds while it calls us.
     let outcome = match shared.wait(Some(Instant::now() + timeout), true, |_| unsafe { *slot }) {
         Ok(Some(UCS_OK)) => Ok(()),
         Ok(Some(status)) => Err(Error::ConnectionLost(format!("{what}: {}", context::status_string(status)))),
         other => {
             shared.lock().close_ep(true, Duration::ZERO);
+            // SAFETY: as above.
             let settled = shared.wait(Some(Instant::now() + SETTLE_LIMIT), false, |_| unsafe { *slot });
             abandoned = !matches!(settled, Ok(Some(_)));
             Err(other.err().unwrap_or(Error::Timeout(timeout)))

@@ -28,6 +28,7 @@ struct Registration(ucp_mem_h);
 
 // SAFETY: a memory handle of the process-wide context, which is thread-safe for mapping.
 unsafe impl Send for Registration {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for Registration {}
 
 impl Drop for Registration {
@@ -183,6 +184,7 @@ struct UcxRemote {
 
 // SAFETY: the key is only used with the Core lock held.
 unsafe impl Send for UcxRemote {}
+// SAFETY: the same holds for shared references.
 unsafe impl Sync for UcxRemote {}
 
 impl UcxRemote {
