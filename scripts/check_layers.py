@@ -1,5 +1,6 @@
 """Layering checks `make lint` runs over every crate's sources (tests aside):
-- no two sibling modules import each other (a shared piece belongs below both);
+- no two sibling modules import each other, by `use` or by a path written out (a shared piece
+  belongs below both);
 - no source file over 600 lines before its tests unless its first line says it does one job
   ("One job:").
 Prints each offence and exits 1 if there is any."""
@@ -26,9 +27,22 @@ for crate in sorted(glob.glob("crates/*/src") + ["python/src"]):
             bad.append(f"{f}: {lines} lines (over {MAX_LINES})")
         me = module(f)
         found = set()
-        for m in re.finditer(r"\buse\s+(crate|super|self)((?:::\w+)+)", text.split("#[cfg(test)]")[0]):
-            rest = m.group(2).strip(":").split("::")
-            path = {"crate": [], "super": list(me[:-1]), "self": list(me)}[m.group(1)] + rest
+        code = re.sub(r"//.*", "", text.split("#[cfg(test)]")[0])  # doc links are not imports
+        # Every path from crate, super or self: in `use` lines, in `use` groups ({a, b::c}),
+        # and written out in code (`super::frames::compute(...)`).
+        paths = [(m.group(1), m.group(2)) for m in re.finditer(r"\b(crate|super|self)((?:::\w+)+)", code)]
+        for m in re.finditer(r"\b(crate|super|self)((?:::\w+)*)::\{([^{}]*)\}", code):
+            for item in m.group(3).split(","):
+                head = re.match(r"\s*(\w+(?:::\w+)*)", item)
+                if head and head.group(1) != "self":
+                    paths.append((m.group(1), m.group(2) + "::" + head.group(1)))
+        for root, rest in paths:
+            path = {"crate": [], "super": list(me[:-1]), "self": list(me)}[root]
+            for seg in rest.strip(":").split("::"):
+                if seg == "super":
+                    path = path[:-1]
+                elif seg != "self":
+                    path = path + [seg]
             for k in range(len(path), -1, -1):
                 if tuple(path[:k]) in known:
                     if tuple(path[:k]) != me:

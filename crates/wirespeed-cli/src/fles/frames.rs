@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -15,7 +15,7 @@ use wirespeed_fles::FlesError;
 use wirespeed_fles::frames::{FrameMemory, GpuFrames, HostFrames, gpu_error};
 use wirespeed_fles::run::{ComputeListener, ComputeSummary, Settings};
 
-use super::PROGRESS_EVERY;
+use super::Progress;
 use super::args::{FrameSettings, FrameTarget};
 
 /// Frame memory made before the node listens, so that a GPU that is missing or too small
@@ -41,29 +41,37 @@ pub fn prepare(f: &FrameSettings, inputs: usize) -> Result<Prepared> {
     })
 }
 
-/// Runs a compute node whose timeslices are built in frames; the summary's "frames" holds
-/// their figures.
+/// What a compute node that built its timeslices in frames did.
+pub struct Built {
+    pub summary: ComputeSummary,
+    pub microslices_checked: u64,
+    /// For the report's "frames": how the bytes travelled, how soon frames were ready, the
+    /// device and its memory.
+    pub figures: Value,
+}
+
+/// Runs a compute node whose timeslices are built in frames, telling `progress` as it goes.
 pub fn compute(
     s: &Settings,
     index: usize,
     listener: ComputeListener,
     prepared: Prepared,
     barrier: impl FnOnce() -> Result<(), FlesError>,
-    progress: impl FnMut(u64, u64),
-) -> Result<(ComputeSummary, Value)> {
+    progress: Progress<impl FnMut(u64, u64)>,
+) -> Result<Built> {
     match prepared {
         Prepared::Host(memory) => {
-            let (summary, mut figures) = build(s, index, listener, memory, barrier, progress)?;
-            figures["device"] = json!("host");
-            Ok((summary, figures))
+            let mut built = build(s, index, listener, memory, barrier, progress)?;
+            built.figures["device"] = json!("host");
+            Ok(built)
         }
         Prepared::Gpu { gpu, memory, total, free_before } => {
-            let (summary, mut figures) = build(s, index, listener, *memory, barrier, progress)?;
+            let mut built = build(s, index, listener, *memory, barrier, progress)?;
             // Every frame is back and the memory freed: the driver should say so.
             let free_after = gpu.memory().map_err(gpu_error)?.0;
-            figures["device"] = json!(gpu.name());
-            figures["gpu_memory"] = json!({"total": total, "free_before": free_before, "free_after": free_after});
-            Ok((summary, figures))
+            built.figures["device"] = json!(gpu.name());
+            built.figures["gpu_memory"] = json!({"total": total, "free_before": free_before, "free_after": free_after});
+            Ok(built)
         }
     }
 }
@@ -74,8 +82,8 @@ fn build<M: FrameMemory>(
     listener: ComputeListener,
     memory: M,
     barrier: impl FnOnce() -> Result<(), FlesError>,
-    mut progress: impl FnMut(u64, u64),
-) -> Result<(ComputeSummary, Value)> {
+    mut progress: Progress<impl FnMut(u64, u64)>,
+) -> Result<Built> {
     let capacity = memory.capacity();
     let count = memory.frames();
     // The node runs on its own thread; the barrier (MPI's, or standard input) stays on this
@@ -90,14 +98,11 @@ fn build<M: FrameMemory>(
     if is_ready.recv().is_ok() {
         let _ = go.send(barrier());
     }
-    let (mut built, mut bytes, mut checked) = (0u64, 0u64, 0u64);
+    let mut checked = 0u64;
     let mut ready_us = Vec::new();
     let mut failure = None;
-    let started = Instant::now();
-    let mut next_progress = started + PROGRESS_EVERY;
     for frame in frames.by_ref() {
-        built += 1;
-        bytes += frame.parts.iter().map(|p| p.len as u64).sum::<u64>();
+        progress.add(frame.parts.iter().map(|p| p.len as u64).sum::<u64>());
         checked += frame.check.microslices;
         ready_us.push(frame.ready_after.as_secs_f64() * 1e6);
         if frame.check.bad > 0 && failure.is_none() {
@@ -109,10 +114,6 @@ fn build<M: FrameMemory>(
             ));
             s.stop.store(true, Ordering::Relaxed);
         }
-        if Instant::now() >= next_progress {
-            progress(built, bytes);
-            next_progress = Instant::now() + PROGRESS_EVERY;
-        }
     }
     let path = frames.path();
     let summary = frames.finish().with_context(|| format!("compute node {index}"))?;
@@ -123,10 +124,11 @@ fn build<M: FrameMemory>(
     let at =
         |q: f64| ready_us.get(((q * ready_us.len() as f64).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0.0);
     let seconds = summary.seconds.max(Duration::from_nanos(1).as_secs_f64());
+    let (built, bytes) = (progress.timeslices, progress.bytes);
     let figures = json!({
         "path": path, "frames": count, "frame_bytes": capacity, "built": built, "bytes": bytes,
         "microslices_checked": checked, "frames_per_s": built as f64 / seconds,
         "ready_us": {"p50": at(0.5), "p99": at(0.99), "max": ready_us.last().copied().unwrap_or(0.0)},
     });
-    Ok((summary, figures))
+    Ok(Built { summary, microslices_checked: checked, figures })
 }

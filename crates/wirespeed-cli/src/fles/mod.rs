@@ -27,6 +27,32 @@ use wirespeed_fles::monitor::SinkSpec;
 /// How often a compute node tells its progress.
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// A compute node's counts so far, told to `tell(timeslices, bytes)` at most once every
+/// `PROGRESS_EVERY`.
+struct Progress<F: FnMut(u64, u64)> {
+    tell: F,
+    timeslices: u64,
+    bytes: u64,
+    next: std::time::Instant,
+}
+
+impl<F: FnMut(u64, u64)> Progress<F> {
+    fn new(tell: F) -> Self {
+        Progress { tell, timeslices: 0, bytes: 0, next: std::time::Instant::now() + PROGRESS_EVERY }
+    }
+
+    /// Counts one more timeslice of `bytes`.
+    fn add(&mut self, bytes: u64) {
+        self.timeslices += 1;
+        self.bytes += bytes;
+        let now = std::time::Instant::now();
+        if now >= self.next {
+            (self.tell)(self.timeslices, self.bytes);
+            self.next = now + PROGRESS_EVERY;
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct FlesArgs {
     #[command(subcommand)]

@@ -7,7 +7,6 @@
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
@@ -16,9 +15,9 @@ use wirespeed::fabric::AddressKind;
 use wirespeed::{Config, Fabric, Key};
 use wirespeed_fles::FlesError;
 use wirespeed_fles::monitor::Monitor;
-use wirespeed_fles::run::{ComputeListener, ComputeSummary, InputSummary, Settings, run_input};
+use wirespeed_fles::run::{ComputeListener, ComputeSummary, InputSummary, Settings, Timeslice, run_input};
 
-use super::PROGRESS_EVERY;
+use super::Progress;
 use super::args::RunFlags;
 use super::args::Verify;
 use super::frames::{Prepared, prepare};
@@ -98,31 +97,24 @@ pub fn compute(
     verify: Verify,
     frames: Option<Prepared>,
     barrier: impl FnOnce() -> Result<(), FlesError>,
-    mut progress: impl FnMut(u64, u64),
+    progress: impl FnMut(u64, u64),
 ) -> Result<Value> {
+    let mut progress = Progress::new(progress);
     if let Some(f) = frames {
         if *output != Output::Null {
             bail!("--gpu keeps the timeslices in frame memory: leave out --output");
         }
-        let (summary, figures) = super::frames::compute(s, index, listener, f, barrier, progress)?;
-        let checked = figures["microslices_checked"].as_u64().unwrap_or(0);
-        let mut v = compute_json(&summary, checked);
-        v["frames"] = figures;
+        let built = super::frames::compute(s, index, listener, f, barrier, progress)?;
+        let mut v = compute_json(&built.summary, built.microslices_checked);
+        v["frames"] = built.figures;
         return Ok(v);
     }
-    let (mut checked, mut timeslices, mut bytes) = (0u64, 0u64, 0u64);
-    let mut next_progress = Instant::now() + PROGRESS_EVERY;
+    let mut checked = 0u64;
+    let bytes = |ts: &Timeslice<'_>| ts.components.iter().map(|c| c.bytes().len() as u64).sum::<u64>();
     if let Output::Shm(shm) = output {
         // The consumers check what they take; the node only counts.
         let summary = listener
-            .publish(s, index, barrier, shm, |ts| {
-                timeslices += 1;
-                bytes += ts.components.iter().map(|c| c.bytes().len() as u64).sum::<u64>();
-                if Instant::now() >= next_progress {
-                    progress(timeslices, bytes);
-                    next_progress = Instant::now() + PROGRESS_EVERY;
-                }
-            })
+            .publish(s, index, barrier, shm, |ts| progress.add(bytes(ts)))
             .with_context(|| format!("compute node {index}, publishing as {}", shm.name))?;
         return Ok(compute_json(&summary, 0));
     }
@@ -130,12 +122,7 @@ pub fn compute(
     let summary = listener
         .run(s, index, barrier, |ts| {
             checked += sink.write(ts)?;
-            timeslices += 1;
-            bytes += ts.components.iter().map(|c| c.bytes().len() as u64).sum::<u64>();
-            if Instant::now() >= next_progress {
-                progress(timeslices, bytes);
-                next_progress = Instant::now() + PROGRESS_EVERY;
-            }
+            progress.add(bytes(ts));
             Ok(())
         })
         .with_context(|| format!("compute node {index}"))?;
