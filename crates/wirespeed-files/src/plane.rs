@@ -98,11 +98,6 @@ impl std::fmt::Display for Ports {
 /// How long a connected client may take to open its control stream.
 const START_GRACE: Duration = Duration::from_secs(10);
 
-/// This host's identity: its kernel's boot id, which differs between machines.
-pub fn host_id() -> Vec<u8> {
-    std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default().trim_ascii().to_vec()
-}
-
 /// A listening end: TCP (or UCX) at `HOST:PORT`, plus a shared-memory socket beside it.
 pub struct Server {
     main: Listener,
@@ -165,7 +160,10 @@ impl Server {
                     Err(e) => return Err(e.into()),
                 };
                 let hello = Link::plain(conn.open_stream()?);
-                hello.send(&Msg::Hello { host: host_id(), shm: self.shm_url.clone().into_bytes() }, &[])?;
+                hello.send(
+                    &Msg::Hello { host: wirespeed::fabric::host_id().into(), shm: self.shm_url.clone().into_bytes() },
+                    &[],
+                )?;
                 // A client that moves to shared memory hangs up here instead.
                 let gone = |e: &FilesError| {
                     matches!(e, FilesError::Transport(wirespeed::Error::Closed | wirespeed::Error::ConnectionLost(_)))
@@ -229,7 +227,7 @@ fn read_hello(conn: &Connection) -> Result<Option<String>> {
         return Err(Violation::MoreAfter("Hello").into());
     }
     s.finish()?;
-    let same_host = !host.is_empty() && host == host_id() && !shm.is_empty();
+    let same_host = Fabric::Shm.reachable(std::str::from_utf8(&host).ok()) && !shm.is_empty();
     Ok(same_host.then(|| String::from_utf8_lossy(&shm).into_owned()))
 }
 

@@ -127,6 +127,12 @@ impl Fabric {
         Capabilities { native_one_sided, zero_copy_receive, same_host_only }
     }
 
+    /// Whether this end can use the fabric where a peer on `peer_host` (its [`host_id`], if
+    /// it said) offers it: anywhere, or for a same-host fabric, on this very host.
+    pub fn reachable(self, peer_host: Option<&str>) -> bool {
+        !self.capabilities().same_host_only || peer_host.is_some_and(|h| !h.is_empty() && h == host_id())
+    }
+
     pub fn address_kind(self) -> AddressKind {
         match self {
             Fabric::Shm => AddressKind::SocketPath,
@@ -168,6 +174,22 @@ impl std::str::FromStr for Fabric {
     }
 }
 
+/// This host as the same-host fabrics see it: the kernel's boot id (different on every machine
+/// and every boot) and the network namespace (where shm's abstract unix socket lives). Two
+/// ends with equal ids can meet over a fabric that is `same_host_only`; without /proc the id
+/// is empty, and an empty id matches nothing.
+pub fn host_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
+        match boot.trim() {
+            "" => String::new(),
+            boot => format!("{boot}/{}", netns.trim_start_matches("net:").trim_matches(['[', ']'])),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +206,14 @@ mod tests {
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), Fabric::ALL.len());
+    }
+
+    #[test]
+    fn same_host_fabrics_reach_only_this_host() {
+        assert!(Fabric::Tcp.reachable(None));
+        assert!(Fabric::Shm.reachable(Some(host_id())));
+        assert!(!Fabric::Shm.reachable(None));
+        assert!(!Fabric::Shm.reachable(Some("")));
+        assert!(!Fabric::Ofi(Provider::Shm).reachable(Some("another-boot/4026531840")));
     }
 }

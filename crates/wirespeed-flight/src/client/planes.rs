@@ -21,7 +21,6 @@ use crate::plane::proto::Method;
 pub struct PlaneClient {
     planes: Arc<Planes>,
     transport: Transport,
-    host_id: String,
     /// The host this client reached the server at: a location on an unspecified address (a
     /// server listening on every one) means that host.
     reached: Option<String>,
@@ -29,12 +28,7 @@ pub struct PlaneClient {
 
 impl PlaneClient {
     pub fn new(key: Key) -> Self {
-        PlaneClient {
-            planes: Arc::new(Planes::new(key)),
-            transport: Transport::Auto,
-            host_id: crate::plane::listeners::host_id(),
-            reached: None,
-        }
+        PlaneClient { planes: Arc::new(Planes::new(key)), transport: Transport::Auto, reached: None }
     }
 
     /// Auto (the fastest offered, else the caller's gRPC) or one plane (else an error).
@@ -62,7 +56,7 @@ impl PlaneClient {
             .iter()
             .filter_map(|u| PlaneLocation::parse(u))
             .filter(|l| l.grant.is_some())
-            .filter(|l| !l.kind.capabilities().same_host_only || l.host.as_deref() == Some(self.host_id.as_str()))
+            .filter(|l| l.kind.reachable(l.host.as_deref()))
             .map(|l| self.on_reached_host(l))
             .collect();
         offered.sort_by_key(|l| l.kind);

@@ -35,7 +35,6 @@ pub struct PlaneServer {
     shared: Arc<Shared>,
     adverts: Vec<Advert>,
     key: Key,
-    host_id: String,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -69,7 +68,7 @@ impl PlaneServer {
             let shared = shared.clone();
             threads.push(std::thread::spawn(move || accept_loop(listener, shared, sealed)));
         }
-        Ok(PlaneServer { shared, adverts, key, host_id: host_id(), threads })
+        Ok(PlaneServer { shared, adverts, key, threads })
     }
 
     /// The calls open and started so far on the data planes.
@@ -102,7 +101,7 @@ impl PlaneServer {
                     AddressKind::SocketPath => a.url.clone(),
                     AddressKind::HostPort => format!("{}://{}", a.kind, SocketAddr::new(host, a.port)),
                 };
-                let host = a.kind.capabilities().same_host_only.then(|| self.host_id.clone());
+                let host = a.kind.capabilities().same_host_only.then(|| wirespeed::fabric::host_id().to_string());
                 PlaneLocation { kind: a.kind, url, host, grant: Some(grant), sealed: a.sealed }.to_uri()
             })
             .collect();
@@ -134,12 +133,4 @@ fn shm_name() -> String {
     let mut nonce = [0u8; 8];
     let _ = getrandom::fill(&mut nonce);
     format!("@wirespeed-flight-{}-{:016x}", std::process::id(), u64::from_le_bytes(nonce))
-}
-
-/// Who can use this server's shared memory: the same boot of the same machine, and the same
-/// network namespace (where its abstract socket lives).
-pub(crate) fn host_id() -> String {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
-    format!("{}/{}", boot.trim(), netns.trim_start_matches("net:").trim_matches(['[', ']']))
 }
