@@ -38,7 +38,9 @@ pub(crate) fn fles_error(e: FlesError) -> PyErr {
         FlesError::Crc { .. } | FlesError::Malformed { .. } => {
             errors::raise("wirespeed._errors", "ChecksumError", e.to_string())
         }
-        FlesError::Net(m) => errors::raise("wirespeed._errors", "ConnectionError", m),
+        FlesError::Connection { .. } | FlesError::Lost(_) | FlesError::CalledOff | FlesError::Io { .. } => {
+            errors::raise("wirespeed._errors", "ConnectionError", e.to_string())
+        }
         FlesError::Shm(m) => errors::raise("wirespeed._errors", "ConnectionError", format!("shared memory: {m}")),
         FlesError::Gpu(m) => errors::raise("wirespeed._errors", "GpuError", m),
         other => errors::raise("wirespeed._errors", "ProtocolError", other.to_string()),

@@ -1,8 +1,15 @@
-//! What can go wrong building timeslices, as a library reports it.
+//! What can go wrong building timeslices, as a library reports it: typed, so that a caller
+//! tells a peer that broke the protocol ([`Violation`]) from a connection that failed (with
+//! the core's error, a timeout or a reset, kept as its source) from peers that are gone
+//! ([`Lost`]).
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use thiserror::Error;
 
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Error)]
+#[non_exhaustive]
 pub enum FlesError {
     /// Bytes that do not hold what FLESnet's formats say they should.
     #[error("malformed {what}: {why}")]
@@ -16,12 +23,22 @@ pub enum FlesError {
     /// A setting that cannot work (zero compute nodes, a ring smaller than one component).
     #[error("{0}")]
     Config(String),
-    /// A peer broke the protocol: a pointer backwards, a timeslice it was never sent.
+    /// A peer broke the protocol.
     #[error("{0}")]
-    Protocol(String),
-    /// The network: a peer gone, a connection refused, a wait that timed out.
+    Peer(#[from] Violation),
+    /// A wirespeed connection failed while doing `what`.
+    #[error("{what}: {source}")]
+    Connection { what: String, source: wirespeed::Error },
+    /// Peers this node needs are gone, or silent past every allowance.
     #[error("{0}")]
-    Net(String),
+    Lost(#[from] Lost),
+    /// A local socket, pipe or thread failed while doing `what` (FLESnet's ipc interface,
+    /// standard input and output, a thread that would not start).
+    #[error("{what}: {source}")]
+    Io { what: String, source: Arc<std::io::Error> },
+    /// The barrier's word never came: the run ended before it started.
+    #[error("the run was called off before it started")]
+    CalledOff,
     /// GPU memory: no GPU, a driver call that failed, a kernel that did not compile.
     #[error("{0}")]
     Gpu(String),
@@ -30,10 +47,120 @@ pub enum FlesError {
     Shm(String),
     #[error("timeslice archive: {0}")]
     Archive(String),
+    /// An actor of a simulation failed.
+    #[error("simulation: {0}")]
+    Simulation(String),
+}
+
+/// Which side of a run a peer is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Input,
+    ComputeNode,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Input => "input",
+            Role::ComputeNode => "compute node",
+        })
+    }
+}
+
+/// What a peer did wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum Violation {
+    /// A message from a peer the run does not have.
+    #[error("a message from {role} {index}, of {count}")]
+    NoSuchPeer { role: Role, index: usize, count: usize },
+    /// A message the peer may not send (at all, or now).
+    #[error("{role} {index} sent {message}")]
+    Unexpected { role: Role, index: usize, message: String },
+    /// A rule of the protocol broken: ring pointers that go back, a timeslice that is not the
+    /// receiver's, a horizon behind what was sent.
+    #[error("{role} {index}: {rule}")]
+    Broke { role: Role, index: usize, rule: String },
+    /// The compute nodes' agreed end lies before a timeslice this input already sent.
+    #[error("the run ends at {end}, but timeslice {sent} is sent")]
+    EndBehindSent { end: u64, sent: u64 },
+    #[error("the peer closed the connection during setup")]
+    ClosedDuringSetup,
+    #[error("{url} did not answer with its rings")]
+    NoRings { url: String },
+    #[error("an input did not say which it is")]
+    Unidentified,
+    #[error("input {input} joined twice or is not one of {inputs}")]
+    JoinedTwice { input: usize, inputs: usize },
+    /// A ZeroMQ peer (FLESnet's consumers' side) that broke ZMTP or the item protocol.
+    #[error("ZeroMQ peer: {0}")]
+    Zmtp(String),
+}
+
+/// Peers that are gone.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum Lost {
+    #[error("every input is gone")]
+    EveryInput,
+    #[error("every compute node is gone")]
+    EveryComputeNode,
+    #[error("input {input} gave this compute node up")]
+    GivenUpBy { input: usize },
+    #[error("compute nodes {first} and {second} were lost at once: what each finished cannot be told apart")]
+    TwoAtOnce { first: usize, second: usize },
+    /// Nothing from any peer for the whole timeout.
+    #[error("nothing from any {peers} for {silent:?}")]
+    AllSilent { peers: Role, silent: Duration },
+    /// The node a consumer is attached to (`ipc://@name`) went away or fell silent.
+    #[error("ipc://@{name}: the node went away")]
+    Node { name: String },
+    #[error("ipc://@{name}: no word from the node for {silent:?}")]
+    NodeSilent { name: String, silent: Duration },
+    #[error("{registered} of {wanted} consumers registered at ipc://@{name} within {timeout:?}")]
+    TooFewConsumers { registered: usize, wanted: usize, name: String, timeout: Duration },
+    /// Frame memory: the consumer kept every frame past the patience.
+    #[error("no frame came back for {patience:?}: the consumer holds all {frames}")]
+    NoFrameBack { patience: Duration, frames: usize },
+    #[error("the compute node's thread panicked")]
+    ThreadPanicked,
 }
 
 pub type Result<T> = std::result::Result<T, FlesError>;
 
 pub(crate) fn malformed(what: &'static str, why: impl Into<String>) -> FlesError {
     FlesError::Malformed { what, why: why.into() }
+}
+
+/// A local failure while doing `what`.
+pub(crate) fn io(what: impl Into<String>, e: std::io::Error) -> FlesError {
+    FlesError::Io { what: what.into(), source: Arc::new(e) }
+}
+
+/// A connection's failure while doing `what`, the core's error kept whole.
+pub(crate) fn connection(what: impl Into<String>, e: wirespeed::Error) -> FlesError {
+    FlesError::Connection { what: what.into(), source: e }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connections_failure_keeps_the_cores_error_as_its_source() {
+        let e = connection("receiving", wirespeed::Error::Timeout(Duration::from_secs(3)));
+        assert_eq!(e.to_string(), "receiving: timed out after 3s");
+        let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<wirespeed::Error>());
+        assert!(matches!(source, Some(wirespeed::Error::Timeout(_))), "{source:?}");
+    }
+
+    #[test]
+    fn what_a_peer_did_wrong_is_a_value_to_match() {
+        let e: FlesError = Violation::NoSuchPeer { role: Role::Input, index: 9, count: 2 }.into();
+        assert_eq!(e.to_string(), "a message from input 9, of 2");
+        assert!(matches!(e, FlesError::Peer(Violation::NoSuchPeer { index: 9, .. })));
+        let lost: FlesError = Lost::AllSilent { peers: Role::ComputeNode, silent: Duration::from_secs(20) }.into();
+        assert_eq!(lost.to_string(), "nothing from any compute node for 20s");
+    }
 }

@@ -92,7 +92,7 @@ fn build<M: FrameMemory>(
     let (go, word) = mpsc::channel();
     let relay = move || {
         let _ = ready.send(());
-        word.recv().unwrap_or_else(|_| Err(FlesError::Net("the run was called off before it started".into())))
+        word.recv().unwrap_or(Err(FlesError::CalledOff))
     };
     let mut frames = listener.frames(s.clone(), index, relay, memory)?;
     if is_ready.recv().is_ok() {

@@ -167,12 +167,15 @@ pub(super) fn input_json(summary: &InputSummary) -> Value {
 /// The barrier: ready on stdout, then "go" on stdin.
 fn barrier() -> Result<(), FlesError> {
     println!("ready");
-    std::io::stdout().flush().map_err(|e| FlesError::Net(format!("stdout: {e}")))?;
+    std::io::stdout().flush().map_err(|e| FlesError::Io { what: "stdout".into(), source: e.into() })?;
     let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).map_err(|e| FlesError::Net(format!("stdin: {e}")))?;
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| FlesError::Io { what: "stdin".into(), source: e.into() })?;
     match line.trim() {
         "go" => Ok(()),
-        _ => Err(FlesError::Net("the run was called off before it started".into())),
+        _ => Err(FlesError::CalledOff),
     }
 }
 

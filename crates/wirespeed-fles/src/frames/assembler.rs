@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
 
 use super::{FrameMemory, PART_ALIGN, Part, Source};
-use crate::error::{FlesError, Result};
+use crate::error::{FlesError, Lost, Result};
 
 /// A frame being filled.
 struct Building {
@@ -130,11 +130,9 @@ impl<M: FrameMemory> Assembler<M> {
         }
         match self.recycled.recv_timeout(self.patience) {
             Ok(f) => Ok(f),
-            Err(RecvTimeoutError::Timeout) => Err(FlesError::Net(format!(
-                "no frame came back for {:?}: the consumer holds all {}",
-                self.patience,
-                self.memory.frames()
-            ))),
+            Err(RecvTimeoutError::Timeout) => {
+                Err(Lost::NoFrameBack { patience: self.patience, frames: self.memory.frames() }.into())
+            }
             Err(RecvTimeoutError::Disconnected) => unreachable!("the assembler holds a sender"),
         }
     }

@@ -20,7 +20,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::distributor::{Action, Distributor, ItemId, WorkerId};
 use super::zmtp::{SocketType, Zmtp, message_bytes};
-use crate::error::{FlesError, Result};
+use crate::error::{FlesError, Lost, Result};
 
 /// Consumers connected at once, at most; more are turned away.
 const MAX_WORKERS: usize = 256;
@@ -57,8 +57,8 @@ struct Registered {
     changed: Condvar,
 }
 
-fn net(what: &str, e: impl std::fmt::Display) -> FlesError {
-    FlesError::Net(format!("{what}: {e}"))
+fn net(what: &str, e: impl Into<std::io::Error>) -> FlesError {
+    crate::error::io(what, e.into())
 }
 
 impl Publisher {
@@ -67,9 +67,10 @@ impl Publisher {
         let addr = SocketAddr::from_abstract_name(name.as_bytes())
             .map_err(|e| FlesError::Config(format!("{name}: not a usable socket name ({e})")))?;
         let listener = UnixListener::bind_addr(&addr).map_err(|e| {
-            FlesError::Net(format!(
-                "listening for consumers at ipc://@{name}: {e} (is another node publishing as {name}?)"
-            ))
+            crate::error::io(
+                format!("listening for consumers at ipc://@{name} (is another node publishing as {name}?)"),
+                e,
+            )
         })?;
         listener.set_nonblocking(true).map_err(|e| net("listening for consumers", e))?;
         let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).map_err(|e| net("making an eventfd", e))?;
@@ -120,10 +121,9 @@ impl Publisher {
             registered.changed.wait_timeout_while(count, timeout, |c| *c < n).unwrap_or_else(|e| e.into_inner());
         match *count >= n {
             true => Ok(()),
-            false => Err(FlesError::Net(format!(
-                "{} of {n} consumers registered at ipc://@{} within {timeout:?}",
-                *count, self.name
-            ))),
+            false => {
+                Err(Lost::TooFewConsumers { registered: *count, wanted: n, name: self.name.clone(), timeout }.into())
+            }
         }
     }
 }

@@ -12,7 +12,7 @@ use super::distributor::{ItemId, Registration};
 use super::segment::Segment;
 use super::work_item::WorkItem;
 use super::zmtp::{Parts, SocketType, Zmtp, message_bytes};
-use crate::error::{FlesError, Result, malformed};
+use crate::error::{FlesError, Lost, Result, Violation, malformed};
 use crate::model::{ComponentView, TimesliceDescriptor};
 
 /// FLESnet's worker gives up on a distributor it has not heard from for this long.
@@ -65,7 +65,7 @@ impl Taken {
 }
 
 fn net(what: &str, e: std::io::Error) -> FlesError {
-    FlesError::Net(format!("{what}: {e}"))
+    crate::error::io(what, e)
 }
 
 impl TimesliceReceiver {
@@ -76,7 +76,10 @@ impl TimesliceReceiver {
         let deadline = Instant::now() + wait;
         let (conn, zmtp) = loop {
             match open(name, &registration) {
-                Err(FlesError::Net(_)) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                // Not there yet (refused), or going and coming back.
+                Err(FlesError::Io { .. } | FlesError::Lost(Lost::Node { .. })) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
                 other => break other?,
             }
         };
@@ -129,7 +132,7 @@ impl TimesliceReceiver {
                 // As FLESnet's worker does: a new connection, registered anew.
                 (self.conn, self.zmtp) = open(&self.name, &self.registration)?;
             } else {
-                return Err(FlesError::Protocol(format!("the distributor sent {text:?}")));
+                return Err(Violation::Zmtp(format!("the distributor sent {text:?}")).into());
             }
         }
     }
@@ -165,7 +168,7 @@ impl TimesliceReceiver {
     fn lost(&self, what: &str, e: std::io::Error) -> FlesError {
         match e.kind() {
             std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
-                FlesError::Net(format!("ipc://@{}: the node went away", self.name))
+                Lost::Node { name: self.name.clone() }.into()
             }
             _ => net(what, e),
         }
@@ -180,13 +183,10 @@ impl TimesliceReceiver {
                 return Ok(m);
             }
             match self.conn.read(&mut buf) {
-                Ok(0) => return Err(FlesError::Net(format!("ipc://@{}: the node went away", self.name))),
+                Ok(0) => return Err(Lost::Node { name: self.name.clone() }.into()),
                 Ok(n) => self.zmtp.receive(&buf[..n])?,
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                    return Err(FlesError::Net(format!(
-                        "ipc://@{}: no word from the node for {HEARTBEAT_TIMEOUT:?}",
-                        self.name
-                    )));
+                    return Err(Lost::NodeSilent { name: self.name.clone(), silent: HEARTBEAT_TIMEOUT }.into());
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.lost("reading from the distributor", e)),
@@ -210,7 +210,7 @@ fn open(name: &str, registration: &Registration) -> Result<(UnixStream, Zmtp)> {
         conn.write_all(&zmtp.transmit()).map_err(|e| net("greeting the distributor", e))?;
         let n = conn.read(&mut buf).map_err(|e| net("greeting the distributor", e))?;
         if n == 0 {
-            return Err(FlesError::Net(format!("ipc://@{name}: closed while greeting")));
+            return Err(Lost::Node { name: name.into() }.into());
         }
         zmtp.receive(&buf[..n])?;
     }

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use crate::error::{FlesError, Result};
+use crate::error::{FlesError, Result, Violation};
 
 const GREETING_LEN: usize = 64;
 const MORE: u8 = 1;
@@ -22,7 +22,7 @@ const COMMAND: u8 = 4;
 pub type Parts = Vec<Vec<u8>>;
 
 fn violation(what: impl Into<String>) -> FlesError {
-    FlesError::Protocol(format!("ZeroMQ peer: {}", what.into()))
+    Violation::Zmtp(what.into()).into()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -124,7 +124,7 @@ mod tests {
             0, 0, 0, 0,
         ];
         assert_eq!(d.encode(), want);
-        assert_eq!(MicrosliceDescriptor::decode(&want), Ok(d));
+        assert_eq!(MicrosliceDescriptor::decode(&want).ok(), Some(d));
     }
 
     #[test]
@@ -144,7 +144,7 @@ mod tests {
         #[test]
         fn round_trips(eq in any::<u16>(), f in any::<u16>(), idx in any::<u64>(), crc in any::<u32>(), size in any::<u32>(), off in any::<u64>()) {
             let d = MicrosliceDescriptor { hdr_id: HDR_ID, hdr_ver: HDR_VER, eq_id: eq, flags: f, sys_id: 7, sys_ver: 9, idx, crc, size, offset: off };
-            prop_assert_eq!(MicrosliceDescriptor::decode(&d.encode()), Ok(d));
+            prop_assert_eq!(MicrosliceDescriptor::decode(&d.encode()).ok(), Some(d));
         }
     }
 }

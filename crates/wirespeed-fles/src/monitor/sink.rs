@@ -334,22 +334,22 @@ mod tests {
 
     #[test]
     fn parses_flesnets_sink_names() {
-        assert_eq!("file:cout".parse(), Ok(SinkSpec::File("cout".into())));
+        assert_eq!("file:cout".parse().ok(), Some(SinkSpec::File("cout".into())));
         assert_eq!(
-            "influx1:db.example:8086:cbm".parse(),
-            Ok(SinkSpec::Influx1 { host: "db.example".into(), port: 8086, db: "cbm".into() })
+            "influx1:db.example:8086:cbm".parse().ok(),
+            Some(SinkSpec::Influx1 { host: "db.example".into(), port: 8086, db: "cbm".into() })
         );
         assert_eq!(
-            "influx2:db.example:::t0k:en".parse(),
-            Ok(SinkSpec::Influx2 {
+            "influx2:db.example:::t0k:en".parse().ok(),
+            Some(SinkSpec::Influx2 {
                 host: "db.example".into(),
                 port: 8086,
                 bucket: "cbm".into(),
                 token: "t0k:en".into()
             })
         );
-        assert_eq!("prometheus:9100".parse(), Ok(SinkSpec::Prometheus("0.0.0.0:9100".into())));
-        assert_eq!("prometheus:127.0.0.1:9100".parse(), Ok(SinkSpec::Prometheus("127.0.0.1:9100".into())));
+        assert_eq!("prometheus:9100".parse().ok(), Some(SinkSpec::Prometheus("0.0.0.0:9100".into())));
+        assert_eq!("prometheus:127.0.0.1:9100".parse().ok(), Some(SinkSpec::Prometheus("127.0.0.1:9100".into())));
         assert_eq!(
             "prometheus:9100".parse::<SinkSpec>().unwrap().for_rank(3),
             SinkSpec::Prometheus("0.0.0.0:9103".into())

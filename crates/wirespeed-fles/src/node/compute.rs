@@ -11,7 +11,7 @@ use super::liveness::Liveness;
 use super::rescue::{Fate, Rescue};
 use super::ring::{Pointers, RingSizes};
 use super::thinned::Thinned;
-use crate::error::{FlesError, Result};
+use crate::error::{Lost, Result, Role, Violation};
 use crate::model::ComponentDescriptor;
 use crate::sched::{Completed, Coordinator, DfsSettings, IntervalReport, Nanos};
 use crate::wire::Msg;
@@ -141,9 +141,8 @@ impl ComputeNode {
         let old = self.written[input];
         let acked = self.acked[input];
         if written.data < old.data || written.desc < old.desc || written.desc - acked.desc > self.rings.descs {
-            return Err(FlesError::Protocol(format!(
-                "input {input} claims {written:?} after {old:?}, with {acked:?} acknowledged"
-            )));
+            let rule = format!("claims {written:?} after {old:?}, with {acked:?} acknowledged");
+            return Err(Violation::Broke { role: Role::Input, index: input, rule }.into());
         }
         self.written[input] = written;
         Ok(self.seen[input]..written.desc)
@@ -151,7 +150,7 @@ impl ComputeNode {
 
     /// The descriptor at input `input`'s next position: checks it and files the component.
     pub fn on_component(&mut self, input: usize, desc: ComponentDescriptor, now: Nanos) -> Result<()> {
-        let bad = |why: String| Err(FlesError::Protocol(format!("input {input}: {why}")));
+        let bad = |rule: String| Err(Violation::Broke { role: Role::Input, index: input, rule }.into());
         let ts = desc.ts_num;
         let fate = self.rescue.fate(ts);
         if fate == Fate::NotMine || self.limit.is_some_and(|l| ts >= l) {
@@ -166,7 +165,9 @@ impl ComputeNode {
             return bad(format!("timeslice {ts} out of order or twice"));
         }
         let end_before = self.held[input].back().map_or(self.acked[input].data, |&(_, end, _)| end.data);
-        self.rings.check(end_before, self.acked[input].data, desc.offset, desc.size)?;
+        if let Err(rule) = self.rings.check(end_before, self.acked[input].data, desc.offset, desc.size) {
+            return bad(rule);
+        }
         if desc.offset + desc.size > self.written[input].data {
             return bad(format!("timeslice {ts}'s component runs past the write pointer"));
         }
@@ -230,7 +231,7 @@ impl ComputeNode {
             l.forget(input);
         }
         if self.lost.iter().all(|&l| l) {
-            return Err(FlesError::Net("every input is gone".into()));
+            return Err(Lost::EveryInput.into());
         }
         self.held[input].clear();
         let waiting: Vec<u64> = self.pending.keys().copied().collect();
@@ -352,7 +353,7 @@ impl ComputeNode {
     /// An input's report of an interval (DFS).
     pub fn on_report(&mut self, r: IntervalReport) -> Result<()> {
         if r.input >= self.inputs() {
-            return Err(FlesError::Protocol(format!("a report from input {}, of {}", r.input, self.inputs())));
+            return Err(Violation::NoSuchPeer { role: Role::Input, index: r.input, count: self.inputs() }.into());
         }
         if let Some(c) = &mut self.coordinator
             && let Some((done, proposals)) = c.report(r)
@@ -377,7 +378,8 @@ impl ComputeNode {
     /// agree on the end.
     pub fn on_stop(&mut self, input: usize, horizon: u64) -> Result<()> {
         if self.last_ts[input].is_some_and(|t| t >= horizon) {
-            return Err(FlesError::Protocol(format!("input {input} stopped at {horizon} after sending past it")));
+            let rule = format!("stopped at {horizon} after sending past it");
+            return Err(Violation::Broke { role: Role::Input, index: input, rule }.into());
         }
         self.halt();
         if self.ended {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use super::liveness::Liveness;
 use super::ring::{Pointers, RingSizes};
-use crate::error::{FlesError, Result};
+use crate::error::{FlesError, Lost, Result, Role, Violation};
 use crate::model::{ComponentDescriptor, Slicing};
 use crate::sched::{InputSchedule, Nanos, Owners, Proposal};
 use crate::wire::Msg;
@@ -151,7 +151,7 @@ impl InputNode {
     }
 
     fn owner(&self, ts: u64) -> Result<usize> {
-        self.owners.owner(ts).ok_or_else(|| FlesError::Net("every compute node is lost".into()))
+        self.owners.owner(ts).ok_or_else(|| FlesError::from(Lost::EveryComputeNode))
     }
 
     /// Places timeslice `ts`'s component of `size` bytes in `compute`'s rings, if they have room.
@@ -212,9 +212,8 @@ impl InputNode {
         }
         let (old, written) = (self.acked[compute], self.written[compute]);
         if acked.data < old.data || acked.desc < old.desc || acked.data > written.data || acked.desc > written.desc {
-            return Err(FlesError::Protocol(format!(
-                "compute node {compute} acknowledged {acked:?} after {old:?}, with {written:?} written"
-            )));
+            let rule = format!("acknowledged {acked:?} after {old:?}, with {written:?} written");
+            return Err(Violation::Broke { role: Role::ComputeNode, index: compute, rule }.into());
         }
         self.acked[compute] = acked;
         while let Some(&(ts, end)) = self.in_flight[compute].front() {
@@ -251,10 +250,7 @@ impl InputNode {
     /// The compute nodes agreed that the run ends before timeslice `end`.
     pub fn on_end(&mut self, end: u64) -> Result<()> {
         if end < self.horizon {
-            return Err(FlesError::Protocol(format!(
-                "the run ends at {end}, but timeslice {} is sent",
-                self.horizon - 1
-            )));
+            return Err(Violation::EndBehindSent { end, sent: self.horizon - 1 }.into());
         }
         self.limit = Some(self.limit.map_or(end, |l| l.min(end)));
         self.paused = false;

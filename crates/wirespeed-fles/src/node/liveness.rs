@@ -130,13 +130,12 @@ impl Liveness {
 
     /// As [`handle_timeout`](Self::handle_timeout), with a stall as the error: nothing from
     /// any of the `peers` (as the message names them) for the whole timeout.
-    pub fn judge(&mut self, now: Nanos, peers: &str) -> crate::error::Result<Verdict> {
+    pub fn judge(&mut self, now: Nanos, peers: crate::error::Role) -> crate::error::Result<Verdict> {
         let verdict = self.handle_timeout(now);
         match verdict.stalled {
-            Some(silent) => Err(crate::error::FlesError::Net(format!(
-                "nothing from any {peers} for {:?}",
-                std::time::Duration::from_nanos(silent)
-            ))),
+            Some(silent) => {
+                Err(crate::error::Lost::AllSilent { peers, silent: std::time::Duration::from_nanos(silent) }.into())
+            }
             None => Ok(verdict),
         }
     }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::{FlesError, Result};
+use crate::error::{Lost, Result, Role, Violation};
 use crate::sched::{Owners, compute_of};
 
 /// What a compute node does with a timeslice.
@@ -90,21 +90,16 @@ impl Rescue {
         finished: Vec<(u64, u64)>,
     ) -> Result<bool> {
         if compute == self.index {
-            return Err(FlesError::Net(format!("input {input} gave this compute node up")));
+            return Err(Lost::GivenUpBy { input }.into());
         }
         if compute as u64 >= self.computes() {
-            return Err(FlesError::Protocol(format!(
-                "input {input} lost compute node {compute}, of {}",
-                self.computes()
-            )));
+            let rule = format!("lost compute node {compute}, of {}", self.computes());
+            return Err(Violation::Broke { role: Role::Input, index: input, rule }.into());
         }
         let news = !self.owners.is_lost(compute);
         if news {
             if let Some(open) = self.losses.iter().find(|l| l.finished.is_none()) {
-                return Err(FlesError::Net(format!(
-                    "compute nodes {} and {compute} were lost at once: what each finished cannot be told apart",
-                    open.compute
-                )));
+                return Err(Lost::TwoAtOnce { first: open.compute, second: compute }.into());
             }
             let lost_before = self.owners.lost().to_vec();
             self.owners.lose(compute);

@@ -3,8 +3,6 @@
 //! would cross the data ring's end starts at the next turn instead, so every component is one
 //! contiguous view, and the skipped tail counts as used until the component is acknowledged.
 
-use crate::error::{FlesError, Result};
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingSizes {
     pub data: u64,
@@ -34,17 +32,17 @@ impl RingSizes {
 
     /// Checks a component a writer claims at `offset` of `size`, after `written` with the
     /// reader at `acked`: it must follow what came before, not wrap, and fit.
-    pub fn check(&self, written: u64, acked: u64, offset: u64, size: u64) -> Result<()> {
+    pub fn check(&self, written: u64, acked: u64, offset: u64, size: u64) -> std::result::Result<(), String> {
         let ok = offset >= written
             && size <= self.data
             && offset % self.data + size <= self.data
             && offset.checked_add(size).is_some_and(|end| end - acked <= self.data);
         match ok {
             true => Ok(()),
-            false => Err(FlesError::Protocol(format!(
+            false => Err(format!(
                 "a component at {offset} of {size} bytes does not fit a {}-byte ring written to {written}, acknowledged to {acked}",
                 self.data
-            ))),
+            )),
         }
     }
 }

@@ -11,7 +11,7 @@ use wirespeed::{Config, Connection, Key, Listener, Region};
 
 use super::link::{Event, Link, await_closes, net, patient};
 use super::{METRICS_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, Settings, metrics, since, until};
-use crate::error::{FlesError, Result};
+use crate::error::{Lost, Result, Violation};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::model::{ComponentDescriptor, ComponentView};
 use crate::node::{ComputeAction, ComputeNode, Thinned};
@@ -123,7 +123,7 @@ impl Timeslice<'_> {
 
 impl ComputeListener {
     pub fn bind(url: &str, key: &Key, config: &Config) -> Result<Self> {
-        let listener = wirespeed::listen(url, key, config).map_err(|e| net(&format!("listening on {url}"), e))?;
+        let listener = wirespeed::listen(url, key, config).map_err(|e| net(format!("listening on {url}"), e))?;
         Ok(ComputeListener { listener })
     }
 
@@ -170,11 +170,11 @@ impl ComputeListener {
             let stream = conn.accept_stream_timeout(s.timeout).map_err(|e| net("waiting for an input's stream", e))?;
             let link = Link::new(conn, patient(stream, s.timeout));
             let Msg::Join { input } = link.recv()? else {
-                return Err(FlesError::Protocol("an input did not say which it is".into()));
+                return Err(Violation::Unidentified.into());
             };
             let input = input as usize;
             if input >= s.inputs || slots[input].is_some() {
-                return Err(FlesError::Protocol(format!("input {input} joined twice or is not one of {}", s.inputs)));
+                return Err(Violation::JoinedTwice { input, inputs: s.inputs }.into());
             }
             let register = |len: u64| link.conn.register(len as usize).map_err(|e| net("registering a ring", e));
             let data = match consumer.ring(&link.conn, s.rings.data as usize)? {
@@ -219,7 +219,7 @@ impl ComputeListener {
             let first = match rx.recv_timeout(wait) {
                 Ok(ev) => Some(ev),
                 Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return Err(FlesError::Net("every input is gone".into())),
+                Err(RecvTimeoutError::Disconnected) => return Err(Lost::EveryInput.into()),
             };
             // Everything that came meanwhile is heard before any input is judged silent.
             for ev in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {

@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use super::Settings;
 use super::compute::{ComputeListener, ComputeSummary, Consumer, DataRing, Timeslice};
 use super::link::Event;
-use crate::error::{FlesError, Result};
+use crate::error::{Lost, Result};
 use crate::model::ComponentView;
 
 /// The complete timeslices of one compute node, in order; ends when the run does.
@@ -73,7 +73,7 @@ impl ComputeListener {
                 // The iterator ends with the last timeslice, though some may still be kept.
                 self.drive(&s, index, barrier, &mut keeper)
             })
-            .map_err(|e| FlesError::Net(format!("starting a compute node's thread: {e}")))?;
+            .map_err(|e| crate::error::io("starting a compute node's thread", e))?;
         Ok(Timeslices { delivered, node: Some(node) })
     }
 }
@@ -119,6 +119,6 @@ impl Timeslices {
     pub fn finish(mut self) -> Result<ComputeSummary> {
         let node = self.node.take().expect("finished once");
         drop(self);
-        node.join().unwrap_or_else(|_| Err(FlesError::Net("the compute node's thread panicked".into())))
+        node.join().unwrap_or_else(|_| Err(Lost::ThreadPanicked.into()))
     }
 }

@@ -13,7 +13,7 @@ use wirespeed::sync::Unpoison;
 use super::Settings;
 use super::compute::{ComputeListener, ComputeSummary, Consumer, DataRing, Place, Timeslice};
 use super::link::Event;
-use crate::error::{FlesError, Result};
+use crate::error::{FlesError, Lost, Result};
 use crate::frames::{Assembler, Check, FrameMemory, Part, SealedFrame, Source};
 
 /// A timeslice complete in frame memory and checked there.
@@ -66,7 +66,7 @@ impl Frames {
         let node = self.node.take().expect("finished once");
         let watcher = self.watcher.take().expect("finished once");
         drop(self);
-        let summary = node.join().unwrap_or_else(|_| Err(FlesError::Net("the compute node's thread panicked".into())));
+        let summary = node.join().unwrap_or_else(|_| Err(Lost::ThreadPanicked.into()));
         let _ = watcher.join();
         summary
     }
@@ -112,7 +112,7 @@ impl ComputeListener {
                 let _ = end.send((builder.assembler, builder.rings));
                 summary
             })
-            .map_err(|e| FlesError::Net(format!("starting a compute node's thread: {e}")))?;
+            .map_err(|e| crate::error::io("starting a compute node's thread", e))?;
         Ok(Frames { delivered, path, node: Some(node), watcher: Some(watcher) })
     }
 }
@@ -217,7 +217,7 @@ fn watch<M: FrameMemory>(
     let recycle = assembler.recycler();
     let addresses: Vec<u64> = (0..assembler.memory().frames()).map(|f| assembler.memory().address(f)).collect();
     let thread = |name: &str| std::thread::Builder::new().name(name.into());
-    let net = |e: std::io::Error| FlesError::Net(format!("starting a thread: {e}"));
+    let net = |e: std::io::Error| crate::error::io("starting a thread", e);
     // First: the copies are done, so the ring space can go back.
     thread("fles-frames-copied")
         .spawn(move || {

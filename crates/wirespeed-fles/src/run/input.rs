@@ -10,7 +10,7 @@ use wirespeed::{Config, Key, RemoteRegion};
 use super::feed::Feed;
 use super::link::{Event, Link, await_closes, net, patient};
 use super::{METRICS_EVERY, SAMPLE_EVERY, SAMPLES_KEPT, Settings, metrics, since, until};
-use crate::error::{FlesError, Result};
+use crate::error::{FlesError, Lost, Result, Violation};
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::node::{InputAction, InputNode, Pointers, Thinned};
 use crate::wire::Msg;
@@ -53,12 +53,12 @@ pub fn run_input(
     }
     let mut peers = Vec::with_capacity(urls.len());
     for url in urls {
-        let conn = wirespeed::connect(url, key, config).map_err(|e| net(&format!("connecting to {url}"), e))?;
+        let conn = wirespeed::connect(url, key, config).map_err(|e| net(format!("connecting to {url}"), e))?;
         let stream = conn.open_stream().map_err(|e| net("opening a stream", e))?;
         let link = Link::new(conn, patient(stream, s.timeout));
         link.send(&Msg::Join { input: index as u32 })?;
         let Msg::Rings { data, descs } = link.recv()? else {
-            return Err(FlesError::Protocol(format!("{url} did not answer with its rings")));
+            return Err(Violation::NoRings { url: url.to_string() }.into());
         };
         let region = |d: &[u8]| link.conn.remote_region(d).map_err(|e| net("a compute node's ring", e));
         let (data, descs) = (region(&data)?, region(&descs)?);
@@ -154,7 +154,7 @@ pub fn run_input(
                 Ok(ev) => handle(&mut node, ev)?,
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(FlesError::Net("every compute node is gone".into()));
+                    return Err(Lost::EveryComputeNode.into());
                 }
             },
             InputAction::Done => break,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use wirespeed::{Connection, Stream};
 
-use crate::error::{FlesError, Result};
+use crate::error::{FlesError, Result, Violation};
 use crate::wire::Msg;
 
 /// What a link's reader passes on: a message from peer `peer`, or how its stream ended.
@@ -43,7 +43,7 @@ impl Link {
     pub fn recv(&self) -> Result<Msg> {
         match self.stream.recv().map_err(|e| net("receiving", e))? {
             Some(m) => Msg::decode(&m.header),
-            None => Err(FlesError::Protocol("the peer closed the connection during setup".into())),
+            None => Err(Violation::ClosedDuringSetup.into()),
         }
     }
 
@@ -71,7 +71,7 @@ impl Link {
                 };
                 let _ = events.send(Event::Closed(peer, end));
             })
-            .map_err(|e| FlesError::Protocol(format!("starting a reader thread: {e}")))?;
+            .map_err(|e| crate::error::io("starting a reader thread", e))?;
         Ok(())
     }
 
@@ -94,8 +94,8 @@ pub(crate) fn await_closes(events: &Receiver<Event>, mut open: Vec<bool>, limit:
     }
 }
 
-pub(crate) fn net(what: &str, e: wirespeed::Error) -> FlesError {
-    FlesError::Net(format!("{what}: {e}"))
+pub(crate) fn net(what: impl Into<String>, e: wirespeed::Error) -> FlesError {
+    crate::error::connection(what, e)
 }
 
 /// A connection's control stream with a long per-message timeout (the node's loop has its

@@ -12,7 +12,7 @@ use wirespeed::{Connection, LentMemory};
 use super::Settings;
 use super::compute::{ComputeListener, ComputeSummary, Consumer, DataRing, Timeslice};
 use super::link::Event;
-use crate::error::{FlesError, Result};
+use crate::error::Result;
 use crate::ipc::publisher::Publisher;
 use crate::ipc::segment::Segment;
 use crate::ipc::work_item::{ComponentEntry, WorkItem};
@@ -77,7 +77,7 @@ impl<F: FnMut(&Timeslice<'_>)> Consumer for Publishing<F> {
         };
         // SAFETY: the block is mapped for as long as it lives, which `keep` sees to; the
         // node reads a component only after the input's message says it is there.
-        let region = unsafe { conn.lend(lent) }.map_err(|e| FlesError::Net(format!("lending a ring: {e}")))?;
+        let region = unsafe { conn.lend(lent) }.map_err(|e| crate::error::connection("lending a ring", e))?;
         Ok(Some(DataRing::Host(region)))
     }
 

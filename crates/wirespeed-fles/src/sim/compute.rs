@@ -74,12 +74,12 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<C
 /// A message from actor `from`: an input (inputs' ids are their indices).
 fn handle(node: &mut ComputeNode, inputs: usize, from: usize, msg: SimMsg, now: u64) -> Result<()> {
     match msg {
-        other if from >= inputs => Err(FlesError::Protocol(format!("actor {from} sent a compute node {other:?}"))),
+        other if from >= inputs => Err(FlesError::Simulation(format!("actor {from} sent a compute node {other:?}"))),
         // Its descriptor is in the simulated ring, put there before the status.
         SimMsg::Component { desc, pointers } => node.handle(from, Msg::Status(pointers), now, |_| Ok(desc)),
-        SimMsg::Ctl(m) => node.handle(from, m, now, |_| Err(FlesError::Protocol("a status without its put".into()))),
+        SimMsg::Ctl(m) => node.handle(from, m, now, |_| Err(FlesError::Simulation("a status without its put".into()))),
         // Its stream's end: everything it sent is in (messages come in order).
         SimMsg::Finished => node.on_closed(from, true, now),
-        other => Err(FlesError::Protocol(format!("input {from} sent {other:?}"))),
+        other => Err(FlesError::Simulation(format!("input {from} sent {other:?}"))),
     }
 }

@@ -72,9 +72,11 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<I
 fn handle(sh: &Shared, node: &mut InputNode, from: usize, msg: SimMsg) -> Result<()> {
     let c = from.wrapping_sub(sh.settings.inputs);
     match msg {
-        other if c >= sh.settings.computes => Err(FlesError::Protocol(format!("actor {from} sent an input {other:?}"))),
+        other if c >= sh.settings.computes => {
+            Err(FlesError::Simulation(format!("actor {from} sent an input {other:?}")))
+        }
         SimMsg::Ctl(m) => node.handle(c, m, now_ns()),
         SimMsg::Finished => node.on_closed(c, true),
-        other => Err(FlesError::Protocol(format!("actor {from} sent an input {other:?}"))),
+        other => Err(FlesError::Simulation(format!("actor {from} sent an input {other:?}"))),
     }
 }

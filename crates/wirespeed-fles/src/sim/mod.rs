@@ -215,7 +215,7 @@ pub fn simulate(s: &SimSettings, dir: &Path, progress: Option<Progress>) -> Resu
     })?;
     engine.run()?;
     if let Some(e) = lock(&sh.errors).first() {
-        return Err(FlesError::Net(format!("simulation: {e}")));
+        return Err(FlesError::Simulation(e.to_string()));
     }
     let mut out = SimOutcome {
         inputs: std::mem::take(&mut *lock(&sh.inputs)),

@@ -179,8 +179,8 @@ impl Port {
             // A transfer that failed brings nothing: wait for the next.
             let Ok(Envelope { from, seq, msg }) = done.value::<Envelope>() else { continue };
             if seq != self.delivered[from] {
-                return Err(FlesError::Protocol(format!(
-                    "simulation: message {seq} from actor {from} came after {}",
+                return Err(FlesError::Simulation(format!(
+                    "message {seq} from actor {from} came after {}",
                     self.delivered[from]
                 )));
             }

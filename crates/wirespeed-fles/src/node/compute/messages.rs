@@ -2,7 +2,7 @@
 //! inputs' liveness. Drivers pass in what arrives and the time, and carry out the actions.
 
 use super::{ComputeAction, ComputeNode};
-use crate::error::{FlesError, Result};
+use crate::error::{Result, Role, Violation};
 use crate::model::ComponentDescriptor;
 use crate::node::liveness::{Liveness, LivenessSettings};
 use crate::sched::Nanos;
@@ -25,7 +25,7 @@ impl ComputeNode {
         mut read: impl FnMut(u64) -> Result<ComponentDescriptor>,
     ) -> Result<()> {
         if input >= self.inputs() {
-            return Err(FlesError::Protocol(format!("a message from input {input}, of {}", self.inputs())));
+            return Err(Violation::NoSuchPeer { role: Role::Input, index: input, count: self.inputs() }.into());
         }
         if let Some(l) = &mut self.liveness {
             l.heard(input, now, msg == Msg::Heartbeat);
@@ -45,7 +45,9 @@ impl ComputeNode {
             Msg::Stop { horizon } => self.on_stop(input, horizon),
             Msg::Lost { compute, finished } => self.on_compute_lost(input, compute as usize, finished),
             Msg::Heartbeat => Ok(()),
-            other => Err(FlesError::Protocol(format!("input {input} sent {other:?}"))),
+            other => {
+                Err(Violation::Unexpected { role: Role::Input, index: input, message: format!("{other:?}") }.into())
+            }
         }
     }
 
@@ -67,7 +69,7 @@ impl ComputeNode {
     /// The time is `now`: beats to the inputs when due, and goes on without those found dead.
     pub fn handle_timeout(&mut self, now: Nanos) -> Result<()> {
         let Some(l) = &mut self.liveness else { return Ok(()) };
-        let verdict = l.judge(now, "input")?;
+        let verdict = l.judge(now, Role::Input)?;
         for input in verdict.dead {
             if !self.done_inputs[input] {
                 self.on_input_lost(input, now)?;

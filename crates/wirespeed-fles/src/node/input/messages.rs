@@ -3,7 +3,7 @@
 //! actions.
 
 use super::{InputAction, InputNode};
-use crate::error::{FlesError, Result};
+use crate::error::{Result, Role, Violation};
 use crate::node::liveness::{Liveness, LivenessSettings};
 use crate::sched::Nanos;
 use crate::wire::Msg;
@@ -37,7 +37,7 @@ impl InputNode {
     pub fn handle(&mut self, compute: usize, msg: Msg, now: Nanos) -> Result<()> {
         let computes = self.computes();
         if compute >= computes {
-            return Err(FlesError::Protocol(format!("a message from compute node {compute}, of {computes}")));
+            return Err(Violation::NoSuchPeer { role: Role::ComputeNode, index: compute, count: computes }.into());
         }
         if let Some(l) = &mut self.liveness {
             l.heard(compute, now, msg == Msg::Heartbeat);
@@ -58,7 +58,10 @@ impl InputNode {
             Msg::End { at } => self.on_end(at),
             Msg::Heartbeat => Ok(()),
             Msg::Leave { compute: lost } if (lost as usize) < computes => self.give_up(lost as usize),
-            other => Err(FlesError::Protocol(format!("compute node {compute} sent {other:?}"))),
+            other => {
+                Err(Violation::Unexpected { role: Role::ComputeNode, index: compute, message: format!("{other:?}") }
+                    .into())
+            }
         }
     }
 
@@ -87,7 +90,7 @@ impl InputNode {
     /// The time is `now`: beats to the compute nodes when due, and gives up those found dead.
     pub fn handle_timeout(&mut self, now: Nanos) -> Result<()> {
         let Some(l) = &mut self.liveness else { return Ok(()) };
-        let verdict = l.judge(now, "compute node")?;
+        let verdict = l.judge(now, Role::ComputeNode)?;
         for compute in verdict.dead {
             self.give_up(compute)?;
         }
