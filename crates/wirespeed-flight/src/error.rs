@@ -4,6 +4,7 @@
 pub use tonic::Code;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// An error with a Flight status code, raised by a handler or received from the server.
     #[error("{message} ({code:?})")]
@@ -11,11 +12,44 @@ pub enum Error {
     /// The data-plane transport failed (connection lost, timeout, reset).
     #[error("data plane: {0}")]
     Transport(#[from] wirespeed::Error),
-    /// The peer sent something malformed.
+    /// The peer sent something malformed or out of place.
     #[error("protocol error: {0}")]
-    Protocol(String),
+    Peer(#[from] Violation),
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
+}
+
+/// What a peer sent that it may not: on a data plane, or in an Arrow IPC stream on either.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Violation {
+    /// A data-plane message that does not decode (`what`: its kind, or "empty").
+    #[error("malformed data-plane {0} message")]
+    Malformed(&'static str),
+    #[error("unknown data-plane message type {0}")]
+    UnknownMessage(u8),
+    /// A location from the server without the grant a plane call needs.
+    #[error("location {0} carries no capability")]
+    NoCapability(String),
+    #[error("the call ended before OPEN")]
+    EndedBeforeOpen,
+    #[error("a call must start with OPEN")]
+    OpenNotFirst,
+    #[error("OPEN in the middle of a call")]
+    OpenMidCall,
+    /// A sealed message that does not open under the call's key, or has the wrong shape.
+    #[error("a sealed plane message: {0}")]
+    Unsealed(String),
+    #[error("the stream ended before its schema")]
+    EndedBeforeSchema,
+    #[error("a batch before the schema")]
+    BatchBeforeSchema,
+    /// In a stream (`stream`) or an upload (`upload`).
+    #[error("a second schema in one {0}")]
+    SecondSchema(&'static str),
+    /// Arrow IPC that does not decode, or whose buffers lie outside its body.
+    #[error("{0}")]
+    Ipc(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -72,7 +106,7 @@ impl Error {
                 Code::Cancelled
             }
             Error::Transport(_) => Code::Unavailable,
-            Error::Protocol(_) => Code::InvalidArgument,
+            Error::Peer(_) => Code::InvalidArgument,
             Error::Arrow(_) => Code::Internal,
         }
     }
@@ -124,7 +158,7 @@ impl From<arrow_flight::error::FlightError> for Error {
         match e {
             F::Tonic(s) => Error::from(*s),
             F::Arrow(a) => Error::Arrow(a),
-            other => Error::Protocol(other.to_string()),
+            other => Violation::Ipc(other.to_string()).into(),
         }
     }
 }

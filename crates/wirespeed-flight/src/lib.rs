@@ -24,7 +24,7 @@ pub use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 pub use client::{
     Client, ExchangeReader, FlightReader, FlightWriter, Method, Plane, PlaneClient, PutResults, Transport,
 };
-pub use error::{Code, Error, Result};
+pub use error::{Code, Error, Result, Violation};
 pub use grpc::connections::Limits;
 pub use grpc::tls::{ClientTls, ServerTls};
 pub use ipc::{ReadStats, SharedStats, WriteOptions, share, share_all};

@@ -14,7 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::Writer;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::ipc::{Decoded, Decoder, Frame};
 use crate::service::{Output, Payload, Upload};
 
@@ -175,6 +175,6 @@ fn write_one(upload: &mut dyn Upload, decoder: &mut Decoder, data: FlightData) -
         Decoded::Batch(batch, app_metadata) => upload.write(Payload::new(Some(batch), app_metadata)),
         Decoded::Metadata(app_metadata) => upload.write(Payload::metadata(app_metadata)),
         Decoded::Dictionary => Ok(None),
-        Decoded::Schema(_) => Err(Error::Protocol("a second schema in one upload".into())),
+        Decoded::Schema(_) => Err(Violation::SecondSchema("upload").into()),
     }
 }

@@ -15,7 +15,7 @@ use arrow_ipc::{MessageHeader, root_as_message};
 use arrow_schema::{Schema, SchemaRef};
 use bytes::Bytes;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 
 /// What one frame turned into.
 #[derive(Debug)]
@@ -132,7 +132,7 @@ fn aligned(body: Buffer) -> Buffer {
 }
 
 fn bad(reason: String) -> Error {
-    Error::Protocol(reason)
+    Violation::Ipc(reason).into()
 }
 
 /// Every buffer must lie inside the body.

@@ -21,7 +21,7 @@ const ALIGN: usize = 64;
 /// sent the batch can map the whole region.
 pub fn share(batch: &RecordBatch) -> Result<RecordBatch> {
     let mut shared = share_all(std::slice::from_ref(batch))?;
-    shared.pop().ok_or_else(|| Error::Protocol("the encoder produced no batch".into()))
+    shared.pop().ok_or_else(|| Error::internal("the encoder produced no batch"))
 }
 
 /// As [`share`], for batches of one schema, all in one region: a peer maps at most 256 regions
@@ -29,7 +29,7 @@ pub fn share(batch: &RecordBatch) -> Result<RecordBatch> {
 pub fn share_all(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     let Some(first) = batches.first() else { return Ok(Vec::new()) };
     let mut encoder = Encoder::new(&first.schema())?;
-    let schema = encoder.schema_frame().ok_or_else(|| Error::Protocol("no schema to share".into()))?;
+    let schema = encoder.schema_frame().ok_or_else(|| Error::internal("no schema to share"))?;
     let mut frames = Vec::new();
     for batch in batches {
         frames.extend(encoder.encode(batch, Bytes::new())?);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 
 use super::{Decoded, SharedStats};
-use crate::error::{Error, Result};
+use crate::error::{Result, Violation};
 use crate::service::Payload;
 
 pub trait DecodedStream: Send + 'static {
@@ -48,7 +48,7 @@ impl PayloadStream {
     /// Waits for the schema, keeping the metadata that comes first for
     /// [`next_payload`](Self::next_payload); an error if the stream ends without one.
     pub fn schema(&mut self) -> Result<SchemaRef> {
-        self.schema_or_end()?.ok_or_else(|| Error::Protocol("the stream ended before its schema".into()))
+        self.schema_or_end()?.ok_or_else(|| Violation::EndedBeforeSchema.into())
     }
 
     /// As [`schema`](Self::schema); None if the stream ended without one.
@@ -57,7 +57,7 @@ impl PayloadStream {
             match self.source.next_decoded()? {
                 Some(Decoded::Schema(schema)) => self.schema = Some(schema),
                 Some(Decoded::Metadata(m)) => self.early.push_back(Payload::metadata(m)),
-                Some(_) => return Err(Error::Protocol("a batch before the schema".into())),
+                Some(_) => return Err(Violation::BatchBeforeSchema.into()),
                 None => return Ok(None),
             }
         }
@@ -72,7 +72,7 @@ impl PayloadStream {
         loop {
             match self.source.next_decoded()? {
                 Some(Decoded::Schema(_)) if self.schema.is_some() => {
-                    return Err(Error::Protocol("a second schema in one stream".into()));
+                    return Err(Violation::SecondSchema("stream").into());
                 }
                 Some(Decoded::Schema(schema)) => self.schema = Some(schema),
                 Some(Decoded::Batch(batch, app_metadata)) => return Ok(Some(Payload::new(Some(batch), app_metadata))),

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use wirespeed::seal::{SealKey, TAG_LEN};
 use wirespeed::{Body, Buf, Connection, Message, Stream};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 
 const CLIENT_TO_SERVER: &[u8] = b"wirespeed-flight plane seal, client to server";
 const SERVER_TO_CLIENT: &[u8] = b"wirespeed-flight plane seal, server to client";
@@ -116,12 +116,12 @@ impl CallStream {
         // Held while waiting, so that messages and counters pair up in order.
         let mut counter = seal.received.lock().expect("seal lock");
         let Some(msg) = self.stream.recv()? else { return Ok(None) };
-        let unauthentic = |e: wirespeed::seal::Unauthentic| Error::Protocol(format!("a sealed plane message: {e}"));
+        let unauthentic = |e: wirespeed::seal::Unauthentic| Error::from(Violation::Unsealed(e.to_string()));
         let (id, at) = (self.stream.id(), *counter);
         *counter += 2;
         let mut header = msg.header;
         seal.recv.open(id, at, AAD, &mut header).map_err(unauthentic)?;
-        let len = header.get(..8).ok_or_else(|| Error::Protocol("a sealed plane header without its length".into()))?;
+        let len = header.get(..8).ok_or_else(|| Violation::Unsealed("a header without its length".into()))?;
         let len = u64::from_le_bytes(len.try_into().expect("8 bytes"));
         header.drain(..8);
         let mut body = msg.body.to_vec();
@@ -129,7 +129,7 @@ impl CallStream {
             seal.recv.open(id, at + 1, AAD, &mut body).map_err(unauthentic)?;
         }
         if body.len() as u64 != len {
-            return Err(Error::Protocol("a sealed plane body of another length than its header says".into()));
+            return Err(Violation::Unsealed("a body of another length than its header says".into()).into());
         }
         Ok(Some(Message { header, body: Body::new(vec![Buf::from(body)]) }))
     }

@@ -8,7 +8,7 @@ use wirespeed::{Connection, Key};
 
 use super::proto::{Method, Msg};
 use super::{CallStream, Side};
-use crate::error::{Error, Result};
+use crate::error::{Result, Violation};
 use crate::location::PlaneLocation;
 
 pub struct Planes {
@@ -28,9 +28,7 @@ impl Planes {
 
     /// Opens a call: a new stream on the location's connection, starting with OPEN.
     pub fn open(&self, location: &PlaneLocation, method: Method, target: &[u8]) -> Result<Arc<CallStream>> {
-        let grant = location
-            .grant
-            .ok_or_else(|| Error::Protocol(format!("location {} carries no capability", location.url)))?;
+        let grant = location.grant.ok_or_else(|| Violation::NoCapability(location.url.clone()))?;
         let stream = self.stream(&location.url, location.sealed)?;
         let open = Msg::Open { method, expiry: grant.expiry, mac: grant.mac, target: target.to_vec().into() };
         stream.send(&open.encode(), &[])?;

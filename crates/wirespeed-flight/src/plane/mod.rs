@@ -18,7 +18,7 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 pub use call_stream::{CallStream, Side};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::ipc::{Decoded, DecodedStream, Decoder, Frame, FrameWriter, SharedStats, WriteOptions};
 use crate::service::{Output, Payload};
 use proto::Msg;
@@ -127,7 +127,7 @@ impl DecodedStream for Reader {
                     self.done = true;
                     return Err(Error::status(code.into(), message).with_details(details));
                 }
-                Msg::Open { .. } => return Err(Error::Protocol("OPEN in the middle of a call".into())),
+                Msg::Open { .. } => return Err(Violation::OpenMidCall.into()),
             }
         }
         Ok(None)

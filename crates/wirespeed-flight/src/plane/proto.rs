@@ -12,7 +12,7 @@
 
 use bytes::Bytes;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
@@ -106,7 +106,7 @@ impl Msg {
 
     /// Decodes a header; never panics, whatever the bytes.
     pub fn decode(header: &[u8]) -> Result<Msg> {
-        let bad = |what: &str| Error::Protocol(format!("malformed data-plane {what} message"));
+        let bad = |what: &'static str| Error::from(Violation::Malformed(what));
         let (&tag, rest) = header.split_first().ok_or_else(|| bad("empty"))?;
         match tag {
             OPEN => {
@@ -152,7 +152,7 @@ impl Msg {
                     details: Bytes::copy_from_slice(details),
                 })
             }
-            other => Err(Error::Protocol(format!("unknown data-plane message type {other}"))),
+            other => Err(Violation::UnknownMessage(other).into()),
         }
     }
 }

@@ -14,7 +14,7 @@ use super::{CallStream, Side};
 use super::capability::{Grant, Minter};
 use super::proto::{Method, Msg};
 use super::{Reader, close, send_error, send_output};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::ipc::DecodedStream;
 use crate::service::{Handler, Input, Intake, PlaneCall};
 
@@ -113,9 +113,9 @@ fn serve_call(stream: CallStream, shared: &Shared) {
 }
 
 fn run_call(stream: &Arc<CallStream>, shared: &Shared) -> Result<()> {
-    let first = stream.recv()?.ok_or_else(|| Error::Protocol("the call ended before OPEN".into()))?;
+    let first = stream.recv()?.ok_or(Violation::EndedBeforeOpen)?;
     let Msg::Open { method, expiry, mac, target } = Msg::decode(&first.header)? else {
-        return Err(Error::Protocol("a call must start with OPEN".into()));
+        return Err(Violation::OpenNotFirst.into());
     };
     shared.minter.check(method, &target, &Grant { expiry, mac })?;
     let watched = stream.clone();
