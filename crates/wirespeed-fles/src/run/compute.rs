@@ -105,6 +105,61 @@ impl ComputeSummary {
 }
 
 /// A compute node listening for its inputs.
+///
+/// One input and one compute node on this host, each on a thread of its own (a real run has
+/// them in processes on many hosts, started by `wirespeed fles run` or MPI):
+///
+/// ```
+/// use std::sync::{Arc, Barrier};
+/// use std::sync::atomic::AtomicBool;
+/// use std::time::Duration;
+///
+/// use wirespeed::{Config, Key};
+/// use wirespeed_fles::model::Slicing;
+/// use wirespeed_fles::node::RingSizes;
+/// use wirespeed_fles::run::{ComputeListener, Settings, run_input};
+/// use wirespeed_fles::sched::Kind;
+///
+/// # fn main() -> wirespeed_fles::Result<()> {
+/// let settings = Settings {
+///     inputs: 1,
+///     computes: 1,
+///     scheduler: Kind::RoundRobin,
+///     slicing: Slicing::count(10, 1), // 10 microslices a timeslice, and 1 of overlap
+///     microslice_size: 600,
+///     microslice_spread: 200,
+///     pattern: Default::default(),
+///     input_rate: 0.0, // as fast as it goes
+///     replay: None,
+///     rings: RingSizes { data: 1 << 16, descs: 64 },
+///     timeslices: Some(50),
+///     timeout: Duration::from_secs(20),
+///     corrupt: None,
+///     stop: Arc::new(AtomicBool::new(false)),
+///     monitor: None,
+/// };
+/// let key = Key::new("a shared secret").unwrap();
+/// let listener = ComputeListener::bind("tcp://127.0.0.1:0", &key, &Config::default())?;
+/// let urls = vec![listener.url().to_string()];
+/// let start = Arc::new(Barrier::new(2)); // every node starts at once
+///
+/// let (s, go) = (settings.clone(), start.clone());
+/// let input = std::thread::spawn(move || {
+///     run_input(&s, 0, &urls, &key, &Config::default(), || Ok(drop(go.wait())))
+/// });
+/// let mut built = 0;
+/// listener.run(&settings, 0, || Ok(drop(start.wait())), |timeslice| {
+///     for (i, component) in timeslice.components.iter().enumerate() {
+///         component.verify(i as u16)?; // every microslice's CRC-32C
+///     }
+///     built += 1;
+///     Ok(())
+/// })?;
+/// input.join().unwrap()?;
+/// assert_eq!(built, 50);
+/// # Ok(())
+/// # }
+/// ```
 pub struct ComputeListener {
     listener: Listener,
 }

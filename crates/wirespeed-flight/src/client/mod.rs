@@ -65,6 +65,48 @@ impl Plane {
     }
 }
 
+/// A Flight client that moves a call's data over the fastest data plane the server offers and
+/// this end can reach (with the server's key), and over gRPC otherwise, as any Flight client.
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+/// use wirespeed_flight::{Client, FlightDescriptor, FlightEndpoint, FlightInfo, Handler, Output, Payload, Result};
+/// use wirespeed_flight::{Server, Ticket};
+///
+/// /// A service of one flight, 1000 numbers.
+/// struct Numbers;
+///
+/// fn numbers() -> RecordBatch {
+///     RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from_iter_values(0..1000)) as ArrayRef)]).unwrap()
+/// }
+///
+/// impl Handler for Numbers {
+///     fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo> {
+///         let endpoint = FlightEndpoint::new().with_ticket(Ticket::new("numbers"));
+///         Ok(FlightInfo::new().try_with_schema(&numbers().schema())?.with_descriptor(descriptor.clone()).with_endpoint(endpoint))
+///     }
+///
+///     fn do_get(&self, _ticket: &[u8]) -> Result<Output> {
+///         let batch = numbers();
+///         Ok(Output::new(batch.schema(), std::iter::once(Ok(Payload::batch(batch)))))
+///     }
+/// }
+///
+/// # fn main() -> Result<()> {
+/// let key = wirespeed::Key::new("a shared secret")?;
+/// let server = Server::builder(Numbers).key(key.clone()).listen("127.0.0.1:0").start()?;
+///
+/// let client = Client::connect(&server.url())?.with_key(key);
+/// let info = client.get_flight_info(&FlightDescriptor::new_path(vec!["numbers".into()]))?;
+/// let reader = client.do_get(&info.endpoint[0])?;
+/// assert_ne!(reader.plane(), wirespeed_flight::Plane::Grpc); // shm: one host, and the key
+/// let rows: usize = reader.map(|b| b.map(|b| b.num_rows())).sum::<Result<usize>>()?;
+/// assert_eq!(rows, 1000);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Client {
     runtime: Arc<Runtime>,
     grpc: FlightServiceClient<Channel>,

@@ -13,6 +13,41 @@ use crate::proto::session::{Ready, Role};
 
 /// An authenticated connection carrying many concurrent streams. Cheap to clone; the
 /// connection closes when the last clone and stream are gone.
+///
+/// One thread can serve every stream of a connection with [`Connection::next_ready`]:
+///
+/// ```
+/// use std::collections::HashMap;
+/// use wirespeed::{Config, Key, Ready, connect, listen};
+///
+/// # fn main() -> wirespeed::Result<()> {
+/// let key = Key::new("a shared secret")?;
+/// let listener = listen("tcp://127.0.0.1:0", &key, &Config::default())?;
+/// let client = connect(listener.url(), &key, &Config::default())?;
+/// let server = listener.accept()?;
+/// for i in 0..3u8 {
+///     let stream = client.open_stream()?;
+///     stream.send(&[i], &[b"body"])?;
+///     stream.finish()?;
+/// }
+/// let (mut streams, mut headers) = (HashMap::new(), Vec::new());
+/// while headers.len() < 3 {
+///     match server.next_ready()? {
+///         Ready::Accept => {
+///             let stream = server.accept_stream()?;
+///             streams.insert(stream.id(), stream);
+///         }
+///         Ready::Stream(id) => match streams[&id].recv()? {
+///             Some(message) => headers.push(message.header[0]),
+///             None => drop(streams.remove(&id)), // finished
+///         },
+///     }
+/// }
+/// headers.sort();
+/// assert_eq!(headers, [0, 1, 2]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Connection {
     pub(super) inner: Arc<Inner>,

@@ -30,6 +30,37 @@ pub struct Incoming {
 
 /// One ordered sequence of messages in each direction. Dropping a stream that is still open
 /// resets it (the peer sees it cancelled).
+///
+/// A body need not fit in memory at once: the receiver may take it piece by piece, each piece
+/// a view of where it arrived, while the sender is still writing it.
+///
+/// ```
+/// use wirespeed::{Config, Key, connect, listen};
+///
+/// # fn main() -> wirespeed::Result<()> {
+/// let key = Key::new("a shared secret")?;
+/// let listener = listen("tcp://127.0.0.1:0", &key, &Config::default())?;
+/// let client = connect(listener.url(), &key, &Config::default())?;
+/// let server = listener.accept()?;
+/// let out = client.open_stream()?;
+/// let sender = std::thread::spawn(move || -> wirespeed::Result<()> {
+///     let body = vec![7u8; 64 << 20]; // more than one credit window
+///     out.send(b"weights", &[&body])?;
+///     out.finish()
+/// });
+/// let incoming = server.accept_stream()?;
+/// let start = incoming.recv_start()?.expect("a message");
+/// assert_eq!(start.header, b"weights");
+/// let mut received = 0;
+/// while let Some(piece) = incoming.read_chunk()? {
+///     received += piece.len() as u64;
+/// }
+/// assert_eq!(received, start.body_len);
+/// assert!(incoming.recv_start()?.is_none()); // the sender finished the stream
+/// sender.join().unwrap()?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Stream {
     inner: Arc<Inner>,
     id: u32,
