@@ -12,56 +12,27 @@ use crate::error::{FilesError, Result};
 use crate::link::Link;
 use crate::proto::{Msg, Violation};
 
-/// Which fabric a transfer may use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
-    /// Shared memory when both ends share a host, else TCP.
-    Auto,
-    /// This fabric or an error.
-    Only(Fabric),
-}
+/// Which fabric a transfer may use: the core's one choice (shared memory when both ends
+/// share a host, else TCP; or one fabric alone).
+pub use wirespeed::fabric::Choice as Transport;
 
-impl Transport {
-    /// The fabric the server listens on at `HOST:PORT`: the one asked for unless it meets at
-    /// a socket path (shm, which the server offers beside it), else TCP.
-    fn far(self) -> Fabric {
-        match self {
-            Transport::Only(f) if f.address_kind() == AddressKind::HostPort => f,
-            _ => Fabric::Tcp,
-        }
-    }
-
-    /// Whether a client on the server's host moves to shared memory.
-    fn near(self) -> bool {
-        self == Transport::Auto || self.near_only()
-    }
-
-    /// Shared memory (at the socket the server offers beside `HOST:PORT`) or an error.
-    fn near_only(self) -> bool {
-        matches!(self, Transport::Only(f) if f.address_kind() == AddressKind::SocketPath)
+/// The fabric the server listens on at `HOST:PORT`: the one asked for unless it meets at a
+/// socket path (shm, which the server offers beside it), else TCP.
+fn far(t: Transport) -> Fabric {
+    match t {
+        Transport::Only(f) if f.address_kind() == AddressKind::HostPort => f,
+        _ => Fabric::Tcp,
     }
 }
 
-impl std::str::FromStr for Transport {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "auto" => Ok(Transport::Auto),
-            _ => s
-                .parse()
-                .map(Transport::Only)
-                .map_err(|_: String| format!("unknown transport {s:?} (expected auto, {})", Fabric::names())),
-        }
-    }
+/// Whether a client on the server's host moves to shared memory.
+fn near(t: Transport) -> bool {
+    t == Transport::Auto || near_only(t)
 }
 
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Transport::Auto => f.write_str("auto"),
-            Transport::Only(fabric) => fabric.fmt(f),
-        }
-    }
+/// Shared memory (at the socket the server offers beside `HOST:PORT`) or an error.
+fn near_only(t: Transport) -> bool {
+    matches!(t, Transport::Only(f) if f.address_kind() == AddressKind::SocketPath)
 }
 
 /// The ports a listener may take (`--ports LO-HI`, for firewalls that open only some);
@@ -108,8 +79,8 @@ pub struct Server {
 impl Server {
     /// Binds `addr` (`HOST:PORT`).
     pub fn bind(addr: &str, transport: Transport, key: &Key, config: &Config) -> Result<Server> {
-        let main = wirespeed::listen(&format!("{}://{addr}", transport.far()), key, config)?;
-        let (shm, shm_url) = if transport.near() {
+        let main = wirespeed::listen(&format!("{}://{addr}", far(transport)), key, config)?;
+        let (shm, shm_url) = if near(transport) {
             let port = main.url().rsplit(':').next().unwrap_or("0").to_string();
             let path: PathBuf = std::env::temp_dir().join(format!("wirespeed-{}-{port}.sock", std::process::id()));
             let l = wirespeed::listen(&format!("shm://{}", path.display()), key, config)?;
@@ -191,16 +162,16 @@ impl Server {
 /// Connects to a [`Server`] at `addr` (`HOST:PORT`) over the best fabric `transport` allows.
 pub fn connect(addr: &str, transport: Transport, key: &Key, config: &Config) -> Result<Connection> {
     let far = || -> Result<(Connection, Option<String>)> {
-        let conn = wirespeed::connect(&format!("{}://{addr}", transport.far()), key, config)?;
+        let conn = wirespeed::connect(&format!("{}://{addr}", far(transport)), key, config)?;
         let shm = read_hello(&conn)?;
         Ok((conn, shm))
     };
     let (conn, shm) = far()?;
-    if !transport.near() {
+    if !near(transport) {
         return Ok(conn);
     }
     let Some(url) = shm else {
-        if transport.near_only() {
+        if near_only(transport) {
             return Err(FilesError::Usage(format!("--transport {transport} needs both ends on one host")));
         }
         return Ok(conn);
@@ -212,7 +183,7 @@ pub fn connect(addr: &str, transport: Transport, key: &Key, config: &Config) -> 
             read_hello(&near)?;
             Ok(near)
         }
-        Err(e) if transport.near_only() => Err(e.into()),
+        Err(e) if near_only(transport) => Err(e.into()),
         Err(_) => Ok(far()?.0),
     }
 }

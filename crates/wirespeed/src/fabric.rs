@@ -174,6 +174,50 @@ impl std::str::FromStr for Fabric {
     }
 }
 
+/// Which fabric an end may use: the fastest it can reach among those offered, or one alone
+/// (then nothing else will do). Files, Flight and the CLI's `--transport` all take this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    Auto,
+    Only(Fabric),
+}
+
+impl Choice {
+    /// Among `offered` (each fabric with the host its offerer is on, where it said), the one to
+    /// use: for `Auto` the fastest this end can reach, for `Only(f)` `f` if offered and
+    /// reachable; `None` if none fits.
+    pub fn pick<'a>(self, offered: impl IntoIterator<Item = (Fabric, Option<&'a str>)>) -> Option<Fabric> {
+        let reachable = offered.into_iter().filter(|(f, host)| f.reachable(*host)).map(|(f, _)| f);
+        match self {
+            Choice::Auto => reachable.min(),
+            Choice::Only(want) => reachable.into_iter().find(|&f| f == want),
+        }
+    }
+}
+
+impl std::str::FromStr for Choice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Choice::Auto),
+            _ => s
+                .parse()
+                .map(Choice::Only)
+                .map_err(|_: String| format!("unknown transport {s:?} (expected auto, {})", Fabric::names())),
+        }
+    }
+}
+
+impl std::fmt::Display for Choice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Choice::Auto => f.write_str("auto"),
+            Choice::Only(fabric) => fabric.fmt(f),
+        }
+    }
+}
+
 /// This host as the same-host fabrics see it: the kernel's boot id (different on every machine
 /// and every boot) and the network namespace (where shm's abstract unix socket lives). Two
 /// ends with equal ids can meet over a fabric that is `same_host_only`; without /proc the id
@@ -215,5 +259,21 @@ mod tests {
         assert!(!Fabric::Shm.reachable(None));
         assert!(!Fabric::Shm.reachable(Some("")));
         assert!(!Fabric::Ofi(Provider::Shm).reachable(Some("another-boot/4026531840")));
+    }
+
+    #[test]
+    fn a_choice_takes_the_fastest_reachable_or_the_one_asked_for() {
+        let here = Some(host_id());
+        let offered = [(Fabric::Tcp, None), (Fabric::Shm, here), (Fabric::Ucx, None)];
+        assert_eq!(Choice::Auto.pick(offered), Some(Fabric::Shm));
+        let elsewhere = [(Fabric::Tcp, None), (Fabric::Shm, Some("another-boot/1"))];
+        assert_eq!(Choice::Auto.pick(elsewhere), Some(Fabric::Tcp));
+        assert_eq!(Choice::Only(Fabric::Shm).pick(elsewhere), None);
+        assert_eq!(Choice::Only(Fabric::Tcp).pick(offered), Some(Fabric::Tcp));
+        assert_eq!(Choice::Auto.pick([]), None);
+        assert_eq!("auto".parse(), Ok(Choice::Auto));
+        assert_eq!("ofi+tcp".parse(), Ok(Choice::Only(Fabric::Ofi(Provider::Tcp))));
+        assert_eq!(Choice::Only(Fabric::Shm).to_string(), "shm");
+        assert!("carrier-pigeon".parse::<Choice>().is_err());
     }
 }

@@ -9,6 +9,7 @@ use arrow_flight::FlightDescriptor;
 use arrow_schema::SchemaRef;
 use prost::Message as _;
 use wirespeed::Key;
+use wirespeed::fabric::Choice;
 
 use super::Transport;
 use super::stream::{FlightReader, FlightWriter};
@@ -49,23 +50,21 @@ impl PlaneClient {
     /// The plane to use among `uris`; None if none fits (then the call goes over gRPC), an
     /// error if the one plane asked for is not among them.
     fn pick(&self, uris: &[String]) -> Result<Option<PlaneLocation>> {
-        if self.transport == Transport::Grpc {
-            return Ok(None);
-        }
-        let mut offered: Vec<PlaneLocation> = uris
-            .iter()
-            .filter_map(|u| PlaneLocation::parse(u))
-            .filter(|l| l.grant.is_some())
-            .filter(|l| l.kind.reachable(l.host.as_deref()))
-            .map(|l| self.on_reached_host(l))
-            .collect();
-        offered.sort_by_key(|l| l.kind);
-        match self.transport {
-            Transport::Only(kind) => match offered.into_iter().find(|l| l.kind == kind) {
-                Some(l) => Ok(Some(l)),
-                None => Err(Error::unavailable(format!("the server offers no {} data plane here", kind.name()))),
+        let choice = match self.transport {
+            Transport::Grpc => return Ok(None),
+            Transport::Auto => Choice::Auto,
+            Transport::Only(kind) => Choice::Only(kind),
+        };
+        let offered: Vec<PlaneLocation> =
+            uris.iter().filter_map(|u| PlaneLocation::parse(u)).filter(|l| l.grant.is_some()).collect();
+        match choice.pick(offered.iter().map(|l| (l.kind, l.host.as_deref()))) {
+            Some(kind) => Ok(offered.into_iter().find(|l| l.kind == kind).map(|l| self.on_reached_host(l))),
+            None => match choice {
+                Choice::Only(kind) => {
+                    Err(Error::unavailable(format!("the server offers no {} data plane here", kind.name())))
+                }
+                Choice::Auto => Ok(None),
             },
-            _ => Ok(offered.into_iter().next()),
         }
     }
 
