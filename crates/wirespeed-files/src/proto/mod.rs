@@ -6,6 +6,8 @@ mod chunks;
 pub mod receipt;
 mod violation;
 
+use wirespeed::proto::codec;
+
 pub use receipt::{Arrival, Receipt, Span};
 pub use violation::{ChunkFault, Violation};
 
@@ -144,141 +146,145 @@ impl Msg {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer(Vec::with_capacity(64));
+        let mut w = Writer(codec::Writer::with_capacity(64));
         match self {
             Msg::Hello { host, shm } => {
-                w.u8(1);
+                w.0.u8(1);
                 w.bytes(host);
                 w.bytes(shm);
             }
-            Msg::Ready => w.u8(2),
+            Msg::Ready => w.0.u8(2),
             Msg::Begin { version, flags, chunk_size, root_name, root_kind } => {
-                w.u8(3);
-                w.u16(*version);
-                w.u16(*flags);
-                w.u32(*chunk_size);
+                w.0.u8(3);
+                w.0.u16(*version);
+                w.0.u16(*flags);
+                w.0.u32(*chunk_size);
                 w.bytes(root_name);
-                w.u8(*root_kind as u8);
+                w.0.u8(*root_kind as u8);
             }
             Msg::Exclude(patterns) => {
-                w.u8(15);
-                w.u32(patterns.len() as u32);
+                w.0.u8(15);
+                w.0.u32(patterns.len() as u32);
                 for p in patterns {
                     w.bytes(p.as_bytes());
                 }
             }
             Msg::Entries(entries) => {
-                w.u8(4);
-                w.u32(entries.len() as u32);
+                w.0.u8(4);
+                w.0.u32(entries.len() as u32);
                 for e in entries {
                     w.entry(e);
                 }
             }
             Msg::Want { id, ordered, have } => {
-                w.u8(5);
-                w.u64(*id);
-                w.u8(*ordered as u8);
-                w.u32(have.len() as u32);
+                w.0.u8(5);
+                w.0.u64(*id);
+                w.0.u8(*ordered as u8);
+                w.0.u32(have.len() as u32);
                 for (index, sum) in have {
-                    w.u32(*index);
-                    w.u128(*sum);
+                    w.0.u32(*index);
+                    w.0.u128(*sum);
                 }
             }
             Msg::Chunk { id, index } => {
-                w.u8(6);
-                w.u64(*id);
-                w.u32(*index);
+                w.0.u8(6);
+                w.0.u64(*id);
+                w.0.u32(*index);
             }
             Msg::ChunkSum { sum } => {
-                w.u8(13);
-                w.u128(*sum);
+                w.0.u8(13);
+                w.0.u128(*sum);
             }
             Msg::Same { id, index } => {
-                w.u8(7);
-                w.u64(*id);
-                w.u32(*index);
+                w.0.u8(7);
+                w.0.u64(*id);
+                w.0.u32(*index);
             }
             Msg::Hole { id, index } => {
-                w.u8(8);
-                w.u64(*id);
-                w.u32(*index);
+                w.0.u8(8);
+                w.0.u64(*id);
+                w.0.u32(*index);
             }
             Msg::Eof { id, size } => {
-                w.u8(9);
-                w.u64(*id);
-                w.u64(*size);
+                w.0.u8(9);
+                w.0.u64(*id);
+                w.0.u64(*size);
             }
             Msg::End { files, bytes } => {
-                w.u8(10);
-                w.u64(*files);
-                w.u64(*bytes);
+                w.0.u8(10);
+                w.0.u64(*files);
+                w.0.u64(*bytes);
             }
             Msg::Done { files, bytes, kept, kept_bytes, deleted } => {
-                w.u8(11);
-                w.u64(*files);
-                w.u64(*bytes);
-                w.u64(*kept);
-                w.u64(*kept_bytes);
-                w.u64(*deleted);
+                w.0.u8(11);
+                w.0.u64(*files);
+                w.0.u64(*bytes);
+                w.0.u64(*kept);
+                w.0.u64(*kept_bytes);
+                w.0.u64(*deleted);
             }
             Msg::Keep { id } => {
-                w.u8(14);
-                w.u64(*id);
+                w.0.u8(14);
+                w.0.u64(*id);
             }
             Msg::Fail { class, message } => {
-                w.u8(12);
-                w.u8(*class);
+                w.0.u8(12);
+                w.0.u8(*class);
                 w.bytes(message.as_bytes());
             }
         }
-        w.0
+        w.0.into_inner()
     }
 
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let mut r = Reader(b);
-        let msg = match r.u8()? {
+        let mut r = Reader(codec::Reader::new(b));
+        let msg = match r.0.u8()? {
             1 => Msg::Hello { host: r.bytes()?, shm: r.bytes()? },
             2 => Msg::Ready,
             3 => Msg::Begin {
-                version: r.u16()?,
-                flags: r.u16()?,
-                chunk_size: r.u32()?,
+                version: r.0.u16()?,
+                flags: r.0.u16()?,
+                chunk_size: r.0.u32()?,
                 root_name: r.bytes()?,
                 root_kind: r.kind()?,
             },
             4 => {
-                let n = r.u32()? as usize;
+                let n = r.0.u32()? as usize;
                 // Each entry takes at least 50 bytes, so a lying count cannot reserve much.
-                let mut entries = Vec::with_capacity(n.min(r.0.len() / 50));
+                let mut entries = Vec::with_capacity(n.min(r.0.rest().len() / 50));
                 for _ in 0..n {
                     entries.push(r.entry()?);
                 }
                 Msg::Entries(entries)
             }
             5 => {
-                let id = r.u64()?;
-                let ordered = r.u8()? != 0;
-                let n = r.u32()? as usize;
-                let mut have = Vec::with_capacity(n.min(r.0.len() / 20));
+                let id = r.0.u64()?;
+                let ordered = r.0.u8()? != 0;
+                let n = r.0.u32()? as usize;
+                let mut have = Vec::with_capacity(n.min(r.0.rest().len() / 20));
                 for _ in 0..n {
-                    have.push((r.u32()?, r.u128()?));
+                    have.push((r.0.u32()?, r.0.u128()?));
                 }
                 Msg::Want { id, ordered, have }
             }
-            6 => Msg::Chunk { id: r.u64()?, index: r.u32()? },
-            7 => Msg::Same { id: r.u64()?, index: r.u32()? },
-            8 => Msg::Hole { id: r.u64()?, index: r.u32()? },
-            9 => Msg::Eof { id: r.u64()?, size: r.u64()? },
-            10 => Msg::End { files: r.u64()?, bytes: r.u64()? },
-            11 => {
-                Msg::Done { files: r.u64()?, bytes: r.u64()?, kept: r.u64()?, kept_bytes: r.u64()?, deleted: r.u64()? }
-            }
-            12 => Msg::Fail { class: r.u8()?, message: String::from_utf8_lossy(&r.bytes()?).into_owned() },
-            13 => Msg::ChunkSum { sum: r.u128()? },
-            14 => Msg::Keep { id: r.u64()? },
+            6 => Msg::Chunk { id: r.0.u64()?, index: r.0.u32()? },
+            7 => Msg::Same { id: r.0.u64()?, index: r.0.u32()? },
+            8 => Msg::Hole { id: r.0.u64()?, index: r.0.u32()? },
+            9 => Msg::Eof { id: r.0.u64()?, size: r.0.u64()? },
+            10 => Msg::End { files: r.0.u64()?, bytes: r.0.u64()? },
+            11 => Msg::Done {
+                files: r.0.u64()?,
+                bytes: r.0.u64()?,
+                kept: r.0.u64()?,
+                kept_bytes: r.0.u64()?,
+                deleted: r.0.u64()?,
+            },
+            12 => Msg::Fail { class: r.0.u8()?, message: String::from_utf8_lossy(&r.bytes()?).into_owned() },
+            13 => Msg::ChunkSum { sum: r.0.u128()? },
+            14 => Msg::Keep { id: r.0.u64()? },
             15 => {
-                let n = r.u32()? as usize;
-                let mut patterns = Vec::with_capacity(n.min(r.0.len() / 4));
+                let n = r.0.u32()? as usize;
+                let mut patterns = Vec::with_capacity(n.min(r.0.rest().len() / 4));
                 for _ in 0..n {
                     let p = r.bytes()?;
                     patterns.push(String::from_utf8(p).map_err(|_| Violation::PatternNotUtf8)?);
@@ -294,78 +300,46 @@ impl Msg {
     }
 }
 
-struct Writer(Vec<u8>);
+/// The core's writer, with this protocol's length-prefixed bytes and entries.
+struct Writer(codec::Writer);
 
 impl Writer {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u16(&mut self, v: u16) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u128(&mut self, v: u128) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
     fn bytes(&mut self, b: &[u8]) {
-        self.u32(b.len() as u32);
-        self.0.extend_from_slice(b);
+        self.0.u32(b.len() as u32);
+        self.0.bytes(b);
     }
     fn entry(&mut self, e: &Entry) {
-        self.u64(e.id);
-        self.u8(e.kind as u8);
+        let w = &mut self.0;
+        w.u64(e.id);
+        w.u8(e.kind as u8);
         self.bytes(&e.path);
-        self.u64(e.size);
-        self.u32(e.mode);
-        self.u64(e.mtime_sec as u64);
-        self.u32(e.mtime_nsec);
-        self.u8(e.sparse as u8 | (e.inline.is_some() as u8) << 1);
+        let w = &mut self.0;
+        w.u64(e.size);
+        w.u32(e.mode);
+        w.u64(e.mtime_sec as u64);
+        w.u32(e.mtime_nsec);
+        w.u8(e.sparse as u8 | (e.inline.is_some() as u8) << 1);
         self.bytes(&e.target);
         if let Some(sum) = e.inline {
-            self.u128(sum);
+            self.0.u128(sum);
         }
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+/// The core's reader (whose `Truncated` is this protocol's), with its length-prefixed bytes,
+/// entry kinds and entries.
+struct Reader<'a>(codec::Reader<'a>);
 
 impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let (head, rest) = self.0.split_first_chunk::<N>().ok_or(Violation::Truncated)?;
-        self.0 = rest;
-        Ok(*head)
-    }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take::<1>()?[0])
-    }
-    fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.take()?))
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take()?))
-    }
-    fn u128(&mut self) -> Result<u128> {
-        Ok(u128::from_le_bytes(self.take()?))
-    }
     fn bytes(&mut self) -> Result<Vec<u8>> {
-        let n = self.u32()? as usize;
-        if n > MAX_PATH || n > self.0.len() {
+        let n = self.0.u32()? as usize;
+        if n > MAX_PATH {
             return Err(Violation::LengthPastEnd);
         }
-        let (b, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(b.to_vec())
+        Ok(self.0.bytes(n).map_err(|_| Violation::LengthPastEnd)?.to_vec())
     }
     fn kind(&mut self) -> Result<Kind> {
-        match self.u8()? {
+        match self.0.u8()? {
             1 => Ok(Kind::File),
             2 => Ok(Kind::Dir),
             3 => Ok(Kind::Symlink),
@@ -373,16 +347,13 @@ impl Reader<'_> {
         }
     }
     fn entry(&mut self) -> Result<Entry> {
-        let id = self.u64()?;
+        let id = self.0.u64()?;
         let kind = self.kind()?;
         let path = self.bytes()?;
-        let size = self.u64()?;
-        let mode = self.u32()?;
-        let mtime_sec = self.u64()? as i64;
-        let mtime_nsec = self.u32()?;
-        let flags = self.u8()?;
+        let r = &mut self.0;
+        let (size, mode, mtime_sec, mtime_nsec, flags) = (r.u64()?, r.u32()?, r.u64()? as i64, r.u32()?, r.u8()?);
         let target = self.bytes()?;
-        let inline = if flags & 2 != 0 { Some(self.u128()?) } else { None };
+        let inline = if flags & 2 != 0 { Some(self.0.u128()?) } else { None };
         Ok(Entry { id, kind, path, size, mode, mtime_sec, mtime_nsec, sparse: flags & 1 != 0, target, inline })
     }
 }

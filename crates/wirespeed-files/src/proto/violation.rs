@@ -79,3 +79,9 @@ pub enum ChunkFault {
     #[error("cannot be in a stream output already")]
     SameInStream,
 }
+
+impl From<wirespeed::proto::codec::Truncated> for Violation {
+    fn from(_: wirespeed::proto::codec::Truncated) -> Self {
+        Violation::Truncated
+    }
+}
