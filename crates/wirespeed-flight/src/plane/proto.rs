@@ -11,8 +11,9 @@
 //! Integers are little-endian.
 
 use bytes::Bytes;
+use wirespeed::proto::codec::{Reader, Truncated, Writer};
 
-use crate::error::{Error, Result, Violation};
+use crate::error::{Result, Violation};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
@@ -72,84 +73,74 @@ const ERROR_WITH_DETAILS: u8 = 4;
 
 impl Msg {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut w = Writer::default();
         match self {
             Msg::Open { method, expiry, mac, target } => {
-                out.push(OPEN);
-                out.push(*method as u8);
-                out.extend_from_slice(&expiry.to_le_bytes());
-                out.extend_from_slice(mac);
-                out.extend_from_slice(target);
+                w.u8(OPEN);
+                w.u8(*method as u8);
+                w.u64(*expiry);
+                w.bytes(mac);
+                w.bytes(target);
             }
             Msg::Data { app_metadata, meta } => {
-                out.reserve(5 + app_metadata.len() + meta.len());
-                out.push(DATA);
-                out.extend_from_slice(&(app_metadata.len() as u32).to_le_bytes());
-                out.extend_from_slice(app_metadata);
-                out.extend_from_slice(meta);
+                w = Writer::with_capacity(5 + app_metadata.len() + meta.len());
+                w.u8(DATA);
+                w.u32(app_metadata.len() as u32);
+                w.bytes(app_metadata);
+                w.bytes(meta);
             }
             Msg::Error { code, message, details } if details.is_empty() => {
-                out.push(ERROR);
-                out.extend_from_slice(&code.to_le_bytes());
-                out.extend_from_slice(message.as_bytes());
+                w.u8(ERROR);
+                w.i32(*code);
+                w.bytes(message.as_bytes());
             }
             Msg::Error { code, message, details } => {
-                out.push(ERROR_WITH_DETAILS);
-                out.extend_from_slice(&code.to_le_bytes());
-                out.extend_from_slice(&(message.len() as u32).to_le_bytes());
-                out.extend_from_slice(message.as_bytes());
-                out.extend_from_slice(details);
+                w.u8(ERROR_WITH_DETAILS);
+                w.i32(*code);
+                w.u32(message.len() as u32);
+                w.bytes(message.as_bytes());
+                w.bytes(details);
             }
         }
-        out
+        w.into_inner()
     }
 
     /// Decodes a header; never panics, whatever the bytes.
     pub fn decode(header: &[u8]) -> Result<Msg> {
-        let bad = |what: &'static str| Error::from(Violation::Malformed(what));
-        let (&tag, rest) = header.split_first().ok_or_else(|| bad("empty"))?;
+        let mut r = Reader::new(header);
+        let tag = r.u8().map_err(|_| Violation::Malformed("empty"))?;
+        let malformed = |what: &'static str| move |_: Truncated| Violation::Malformed(what);
         match tag {
             OPEN => {
-                let (&method, rest) = rest.split_first().ok_or_else(|| bad("OPEN"))?;
-                let method = Method::from_u8(method).ok_or_else(|| bad("OPEN (unknown method)"))?;
-                let (expiry, rest) = rest.split_first_chunk::<8>().ok_or_else(|| bad("OPEN"))?;
-                let (mac, target) = rest.split_first_chunk::<32>().ok_or_else(|| bad("OPEN"))?;
-                Ok(Msg::Open {
-                    method,
-                    expiry: u64::from_le_bytes(*expiry),
-                    mac: *mac,
-                    target: Bytes::copy_from_slice(target),
-                })
+                let open = malformed("OPEN");
+                let method = r.u8().map_err(open)?;
+                let method = Method::from_u8(method).ok_or(Violation::Malformed("OPEN (unknown method)"))?;
+                let (expiry, mac) = (r.u64().map_err(open)?, r.array::<32>().map_err(open)?);
+                Ok(Msg::Open { method, expiry, mac, target: Bytes::copy_from_slice(r.take_rest()) })
             }
             DATA => {
-                let (len, rest) = rest.split_first_chunk::<4>().ok_or_else(|| bad("DATA"))?;
-                let len = u32::from_le_bytes(*len) as usize;
-                if len > rest.len() {
-                    return Err(bad("DATA (app_metadata overruns the header)"));
-                }
-                let (app_metadata, meta) = rest.split_at(len);
-                Ok(Msg::Data { app_metadata: Bytes::copy_from_slice(app_metadata), meta: Bytes::copy_from_slice(meta) })
+                let len = r.u32().map_err(malformed("DATA"))? as usize;
+                let app_metadata = r.bytes(len).map_err(malformed("DATA (app_metadata overruns the header)"))?;
+                Ok(Msg::Data {
+                    app_metadata: Bytes::copy_from_slice(app_metadata),
+                    meta: Bytes::copy_from_slice(r.take_rest()),
+                })
             }
             ERROR => {
-                let (code, message) = rest.split_first_chunk::<4>().ok_or_else(|| bad("ERROR"))?;
+                let code = r.i32().map_err(malformed("ERROR"))?;
                 Ok(Msg::Error {
-                    code: i32::from_le_bytes(*code),
-                    message: String::from_utf8_lossy(message).into_owned(),
+                    code,
+                    message: String::from_utf8_lossy(r.take_rest()).into_owned(),
                     details: Bytes::new(),
                 })
             }
             ERROR_WITH_DETAILS => {
-                let (code, rest) = rest.split_first_chunk::<4>().ok_or_else(|| bad("ERROR"))?;
-                let (len, rest) = rest.split_first_chunk::<4>().ok_or_else(|| bad("ERROR"))?;
-                let len = u32::from_le_bytes(*len) as usize;
-                if len > rest.len() {
-                    return Err(bad("ERROR (message overruns the header)"));
-                }
-                let (message, details) = rest.split_at(len);
+                let (code, len) = (r.i32().map_err(malformed("ERROR"))?, r.u32().map_err(malformed("ERROR"))?);
+                let message = r.bytes(len as usize).map_err(malformed("ERROR (message overruns the header)"))?;
                 Ok(Msg::Error {
-                    code: i32::from_le_bytes(*code),
+                    code,
                     message: String::from_utf8_lossy(message).into_owned(),
-                    details: Bytes::copy_from_slice(details),
+                    details: Bytes::copy_from_slice(r.take_rest()),
                 })
             }
             other => Err(Violation::UnknownMessage(other).into()),
