@@ -2,6 +2,8 @@
 //! (little-endian, a kind byte first). Component bytes and descriptors never travel here:
 //! they are put into the compute node's rings.
 
+use wirespeed::proto::codec::{Reader, Truncated, Writer};
+
 use crate::error::{Result, malformed};
 use crate::node::Pointers;
 use crate::sched::{IntervalReport, Proposal};
@@ -56,129 +58,109 @@ const MAX_DESCRIPTOR: usize = 4096;
 
 impl Msg {
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(32);
-        let u64s = |b: &mut Vec<u8>, v: &[u64]| v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+        let mut w = Writer::with_capacity(32);
+        let mut u64s = |kind: u8, v: &[u64]| {
+            w.u8(kind);
+            v.iter().for_each(|&x| w.u64(x));
+        };
         match self {
             Msg::Join { input } => {
-                b.push(JOIN);
-                b.extend_from_slice(&input.to_le_bytes());
+                w.u8(JOIN);
+                w.u32(*input);
             }
             Msg::Rings { data, descs } => {
-                b.push(RINGS);
+                w.u8(RINGS);
                 for d in [data, descs] {
-                    b.extend_from_slice(&(d.len() as u32).to_le_bytes());
-                    b.extend_from_slice(d);
+                    w.u32(d.len() as u32);
+                    w.bytes(d);
                 }
             }
-            Msg::Status(p) | Msg::Ack(p) => {
-                b.push(if matches!(self, Msg::Status(_)) { STATUS } else { ACK });
-                u64s(&mut b, &[p.data, p.desc]);
-            }
-            Msg::Report(r) => {
-                b.push(REPORT);
-                u64s(&mut b, &[r.input as u64, r.interval, r.start, r.duration]);
-            }
-            Msg::Propose(p) => {
-                b.push(PROPOSE);
-                u64s(&mut b, &[p.interval, p.start, p.duration]);
-            }
-            Msg::Halt => b.push(HALT),
-            Msg::Heartbeat => b.push(HEARTBEAT),
-            Msg::Stop { horizon } => {
-                b.push(STOP);
-                u64s(&mut b, &[*horizon]);
-            }
-            Msg::End { at } => {
-                b.push(END);
-                u64s(&mut b, &[*at]);
-            }
+            Msg::Status(p) => u64s(STATUS, &[p.data, p.desc]),
+            Msg::Ack(p) => u64s(ACK, &[p.data, p.desc]),
+            Msg::Report(r) => u64s(REPORT, &[r.input as u64, r.interval, r.start, r.duration]),
+            Msg::Propose(p) => u64s(PROPOSE, &[p.interval, p.start, p.duration]),
+            Msg::Halt => u64s(HALT, &[]),
+            Msg::Heartbeat => u64s(HEARTBEAT, &[]),
+            Msg::Stop { horizon } => u64s(STOP, &[*horizon]),
+            Msg::End { at } => u64s(END, &[*at]),
             Msg::Lost { compute, finished } => {
-                b.push(LOST);
-                u64s(&mut b, &[u64::from(*compute), finished.len() as u64]);
-                finished.iter().for_each(|(r, below)| u64s(&mut b, &[*r, *below]));
+                u64s(LOST, &[u64::from(*compute), finished.len() as u64]);
+                finished.iter().for_each(|&(r, below)| {
+                    w.u64(r);
+                    w.u64(below);
+                });
             }
-            Msg::Leave { compute } => {
-                b.push(LEAVE);
-                u64s(&mut b, &[u64::from(*compute)]);
-            }
+            Msg::Leave { compute } => u64s(LEAVE, &[u64::from(*compute)]),
         }
-        b
+        w.into_inner()
     }
 
     pub fn decode(b: &[u8]) -> Result<Msg> {
-        let (&kind, mut rest) = b.split_first().ok_or_else(|| malformed("message", "empty"))?;
-        let mut u64s = |n: usize| -> Result<Vec<u64>> {
-            if rest.len() != n * 8 {
-                return Err(malformed("message", format!("kind {kind}: {} bytes, not {}", rest.len(), n * 8)));
-            }
-            let v = rest.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
-            rest = &[];
-            Ok(v)
-        };
-        Ok(match kind {
-            JOIN => {
-                let v: [u8; 4] = rest.try_into().map_err(|_| malformed("join", "not 4 bytes"))?;
-                Msg::Join { input: u32::from_le_bytes(v) }
-            }
+        let mut r = Reader::new(b);
+        let kind = r.u8().map_err(|_| malformed("message", "empty"))?;
+        let truncated = |_: Truncated| malformed("message", format!("kind {kind}: truncated"));
+        let msg = match kind {
+            JOIN => Msg::Join { input: r.u32().map_err(truncated)? },
             RINGS => {
-                let mut parts = Vec::new();
-                let mut at = rest;
-                for _ in 0..2 {
-                    let (len, tail) = at.split_first_chunk::<4>().ok_or_else(|| malformed("rings", "truncated"))?;
-                    let len = u32::from_le_bytes(*len) as usize;
-                    if len > MAX_DESCRIPTOR || tail.len() < len {
-                        return Err(malformed("rings", format!("a {len}-byte descriptor")));
+                let mut descriptor = || -> Result<Vec<u8>> {
+                    let len = r.u32().map_err(truncated)? as usize;
+                    match len <= MAX_DESCRIPTOR {
+                        true => Ok(r.bytes(len).map_err(truncated)?.to_vec()),
+                        false => Err(malformed("rings", format!("a {len}-byte descriptor"))),
                     }
-                    parts.push(tail[..len].to_vec());
-                    at = &tail[len..];
-                }
-                if !at.is_empty() {
-                    return Err(malformed("rings", "trailing bytes"));
-                }
-                let descs = parts.pop().expect("two");
-                Msg::Rings { data: parts.pop().expect("two"), descs }
+                };
+                let (data, descs) = (descriptor()?, descriptor()?);
+                Msg::Rings { data, descs }
             }
             STATUS | ACK => {
-                let v = u64s(2)?;
-                let p = Pointers { data: v[0], desc: v[1] };
+                let p = Pointers { data: r.u64().map_err(truncated)?, desc: r.u64().map_err(truncated)? };
                 if kind == STATUS { Msg::Status(p) } else { Msg::Ack(p) }
             }
             REPORT => {
-                let v = u64s(4)?;
-                let input = usize::try_from(v[0]).map_err(|_| malformed("report", "input"))?;
-                Msg::Report(IntervalReport { input, interval: v[1], start: v[2], duration: v[3] })
+                let input = usize::try_from(r.u64().map_err(truncated)?).map_err(|_| malformed("report", "input"))?;
+                let [interval, start, duration] = [(); 3].map(|()| r.u64());
+                Msg::Report(IntervalReport {
+                    input,
+                    interval: interval.map_err(truncated)?,
+                    start: start.map_err(truncated)?,
+                    duration: duration.map_err(truncated)?,
+                })
             }
             PROPOSE => {
-                let v = u64s(3)?;
-                Msg::Propose(Proposal { interval: v[0], start: v[1], duration: v[2] })
+                let [interval, start, duration] = [(); 3].map(|()| r.u64());
+                Msg::Propose(Proposal {
+                    interval: interval.map_err(truncated)?,
+                    start: start.map_err(truncated)?,
+                    duration: duration.map_err(truncated)?,
+                })
             }
-            HALT => {
-                u64s(0)?;
-                Msg::Halt
-            }
-            HEARTBEAT => {
-                u64s(0)?;
-                Msg::Heartbeat
-            }
-            STOP => Msg::Stop { horizon: u64s(1)?[0] },
-            END => Msg::End { at: u64s(1)?[0] },
+            HALT => Msg::Halt,
+            HEARTBEAT => Msg::Heartbeat,
+            STOP => Msg::Stop { horizon: r.u64().map_err(truncated)? },
+            END => Msg::End { at: r.u64().map_err(truncated)? },
             LOST => {
-                // The count follows the kind byte and the compute node.
-                let count = b.get(9..17).ok_or_else(|| malformed("lost", "truncated"))?;
-                let count = u64::from_le_bytes(count.try_into().expect("8 bytes"));
+                let compute =
+                    u32::try_from(r.u64().map_err(truncated)?).map_err(|_| malformed("lost", "compute node"))?;
+                let count = r.u64().map_err(truncated)?;
                 if count > MAX_RESIDUES {
                     return Err(malformed("lost", format!("{count} residues")));
                 }
-                let v = u64s(2 + 2 * count as usize)?;
-                let compute = u32::try_from(v[0]).map_err(|_| malformed("lost", "compute node"))?;
-                Msg::Lost { compute, finished: v[2..].chunks_exact(2).map(|p| (p[0], p[1])).collect() }
+                let finished = (0..count)
+                    .map(|_| Ok((r.u64().map_err(truncated)?, r.u64().map_err(truncated)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                Msg::Lost { compute, finished }
             }
             LEAVE => {
-                let compute = u32::try_from(u64s(1)?[0]).map_err(|_| malformed("leave", "compute node"))?;
+                let compute =
+                    u32::try_from(r.u64().map_err(truncated)?).map_err(|_| malformed("leave", "compute node"))?;
                 Msg::Leave { compute }
             }
             other => return Err(malformed("message", format!("unknown kind {other}"))),
-        })
+        };
+        match r.is_empty() {
+            true => Ok(msg),
+            false => Err(malformed("message", format!("kind {kind}: trailing bytes"))),
+        }
     }
 }
 
