@@ -15,6 +15,7 @@
 //! Decoding is pure: bytes in, a message or a `Violation` out.
 
 use crate::error::Violation;
+use crate::proto::codec::{Reader, Truncated, Writer};
 use crate::proto::frame::HEADER_LEN;
 
 pub(super) const PREFIX_LEN: usize = 16;
@@ -69,26 +70,26 @@ impl<'a> Iterator for Batch<'a> {
     type Item = &'a [u8];
 
     fn next(&mut self) -> Option<&'a [u8]> {
-        let (len, rest) = self.0.split_first_chunk::<BATCH_LEN_LEN>()?;
-        let (frame, rest) = rest.split_at(u32::from_le_bytes(*len) as usize);
-        self.0 = rest;
+        let mut r = Reader::new(self.0);
+        let len = r.u32().ok()?;
+        let frame = r.bytes(len as usize).ok()?; // whole: checked when decoded
+        self.0 = r.rest();
         Some(frame)
     }
 }
 
 /// Whether `bytes` are exactly `count` (at least two) frames, each a u32 length (at least a
 /// header's) and its bytes.
-fn is_batch(mut bytes: &[u8], count: u64) -> bool {
+fn is_batch(bytes: &[u8], count: u64) -> bool {
+    let mut r = Reader::new(bytes);
     let mut found = 0;
-    while let Some((len, rest)) = bytes.split_first_chunk::<BATCH_LEN_LEN>() {
-        let len = u32::from_le_bytes(*len) as usize;
-        match rest.get(len..) {
-            Some(after) if len >= HEADER_LEN => bytes = after,
+    while !r.is_empty() {
+        match r.u32().map(|len| len as usize) {
+            Ok(len) if len >= HEADER_LEN && r.bytes(len).is_ok() => found += 1,
             _ => return false,
         }
-        found += 1;
     }
-    bytes.is_empty() && found == count && count >= 2
+    found == count && count >= 2
 }
 
 fn prefix(kind: u8, segments: u8, flags: u8, word: u64) -> [u8; PREFIX_LEN] {
@@ -110,16 +111,14 @@ pub(super) fn rendezvous(token: u64, segments: &[Segment], header: &[u8], meta: 
     debug_assert!(segments.len() <= MAX_SEGMENTS && header.len() == HEADER_LEN);
     let flags = if meta.is_some() { META_INLINE } else { 0 };
     let meta = meta.unwrap_or_default();
-    let mut m = Vec::with_capacity(PREFIX_LEN + segments.len() * SEGMENT_LEN + HEADER_LEN + meta.len());
-    m.extend_from_slice(&prefix(RENDEZVOUS, segments.len() as u8, flags, token));
+    let mut w = Writer::with_capacity(PREFIX_LEN + segments.len() * SEGMENT_LEN + HEADER_LEN + meta.len());
+    w.bytes(&prefix(RENDEZVOUS, segments.len() as u8, flags, token));
     for s in segments {
-        for v in [s.addr, s.key, s.len] {
-            m.extend_from_slice(&v.to_le_bytes());
-        }
+        [s.addr, s.key, s.len].into_iter().for_each(|v| w.u64(v));
     }
-    m.extend_from_slice(header);
-    m.extend_from_slice(meta);
-    m
+    w.bytes(header);
+    w.bytes(meta);
+    w.into_inner()
 }
 
 pub(super) fn done(token: u64) -> [u8; PREFIX_LEN] {
@@ -175,31 +174,33 @@ pub(super) fn seq(m: &[u8]) -> Option<u32> {
 /// Decodes one received message.
 pub(super) fn decode(m: &[u8]) -> Result<Msg<'_>, Violation> {
     let malformed = Violation::Malformed("libfabric message");
-    let (p, rest) = m.split_at_checked(PREFIX_LEN).ok_or(malformed.clone())?;
-    let (kind, segments, flags) = (p[0], p[1] as usize, p[2]);
-    let word = u64::from_le_bytes(p[8..].try_into().expect("8 bytes"));
-    let plain = segments == 0 && flags == 0 && p[3] == 0;
+    let mut r = Reader::new(m);
+    let [kind, segments, flags, zero] = r.array().map_err(|_| malformed.clone())?;
+    let segments = segments as usize;
+    let _seq = r.u32(); // the receiver orders by it; here it is only skipped
+    let word = r.u64().map_err(|_| malformed.clone())?;
+    let rest = r.rest();
+    let plain = segments == 0 && flags == 0 && zero == 0;
     match kind {
         FRAME if plain && word == 0 => Ok(Msg::Frame(rest)),
         DONE if plain && rest.is_empty() => Ok(Msg::Done(word)),
         FIRST if plain && word > rest.len() as u64 => Ok(Msg::First { total: word, bytes: rest }),
         MORE if plain && word == 0 && !rest.is_empty() => Ok(Msg::More(rest)),
         BATCH if plain && is_batch(rest, word) => Ok(Msg::Batch(Batch(rest))),
-        RENDEZVOUS if flags & !META_INLINE == 0 && p[3] == 0 && (1..=MAX_SEGMENTS).contains(&segments) => {
-            let (list, rest) = rest.split_at_checked(segments * SEGMENT_LEN).ok_or(malformed.clone())?;
-            let (header, meta) = rest.split_first_chunk::<HEADER_LEN>().ok_or(malformed.clone())?;
-            let word_at = |i: usize| u64::from_le_bytes(list[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-            let segments = (0..segments).map(|i| Segment {
-                addr: word_at(3 * i),
-                key: word_at(3 * i + 1),
-                len: word_at(3 * i + 2),
-            });
+        RENDEZVOUS if flags & !META_INLINE == 0 && zero == 0 && (1..=MAX_SEGMENTS).contains(&segments) => {
+            let segments = (0..segments)
+                .map(|_| Ok(Segment { addr: r.u64()?, key: r.u64()?, len: r.u64()? }))
+                .collect::<Result<Vec<_>, Truncated>>()
+                .map_err(|_| malformed.clone())?;
+            let header: &[u8; HEADER_LEN] =
+                r.bytes(HEADER_LEN).ok().and_then(|h| h.try_into().ok()).ok_or(malformed.clone())?;
+            let meta = r.rest();
             let meta = match flags & META_INLINE {
                 0 if meta.is_empty() => None,
                 0 => return Err(malformed),
                 _ => Some(meta),
             };
-            Ok(Msg::Rendezvous { token: word, segments: segments.collect(), header, meta })
+            Ok(Msg::Rendezvous { token: word, segments, header, meta })
         }
         _ => Err(malformed),
     }
