@@ -49,7 +49,8 @@ const STALL_BACKOFF_MIN: Duration = Duration::from_micros(20);
 const STALL_BACKOFF_STEPS: u32 = 6;
 /// Bounds on the looks (about a microsecond each) at a fabric whose progress is a system call
 /// that find nothing before a waiting thread sleeps on its fds. Between them the budget
-/// adapts: doubled when spinning finds an event, halved when it does not. A ping-pong's answer
+/// adapts: the most when spinning finds an event, doubled when one comes within
+/// `FD_WAKE_COST` of a sleep, halved when spinning finds nothing. A ping-pong's answer
 /// comes within some 50 looks, and a wake from `ppoll` costs about 30 µs; but spinning while
 /// the peer waits for a CPU (a busy host) only delays it.
 const FD_SPIN_MIN: u32 = 2;
