@@ -129,6 +129,13 @@ pub enum Lost {
 
 pub type Result<T> = std::result::Result<T, FlesError>;
 
+/// A message of ours that ends before its fields do.
+impl From<wirespeed::proto::codec::Truncated> for FlesError {
+    fn from(_: wirespeed::proto::codec::Truncated) -> Self {
+        malformed("message", "truncated")
+    }
+}
+
 pub(crate) fn malformed(what: &'static str, why: impl Into<String>) -> FlesError {
     FlesError::Malformed { what, why: why.into() }
 }

@@ -2,7 +2,7 @@
 //! (little-endian, a kind byte first). Component bytes and descriptors never travel here:
 //! they are put into the compute node's rings.
 
-use wirespeed::proto::codec::{Reader, Truncated, Writer};
+use wirespeed::proto::codec::{Reader, Writer};
 
 use crate::error::{Result, malformed};
 use crate::node::Pointers;
@@ -70,10 +70,8 @@ impl Msg {
             }
             Msg::Rings { data, descs } => {
                 w.u8(RINGS);
-                for d in [data, descs] {
-                    w.u32(d.len() as u32);
-                    w.bytes(d);
-                }
+                w.prefixed(data);
+                w.prefixed(descs);
             }
             Msg::Status(p) => u64s(STATUS, &[p.data, p.desc]),
             Msg::Ack(p) => u64s(ACK, &[p.data, p.desc]),
@@ -98,63 +96,37 @@ impl Msg {
     pub fn decode(b: &[u8]) -> Result<Msg> {
         let mut r = Reader::new(b);
         let kind = r.u8().map_err(|_| malformed("message", "empty"))?;
-        let truncated = |_: Truncated| malformed("message", format!("kind {kind}: truncated"));
         let msg = match kind {
-            JOIN => Msg::Join { input: r.u32().map_err(truncated)? },
+            JOIN => Msg::Join { input: r.u32()? },
             RINGS => {
-                let mut descriptor = || -> Result<Vec<u8>> {
-                    let len = r.u32().map_err(truncated)? as usize;
-                    match len <= MAX_DESCRIPTOR {
-                        true => Ok(r.bytes(len).map_err(truncated)?.to_vec()),
-                        false => Err(malformed("rings", format!("a {len}-byte descriptor"))),
-                    }
+                let mut descriptor = || match r.prefixed()? {
+                    d if d.len() > MAX_DESCRIPTOR => Err(malformed("rings", format!("a {}-byte descriptor", d.len()))),
+                    d => Ok(d.to_vec()),
                 };
                 let (data, descs) = (descriptor()?, descriptor()?);
                 Msg::Rings { data, descs }
             }
-            STATUS | ACK => {
-                let p = Pointers { data: r.u64().map_err(truncated)?, desc: r.u64().map_err(truncated)? };
-                if kind == STATUS { Msg::Status(p) } else { Msg::Ack(p) }
-            }
+            STATUS => Msg::Status(Pointers { data: r.u64()?, desc: r.u64()? }),
+            ACK => Msg::Ack(Pointers { data: r.u64()?, desc: r.u64()? }),
             REPORT => {
-                let input = usize::try_from(r.u64().map_err(truncated)?).map_err(|_| malformed("report", "input"))?;
-                let [interval, start, duration] = [(); 3].map(|()| r.u64());
-                Msg::Report(IntervalReport {
-                    input,
-                    interval: interval.map_err(truncated)?,
-                    start: start.map_err(truncated)?,
-                    duration: duration.map_err(truncated)?,
-                })
+                let input = usize::try_from(r.u64()?).map_err(|_| malformed("report", "input"))?;
+                Msg::Report(IntervalReport { input, interval: r.u64()?, start: r.u64()?, duration: r.u64()? })
             }
-            PROPOSE => {
-                let [interval, start, duration] = [(); 3].map(|()| r.u64());
-                Msg::Propose(Proposal {
-                    interval: interval.map_err(truncated)?,
-                    start: start.map_err(truncated)?,
-                    duration: duration.map_err(truncated)?,
-                })
-            }
+            PROPOSE => Msg::Propose(Proposal { interval: r.u64()?, start: r.u64()?, duration: r.u64()? }),
             HALT => Msg::Halt,
             HEARTBEAT => Msg::Heartbeat,
-            STOP => Msg::Stop { horizon: r.u64().map_err(truncated)? },
-            END => Msg::End { at: r.u64().map_err(truncated)? },
+            STOP => Msg::Stop { horizon: r.u64()? },
+            END => Msg::End { at: r.u64()? },
             LOST => {
-                let compute =
-                    u32::try_from(r.u64().map_err(truncated)?).map_err(|_| malformed("lost", "compute node"))?;
-                let count = r.u64().map_err(truncated)?;
+                let compute = u32::try_from(r.u64()?).map_err(|_| malformed("lost", "compute node"))?;
+                let count = r.u64()?;
                 if count > MAX_RESIDUES {
                     return Err(malformed("lost", format!("{count} residues")));
                 }
-                let finished = (0..count)
-                    .map(|_| Ok((r.u64().map_err(truncated)?, r.u64().map_err(truncated)?)))
-                    .collect::<Result<Vec<_>>>()?;
+                let finished = (0..count).map(|_| Ok((r.u64()?, r.u64()?))).collect::<Result<Vec<_>>>()?;
                 Msg::Lost { compute, finished }
             }
-            LEAVE => {
-                let compute =
-                    u32::try_from(r.u64().map_err(truncated)?).map_err(|_| malformed("leave", "compute node"))?;
-                Msg::Leave { compute }
-            }
+            LEAVE => Msg::Leave { compute: u32::try_from(r.u64()?).map_err(|_| malformed("leave", "compute node"))? },
             other => return Err(malformed("message", format!("unknown kind {other}"))),
         };
         match r.is_empty() {

@@ -146,216 +146,197 @@ impl Msg {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer(codec::Writer::with_capacity(64));
+        let mut w = codec::Writer::with_capacity(64);
         match self {
             Msg::Hello { host, shm } => {
-                w.0.u8(1);
-                w.bytes(host);
-                w.bytes(shm);
+                w.u8(1);
+                w.prefixed(host);
+                w.prefixed(shm);
             }
-            Msg::Ready => w.0.u8(2),
+            Msg::Ready => w.u8(2),
             Msg::Begin { version, flags, chunk_size, root_name, root_kind } => {
-                w.0.u8(3);
-                w.0.u16(*version);
-                w.0.u16(*flags);
-                w.0.u32(*chunk_size);
-                w.bytes(root_name);
-                w.0.u8(*root_kind as u8);
+                w.u8(3);
+                w.u16(*version);
+                w.u16(*flags);
+                w.u32(*chunk_size);
+                w.prefixed(root_name);
+                w.u8(*root_kind as u8);
             }
             Msg::Exclude(patterns) => {
-                w.0.u8(15);
-                w.0.u32(patterns.len() as u32);
+                w.u8(15);
+                w.u32(patterns.len() as u32);
                 for p in patterns {
-                    w.bytes(p.as_bytes());
+                    w.prefixed(p.as_bytes());
                 }
             }
             Msg::Entries(entries) => {
-                w.0.u8(4);
-                w.0.u32(entries.len() as u32);
+                w.u8(4);
+                w.u32(entries.len() as u32);
                 for e in entries {
-                    w.entry(e);
+                    write_entry(&mut w, e);
                 }
             }
             Msg::Want { id, ordered, have } => {
-                w.0.u8(5);
-                w.0.u64(*id);
-                w.0.u8(*ordered as u8);
-                w.0.u32(have.len() as u32);
+                w.u8(5);
+                w.u64(*id);
+                w.u8(*ordered as u8);
+                w.u32(have.len() as u32);
                 for (index, sum) in have {
-                    w.0.u32(*index);
-                    w.0.u128(*sum);
+                    w.u32(*index);
+                    w.u128(*sum);
                 }
             }
             Msg::Chunk { id, index } => {
-                w.0.u8(6);
-                w.0.u64(*id);
-                w.0.u32(*index);
+                w.u8(6);
+                w.u64(*id);
+                w.u32(*index);
             }
             Msg::ChunkSum { sum } => {
-                w.0.u8(13);
-                w.0.u128(*sum);
+                w.u8(13);
+                w.u128(*sum);
             }
             Msg::Same { id, index } => {
-                w.0.u8(7);
-                w.0.u64(*id);
-                w.0.u32(*index);
+                w.u8(7);
+                w.u64(*id);
+                w.u32(*index);
             }
             Msg::Hole { id, index } => {
-                w.0.u8(8);
-                w.0.u64(*id);
-                w.0.u32(*index);
+                w.u8(8);
+                w.u64(*id);
+                w.u32(*index);
             }
             Msg::Eof { id, size } => {
-                w.0.u8(9);
-                w.0.u64(*id);
-                w.0.u64(*size);
+                w.u8(9);
+                w.u64(*id);
+                w.u64(*size);
             }
             Msg::End { files, bytes } => {
-                w.0.u8(10);
-                w.0.u64(*files);
-                w.0.u64(*bytes);
+                w.u8(10);
+                w.u64(*files);
+                w.u64(*bytes);
             }
             Msg::Done { files, bytes, kept, kept_bytes, deleted } => {
-                w.0.u8(11);
-                w.0.u64(*files);
-                w.0.u64(*bytes);
-                w.0.u64(*kept);
-                w.0.u64(*kept_bytes);
-                w.0.u64(*deleted);
+                w.u8(11);
+                w.u64(*files);
+                w.u64(*bytes);
+                w.u64(*kept);
+                w.u64(*kept_bytes);
+                w.u64(*deleted);
             }
             Msg::Keep { id } => {
-                w.0.u8(14);
-                w.0.u64(*id);
+                w.u8(14);
+                w.u64(*id);
             }
             Msg::Fail { class, message } => {
-                w.0.u8(12);
-                w.0.u8(*class);
-                w.bytes(message.as_bytes());
+                w.u8(12);
+                w.u8(*class);
+                w.prefixed(message.as_bytes());
             }
         }
-        w.0.into_inner()
+        w.into_inner()
     }
 
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let mut r = Reader(codec::Reader::new(b));
-        let msg = match r.0.u8()? {
-            1 => Msg::Hello { host: r.bytes()?, shm: r.bytes()? },
+        let mut r = codec::Reader::new(b);
+        let msg = match r.u8()? {
+            1 => Msg::Hello { host: read_bytes(&mut r)?, shm: read_bytes(&mut r)? },
             2 => Msg::Ready,
             3 => Msg::Begin {
-                version: r.0.u16()?,
-                flags: r.0.u16()?,
-                chunk_size: r.0.u32()?,
-                root_name: r.bytes()?,
-                root_kind: r.kind()?,
+                version: r.u16()?,
+                flags: r.u16()?,
+                chunk_size: r.u32()?,
+                root_name: read_bytes(&mut r)?,
+                root_kind: read_kind(&mut r)?,
             },
             4 => {
-                let n = r.0.u32()? as usize;
+                let n = r.u32()? as usize;
                 // Each entry takes at least 50 bytes, so a lying count cannot reserve much.
-                let mut entries = Vec::with_capacity(n.min(r.0.rest().len() / 50));
+                let mut entries = Vec::with_capacity(n.min(r.rest().len() / 50));
                 for _ in 0..n {
-                    entries.push(r.entry()?);
+                    entries.push(read_entry(&mut r)?);
                 }
                 Msg::Entries(entries)
             }
             5 => {
-                let id = r.0.u64()?;
-                let ordered = r.0.u8()? != 0;
-                let n = r.0.u32()? as usize;
-                let mut have = Vec::with_capacity(n.min(r.0.rest().len() / 20));
+                let id = r.u64()?;
+                let ordered = r.u8()? != 0;
+                let n = r.u32()? as usize;
+                let mut have = Vec::with_capacity(n.min(r.rest().len() / 20));
                 for _ in 0..n {
-                    have.push((r.0.u32()?, r.0.u128()?));
+                    have.push((r.u32()?, r.u128()?));
                 }
                 Msg::Want { id, ordered, have }
             }
-            6 => Msg::Chunk { id: r.0.u64()?, index: r.0.u32()? },
-            7 => Msg::Same { id: r.0.u64()?, index: r.0.u32()? },
-            8 => Msg::Hole { id: r.0.u64()?, index: r.0.u32()? },
-            9 => Msg::Eof { id: r.0.u64()?, size: r.0.u64()? },
-            10 => Msg::End { files: r.0.u64()?, bytes: r.0.u64()? },
-            11 => Msg::Done {
-                files: r.0.u64()?,
-                bytes: r.0.u64()?,
-                kept: r.0.u64()?,
-                kept_bytes: r.0.u64()?,
-                deleted: r.0.u64()?,
-            },
-            12 => Msg::Fail { class: r.0.u8()?, message: String::from_utf8_lossy(&r.bytes()?).into_owned() },
-            13 => Msg::ChunkSum { sum: r.0.u128()? },
-            14 => Msg::Keep { id: r.0.u64()? },
+            6 => Msg::Chunk { id: r.u64()?, index: r.u32()? },
+            7 => Msg::Same { id: r.u64()?, index: r.u32()? },
+            8 => Msg::Hole { id: r.u64()?, index: r.u32()? },
+            9 => Msg::Eof { id: r.u64()?, size: r.u64()? },
+            10 => Msg::End { files: r.u64()?, bytes: r.u64()? },
+            11 => {
+                Msg::Done { files: r.u64()?, bytes: r.u64()?, kept: r.u64()?, kept_bytes: r.u64()?, deleted: r.u64()? }
+            }
+            12 => Msg::Fail { class: r.u8()?, message: String::from_utf8_lossy(&read_bytes(&mut r)?).into_owned() },
+            13 => Msg::ChunkSum { sum: r.u128()? },
+            14 => Msg::Keep { id: r.u64()? },
             15 => {
-                let n = r.0.u32()? as usize;
-                let mut patterns = Vec::with_capacity(n.min(r.0.rest().len() / 4));
+                let n = r.u32()? as usize;
+                let mut patterns = Vec::with_capacity(n.min(r.rest().len() / 4));
                 for _ in 0..n {
-                    let p = r.bytes()?;
+                    let p = read_bytes(&mut r)?;
                     patterns.push(String::from_utf8(p).map_err(|_| Violation::PatternNotUtf8)?);
                 }
                 Msg::Exclude(patterns)
             }
             t => return Err(Violation::UnknownTag(t)),
         };
-        if !r.0.is_empty() {
+        if !r.is_empty() {
             return Err(Violation::TrailingBytes);
         }
         Ok(msg)
     }
 }
 
-/// The core's writer, with this protocol's length-prefixed bytes and entries.
-struct Writer(codec::Writer);
-
-impl Writer {
-    fn bytes(&mut self, b: &[u8]) {
-        self.0.u32(b.len() as u32);
-        self.0.bytes(b);
-    }
-    fn entry(&mut self, e: &Entry) {
-        let w = &mut self.0;
-        w.u64(e.id);
-        w.u8(e.kind as u8);
-        self.bytes(&e.path);
-        let w = &mut self.0;
-        w.u64(e.size);
-        w.u32(e.mode);
-        w.u64(e.mtime_sec as u64);
-        w.u32(e.mtime_nsec);
-        w.u8(e.sparse as u8 | (e.inline.is_some() as u8) << 1);
-        self.bytes(&e.target);
-        if let Some(sum) = e.inline {
-            self.0.u128(sum);
-        }
+fn write_entry(w: &mut codec::Writer, e: &Entry) {
+    w.u64(e.id);
+    w.u8(e.kind as u8);
+    w.prefixed(&e.path);
+    w.u64(e.size);
+    w.u32(e.mode);
+    w.u64(e.mtime_sec as u64);
+    w.u32(e.mtime_nsec);
+    w.u8(e.sparse as u8 | (e.inline.is_some() as u8) << 1);
+    w.prefixed(&e.target);
+    if let Some(sum) = e.inline {
+        w.u128(sum);
     }
 }
 
-/// The core's reader (whose `Truncated` is this protocol's), with its length-prefixed bytes,
-/// entry kinds and entries.
-struct Reader<'a>(codec::Reader<'a>);
+/// A length-prefixed name, path or message: at most `MAX_PATH` bytes.
+fn read_bytes(r: &mut codec::Reader<'_>) -> Result<Vec<u8>> {
+    let n = r.u32()? as usize;
+    if n > MAX_PATH {
+        return Err(Violation::LengthPastEnd);
+    }
+    Ok(r.bytes(n).map_err(|_| Violation::LengthPastEnd)?.to_vec())
+}
 
-impl Reader<'_> {
-    fn bytes(&mut self) -> Result<Vec<u8>> {
-        let n = self.0.u32()? as usize;
-        if n > MAX_PATH {
-            return Err(Violation::LengthPastEnd);
-        }
-        Ok(self.0.bytes(n).map_err(|_| Violation::LengthPastEnd)?.to_vec())
+fn read_kind(r: &mut codec::Reader<'_>) -> Result<Kind> {
+    match r.u8()? {
+        1 => Ok(Kind::File),
+        2 => Ok(Kind::Dir),
+        3 => Ok(Kind::Symlink),
+        k => Err(Violation::UnknownEntryKind(k)),
     }
-    fn kind(&mut self) -> Result<Kind> {
-        match self.0.u8()? {
-            1 => Ok(Kind::File),
-            2 => Ok(Kind::Dir),
-            3 => Ok(Kind::Symlink),
-            k => Err(Violation::UnknownEntryKind(k)),
-        }
-    }
-    fn entry(&mut self) -> Result<Entry> {
-        let id = self.0.u64()?;
-        let kind = self.kind()?;
-        let path = self.bytes()?;
-        let r = &mut self.0;
-        let (size, mode, mtime_sec, mtime_nsec, flags) = (r.u64()?, r.u32()?, r.u64()? as i64, r.u32()?, r.u8()?);
-        let target = self.bytes()?;
-        let inline = if flags & 2 != 0 { Some(self.0.u128()?) } else { None };
-        Ok(Entry { id, kind, path, size, mode, mtime_sec, mtime_nsec, sparse: flags & 1 != 0, target, inline })
-    }
+}
+
+fn read_entry(r: &mut codec::Reader<'_>) -> Result<Entry> {
+    let id = r.u64()?;
+    let kind = read_kind(r)?;
+    let path = read_bytes(r)?;
+    let (size, mode, mtime_sec, mtime_nsec, flags) = (r.u64()?, r.u32()?, r.u64()? as i64, r.u32()?, r.u8()?);
+    let target = read_bytes(r)?;
+    let inline = if flags & 2 != 0 { Some(r.u128()?) } else { None };
+    Ok(Entry { id, kind, path, size, mode, mtime_sec, mtime_nsec, sparse: flags & 1 != 0, target, inline })
 }
 
 #[cfg(test)]

@@ -85,8 +85,7 @@ impl Msg {
             Msg::Data { app_metadata, meta } => {
                 w = Writer::with_capacity(5 + app_metadata.len() + meta.len());
                 w.u8(DATA);
-                w.u32(app_metadata.len() as u32);
-                w.bytes(app_metadata);
+                w.prefixed(app_metadata);
                 w.bytes(meta);
             }
             Msg::Error { code, message, details } if details.is_empty() => {
@@ -97,8 +96,7 @@ impl Msg {
             Msg::Error { code, message, details } => {
                 w.u8(ERROR_WITH_DETAILS);
                 w.i32(*code);
-                w.u32(message.len() as u32);
-                w.bytes(message.as_bytes());
+                w.prefixed(message.as_bytes());
                 w.bytes(details);
             }
         }
@@ -119,8 +117,7 @@ impl Msg {
                 Ok(Msg::Open { method, expiry, mac, target: Bytes::copy_from_slice(r.take_rest()) })
             }
             DATA => {
-                let len = r.u32().map_err(malformed("DATA"))? as usize;
-                let app_metadata = r.bytes(len).map_err(malformed("DATA (app_metadata overruns the header)"))?;
+                let app_metadata = r.prefixed().map_err(malformed("DATA (app_metadata overruns the header)"))?;
                 Ok(Msg::Data {
                     app_metadata: Bytes::copy_from_slice(app_metadata),
                     meta: Bytes::copy_from_slice(r.take_rest()),
@@ -135,8 +132,8 @@ impl Msg {
                 })
             }
             ERROR_WITH_DETAILS => {
-                let (code, len) = (r.i32().map_err(malformed("ERROR"))?, r.u32().map_err(malformed("ERROR"))?);
-                let message = r.bytes(len as usize).map_err(malformed("ERROR (message overruns the header)"))?;
+                let code = r.i32().map_err(malformed("ERROR"))?;
+                let message = r.prefixed().map_err(malformed("ERROR (message overruns the header)"))?;
                 Ok(Msg::Error {
                     code,
                     message: String::from_utf8_lossy(message).into_owned(),

@@ -50,26 +50,14 @@ impl<'a> Reader<'a> {
         std::mem::take(&mut self.rest)
     }
 
-    pub fn u8(&mut self) -> Result<u8, Truncated> {
-        Ok(self.array::<1>()?[0])
-    }
-    pub fn u16(&mut self) -> Result<u16, Truncated> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-    pub fn u32(&mut self) -> Result<u32, Truncated> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-    pub fn u64(&mut self) -> Result<u64, Truncated> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-    pub fn u128(&mut self) -> Result<u128, Truncated> {
-        Ok(u128::from_le_bytes(self.array()?))
-    }
-    pub fn i32(&mut self) -> Result<i32, Truncated> {
-        Ok(i32::from_le_bytes(self.array()?))
-    }
-    pub fn i64(&mut self) -> Result<i64, Truncated> {
-        Ok(i64::from_le_bytes(self.array()?))
+    /// A u32 length, then that many bytes: every format's variable-length field. Takes
+    /// nothing when they are not all there.
+    pub fn prefixed(&mut self) -> Result<&'a [u8], Truncated> {
+        let mut r = self.clone();
+        let len = r.u32()?;
+        let bytes = r.bytes(len as usize)?;
+        *self = r;
+        Ok(bytes)
     }
 }
 
@@ -89,28 +77,31 @@ impl Writer {
     pub fn bytes(&mut self, b: &[u8]) {
         self.0.extend_from_slice(b);
     }
-    pub fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    pub fn u16(&mut self, v: u16) {
-        self.bytes(&v.to_le_bytes());
-    }
-    pub fn u32(&mut self, v: u32) {
-        self.bytes(&v.to_le_bytes());
-    }
-    pub fn u64(&mut self, v: u64) {
-        self.bytes(&v.to_le_bytes());
-    }
-    pub fn u128(&mut self, v: u128) {
-        self.bytes(&v.to_le_bytes());
-    }
-    pub fn i32(&mut self, v: i32) {
-        self.bytes(&v.to_le_bytes());
-    }
-    pub fn i64(&mut self, v: i64) {
-        self.bytes(&v.to_le_bytes());
+    /// A u32 length, then the bytes (see [`Reader::prefixed`]).
+    pub fn prefixed(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.bytes(b);
     }
 }
+
+/// One reading and one writing method per little-endian integer type, named after it.
+macro_rules! integers {
+    ($($t:ident),*) => {
+        impl Reader<'_> {
+            $(pub fn $t(&mut self) -> Result<$t, Truncated> {
+                Ok($t::from_le_bytes(self.array()?))
+            })*
+        }
+
+        impl Writer {
+            $(pub fn $t(&mut self, v: $t) {
+                self.bytes(&v.to_le_bytes());
+            })*
+        }
+    };
+}
+
+integers!(u8, u16, u32, u64, u128, i32, i64);
 
 #[cfg(test)]
 mod tests {
@@ -126,12 +117,15 @@ mod tests {
         w.u64(4);
         w.i64(-5);
         w.u128(6);
-        w.bytes(b"tail");
+        w.prefixed(b"tail");
         let bytes = w.into_inner();
         let mut r = Reader::new(&bytes);
         assert_eq!((r.u8(), r.u16(), r.u32(), r.u64(), r.i64(), r.u128()), (Ok(1), Ok(2), Ok(3), Ok(4), Ok(-5), Ok(6)));
-        assert_eq!(r.bytes(5), Err(Truncated));
-        assert_eq!(r.rest(), b"tail", "a failed read takes nothing");
+        assert_eq!(r.bytes(9), Err(Truncated));
+        assert_eq!(r.clone().prefixed(), Ok(&b"tail"[..]));
+        assert_eq!(r.rest(), b"\x04\0\0\0tail", "a failed read takes nothing");
+        assert_eq!(r.u32(), Ok(4));
+        assert_eq!(r.prefixed(), Err(Truncated), "a length with too few bytes after it");
         assert_eq!(r.take_rest(), b"tail");
         assert!(r.is_empty());
         assert_eq!(r.u8(), Err(Truncated));

@@ -71,8 +71,7 @@ impl<'a> Iterator for Batch<'a> {
 
     fn next(&mut self) -> Option<&'a [u8]> {
         let mut r = Reader::new(self.0);
-        let len = r.u32().ok()?;
-        let frame = r.bytes(len as usize).ok()?; // whole: checked when decoded
+        let frame = r.prefixed().ok()?; // whole: checked when decoded
         self.0 = r.rest();
         Some(frame)
     }
@@ -84,8 +83,8 @@ fn is_batch(bytes: &[u8], count: u64) -> bool {
     let mut r = Reader::new(bytes);
     let mut found = 0;
     while !r.is_empty() {
-        match r.u32().map(|len| len as usize) {
-            Ok(len) if len >= HEADER_LEN && r.bytes(len).is_ok() => found += 1,
+        match r.prefixed() {
+            Ok(frame) if frame.len() >= HEADER_LEN => found += 1,
             _ => return false,
         }
     }

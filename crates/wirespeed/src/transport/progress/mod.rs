@@ -274,21 +274,19 @@ impl<Core: Driver> Shared<Core> {
                 }
                 idle_turns = 0;
                 self.wake_waiters();
-            } else if core.progress_is_a_syscall() {
-                idle_turns += 1;
-                let budget = self.fd_spin.load(Ordering::Relaxed);
-                if idle_turns >= budget {
-                    // Spinning found nothing this time: spin less next time.
-                    self.fd_spin.store((budget / 2).max(FD_SPIN_MIN), Ordering::Relaxed);
-                    slept_at = Some(Instant::now());
-                    core = self.sleep_on_fabric(core, deadline)?;
-                    idle_turns = 0;
-                } else {
-                    drop(core);
-                    std::hint::spin_loop();
-                    core = self.lock();
-                }
             } else {
+                if core.progress_is_a_syscall() {
+                    idle_turns += 1;
+                    let budget = self.fd_spin.load(Ordering::Relaxed);
+                    if idle_turns >= budget {
+                        // Spinning found nothing this time: spin less next time.
+                        self.fd_spin.store((budget / 2).max(FD_SPIN_MIN), Ordering::Relaxed);
+                        slept_at = Some(Instant::now());
+                        core = self.sleep_on_fabric(core, deadline);
+                        idle_turns = 0;
+                        continue;
+                    }
+                }
                 drop(core);
                 std::hint::spin_loop();
                 core = self.lock();
@@ -314,22 +312,16 @@ impl<Core: Driver> Shared<Core> {
         &'a self,
         mut core: MutexGuard<'a, Core>,
         deadline: Option<Instant>,
-    ) -> Result<MutexGuard<'a, Core>> {
-        let mut fds = Vec::with_capacity(4);
-        match core.arm() {
+    ) -> MutexGuard<'a, Core> {
+        let mut fds = vec![libc::pollfd { fd: self.woken.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        match core.arm().and_then(|armed| if armed { core.wait_fds(&mut fds).map(|()| true) } else { Ok(false) }) {
             Ok(true) => {}
-            Ok(false) => return Ok(core),
+            Ok(false) => return core,
             Err(e) => {
                 core.fail(e);
                 self.wake_waiters();
-                return Ok(core);
+                return core;
             }
-        }
-        fds.push(libc::pollfd { fd: self.woken.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 });
-        if let Err(e) = core.wait_fds(&mut fds) {
-            core.fail(e);
-            self.wake_waiters();
-            return Ok(core);
         }
         let now = Instant::now();
         let slice = if core.outstanding() { FD_SLICE_BUSY } else { FD_SLICE };
@@ -345,7 +337,7 @@ impl<Core: Driver> Shared<Core> {
             let _ = self.woken.read();
         }
         self.fd_sleepers.fetch_sub(1, Ordering::SeqCst);
-        Ok(self.lock())
+        self.lock()
     }
 
     /// Fails the connection: parked threads wake and see `e`.
@@ -420,8 +412,6 @@ impl<Core: Driver> Shared<Core> {
                 let active = events > 0 || core.events() != before;
                 if active {
                     self.wake_waiters();
-                }
-                if active {
                     stalled = 0;
                 }
                 match armed {
