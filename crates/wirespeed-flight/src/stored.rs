@@ -17,6 +17,7 @@ use arrow_ipc::reader::read_footer_length;
 use arrow_ipc::{Endianness, MessageHeader, MetadataVersion, root_as_footer, root_as_message};
 use arrow_schema::{DataType, SchemaRef};
 use bytes::Bytes;
+use wirespeed::proto::codec::{Reader, Truncated};
 
 use crate::error::{Error, Result};
 use crate::ipc::{Decoded, Decoder};
@@ -123,9 +124,15 @@ impl StoredFile {
             let mut meta = vec![0u8; usize::try_from(meta_len).map_err(|_| bad("metadata too large".into()))?];
             self.file.read_exact_at(&mut meta, at).map_err(|e| bad(e.to_string()))?;
             // A message starts with 0xFFFFFFFF and its length, or (before 0.15) the length alone.
-            let prefix = if meta.get(..4) == Some(&[0xff; 4]) { 8 } else { 4 };
-            let len = meta.get(prefix - 4..prefix).ok_or_else(|| bad("metadata cut short".into()))?;
-            let len = i32::from_le_bytes(len.try_into().expect("4 bytes"));
+            let mut r = Reader::new(&meta);
+            let mut length = || {
+                Ok::<_, Truncated>(match r.i32()? {
+                    -1 => r.i32()?,
+                    len => len,
+                })
+            };
+            let len = length().map_err(|_| bad("metadata cut short".into()))?;
+            let prefix = meta.len() - r.rest().len();
             let end = usize::try_from(len).ok().and_then(|l| l.checked_add(prefix)).filter(|&e| e <= meta.len());
             let end = end.ok_or_else(|| bad(format!("metadata length {len}")))?;
             let message = root_as_message(&meta[prefix..end]).map_err(|e| bad(e.to_string()))?;

@@ -2,6 +2,8 @@
 //! descriptors, then their contents; content m starts at n·32 + desc[m].offset −
 //! desc[0].offset, as in FLESnet.
 
+use wirespeed::proto::codec::{Reader, Truncated};
+
 use super::microslice::{DESCRIPTOR_LEN, MicrosliceDescriptor, flags};
 use super::ramp;
 use crate::error::{FlesError, Result, malformed};
@@ -40,11 +42,11 @@ impl ComponentDescriptor {
     }
 
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let b = b
-            .get(..COMPONENT_DESCRIPTOR_LEN)
-            .ok_or_else(|| malformed("component descriptor", format!("{} bytes, not 32", b.len())))?;
-        let at = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        Ok(ComponentDescriptor { ts_num: at(0), offset: at(1), size: at(2), num_microslices: at(3) })
+        let mut r = Reader::new(b);
+        let mut read = || -> std::result::Result<_, Truncated> {
+            Ok(ComponentDescriptor { ts_num: r.u64()?, offset: r.u64()?, size: r.u64()?, num_microslices: r.u64()? })
+        };
+        read().map_err(|_| malformed("component descriptor", format!("{} bytes, not 32", b.len())))
     }
 }
 

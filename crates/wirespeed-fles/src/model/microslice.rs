@@ -1,6 +1,8 @@
 //! FLESnet's MicrosliceDescriptor: 32 packed little-endian bytes before each microslice's
 //! content, byte for byte as fles_ipc writes it.
 
+use wirespeed::proto::codec::{Reader, Truncated};
+
 use crate::error::{Result, malformed};
 
 pub const DESCRIPTOR_LEN: usize = 32;
@@ -70,25 +72,23 @@ impl MicrosliceDescriptor {
 
     /// Decodes a descriptor, refusing any other header id or version.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let b: &[u8; DESCRIPTOR_LEN] = b
-            .get(..DESCRIPTOR_LEN)
-            .and_then(|s| s.try_into().ok())
-            .ok_or_else(|| malformed("microslice descriptor", format!("{} bytes, not 32", b.len())))?;
-        let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        let d = MicrosliceDescriptor {
-            hdr_id: b[0],
-            hdr_ver: b[1],
-            eq_id: u16_at(2),
-            flags: u16_at(4),
-            sys_id: b[6],
-            sys_ver: b[7],
-            idx: u64_at(8),
-            crc: u32_at(16),
-            size: u32_at(20),
-            offset: u64_at(24),
+        let short = || malformed("microslice descriptor", format!("{} bytes, not 32", b.len()));
+        let mut r = Reader::new(b.get(..DESCRIPTOR_LEN).ok_or_else(short)?);
+        let mut read = || -> std::result::Result<_, Truncated> {
+            Ok(MicrosliceDescriptor {
+                hdr_id: r.u8()?,
+                hdr_ver: r.u8()?,
+                eq_id: r.u16()?,
+                flags: r.u16()?,
+                sys_id: r.u8()?,
+                sys_ver: r.u8()?,
+                idx: r.u64()?,
+                crc: r.u32()?,
+                size: r.u32()?,
+                offset: r.u64()?,
+            })
         };
+        let d = read().map_err(|_| short())?;
         if d.hdr_id != HDR_ID || d.hdr_ver != HDR_VER {
             return Err(malformed(
                 "microslice descriptor",

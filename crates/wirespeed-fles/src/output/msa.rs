@@ -5,6 +5,8 @@
 
 use std::io::{self, Write};
 
+use wirespeed::proto::codec::WriteFields;
+
 use super::tsa::{MICROSLICE_ARCHIVE, write_head};
 use crate::model::MicrosliceDescriptor;
 
@@ -26,8 +28,7 @@ impl<W: Write> MsaWriter<W> {
         }
         // The descriptor's fields in order, packed: its 32-byte layout.
         self.out.write_all(&d.encode())?;
-        self.out.write_all(&(content.len() as u64).to_le_bytes())?;
-        self.out.write_all(content)
+        self.out.u64_prefixed(content)
     }
 
     pub fn finish(mut self) -> io::Result<W> {

@@ -11,6 +11,8 @@
 
 use std::io::{self, Write};
 
+use wirespeed::proto::codec::WriteFields;
+
 use crate::model::{ComponentView, TimesliceDescriptor};
 
 /// One timeslice as the archive holds it (the descriptor's component count is the
@@ -37,6 +39,11 @@ pub(crate) const COMPONENT: usize = 4;
 pub(crate) const VERSIONS: [u32; 5] = [0, 2, 0, 0, 1];
 /// The archive's magic, after its length.
 pub(crate) const MAGIC: &[u8; 22] = b"serialization::archive";
+/// Boost 1.74's library version, as its archives carry it.
+const LIBRARY_VERSION: u16 = 18;
+/// The sizes of int, long, float and double where the archive was written: readers here
+/// need these.
+pub(crate) const TYPE_SIZES: [u8; 4] = [4, 8, 4, 8];
 
 /// Where the timeslices go: the file, or a zstd stream into it.
 enum Out<W: Write> {
@@ -68,11 +75,10 @@ pub(crate) const MICROSLICE_ARCHIVE: i32 = 1;
 
 /// A Boost.Serialization binary archive's header, as Boost 1.74 writes it.
 pub(crate) fn write_header(out: &mut impl Write) -> io::Result<()> {
-    out.write_all(&(MAGIC.len() as u64).to_le_bytes())?;
-    out.write_all(MAGIC)?;
-    out.write_all(&18u16.to_le_bytes())?;
-    out.write_all(&[4, 8, 4, 8])?;
-    out.write_all(&1i32.to_le_bytes())
+    out.u64_prefixed(MAGIC)?;
+    out.u16(LIBRARY_VERSION)?;
+    out.write_all(&TYPE_SIZES)?;
+    out.i32(1)
 }
 
 /// The header, then FLESnet's ArchiveDescriptor (class version 2): the archive's type and
@@ -86,14 +92,13 @@ pub(crate) fn write_head(
     user: &str,
 ) -> io::Result<()> {
     write_header(out)?;
-    out.write_all(&[0])?;
-    out.write_all(&2u32.to_le_bytes())?;
-    out.write_all(&archive_type.to_le_bytes())?;
-    out.write_all(&compression.to_le_bytes())?;
-    out.write_all(&creation_time.to_le_bytes())?;
+    out.u8(0)?;
+    out.u32(2)?;
+    out.i32(archive_type)?;
+    out.i32(compression)?;
+    out.i64(creation_time)?;
     for s in [host, user] {
-        out.write_all(&(s.len() as u64).to_le_bytes())?;
-        out.write_all(s.as_bytes())?;
+        out.u64_prefixed(s.as_bytes())?;
     }
     Ok(())
 }
@@ -123,8 +128,8 @@ impl<W: Write> TsaWriter<W> {
     fn class(&mut self, which: usize) -> io::Result<()> {
         if !self.seen[which] {
             self.seen[which] = true;
-            self.out.write_all(&[0])?;
-            self.out.write_all(&VERSIONS[which].to_le_bytes())?;
+            self.out.u8(0)?;
+            self.out.u32(VERSIONS[which])?;
         }
         Ok(())
     }
@@ -135,23 +140,22 @@ impl<W: Write> TsaWriter<W> {
         let d = TimesliceDescriptor { num_components: ts.components.len() as u32, ..ts.descriptor };
         self.out.write_all(&d.encode())?;
         self.class(DATA)?;
-        self.out.write_all(&(ts.components.len() as u64).to_le_bytes())?;
-        self.out.write_all(&0u32.to_le_bytes())?; // the byte vectors' item version
+        self.out.u64(ts.components.len() as u64)?;
+        self.out.u32(0)?; // the byte vectors' item version
         for (bytes, _) in &ts.components {
-            self.out.write_all(&(bytes.len() as u64).to_le_bytes())?;
-            self.out.write_all(bytes)?;
+            self.out.u64_prefixed(bytes)?;
         }
         self.class(DESCRIPTORS)?;
-        self.out.write_all(&(ts.components.len() as u64).to_le_bytes())?;
-        self.out.write_all(&VERSIONS[COMPONENT].to_le_bytes())?; // item version
+        self.out.u64(ts.components.len() as u64)?;
+        self.out.u32(VERSIONS[COMPONENT])?; // item version
         for (bytes, microslices) in &ts.components {
             self.class(COMPONENT)?;
             // ts_num, offset in this timeslice's byte vector (each has its own), size, count
             for v in [d.index, 0, bytes.len() as u64, *microslices] {
-                self.out.write_all(&v.to_le_bytes())?;
+                self.out.u64(v)?;
             }
             let flags = ComponentView::new(bytes, *microslices).map_or(0, |c| c.flags());
-            self.out.write_all(&flags.to_le_bytes())?;
+            self.out.u32(flags)?;
         }
         Ok(())
     }

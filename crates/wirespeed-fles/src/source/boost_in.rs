@@ -4,8 +4,10 @@
 
 use std::io::{self, BufRead, Read};
 
+use wirespeed::proto::codec::ReadFields;
+
 use crate::error::{FlesError, Result, malformed};
-use crate::output::tsa::{MAGIC, ZSTD};
+use crate::output::tsa::{MAGIC, TYPE_SIZES, ZSTD};
 pub(crate) use crate::output::tsa::{MICROSLICE_ARCHIVE, TIMESLICE_ARCHIVE};
 
 /// The file, or the zstd stream in it that a compressed archive's objects are.
@@ -59,12 +61,15 @@ pub(crate) struct ArchiveIn<R: BufRead> {
 impl<R: BufRead> ArchiveIn<R> {
     /// Reads an archive's header (`what`, in errors); its objects follow.
     pub fn headed(mut input: R, what: &'static str) -> Result<Self> {
-        let mut head = [0u8; 8 + 22 + 2 + 4 + 4];
-        input.read_exact(&mut head).map_err(|_| malformed(what, "too short for its header"))?;
-        if head[..8] != (MAGIC.len() as u64).to_le_bytes() || &head[8..30] != MAGIC {
+        // The magic's length and the magic, the library's version, the type sizes, and 1.
+        let mut head = || {
+            Ok::<_, io::Error>((input.u64()?, input.array::<22>()?, input.u16()?, input.array::<4>()?, input.i32()?))
+        };
+        let (magic_len, magic, _, sizes, _) = head().map_err(|_| malformed(what, "too short for its header"))?;
+        if magic_len != MAGIC.len() as u64 || &magic != MAGIC {
             return Err(malformed(what, "not a Boost.Serialization binary archive"));
         }
-        if head[32..36] != [4, 8, 4, 8] {
+        if sizes != TYPE_SIZES {
             return Err(malformed(what, "written on a platform with other type sizes"));
         }
         Ok(ArchiveIn { input: In::Plain(input), versions: [None; 8], host: String::new(), user: String::new() })
@@ -101,22 +106,17 @@ impl<R: BufRead> ArchiveIn<R> {
         Ok(self.input.fill_buf().map_err(io_error)?.is_empty())
     }
 
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let mut b = [0u8; N];
-        self.input.read_exact(&mut b).map_err(io_error)?;
-        Ok(b)
-    }
     pub fn u8(&mut self) -> Result<u8> {
-        Ok(self.bytes::<1>()?[0])
+        ReadFields::u8(&mut self.input).map_err(io_error)
     }
     pub fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.bytes()?))
+        ReadFields::u16(&mut self.input).map_err(io_error)
     }
     pub fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.bytes()?))
+        ReadFields::u32(&mut self.input).map_err(io_error)
     }
     pub fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.bytes()?))
+        ReadFields::u64(&mut self.input).map_err(io_error)
     }
     pub fn string(&mut self) -> Result<String> {
         let len = self.u64()?;

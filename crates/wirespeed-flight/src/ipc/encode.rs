@@ -11,6 +11,7 @@ use arrow_ipc::writer::{DictionaryHandling, DictionaryTracker, IpcDataGenerator,
 use arrow_ipc::{CompressionType, MessageHeader};
 use arrow_schema::{ArrowError, Schema, SchemaRef};
 use bytes::Bytes;
+use wirespeed::proto::codec;
 
 use crate::service::Payload;
 
@@ -165,8 +166,10 @@ fn split(buffers: Vec<Buffer>) -> Result<Vec<Frame>, ArrowError> {
     let mut cursor = Cursor { buffers: buffers.into_iter().collect(), offset: 0 };
     let mut frames = Vec::new();
     while cursor.remaining() > 0 {
+        // 0xFFFFFFFF, then the metadata's length.
         let prefix = cursor.gather(8)?;
-        let meta_len = i32::from_le_bytes(prefix[4..8].try_into().expect("4 bytes"));
+        let meta_len = codec::read_all(&prefix, |r| Ok((r.u32()?, r.i32()?)).map(|(_, len)| len))
+            .ok_or_else(|| ArrowError::IpcError("a short message prefix".into()))?;
         if meta_len == 0 {
             continue; // end of stream
         }

@@ -8,6 +8,7 @@ use std::ops::Deref;
 use std::sync::Mutex;
 
 use bytes::Bytes;
+use wirespeed::proto::codec::Reader;
 use wirespeed::seal::{SealKey, TAG_LEN};
 use wirespeed::{Body, Buf, Connection, Message, Stream};
 
@@ -121,8 +122,7 @@ impl CallStream {
         *counter += 2;
         let mut header = msg.header;
         seal.recv.open(id, at, AAD, &mut header).map_err(unauthentic)?;
-        let len = header.get(..8).ok_or_else(|| Violation::Unsealed("a header without its length".into()))?;
-        let len = u64::from_le_bytes(len.try_into().expect("8 bytes"));
+        let len = Reader::new(&header).u64().map_err(|_| Violation::Unsealed("a header without its length".into()))?;
         header.drain(..8);
         let mut body = msg.body.to_vec();
         if len > 0 || !body.is_empty() {

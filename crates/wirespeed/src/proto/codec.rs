@@ -1,7 +1,11 @@
 //! One little-endian codec for every wire format of the project (the frames' own, the file
 //! protocol's, Flight's planes', libfabric's messages, FLESnet's): a [`Reader`] over bytes that
 //! fails with [`Truncated`] when they run out, and a [`Writer`] that appends. Each format maps
-//! `Truncated` into its own violation and adds its own rules (lengths, kinds) on top.
+//! `Truncated` into its own violation and adds its own rules (lengths, kinds) on top. A format
+//! read off or written onto a stream too large to hold (an archive through zstd) uses the same
+//! fields through [`ReadFields`] and [`WriteFields`].
+
+use std::io;
 
 /// The bytes ended before a field did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -61,6 +65,12 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Reads a whole message with `read`: `None` when the bytes end before it does, or go on after.
+pub fn read_all<'a, T>(bytes: &'a [u8], read: impl FnOnce(&mut Reader<'a>) -> Result<T, Truncated>) -> Option<T> {
+    let mut r = Reader::new(bytes);
+    read(&mut r).ok().filter(|_| r.is_empty())
+}
+
 /// Appends fields to a byte vector.
 #[derive(Debug, Default, Clone)]
 pub struct Writer(pub Vec<u8>);
@@ -84,7 +94,8 @@ impl Writer {
     }
 }
 
-/// One reading and one writing method per little-endian integer type, named after it.
+/// One reading and one writing method per little-endian integer type, named after it, on
+/// the reader, the writer and streams.
 macro_rules! integers {
     ($($t:ident),*) => {
         impl Reader<'_> {
@@ -92,6 +103,35 @@ macro_rules! integers {
                 Ok($t::from_le_bytes(self.array()?))
             })*
         }
+
+        /// The reader's fields off any [`io::Read`]: a stream that ends early fails as
+        /// `read_exact` does, with `UnexpectedEof`.
+        pub trait ReadFields: io::Read {
+            fn array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
+                let mut b = [0u8; N];
+                self.read_exact(&mut b)?;
+                Ok(b)
+            }
+            $(fn $t(&mut self) -> io::Result<$t> {
+                Ok($t::from_le_bytes(self.array()?))
+            })*
+        }
+
+        impl<R: io::Read + ?Sized> ReadFields for R {}
+
+        /// The writer's fields onto any [`io::Write`].
+        pub trait WriteFields: io::Write {
+            $(fn $t(&mut self, v: $t) -> io::Result<()> {
+                self.write_all(&v.to_le_bytes())
+            })*
+            /// A u64 length, then the bytes: Boost.Serialization's strings and byte vectors.
+            fn u64_prefixed(&mut self, b: &[u8]) -> io::Result<()> {
+                self.write_all(&(b.len() as u64).to_le_bytes())?;
+                self.write_all(b)
+            }
+        }
+
+        impl<W: io::Write + ?Sized> WriteFields for W {}
 
         impl Writer {
             $(pub fn $t(&mut self, v: $t) {
@@ -129,6 +169,24 @@ mod tests {
         assert_eq!(r.take_rest(), b"tail");
         assert!(r.is_empty());
         assert_eq!(r.u8(), Err(Truncated));
+    }
+
+    #[test]
+    fn whole_messages_and_streams_read_the_same_fields() {
+        let mut w = Writer::default();
+        w.u16(7);
+        w.u64(8);
+        let bytes = w.into_inner();
+        assert_eq!(read_all(&bytes, |r| Ok((r.u16()?, r.u64()?))), Some((7, 8)));
+        assert_eq!(read_all(&bytes, |r| r.u16()), None, "bytes left over");
+        assert_eq!(read_all(&bytes[..9], |r| Ok((r.u16()?, r.u64()?))), None, "bytes missing");
+        let mut written = Vec::new();
+        WriteFields::u16(&mut written, 7).unwrap();
+        WriteFields::u64(&mut written, 8).unwrap();
+        assert_eq!(written, bytes);
+        let mut stream = &bytes[..];
+        assert_eq!((ReadFields::u16(&mut stream).unwrap(), ReadFields::u64(&mut stream).unwrap()), (7, 8));
+        assert_eq!(ReadFields::u8(&mut stream).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
     }
 
     proptest! {

@@ -1,5 +1,6 @@
 //! The fixed 24-byte frame header and its kinds. See docs/PROTOCOL.md for the byte layout.
 
+use super::codec::{self, Reader};
 use crate::error::FrameError;
 
 /// Bytes in every frame header.
@@ -140,22 +141,16 @@ impl FrameHeader {
 
     /// Parses and validates a header against `limits`; never panics on any input.
     pub fn decode(b: &[u8; HEADER_LEN], limits: &Limits) -> Result<Self, FrameError> {
-        let kind = Kind::from_u8(b[0])?;
-        let flags_ok = b[1] == 0 || ((b[1] == FLAG_PULL || b[1] == FLAG_SHARED) && kind.has_payload());
-        if !flags_ok || b[2] != 0 || b[3] != 0 {
+        let fields = |r: &mut Reader| Ok((r.u8()?, r.u8()?, r.u16()?, r.u32()?, r.u32()?, r.u32()?, r.u64()?));
+        // Never short: the fields fill the array.
+        let (kind, flags, reserved, stream, meta_len, aux, len) =
+            codec::read_all(b, fields).ok_or(FrameError::Malformed("header"))?;
+        let kind = Kind::from_u8(kind)?;
+        let flags_ok = flags == 0 || ((flags == FLAG_PULL || flags == FLAG_SHARED) && kind.has_payload());
+        if !flags_ok || reserved != 0 {
             return Err(FrameError::Reserved);
         }
-        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let mut len_bytes = [0u8; 8];
-        len_bytes.copy_from_slice(&b[16..24]);
-        let h = FrameHeader {
-            kind,
-            flags: b[1],
-            stream: u32_at(4),
-            meta_len: u32_at(8),
-            aux: u32_at(12),
-            len: u64::from_le_bytes(len_bytes),
-        };
+        let h = FrameHeader { kind, flags, stream, meta_len, aux, len };
         if h.meta_len > limits.max_meta {
             return Err(FrameError::HeaderTooLarge { got: h.meta_len.into(), limit: limits.max_meta.into() });
         }

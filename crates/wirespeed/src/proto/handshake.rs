@@ -16,6 +16,7 @@
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+use super::codec::{self, Reader, Writer};
 use super::frame::{FrameHeader, Kind, encode_control};
 use crate::error::{Error, ErrorCode, Violation};
 use crate::fabric::Fabric;
@@ -231,35 +232,36 @@ impl Handshake {
 }
 
 fn encode_hello(p: &Params, nonce: &[u8; 32]) -> [u8; HELLO_LEN] {
+    let mut w = Writer::with_capacity(HELLO_LEN);
+    w.bytes(&MAGIC);
+    w.u16(VERSION);
+    w.u8(p.fabric.wire_id());
+    w.u8(0);
+    w.u32(p.max_streams);
+    w.u64(p.stream_window);
+    w.bytes(nonce);
     let mut b = [0u8; HELLO_LEN];
-    b[0..4].copy_from_slice(&MAGIC);
-    b[4..6].copy_from_slice(&VERSION.to_le_bytes());
-    b[6] = p.fabric.wire_id();
-    b[8..12].copy_from_slice(&p.max_streams.to_le_bytes());
-    b[12..20].copy_from_slice(&p.stream_window.to_le_bytes());
-    b[20..52].copy_from_slice(nonce);
+    b.copy_from_slice(&w.into_inner());
     b
 }
 
+/// Reads a hello of exactly `HELLO_LEN` bytes (the caller checked its length).
 fn decode_hello(b: &[u8]) -> Result<Params, Error> {
-    if b[0..4] != MAGIC {
+    let fields =
+        |r: &mut Reader| Ok((r.array::<4>()?, r.u16()?, r.u8()?, r.u8()?, r.u32()?, r.u64()?, r.array::<32>()?));
+    let (magic, version, fabric, _, max_streams, stream_window, _nonce) =
+        codec::read_all(b, fields).ok_or(Violation::Malformed("hello"))?;
+    if magic != MAGIC {
         return Err(Error::BadMagic);
     }
-    let version = u16::from_le_bytes([b[4], b[5]]);
     if version != VERSION {
         return Err(Error::Version { ours: VERSION, theirs: version });
     }
-    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-    let fabric = Fabric::from_wire_id(b[6]).ok_or(Violation::UnknownFabric(b[6]))?;
-    let params = Params {
-        fabric,
-        max_streams: u32_at(8),
-        stream_window: u64::from_le_bytes(b[12..20].try_into().expect("8 bytes")),
-    };
-    if params.stream_window == 0 || params.max_streams == 0 {
+    let fabric = Fabric::from_wire_id(fabric).ok_or(Violation::UnknownFabric(fabric))?;
+    if stream_window == 0 || max_streams == 0 {
         return Err(Violation::NoStreamWindow.into());
     }
-    Ok(params)
+    Ok(Params { fabric, max_streams, stream_window })
 }
 
 /// Encodes an Error frame reporting `code` and `message`.

@@ -5,7 +5,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use super::frame::{FrameHeader, Kind, Touched};
+use super::codec::{self, Writer};
+use super::frame::{FrameHeader, HEADER_LEN, Kind, Touched};
 use crate::error::{Error, Result, Violation};
 use crate::mem::{Buf, RegionMem};
 
@@ -24,89 +25,72 @@ pub struct Descriptor {
 
 impl Descriptor {
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(20 + self.native.len());
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&self.id.to_le_bytes());
-        b.extend_from_slice(&self.len.to_le_bytes());
-        b.extend_from_slice(&(self.native.len() as u32).to_le_bytes());
-        b.extend_from_slice(&self.native);
-        b
+        let mut w = Writer::with_capacity(20 + self.native.len());
+        w.bytes(MAGIC);
+        w.u32(self.id);
+        w.u64(self.len);
+        w.prefixed(&self.native);
+        w.into_inner()
     }
 
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let bad = || Error::from(Violation::Malformed("region descriptor"));
-        if b.len() < 20 || &b[..4] != MAGIC {
-            return Err(bad());
+        match codec::read_all(b, |r| Ok((r.array::<4>()?, r.u32()?, r.u64()?, r.prefixed()?))) {
+            Some((magic, id, len, native)) if &magic == MAGIC && native.len() <= MAX_NATIVE => {
+                Ok(Descriptor { id, len, native: native.to_vec() })
+            }
+            _ => Err(Violation::Malformed("region descriptor").into()),
         }
-        let native_len = u32_at(b, 16) as usize;
-        if native_len > MAX_NATIVE || b.len() != 20 + native_len {
-            return Err(bad());
-        }
-        Ok(Descriptor { id: u32_at(b, 4), len: u64_at(b, 8), native: b[20..].to_vec() })
     }
 }
 
-/// Put meta: region id, offset. The payload is written there.
-pub fn put_meta(id: u32, offset: u64) -> [u8; 12] {
-    let mut m = [0; 12];
-    m[..4].copy_from_slice(&id.to_le_bytes());
-    m[4..].copy_from_slice(&offset.to_le_bytes());
-    m
-}
-
-/// A frame's head (encoded header, then meta) for `len` payload bytes.
-fn head(kind: Kind, meta: &[u8], len: u64) -> Vec<u8> {
+/// A frame's head (encoded header, then the meta `meta` writes) for `len` payload bytes.
+fn head(kind: Kind, len: u64, meta: impl FnOnce(&mut Writer)) -> Vec<u8> {
+    let mut w = Writer::with_capacity(HEADER_LEN + 16);
+    w.bytes(&[0; HEADER_LEN]);
+    meta(&mut w);
+    let mut head = w.into_inner();
     let mut h = FrameHeader::new(kind, 0);
-    h.meta_len = meta.len() as u32;
+    h.meta_len = (head.len() - HEADER_LEN) as u32;
     h.len = len;
-    let mut head = h.encode().to_vec();
-    head.extend_from_slice(meta);
+    head[..HEADER_LEN].copy_from_slice(&h.encode());
     head
 }
 
-/// The head of a Put of `len` bytes at `offset` in region `id`.
+/// The head of a Put of `len` bytes at `offset` in region `id`. Put meta: region id, offset;
+/// the payload is written there.
 pub fn put_head(id: u32, offset: u64, len: u64) -> Vec<u8> {
-    head(Kind::Put, &put_meta(id, offset), len)
+    head(Kind::Put, len, |w| {
+        w.u32(id);
+        w.u64(offset);
+    })
 }
 
-/// The head of a Get of `len` bytes at `offset` in region `id`, answered under `request`.
+/// The head of a Get of `len` bytes at `offset` in region `id`, answered under `request`. Get
+/// meta: region id, offset, request id (the frame's `len` holds the byte count).
 pub fn get_head(id: u32, offset: u64, request: u32, len: u64) -> Vec<u8> {
-    head(Kind::Get, &get_meta(id, offset, request), len)
+    head(Kind::Get, len, |w| {
+        w.u32(id);
+        w.u64(offset);
+        w.u32(request);
+    })
 }
 
-/// The head of `len` bytes answering get `request`.
+/// The head of `len` bytes answering get `request`. GetReply meta: the request id; replies to
+/// one request arrive in order.
 pub fn get_reply_head(request: u32, len: u64) -> Vec<u8> {
-    head(Kind::GetReply, &request.to_le_bytes(), len)
+    head(Kind::GetReply, len, |w| w.u32(request))
 }
 
 pub fn parse_put_meta(m: &[u8]) -> Result<(u32, u64)> {
-    if m.len() != 12 {
-        return Err(Violation::Malformed("put frame").into());
-    }
-    Ok((u32_at(m, 0), u64_at(m, 4)))
-}
-
-/// Get meta: region id, offset, request id (the frame's `len` holds the byte count).
-pub fn get_meta(id: u32, offset: u64, request: u32) -> [u8; 16] {
-    let mut m = [0; 16];
-    m[..12].copy_from_slice(&put_meta(id, offset));
-    m[12..].copy_from_slice(&request.to_le_bytes());
-    m
+    codec::read_all(m, |r| Ok((r.u32()?, r.u64()?))).ok_or(Violation::Malformed("put frame").into())
 }
 
 pub fn parse_get_meta(m: &[u8]) -> Result<(u32, u64, u32)> {
-    if m.len() != 16 {
-        return Err(Violation::Malformed("get frame").into());
-    }
-    Ok((u32_at(m, 0), u64_at(m, 4), u32_at(m, 12)))
+    codec::read_all(m, |r| Ok((r.u32()?, r.u64()?, r.u32()?))).ok_or(Violation::Malformed("get frame").into())
 }
 
-/// GetReply meta: the request id. Replies to one request arrive in order.
 pub fn parse_reply_meta(m: &[u8]) -> Result<u32> {
-    if m.len() != 4 {
-        return Err(Violation::Malformed("get reply").into());
-    }
-    Ok(u32_at(m, 0))
+    codec::read_all(m, |r| r.u32()).ok_or(Violation::Malformed("get reply").into())
 }
 
 /// A get the peer asked for, to answer with GetReply frames from `mem`.
@@ -219,16 +203,6 @@ impl Rma {
     }
 }
 
-fn u32_at(b: &[u8], i: usize) -> u32 {
-    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
-}
-
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    let mut a = [0; 8];
-    a.copy_from_slice(&b[i..i + 8]);
-    u64::from_le_bytes(a)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,7 +211,9 @@ mod tests {
     fn descriptor_round_trips() {
         let d = Descriptor { id: 7, len: 1 << 40, native: vec![1, 2, 3] };
         assert_eq!(Descriptor::decode(&d.encode()).unwrap(), d);
-        assert_eq!(parse_get_meta(&get_meta(1, 2, 3)).unwrap(), (1, 2, 3));
+        assert_eq!(parse_get_meta(&get_head(1, 2, 3, 4)[HEADER_LEN..]).unwrap(), (1, 2, 3));
+        assert_eq!(parse_put_meta(&put_head(1, 2, 4)[HEADER_LEN..]).unwrap(), (1, 2));
+        assert_eq!(parse_reply_meta(&get_reply_head(5, 4)[HEADER_LEN..]).unwrap(), 5);
     }
 
     proptest::proptest! {

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 
+use super::codec::Reader;
 use super::frame::{FrameHeader, Kind, Touched, encode_control};
 use super::handshake::Params;
 use super::rma::Rma;
@@ -249,10 +250,9 @@ impl Session {
                 if s.body_left != 0 {
                     return Err(Violation::MessageInMessage(h.stream).into());
                 }
-                let Some((len, header)) = meta.split_first_chunk::<8>() else {
-                    return Err(Violation::MessageWithoutLength.into());
-                };
-                let body_len = u64::from_le_bytes(*len);
+                let mut r = Reader::new(meta);
+                let body_len = r.u64().map_err(|_| Violation::MessageWithoutLength)?;
+                let header = r.rest();
                 if payload.len() as u64 > body_len {
                     return Err(Violation::PayloadOverBody.into());
                 }

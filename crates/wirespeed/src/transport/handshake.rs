@@ -9,6 +9,7 @@ use super::Config;
 use crate::error::{Error, Result, Violation};
 use crate::fabric::Fabric;
 use crate::key::Key;
+use crate::proto::codec::{ReadFields, Writer};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
 use crate::proto::handshake::{Handshake, Params, Peer, error_frame};
 
@@ -155,12 +156,10 @@ pub(crate) fn swap_addresses(s: &mut TcpStream, ours: &[u8], timeout: Duration) 
         _ => Error::ConnectionLost(format!("swapping fabric addresses: {e}")),
     };
     s.set_timeouts(Some(timeout))?;
-    let mut msg = (ours.len() as u32).to_le_bytes().to_vec();
-    msg.extend_from_slice(ours);
-    s.write_all(&msg).map_err(lost)?;
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).map_err(lost)?;
-    let len = u32::from_le_bytes(len) as usize;
+    let mut msg = Writer::with_capacity(4 + ours.len());
+    msg.prefixed(ours);
+    s.write_all(&msg.into_inner()).map_err(lost)?;
+    let len = ReadFields::u32(s).map_err(lost)? as usize;
     if len == 0 || len > MAX_ADDRESS {
         return Err(Violation::AddressLength(len).into());
     }

@@ -14,6 +14,7 @@ use super::core::Core;
 use super::endpoint::Registration;
 use crate::error::{Error, Result, Violation};
 use crate::mem::RegionMem;
+use crate::proto::codec::{self, Writer};
 use crate::transport::progress::Driver;
 use crate::transport::progress::Handle;
 use crate::transport::{LentMemory, NativeRemote, NativeRma};
@@ -55,8 +56,7 @@ impl NativeRma for OfiRma {
         let access = (FI_REMOTE_READ | FI_REMOTE_WRITE | FI_READ | FI_WRITE) as u64;
         // SAFETY: the memory lives as long as `owner`, which drops the registration first.
         let r = unsafe { self.h.shared.lock().ep.register(ptr.as_ptr(), len, access)? };
-        let mut native = r.addr.to_le_bytes().to_vec();
-        native.extend_from_slice(&r.key.to_le_bytes());
+        let native = region_key(&r);
         owner.registration = Some(r);
         // SAFETY: the memory stays valid until `owner` drops.
         Ok((unsafe { RegionMem::from_fabric(ptr, len, Box::new(owner)) }, native))
@@ -66,8 +66,7 @@ impl NativeRma for OfiRma {
         let access = (FI_REMOTE_READ | FI_REMOTE_WRITE | FI_READ | FI_WRITE) as u64;
         // SAFETY: the caller of `Connection::lend` keeps the memory past the registration.
         let r = unsafe { self.h.shared.lock().ep.register(mem.ptr.as_ptr(), mem.len, access)? };
-        let mut native = r.addr.to_le_bytes().to_vec();
-        native.extend_from_slice(&r.key.to_le_bytes());
+        let native = region_key(&r);
         Ok((Box::new(r), native))
     }
 
@@ -86,11 +85,18 @@ impl NativeRma for OfiRma {
     }
 
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>> {
-        let words: &[u8; 16] = native.try_into().map_err(|_| Violation::Malformed("libfabric region key"))?;
-        let addr = u64::from_le_bytes(words[..8].try_into().expect("8 bytes"));
-        let key = u64::from_le_bytes(words[8..].try_into().expect("8 bytes"));
+        let (addr, key) = codec::read_all(native, |r| Ok((r.u64()?, r.u64()?)))
+            .ok_or(Violation::Malformed("libfabric region key"))?;
         Ok(Box::new(OfiRemote { h: self.h.clone(), addr, key }))
     }
+}
+
+/// What a peer needs to reach a registration: where it starts in requests, and its key.
+fn region_key(r: &Registration) -> Vec<u8> {
+    let mut w = Writer::with_capacity(16);
+    w.u64(r.addr);
+    w.u64(r.key);
+    w.into_inner()
 }
 
 /// A peer's region: where it starts in requests, and its key.

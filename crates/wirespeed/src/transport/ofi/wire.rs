@@ -167,7 +167,8 @@ pub(super) fn set_seq(m: &mut [u8], seq: u32) {
 
 /// A message's number, if it has a prefix.
 pub(super) fn seq(m: &[u8]) -> Option<u32> {
-    Some(u32::from_le_bytes(m.get(4..8)?.try_into().expect("4 bytes")))
+    let mut r = Reader::new(m);
+    r.array::<4>().and_then(|_| r.u32()).ok()
 }
 
 /// Decodes one received message.

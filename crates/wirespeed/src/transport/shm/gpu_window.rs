@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result, Violation};
 use crate::gpu::{DeviceBuffer, Gpu, GpuStream, IPC_HANDLE_LEN, IpcMapping};
+use crate::proto::codec::{self, Reader, Writer};
 use crate::sync::Unpoison;
 use crate::transport::NativeRemote;
 
@@ -18,13 +19,13 @@ const NATIVE_LEN: usize = 4 + 16 + IPC_HANDLE_LEN + 8 + 8;
 
 /// What the peer needs to reach `mem`.
 pub(super) fn lend(mem: &DeviceBuffer) -> Result<Vec<u8>> {
-    let mut b = Vec::with_capacity(NATIVE_LEN);
-    b.extend_from_slice(MAGIC);
-    b.extend_from_slice(&mem.gpu().uuid()?);
-    b.extend_from_slice(&mem.ipc_handle()?);
-    b.extend_from_slice(&mem.device_ptr().to_le_bytes());
-    b.extend_from_slice(&(mem.len() as u64).to_le_bytes());
-    Ok(b)
+    let mut w = Writer::with_capacity(NATIVE_LEN);
+    w.bytes(MAGIC);
+    w.bytes(&mem.gpu().uuid()?);
+    w.bytes(&mem.ipc_handle()?);
+    w.u64(mem.device_ptr());
+    w.u64(mem.len() as u64);
+    Ok(w.into_inner())
 }
 
 /// Whether a region's access information names GPU memory (a host window's is 8 bytes).
@@ -34,20 +35,19 @@ pub(super) fn names_gpu(native: &[u8]) -> bool {
 
 /// Opens the GPU memory `native` names; `same_process`: the peer is this process.
 pub(super) fn open(native: &[u8], same_process: bool) -> Result<Box<dyn NativeRemote>> {
-    if !names_gpu(native) {
-        return Err(Violation::Malformed("GPU region").into());
-    }
-    let (uuid, rest) = native[4..].split_at(16);
-    let (handle, rest) = rest.split_at(IPC_HANDLE_LEN);
-    let word = |at: usize| u64::from_le_bytes(rest[at..at + 8].try_into().expect("8 bytes"));
-    let (address, len) = (word(0), word(8));
-    let gpu = Gpu::open_uuid(uuid.try_into().expect("16 bytes"))?;
+    let fields =
+        |r: &mut Reader| Ok((r.array::<4>()?, r.array::<16>()?, r.array::<IPC_HANDLE_LEN>()?, r.u64()?, r.u64()?));
+    let (uuid, handle, address, len) = match codec::read_all(native, fields) {
+        Some((magic, uuid, handle, address, len)) if &magic == MAGIC => (uuid, handle, address, len),
+        _ => return Err(Violation::Malformed("GPU region").into()),
+    };
+    let gpu = Gpu::open_uuid(uuid)?;
     let len_bytes = usize::try_from(len).map_err(|_| Violation::Malformed("GPU region"))?;
     let target = if same_process {
         gpu.check_allocated(address, len_bytes)?;
         Target::Own(address)
     } else {
-        Target::Mapped(gpu.open_ipc(handle.try_into().expect("64 bytes"), len_bytes)?)
+        Target::Mapped(gpu.open_ipc(handle, len_bytes)?)
     };
     let stream = gpu.stream()?;
     Ok(Box::new(GpuWindow { gpu, target, len, stream: Mutex::new(stream) }))

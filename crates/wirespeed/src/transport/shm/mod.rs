@@ -46,6 +46,7 @@ use crate::error::{Error, Result, Violation};
 use crate::fabric::Fabric;
 use crate::key::Key;
 use crate::mem::Mapping;
+use crate::proto::codec;
 use crate::proto::handshake::Peer;
 use crate::proto::session::Role;
 
@@ -198,8 +199,8 @@ fn recv_fds(sock: &UnixStream) -> Result<(usize, [OwnedFd; 5])> {
     let (got, fds) = recv_with_fds::<5>(sock, &mut bytes)
         .map_err(|e| Error::ConnectionLost(format!("no shared memory from the server: {e}")))?;
     let fds: [OwnedFd; 5] = fds.try_into().map_err(|_| Violation::WrongDescriptors)?;
-    let cap = u64::from_le_bytes(bytes) as usize;
-    if got != 8 || !cap.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&cap) {
+    let cap = codec::read_all(&bytes[..got.min(8)], |r| r.u64()).unwrap_or(0) as usize;
+    if !cap.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&cap) {
         return Err(Violation::RingSize(cap as u64).into());
     }
     Ok((cap, fds))

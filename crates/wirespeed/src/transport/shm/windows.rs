@@ -17,6 +17,7 @@ use nix::sys::memfd::{MFdFlags, memfd_create};
 use super::regions::{Incoming, WINDOW, send_fd};
 use crate::error::{Error, Result, Violation};
 use crate::mem::{Mapping, RegionMem};
+use crate::proto::codec::{self, Reader, Writer};
 use crate::sync::Unpoison;
 use crate::transport::{LentMemory, NativeRemote, NativeRma};
 
@@ -61,8 +62,10 @@ impl NativeRma for ShmRma {
         let id = WINDOW | self.next.fetch_add(1, Ordering::Relaxed);
         send_fd(&self.sock, id, mem.len as u64, &*mem.file)
             .map_err(|e| Error::ConnectionLost(format!("handing over lent memory: {e}")))?;
-        let native = [id.to_le_bytes(), mem.offset.to_le_bytes()].concat();
-        Ok((Box::new(()), native))
+        let mut native = Writer::with_capacity(16);
+        native.u64(id);
+        native.u64(mem.offset);
+        Ok((Box::new(()), native.into_inner()))
     }
 
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>> {
@@ -72,13 +75,11 @@ impl NativeRma for ShmRma {
             let same_process = peer.is_ok_and(|c| c.pid() as u32 == std::process::id());
             return super::gpu_window::open(native, same_process);
         }
-        let word = |at: usize| native.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-        let (id, lent_at) = match native.len() {
-            8 => (word(0), None),
-            16 => (word(0), word(8)),
-            _ => (None, None),
-        };
-        let id = id.filter(|id| id & WINDOW != 0).ok_or(Violation::Malformed("shm window"))?;
+        // A window id, and where lent memory starts in its file.
+        let window = |r: &mut Reader| Ok((r.u64()?, if r.is_empty() { None } else { Some(r.u64()?) }));
+        let (id, lent_at) = codec::read_all(native, window)
+            .filter(|(id, _)| id & WINDOW != 0)
+            .ok_or(Violation::Malformed("shm window"))?;
         let deadline = Instant::now() + self.timeout;
         let (fd, len) = self.incoming.lock().unpoison().take_window(id, &self.sock, deadline)?;
         let bad = |why: String| Error::from(Violation::BadSharedRegion(why));

@@ -16,6 +16,7 @@ use super::worker::Core;
 use super::worker::RmaOp;
 use crate::error::{Error, Result, Violation};
 use crate::mem::RegionMem;
+use crate::proto::codec::{Reader, Writer};
 use crate::transport::progress::Handle;
 use crate::transport::{LentMemory, NativeRemote, NativeRma};
 
@@ -109,13 +110,14 @@ fn access(registration: &Registration, address: u64) -> Result<Vec<u8>> {
     let (mut packed, mut size) = (std::ptr::null_mut(), 0usize);
     // SAFETY: live context and handle; out-pointers to locals.
     check("packing a region's key", unsafe { lib().ucp_rkey_pack(ctx, registration.0, &mut packed, &mut size) })?;
-    let mut native = address.to_le_bytes().to_vec();
+    let mut native = Writer::with_capacity(8 + size);
+    native.u64(address);
     // SAFETY: UCX returned `size` readable bytes at `packed`, released right after.
     unsafe {
-        native.extend_from_slice(std::slice::from_raw_parts(packed as *const u8, size));
+        native.bytes(std::slice::from_raw_parts(packed as *const u8, size));
         lib().ucp_rkey_buffer_release(packed);
     }
-    Ok(native)
+    Ok(native.into_inner())
 }
 
 impl NativeRma for UcxRma {
@@ -167,8 +169,9 @@ impl NativeRma for UcxRma {
     }
 
     fn remote(&self, native: &[u8]) -> Result<Box<dyn NativeRemote>> {
-        let (addr, packed) = native.split_at_checked(8).ok_or(Violation::Malformed("UCX region key"))?;
-        let addr = u64::from_le_bytes(addr.try_into().expect("8 bytes"));
+        let mut r = Reader::new(native);
+        let addr = r.u64().map_err(|_| Violation::Malformed("UCX region key"))?;
+        let packed = r.rest();
         let rkey = self.h.shared.lock().unpack_rkey(packed)?;
         Ok(Box::new(UcxRemote { h: self.h.clone(), addr, rkey }))
     }
