@@ -72,8 +72,11 @@ impl MicrosliceDescriptor {
 
     /// Decodes a descriptor, refusing any other header id or version.
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let short = || malformed("microslice descriptor", format!("{} bytes, not 32", b.len()));
-        let mut r = Reader::new(b.get(..DESCRIPTOR_LEN).ok_or_else(short)?);
+        let b: &[u8; DESCRIPTOR_LEN] =
+            b.first_chunk().ok_or_else(|| malformed("microslice descriptor", format!("{} bytes, not 32", b.len())))?;
+        // The fields fill the 32 bytes, so none is short; reading from an array of known
+        // length lets the compiler drop the checks (compute threads read every descriptor).
+        let mut r = Reader::new(b);
         let mut read = || -> std::result::Result<_, Truncated> {
             Ok(MicrosliceDescriptor {
                 hdr_id: r.u8()?,
@@ -88,7 +91,7 @@ impl MicrosliceDescriptor {
                 offset: r.u64()?,
             })
         };
-        let d = read().map_err(|_| short())?;
+        let d = read().map_err(|_| malformed("microslice descriptor", "short"))?;
         if d.hdr_id != HDR_ID || d.hdr_ver != HDR_VER {
             return Err(malformed(
                 "microslice descriptor",

@@ -19,20 +19,24 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline]
     pub fn new(bytes: &'a [u8]) -> Self {
         Reader { rest: bytes }
     }
 
     /// What is left to read.
+    #[inline]
     pub fn rest(&self) -> &'a [u8] {
         self.rest
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.rest.is_empty()
     }
 
     /// The next `N` bytes, as an array.
+    #[inline]
     pub fn array<const N: usize>(&mut self) -> Result<[u8; N], Truncated> {
         let (head, rest) = self.rest.split_first_chunk::<N>().ok_or(Truncated)?;
         self.rest = rest;
@@ -40,6 +44,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next `n` bytes.
+    #[inline]
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Truncated> {
         if n > self.rest.len() {
             return Err(Truncated);
@@ -50,12 +55,14 @@ impl<'a> Reader<'a> {
     }
 
     /// Everything left, which the reader then holds no more of.
+    #[inline]
     pub fn take_rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.rest)
     }
 
     /// A u32 length, then that many bytes: every format's variable-length field. Takes
     /// nothing when they are not all there.
+    #[inline]
     pub fn prefixed(&mut self) -> Result<&'a [u8], Truncated> {
         let mut r = self.clone();
         let len = r.u32()?;
@@ -66,6 +73,7 @@ impl<'a> Reader<'a> {
 }
 
 /// Reads a whole message with `read`: `None` when the bytes end before it does, or go on after.
+#[inline]
 pub fn read_all<'a, T>(bytes: &'a [u8], read: impl FnOnce(&mut Reader<'a>) -> Result<T, Truncated>) -> Option<T> {
     let mut r = Reader::new(bytes);
     read(&mut r).ok().filter(|_| r.is_empty())
@@ -76,18 +84,22 @@ pub fn read_all<'a, T>(bytes: &'a [u8], read: impl FnOnce(&mut Reader<'a>) -> Re
 pub struct Writer(pub Vec<u8>);
 
 impl Writer {
+    #[inline]
     pub fn with_capacity(n: usize) -> Self {
         Writer(Vec::with_capacity(n))
     }
 
+    #[inline]
     pub fn into_inner(self) -> Vec<u8> {
         self.0
     }
 
+    #[inline]
     pub fn bytes(&mut self, b: &[u8]) {
         self.0.extend_from_slice(b);
     }
     /// A u32 length, then the bytes (see [`Reader::prefixed`]).
+    #[inline]
     pub fn prefixed(&mut self, b: &[u8]) {
         self.u32(b.len() as u32);
         self.bytes(b);
@@ -99,7 +111,8 @@ impl Writer {
 macro_rules! integers {
     ($($t:ident),*) => {
         impl Reader<'_> {
-            $(pub fn $t(&mut self) -> Result<$t, Truncated> {
+            $(#[inline]
+            pub fn $t(&mut self) -> Result<$t, Truncated> {
                 Ok($t::from_le_bytes(self.array()?))
             })*
         }
@@ -107,12 +120,14 @@ macro_rules! integers {
         /// The reader's fields off any [`io::Read`]: a stream that ends early fails as
         /// `read_exact` does, with `UnexpectedEof`.
         pub trait ReadFields: io::Read {
+            #[inline]
             fn array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
                 let mut b = [0u8; N];
                 self.read_exact(&mut b)?;
                 Ok(b)
             }
-            $(fn $t(&mut self) -> io::Result<$t> {
+            $(#[inline]
+            fn $t(&mut self) -> io::Result<$t> {
                 Ok($t::from_le_bytes(self.array()?))
             })*
         }
@@ -121,10 +136,12 @@ macro_rules! integers {
 
         /// The writer's fields onto any [`io::Write`].
         pub trait WriteFields: io::Write {
-            $(fn $t(&mut self, v: $t) -> io::Result<()> {
+            $(#[inline]
+            fn $t(&mut self, v: $t) -> io::Result<()> {
                 self.write_all(&v.to_le_bytes())
             })*
             /// A u64 length, then the bytes: Boost.Serialization's strings and byte vectors.
+            #[inline]
             fn u64_prefixed(&mut self, b: &[u8]) -> io::Result<()> {
                 self.write_all(&(b.len() as u64).to_le_bytes())?;
                 self.write_all(b)
@@ -134,7 +151,8 @@ macro_rules! integers {
         impl<W: io::Write + ?Sized> WriteFields for W {}
 
         impl Writer {
-            $(pub fn $t(&mut self, v: $t) {
+            $(#[inline]
+            pub fn $t(&mut self, v: $t) {
                 self.bytes(&v.to_le_bytes());
             })*
         }
