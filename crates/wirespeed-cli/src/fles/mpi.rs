@@ -14,7 +14,7 @@ use mpi::point_to_point::MatchedReceiveVec;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{CommunicatorCollectives, Destination, Root, Source};
 use serde_json::Value;
-use wirespeed::Key;
+use wirespeed::{Fabric, Key};
 use wirespeed_fles::monitor::{Monitor, SinkSpec};
 
 use super::frames::prepare;
@@ -23,8 +23,28 @@ use super::{RunArgs, node, report};
 /// How often the first compute node logs its progress.
 const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// Room for one compute node's address in the all-gather.
+/// Room for a rank's host (its `host_id`) and a compute node's address in the all-gather.
+const HOST_MAX: usize = 128;
 const URL_MAX: usize = 256;
+
+/// The first compute node, of those on `hosts`, that this rank cannot reach over `fabric`.
+fn first_unreachable(fabric: Fabric, hosts: &[String]) -> Option<usize> {
+    hosts.iter().position(|h| !fabric.reachable(Some(h)))
+}
+
+/// `s` in a zero-padded slot of `n` bytes.
+fn slot(s: &str, n: usize) -> Result<Vec<u8>> {
+    if s.len() >= n {
+        bail!("{s:?} is longer than the {n} bytes MPI ranks exchange for it");
+    }
+    let mut b = s.as_bytes().to_vec();
+    b.resize(n, 0);
+    Ok(b)
+}
+
+fn unslot(b: &[u8]) -> String {
+    String::from_utf8_lossy(&b[..b.iter().position(|&b| b == 0).unwrap_or(b.len())]).into_owned()
+}
 
 pub fn run(inputs: usize, a: &RunArgs) -> Result<()> {
     // Before MPI starts its threads. mpirun passes SIGUSR1 on to every rank.
@@ -89,21 +109,23 @@ fn run_rank(
         Some(c) => Some(node::listen(a.flags.transport, c, &node::listen_host(), &key, &config)?),
         None => None,
     };
-    let mut mine = [0u8; URL_MAX];
-    if let Some(l) = &listener {
-        let url = l.url().as_bytes();
-        if url.len() > URL_MAX {
-            bail!("the address {} is longer than {URL_MAX} bytes", l.url());
-        }
-        mine[..url.len()].copy_from_slice(url);
-    }
-    let mut all = vec![0u8; URL_MAX * size];
+    // Every rank's host, and each compute rank's address: inputs check that the fabric
+    // reaches every compute node before they try, by the core's same-host rule.
+    let url = listener.as_ref().map_or("", |l| l.url());
+    let mine = [slot(wirespeed::fabric::host_id(), HOST_MAX)?, slot(url, URL_MAX)?].concat();
+    let mut all = vec![0u8; mine.len() * size];
     within(timeout, "sharing addresses", || world.all_gather_into(&mine[..], &mut all[..]));
-    let urls: Vec<String> = all
-        .chunks(URL_MAX)
-        .skip(inputs)
-        .map(|c| String::from_utf8_lossy(&c[..c.iter().position(|&b| b == 0).unwrap_or(URL_MAX)]).into_owned())
-        .collect();
+    let (hosts, urls): (Vec<String>, Vec<String>) =
+        all.chunks(mine.len()).map(|c| (unslot(&c[..HOST_MAX]), unslot(&c[HOST_MAX..]))).unzip();
+    let urls = urls[inputs..].to_vec();
+    if rank < inputs
+        && let Some(c) = first_unreachable(a.flags.transport, &hosts[inputs..])
+    {
+        bail!(
+            "compute node {c} runs on another host, which --transport {} cannot reach; use ucx, ofi+tcp or tcp",
+            a.flags.transport
+        );
+    }
 
     let barrier = || {
         within(timeout, "the barrier before the run", || world.barrier());
@@ -192,5 +214,21 @@ impl Watchdog {
             }
         });
         Watchdog { _disarm: tx }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_reaches_only_compute_nodes_on_this_host() {
+        let here = wirespeed::fabric::host_id().to_string();
+        let hosts = [here.clone(), "another boot/4026531840".into(), here];
+        assert_eq!(first_unreachable(Fabric::Shm, &hosts), Some(1));
+        assert_eq!(first_unreachable(Fabric::Tcp, &hosts), None);
+        assert_eq!(first_unreachable(Fabric::Shm, &hosts[..1]), None);
+        assert_eq!(unslot(&slot("abc", 8).unwrap()), "abc");
+        assert!(slot("abc", 3).is_err(), "no room for the end");
     }
 }
