@@ -76,7 +76,7 @@ impl FlightServer {
         let server = py.detach(|| builder.start()).map_err(errors::flight)?;
         let planes = server.planes().into_iter().map(|(k, url)| (k.name().to_string(), url)).collect();
         Ok(FlightServer {
-            port: server.addr().port(),
+            port: server.addr().map_or(0, |a| a.port()),
             planes,
             server: Mutex::new(Some(server)),
             stopped: Arc::default(),

@@ -36,6 +36,20 @@ def test_serve_a_directory_to_pyarrow_and_wirespeed_clients(directory):
         assert (directory / "up.parquet").exists()
 
 
+def test_serve_on_a_unix_socket(directory, tmp_path):
+    """A Unix socket, as pyarrow names one: wirespeed.flight's client reaches it as it is
+    (pyarrow's needs localhost as the authority: see tests/interop), its data over shm."""
+    location = f"grpc+unix://{tmp_path / 'flight.sock'}"
+    with flight.serve(directory, location, key=KEY) as server:
+        assert server.location == location
+        ours = flight.connect(location, key=KEY)
+        info = ours.get_flight_info(pf.FlightDescriptor.for_path("t.arrow"))
+        reader = ours.do_get(info.endpoints[0].ticket)
+        assert reader.plane == "shm" and reader.read_all().equals(table(seed=3))
+        keyless = flight.connect(location, transport="grpc")
+        assert keyless.do_get(info.endpoints[0].ticket).read_all().equals(table(seed=3))
+
+
 def test_serve_with_a_password(directory, tmp_path):
     with pytest.raises(pa.ArrowInvalid, match="in clear"):
         flight.serve(directory, password="sesame")

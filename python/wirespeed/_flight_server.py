@@ -511,7 +511,10 @@ class DirectoryServer:
 
     @property
     def location(self) -> str:
-        """`grpc://host:port` (or `grpc+tls://`) for clients; 127.0.0.1 for every address."""
+        """`grpc://host:port` (or `grpc+tls://`, or `grpc+unix://PATH`) for clients; 127.0.0.1
+        for every address."""
+        if self._scheme == "grpc+unix":
+            return f"grpc+unix://{self._host}"
         host = "127.0.0.1" if self._host in ("0.0.0.0", "") else self._host
         return f"{self._scheme}://{host}:{self.port}"
 
@@ -548,8 +551,12 @@ def serve(directory: str | os.PathLike[str], location: Any = None, key: Key = No
     `password` needs TLS unless `password_over_plaintext`. Returns the running server."""
     uri = _uri(location or "grpc://127.0.0.1:0")
     scheme, listen = uri.split("://", 1) if "://" in uri else ("grpc", uri)
-    if scheme not in ("grpc", "grpc+tcp", "grpc+tls"):
-        raise UsageError(f"{scheme}://: serve listens on grpc://host:port or grpc+tls://host:port")
+    if scheme not in ("grpc", "grpc+tcp", "grpc+tls", "grpc+unix"):
+        raise UsageError(f"{scheme}://: serve listens on grpc://host:port, grpc+tls://host:port or grpc+unix://PATH")
+    if scheme == "grpc+unix":
+        native = _native.serve_directory(os.fspath(directory), uri, _key(key), planes, password,
+                                         password_over_plaintext, None, handler_threads, cache_mb)
+        return DirectoryServer(native, listen, scheme)
     tls = None
     if tls_certificates:
         (cert, private_key), = tls_certificates

@@ -22,7 +22,7 @@ from pyarrow.flight import *  # noqa: F401,F403 - pyarrow.flight's whole API is 
 
 from . import Key, _native
 from ._errors import UsageError
-from ._flight_base import _ipc_options, _Reading
+from ._flight_base import _ipc_options, _Reading, _uri
 from ._flight_server import (
     CALL_HEADER,
     DATA_METHODS,
@@ -306,6 +306,17 @@ class FlightStreamWriter:
         self.close()
 
 
+def _unix_authority(location: Any, options: list[tuple[str, Any]] | None) -> list[tuple[str, Any]] | None:
+    """Over a Unix socket, requests name localhost as their authority. gRPC's C++ client would
+    name the socket's path, which servers on Rust's HTTP/2 (h2, as `wirespeed serve`) refuse
+    with PROTOCOL_ERROR (hyperium/h2#487); pyarrow's own servers take either."""
+    options = list(options or [])
+    if isinstance(location, (str, _pf.Location)) and _uri(location).startswith("grpc+unix://") \
+            and not any(name == "grpc.default_authority" for name, _ in options):
+        options.append(("grpc.default_authority", "localhost"))
+    return options or None
+
+
 class FlightClient(_pf.FlightClient):
     """pyarrow.flight.FlightClient, with `key` (else WIRESPEED_KEY) for the data planes of a
     wirespeed server, and `transport`: "auto" (the fastest plane offered, else gRPC), "grpc",
@@ -332,7 +343,8 @@ class FlightClient(_pf.FlightClient):
         super().__init__(location, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key,
                          override_hostname=override_hostname, middleware=middleware or None,
                          write_size_limit_bytes=write_size_limit_bytes,
-                         disable_server_verification=disable_server_verification, generic_options=generic_options)
+                         disable_server_verification=disable_server_verification,
+                         generic_options=_unix_authority(location, generic_options))
 
     @classmethod
     def connect(cls, location: Any, tls_root_certs: bytes | None = None, cert_chain: bytes | None = None,

@@ -173,6 +173,37 @@ def pyarrow_server():
     server.shutdown()
 
 
+def test_serve_on_a_unix_socket_for_pyarrow_and_wirespeed_get(tmp_path):
+    """`serve --listen grpc+unix://PATH`, as pyarrow names a Unix socket: pyarrow reads and
+    uploads over it, and `wirespeed get`, holding the key, takes the data over shm. A server
+    killed leaves its socket file; the next one on that path takes it over. pyarrow's gRPC
+    names the socket's path as the HTTP/2 authority, which h2 (under tonic) refuses
+    (hyperium/h2#487): a pyarrow client names localhost instead, as wirespeed.flight's does."""
+    d = tmp_path / "d"
+    d.mkdir()
+    t = table(rows=20_000, seed=9)
+    feather.write_feather(t, d / "t.arrow", compression="uncompressed")
+    url = f"grpc+unix://{tmp_path / 'flight.sock'}"
+    for _ in range(2):
+        proc = Proc(["serve", str(d), "--listen", url], pattern=r"grpc\+unix://\S+")
+        try:
+            assert proc.url == url
+            c = flight.connect(url, generic_options=[("grpc.default_authority", "localhost")])
+            info = c.get_flight_info(flight.FlightDescriptor.for_path("t.arrow"))
+            assert c.do_get(info.endpoints[0].ticket).read_all().equals(t)
+            writer, answer = c.do_put(flight.FlightDescriptor.for_path("up.arrow"), t.schema)
+            writer.write_table(t)
+            writer.done_writing()
+            assert json.loads(answer.read().to_pybytes())["rows"] == t.num_rows
+            writer.close()
+            r = run("get", url, "up.arrow", "-o", str(tmp_path / "back.arrow"), "-v")
+            assert r.returncode == 0, r.stderr
+            assert "over shm" in r.stderr, r.stderr
+            assert feather.read_table(tmp_path / "back.arrow").equals(t)
+        finally:
+            proc.stop()
+
+
 def test_wirespeed_get_from_a_pyarrow_server(pyarrow_server, tmp_path):
     url, t, server = pyarrow_server
     r = run("get", url, "t", "-o", str(tmp_path / "t.arrow"), "-v")

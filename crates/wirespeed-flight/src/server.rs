@@ -2,6 +2,8 @@
 //! per data-plane listener.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -33,7 +35,9 @@ pub struct ServerBuilder {
 }
 
 impl ServerBuilder {
-    /// `host:port` for gRPC (port 0 picks one); data planes listen on the same host.
+    /// `host:port` for gRPC (port 0 picks one), or `grpc+unix://PATH`, a Unix socket (as
+    /// pyarrow's locations name one); data planes listen on the same host (127.0.0.1 for a
+    /// Unix socket).
     pub fn listen(mut self, addr: &str) -> Self {
         self.listen = addr.to_string();
         self
@@ -84,15 +88,16 @@ impl ServerBuilder {
     }
 
     pub fn start(self) -> Result<Server> {
-        if self.password.is_some() && self.tls.is_none() && !self.password_over_plaintext {
+        // A Unix socket's bytes never leave the host.
+        let unix = self.listen.starts_with("grpc+unix://");
+        if self.password.is_some() && self.tls.is_none() && !self.password_over_plaintext && !unix {
             return Err(Error::invalid_argument(
                 "a password travels in clear without TLS: give a certificate, or allow plaintext by name",
             ));
         }
         let tls = self.tls.as_ref().map(tls::acceptor).transpose()?;
-        let std_listener = TcpListener::bind(&self.listen)
-            .map_err(|e| Error::unavailable(format!("cannot listen on {}: {e}", self.listen)))?;
-        let local = std_listener.local_addr().map_err(|e| Error::internal(e.to_string()))?;
+        let bound = Bound::new(&self.listen, tls.is_some())?;
+        let local = bound.local();
         let shared = Shared::new(self.handler)?;
         let planes = match self.key {
             Some(key) => {
@@ -119,12 +124,15 @@ impl ServerBuilder {
             .build()
             .map_err(|e| Error::internal(format!("cannot start the gRPC runtime: {e}")))?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        std_listener.set_nonblocking(true).map_err(|e| Error::internal(e.to_string()))?;
-        let listener = {
-            let _entered = runtime.enter();
-            tokio::net::TcpListener::from_std(std_listener).map_err(|e| Error::internal(e.to_string()))?
+        let addr = matches!(bound, Bound::Tcp(_)).then(|| SocketAddr::new(default_host, local.port()));
+        let url = match addr {
+            Some(addr) => format!("{}://{addr}", if tls.is_some() { "grpc+tls" } else { "grpc" }),
+            None => self.listen.clone(),
         };
-        let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
+        let (listener, unlink) = {
+            let _entered = runtime.enter();
+            bound.into_tokio()?
+        };
         let grpc = runtime.spawn(connections::serve(
             listener,
             Router::new(service),
@@ -133,22 +141,64 @@ impl ServerBuilder {
             shared.clone(),
             stop_rx,
         ));
-        Ok(Server {
-            addr: SocketAddr::new(default_host, local.port()),
-            scheme,
-            planes: plane_list,
-            shared,
-            runtime,
-            stop: Some(stop_tx),
-            grpc,
+        Ok(Server { url, addr, unlink: unlink.into(), planes: plane_list, shared, runtime, stop: Some(stop_tx), grpc })
+    }
+}
+
+/// What removes a Unix socket's file once its server stops.
+type Unlink = Box<dyn FnOnce() + Send>;
+
+/// Where gRPC listens, bound before anything else starts.
+enum Bound {
+    Tcp(TcpListener),
+    /// The socket, and what removes its file.
+    Unix(UnixListener, Unlink),
+}
+
+impl Bound {
+    fn new(listen: &str, tls: bool) -> Result<Bound> {
+        let cannot = |e: &dyn std::fmt::Display| Error::unavailable(format!("cannot listen on {listen}: {e}"));
+        let Some(path) = listen.strip_prefix("grpc+unix://") else {
+            return TcpListener::bind(listen).map(Bound::Tcp).map_err(|e| cannot(&e));
+        };
+        if tls {
+            return Err(Error::invalid_argument("a Unix socket is served without TLS: it never leaves this host"));
+        }
+        let (listener, unlink) = wirespeed::transport::shm::bind_socket(Path::new(path)).map_err(|e| cannot(&e))?;
+        Ok(Bound::Unix(listener, unlink))
+    }
+
+    /// The address data planes listen on, beside gRPC: loopback beside a Unix socket.
+    fn local(&self) -> SocketAddr {
+        match self {
+            Bound::Tcp(l) => l.local_addr().unwrap_or_else(|_| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
+            Bound::Unix(..) => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+        }
+    }
+
+    /// The listener for the gRPC runtime (entered), and what removes a socket's file.
+    fn into_tokio(self) -> Result<(connections::Listener, Option<Unlink>)> {
+        let internal = |e: std::io::Error| Error::internal(e.to_string());
+        Ok(match self {
+            Bound::Tcp(l) => {
+                l.set_nonblocking(true).map_err(internal)?;
+                (connections::Listener::Tcp(tokio::net::TcpListener::from_std(l).map_err(internal)?), None)
+            }
+            Bound::Unix(l, unlink) => {
+                l.set_nonblocking(true).map_err(internal)?;
+                (connections::Listener::Unix(tokio::net::UnixListener::from_std(l).map_err(internal)?), Some(unlink))
+            }
         })
     }
 }
 
 /// A running server; dropping it stops it.
 pub struct Server {
-    addr: SocketAddr,
-    scheme: &'static str,
+    url: String,
+    /// The TCP address, unless it serves a Unix socket.
+    addr: Option<SocketAddr>,
+    /// In a mutex to keep the server `Sync`: the closure is only `Send`.
+    unlink: std::sync::Mutex<Option<Unlink>>,
     planes: Vec<(Fabric, String)>,
     shared: Arc<Shared>,
     runtime: tokio::runtime::Runtime,
@@ -171,12 +221,13 @@ impl Server {
         }
     }
 
-    /// `grpc://host:port` (or `grpc+tls://`), for clients.
+    /// `grpc://host:port` (or `grpc+tls://`, or `grpc+unix://PATH`), for clients.
     pub fn url(&self) -> String {
-        format!("{}://{}", self.scheme, self.addr)
+        self.url.clone()
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    /// The TCP address; None for a server on a Unix socket.
+    pub fn addr(&self) -> Option<SocketAddr> {
         self.addr
     }
 
@@ -201,6 +252,9 @@ impl Drop for Server {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        if let Some(unlink) = self.unlink.get_mut().ok().and_then(Option::take) {
+            unlink();
         }
         self.shared.stop.store(true, Ordering::Relaxed);
     }

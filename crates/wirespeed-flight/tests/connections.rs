@@ -50,7 +50,7 @@ fn wait_closed(mut s: TcpStream, deadline: Instant, what: &str) {
 fn silent_half_open_and_idle_connections_are_closed() {
     let limits = Limits { start: Duration::from_secs(1), idle: Duration::from_secs(2), ..Limits::default() };
     let server = Server::builder(Empty).limits(limits).start().unwrap();
-    let addr = server.addr();
+    let addr = server.addr().unwrap();
     let silent: Vec<_> = (0..100).map(|_| TcpStream::connect(addr).unwrap()).collect();
     let truncated: Vec<_> = (0..100)
         .map(|_| {
@@ -116,7 +116,7 @@ async fn grpc_status(response: h2::client::ResponseFuture) -> String {
 fn request_messages_share_one_bound_and_a_paused_sender_gives_its_room_back() {
     let limits = Limits { request_bytes: 32 << 20, message_stall: Duration::from_secs(1), ..Limits::default() };
     let server = Server::builder(Empty).limits(limits).start().unwrap();
-    let addr = server.addr();
+    let addr = server.addr().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let socket = tokio::net::TcpStream::connect(addr).await.unwrap();

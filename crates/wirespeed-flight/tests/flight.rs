@@ -255,6 +255,36 @@ fn auto_prefers_shared_memory_on_one_host_and_grpc_without_a_key() {
     }
 }
 
+/// A server on a Unix socket (`grpc+unix://`, as pyarrow names one): gRPC over the socket,
+/// the data planes on loopback beside it. A live socket is never taken over, and the file
+/// goes with the server.
+#[test]
+fn a_unix_socket_serves_grpc_and_planes_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("flight.sock");
+    let url = format!("grpc+unix://{}", socket.display());
+    let memory = Memory::default();
+    let planes = [Fabric::Shm, Fabric::Tcp];
+    let server = Server::builder(memory.clone()).listen(&url).key(key()).planes(&planes).start().unwrap();
+    assert_eq!((server.url(), server.addr()), (url.clone(), None));
+    assert!(Server::builder(memory).listen(&url).start().is_err(), "a live socket is not taken over");
+    for transport in [Transport::Grpc, Transport::Only(Fabric::Shm), Transport::Only(Fabric::Tcp)] {
+        let c = client(&server, transport);
+        let name = format!("unix {transport:?}");
+        put(&c, &name, &[batch(0, 100)]);
+        let info = c.get_flight_info(&path(&name)).unwrap();
+        let reader = c.do_get(&info.endpoint[0]).unwrap();
+        let expected = match transport {
+            Transport::Only(kind) => kind.name(),
+            _ => "grpc",
+        };
+        assert_eq!(reader.plane().name(), expected);
+        assert_eq!(reader.map(|b| b.unwrap().num_rows()).sum::<usize>(), 100, "{name}");
+    }
+    drop(server);
+    assert!(!socket.exists(), "the socket's file goes with the server");
+}
+
 #[test]
 fn exchange_streams_both_ways_on_every_plane() {
     let memory = Memory::default();

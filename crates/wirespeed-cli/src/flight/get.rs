@@ -19,7 +19,7 @@ use super::TlsArgs;
 
 #[derive(Args, Debug)]
 pub struct GetArgs {
-    /// The server: grpc://host:port, or grpc+tls://host:port.
+    /// The server: grpc://host:port, grpc+tls://host:port, or grpc+unix://PATH.
     url: String,
     /// The flight's path on the server.
     path: String,
@@ -92,7 +92,9 @@ pub fn run(a: GetArgs) -> anyhow::Result<()> {
         client = client.with_key(key);
     }
     if let Some(p) = super::password(a.password_file.as_deref())? {
-        if !a.url.starts_with("grpc+tls://") && !a.password_over_plaintext {
+        // A Unix socket's bytes never leave the host.
+        let private = a.url.starts_with("grpc+tls://") || a.url.starts_with("grpc+unix://");
+        if !private && !a.password_over_plaintext {
             anyhow::bail!("a password over {} travels in clear: use grpc+tls://, or --password-over-plaintext", a.url);
         }
         client.authenticate("wirespeed", &p)?;

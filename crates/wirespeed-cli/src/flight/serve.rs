@@ -19,7 +19,8 @@ use super::TlsArgs;
 pub struct ServeArgs {
     /// The directory to serve; uploads land in it too.
     dir: PathBuf,
-    /// gRPC address; the data planes listen on the same host.
+    /// gRPC address (HOST:PORT), or a Unix socket as grpc+unix://PATH; the data planes listen
+    /// on the same host (127.0.0.1 beside a Unix socket).
     #[arg(long, default_value = "0.0.0.0:8815")]
     listen: String,
     /// Data planes to offer besides gRPC: any of shm, tcp, ucx, ofi+<provider> (shm, tcp,
@@ -103,12 +104,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let server = builder.start().with_context(|| format!("cannot serve on {}", a.listen))?;
     let planes: Vec<&str> = server.planes().iter().map(|(k, _)| k.name()).collect();
     let planes = if planes.is_empty() { "none".to_string() } else { planes.join(", ") };
-    eprintln!(
-        "wirespeed: serving {} on {}://{} (data planes: {planes})",
-        a.dir.display(),
-        server.url().split_once("://").map_or("grpc", |(scheme, _)| scheme),
-        listen_addr(&a.listen, &server)
-    );
+    eprintln!("wirespeed: serving {} on {} (data planes: {planes})", a.dir.display(), listen_url(&a.listen, &server));
     let calls = server.calls();
     std::thread::Builder::new().name("wirespeed-trim".into()).spawn(move || trim_when_idle(&calls))?;
     server.wait()?;
@@ -134,8 +130,15 @@ fn trim_when_idle(calls: &Calls) {
     }
 }
 
-/// What to print as the address: the port the server got, on the host asked for.
-fn listen_addr(listen: &str, server: &Server) -> String {
-    let host = listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("0.0.0.0");
-    format!("{host}:{}", server.addr().port())
+/// What to print as the address: the port the server got, on the host asked for, or its
+/// Unix socket.
+fn listen_url(listen: &str, server: &Server) -> String {
+    let url = server.url();
+    match (server.addr(), url.split_once("://")) {
+        (Some(addr), Some((scheme, _))) => {
+            let host = listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("0.0.0.0");
+            format!("{scheme}://{host}:{}", addr.port())
+        }
+        _ => url,
+    }
 }

@@ -1,6 +1,8 @@
-//! A client's gRPC channel: `grpc://` over TCP, or `grpc+tls://` with TLS (see [`super::tls`])
-//! done by our own connector, so that every TLS choice (roots, identity, name, no verification)
-//! is ours to make.
+//! A client's gRPC channel: `grpc://` over TCP, `grpc+unix://PATH` over a Unix socket, or
+//! `grpc+tls://` with TLS (see [`super::tls`]) done by our own connector, so that every TLS
+//! choice (roots, identity, name, no verification) is ours to make.
+
+use std::path::PathBuf;
 
 use hyper_util::rt::TokioIo;
 use tonic::codegen::http::Uri;
@@ -17,8 +19,16 @@ pub async fn connect(url: &str, tls: &ClientTls) -> Result<Channel> {
     let (addr, secure) = match url.split_once("://") {
         Some(("grpc" | "grpc+tcp", addr)) => (addr, false),
         Some(("grpc+tls", addr)) => (addr, true),
-        _ => return Err(Error::invalid_argument(format!("{url:?}: expected grpc://host:port or grpc+tls://"))),
+        Some(("grpc+unix", path)) => (path, false),
+        _ => {
+            return Err(Error::invalid_argument(format!(
+                "{url:?}: expected grpc://host:port, grpc+tls://host:port or grpc+unix://PATH"
+            )));
+        }
     };
+    let unix = url.starts_with("grpc+unix://").then(|| PathBuf::from(addr));
+    // A Unix socket's requests name localhost, as gRPC's own clients' do.
+    let addr = if unix.is_some() { "localhost" } else { addr };
     let bad_url = |e: &dyn std::fmt::Display| Error::invalid_argument(format!("{url:?}: {e}"));
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| bad_url(&e))?
@@ -27,7 +37,13 @@ pub async fn connect(url: &str, tls: &ClientTls) -> Result<Channel> {
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_frame_size(MAX_FRAME)
         .tcp_nodelay(true);
-    let connected = if secure {
+    let connected = if let Some(path) = unix {
+        let connect = tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+        });
+        endpoint.connect_with_connector(connect).await
+    } else if secure {
         let host = endpoint.uri().host().unwrap_or_default().to_string();
         let (connector, name) = tls::connector(tls, &host)?;
         // Requests name the https scheme and the server's authority, as any gRPC client's do.
@@ -48,8 +64,12 @@ pub async fn connect(url: &str, tls: &ClientTls) -> Result<Channel> {
     connected.map_err(|e| Error::unavailable(format!("cannot reach {url}: {}", chain(&e))))
 }
 
-/// The host a `grpc://` or `grpc+tls://` URL names.
+/// The host a `grpc://` or `grpc+tls://` URL names; loopback for `grpc+unix://`, beside
+/// which a server's data planes listen.
 pub fn host(url: &str) -> Option<String> {
+    if url.starts_with("grpc+unix://") {
+        return Some("127.0.0.1".into());
+    }
     let uri: Uri = format!("http://{}", url.split_once("://")?.1).parse().ok()?;
     Some(uri.host()?.trim_matches(['[', ']']).to_string())
 }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Sleep;
 use tokio_rustls::TlsAcceptor;
@@ -72,10 +72,36 @@ const PREFACE_LEN: usize = 24;
 /// The largest header block a request may send (hyper's default is 16 MiB).
 const MAX_HEADER_LIST: u32 = 64 << 10;
 
+/// Where gRPC connections come from.
+pub enum Listener {
+    Tcp(TcpListener),
+    /// `grpc+unix://`: every client counts as one from loopback.
+    Unix(UnixListener),
+}
+
+impl Listener {
+    async fn accept(&self) -> io::Result<(Box<dyn Io>, TcpConnectInfo)> {
+        match self {
+            Listener::Tcp(l) => {
+                let (socket, remote) = l.accept().await?;
+                // Without it every small gRPC reply waits out the peer's delayed ACK (40 ms).
+                let _ = socket.set_nodelay(true);
+                let info = TcpConnectInfo { local_addr: socket.local_addr().ok(), remote_addr: Some(remote) };
+                Ok((Box::new(socket), info))
+            }
+            Listener::Unix(l) => {
+                let (socket, _) = l.accept().await?;
+                let loopback = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+                Ok((Box::new(socket), TcpConnectInfo { local_addr: None, remote_addr: Some(loopback) }))
+            }
+        }
+    }
+}
+
 /// Accepts and serves connections until `stop` fires; with `tls`, each one's handshake must
 /// end within `limits.start` before HTTP/2's preface gets the same time again.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Listener,
     router: Router,
     limits: Limits,
     tls: Option<TlsAcceptor>,
@@ -95,7 +121,7 @@ pub async fn serve(
     let clients = Arc::new(Clients::default());
     let budget = Budget::new(limits.request_bytes, limits.message_stall);
     loop {
-        let (socket, remote) = tokio::select! {
+        let (socket, info) = tokio::select! {
             _ = &mut stop => return,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -106,12 +132,10 @@ pub async fn serve(
                 }
             },
         };
-        // Without it every small gRPC reply waits out the peer's delayed ACK (40 ms).
-        let _ = socket.set_nodelay(true);
         let (active, idle) = watch::channel(0usize);
         let calls = Calls {
             router: router.clone(),
-            info: TcpConnectInfo { local_addr: socket.local_addr().ok(), remote_addr: Some(remote) },
+            info,
             active: Arc::new(active),
             clients: clients.clone(),
             limit: limits.calls_per_client,
@@ -121,7 +145,7 @@ pub async fn serve(
         let (http2, tls, limits) = (http2.clone(), tls.clone(), limits.clone());
         tokio::spawn(async move {
             let io: Box<dyn Io> = match tls {
-                None => Box::new(socket),
+                None => socket,
                 Some(tls) => match tokio::time::timeout(limits.start, tls.accept(socket)).await {
                     Ok(Ok(socket)) => Box::new(socket),
                     // A failed or slow handshake: the peer learns it from the TLS alert or the close.
@@ -135,7 +159,7 @@ pub async fn serve(
     }
 }
 
-/// A connection's byte stream: a TCP socket, or TLS over one.
+/// A connection's byte stream: a TCP or Unix socket, or TLS over a TCP one.
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 

@@ -15,6 +15,7 @@ mod pull;
 mod regions;
 mod rendezvous;
 mod ring;
+pub use rendezvous::bind as bind_socket;
 #[cfg(fuzzing)]
 pub use ring::fuzz_locate;
 mod rx;
