@@ -48,6 +48,10 @@ def test_serve_on_a_unix_socket(directory, tmp_path):
         assert reader.plane == "shm" and reader.read_all().equals(table(seed=3))
         keyless = flight.connect(location, transport="grpc")
         assert keyless.do_get(info.endpoints[0].ticket).read_all().equals(table(seed=3))
+    certs = tls_certs.make(tmp_path / "certs")
+    tls = [(certs.read("server_cert"), certs.read("server_key"))]
+    with pytest.raises(pa.ArrowInvalid, match="without TLS"):
+        flight.serve(directory, f"grpc+unix://{tmp_path / 'tls.sock'}", tls_certificates=tls)
 
 
 def test_serve_with_a_password(directory, tmp_path):

@@ -553,14 +553,14 @@ def serve(directory: str | os.PathLike[str], location: Any = None, key: Key = No
     scheme, listen = uri.split("://", 1) if "://" in uri else ("grpc", uri)
     if scheme not in ("grpc", "grpc+tcp", "grpc+tls", "grpc+unix"):
         raise UsageError(f"{scheme}://: serve listens on grpc://host:port, grpc+tls://host:port or grpc+unix://PATH")
-    if scheme == "grpc+unix":
-        native = _native.serve_directory(os.fspath(directory), uri, _key(key), planes, password,
-                                         password_over_plaintext, None, handler_threads, cache_mb)
-        return DirectoryServer(native, listen, scheme)
     tls = None
     if tls_certificates:
         (cert, private_key), = tls_certificates
         tls = (bytes(cert), bytes(private_key), None if root_certificates is None else bytes(root_certificates))
-    native = _native.serve_directory(os.fspath(directory), listen, _key(key), planes, password,
+    unix = scheme == "grpc+unix"
+    # The server takes a Unix socket as its location (and refuses TLS there), a TCP one as host:port.
+    native = _native.serve_directory(os.fspath(directory), uri if unix else listen, _key(key), planes, password,
                                      password_over_plaintext, tls, handler_threads, cache_mb)
+    if unix:
+        return DirectoryServer(native, listen, scheme)
     return DirectoryServer(native, listen.rsplit(":", 1)[0], "grpc+tls" if tls else "grpc")

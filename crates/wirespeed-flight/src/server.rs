@@ -89,7 +89,7 @@ impl ServerBuilder {
 
     pub fn start(self) -> Result<Server> {
         // A Unix socket's bytes never leave the host.
-        let unix = self.listen.starts_with("grpc+unix://");
+        let unix = unix_path(&self.listen).is_some();
         if self.password.is_some() && self.tls.is_none() && !self.password_over_plaintext && !unix {
             return Err(Error::invalid_argument(
                 "a password travels in clear without TLS: give a certificate, or allow plaintext by name",
@@ -97,7 +97,7 @@ impl ServerBuilder {
         }
         let tls = self.tls.as_ref().map(tls::acceptor).transpose()?;
         let bound = Bound::new(&self.listen, tls.is_some())?;
-        let local = bound.local();
+        let local = bound.local()?;
         let shared = Shared::new(self.handler)?;
         let planes = match self.key {
             Some(key) => {
@@ -141,12 +141,17 @@ impl ServerBuilder {
             shared.clone(),
             stop_rx,
         ));
-        Ok(Server { url, addr, unlink: unlink.into(), planes: plane_list, shared, runtime, stop: Some(stop_tx), grpc })
+        Ok(Server { url, addr, unlink, planes: plane_list, shared, runtime, stop: Some(stop_tx), grpc })
     }
 }
 
 /// What removes a Unix socket's file once its server stops.
-type Unlink = Box<dyn FnOnce() + Send>;
+type Unlink = Box<dyn FnOnce() + Send + Sync>;
+
+/// The socket a `grpc+unix://PATH` location names.
+fn unix_path(listen: &str) -> Option<&Path> {
+    listen.strip_prefix("grpc+unix://").map(Path::new)
+}
 
 /// Where gRPC listens, bound before anything else starts.
 enum Bound {
@@ -158,21 +163,21 @@ enum Bound {
 impl Bound {
     fn new(listen: &str, tls: bool) -> Result<Bound> {
         let cannot = |e: &dyn std::fmt::Display| Error::unavailable(format!("cannot listen on {listen}: {e}"));
-        let Some(path) = listen.strip_prefix("grpc+unix://") else {
+        let Some(path) = unix_path(listen) else {
             return TcpListener::bind(listen).map(Bound::Tcp).map_err(|e| cannot(&e));
         };
         if tls {
             return Err(Error::invalid_argument("a Unix socket is served without TLS: it never leaves this host"));
         }
-        let (listener, unlink) = wirespeed::transport::shm::bind_socket(Path::new(path)).map_err(|e| cannot(&e))?;
+        let (listener, unlink) = wirespeed::transport::shm::bind_socket(path).map_err(|e| cannot(&e))?;
         Ok(Bound::Unix(listener, unlink))
     }
 
     /// The address data planes listen on, beside gRPC: loopback beside a Unix socket.
-    fn local(&self) -> SocketAddr {
+    fn local(&self) -> Result<SocketAddr> {
         match self {
-            Bound::Tcp(l) => l.local_addr().unwrap_or_else(|_| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
-            Bound::Unix(..) => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            Bound::Tcp(l) => l.local_addr().map_err(|e| Error::internal(e.to_string())),
+            Bound::Unix(..) => Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
         }
     }
 
@@ -197,8 +202,7 @@ pub struct Server {
     url: String,
     /// The TCP address, unless it serves a Unix socket.
     addr: Option<SocketAddr>,
-    /// In a mutex to keep the server `Sync`: the closure is only `Send`.
-    unlink: std::sync::Mutex<Option<Unlink>>,
+    unlink: Option<Unlink>,
     planes: Vec<(Fabric, String)>,
     shared: Arc<Shared>,
     runtime: tokio::runtime::Runtime,
@@ -253,7 +257,7 @@ impl Drop for Server {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(unlink) = self.unlink.get_mut().ok().and_then(Option::take) {
+        if let Some(unlink) = self.unlink.take() {
             unlink();
         }
         self.shared.stop.store(true, Ordering::Relaxed);

@@ -115,9 +115,9 @@ fn run_rank(
     let mine = [slot(wirespeed::fabric::host_id(), HOST_MAX)?, slot(url, URL_MAX)?].concat();
     let mut all = vec![0u8; mine.len() * size];
     within(timeout, "sharing addresses", || world.all_gather_into(&mine[..], &mut all[..]));
-    let (hosts, urls): (Vec<String>, Vec<String>) =
+    let (hosts, mut urls): (Vec<String>, Vec<String>) =
         all.chunks(mine.len()).map(|c| (unslot(&c[..HOST_MAX]), unslot(&c[HOST_MAX..]))).unzip();
-    let urls = urls[inputs..].to_vec();
+    let urls = urls.split_off(inputs);
     if rank < inputs
         && let Some(c) = first_unreachable(a.flags.transport, &hosts[inputs..])
     {

@@ -16,19 +16,17 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Connects to `url`; `tls` applies to `grpc+tls://` only.
 pub async fn connect(url: &str, tls: &ClientTls) -> Result<Channel> {
-    let (addr, secure) = match url.split_once("://") {
-        Some(("grpc" | "grpc+tcp", addr)) => (addr, false),
-        Some(("grpc+tls", addr)) => (addr, true),
-        Some(("grpc+unix", path)) => (path, false),
+    let (addr, secure, unix) = match url.split_once("://") {
+        Some(("grpc" | "grpc+tcp", addr)) => (addr, false, None),
+        Some(("grpc+tls", addr)) => (addr, true, None),
+        // A Unix socket's requests name localhost, as gRPC's own clients' do.
+        Some(("grpc+unix", path)) => ("localhost", false, Some(PathBuf::from(path))),
         _ => {
             return Err(Error::invalid_argument(format!(
                 "{url:?}: expected grpc://host:port, grpc+tls://host:port or grpc+unix://PATH"
             )));
         }
     };
-    let unix = url.starts_with("grpc+unix://").then(|| PathBuf::from(addr));
-    // A Unix socket's requests name localhost, as gRPC's own clients' do.
-    let addr = if unix.is_some() { "localhost" } else { addr };
     let bad_url = |e: &dyn std::fmt::Display| Error::invalid_argument(format!("{url:?}: {e}"));
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| bad_url(&e))?

@@ -25,7 +25,7 @@ pub fn connect(path: &Path) -> io::Result<UnixStream> {
 /// Binds `path`, replacing the socket file of a listener that is gone but never a live
 /// listener's or another file; the returned closure removes the file again (nothing to do for
 /// an abstract name). Flight's `grpc+unix` listener binds through it too.
-pub fn bind(path: &Path) -> Result<(UnixListener, Box<dyn FnOnce() + Send>)> {
+pub fn bind(path: &Path) -> Result<(UnixListener, Box<dyn FnOnce() + Send + Sync>)> {
     let cannot =
         |e: io::Error| Error::from(io::Error::new(e.kind(), format!("cannot listen on {}: {e}", path.display())));
     if let Some(name) = abstract_name(path) {
