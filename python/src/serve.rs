@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
+use arrow_ipc::CompressionType;
 use pyo3::prelude::*;
 use wirespeed::Fabric;
-use wirespeed_flight::{Handler, Server, ServerTls};
+use wirespeed_flight::{Advertise, Handler, Server, ServerTls};
 use wirespeed_serve::DirService;
 
 use crate::arrow;
@@ -37,6 +38,7 @@ struct Access {
     password: Option<String>,
     password_over_plaintext: bool,
     tls: Option<ServerTls>,
+    advertise: Advertise,
 }
 
 impl FlightServer {
@@ -51,7 +53,8 @@ impl FlightServer {
         access: Access,
         handler_threads: usize,
     ) -> PyResult<Self> {
-        let mut builder = Server::builder(handler).listen(listen).handler_threads(handler_threads);
+        let mut builder =
+            Server::builder(handler).listen(listen).handler_threads(handler_threads).advertise(access.advertise);
         if let Some(planes) = planes {
             let kinds = planes
                 .iter()
@@ -99,7 +102,7 @@ pub fn share_table<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<B
 /// `tls`: (certificate chain, private key, client CA for mutual TLS), all PEM.
 #[pyfunction]
 #[pyo3(signature = (root, listen, key=None, planes=None, password=None, password_over_plaintext=false, tls=None,
-                    handler_threads=64, cache_mb=0))]
+                    handler_threads=64, cache_mb=0, advertise=None, compression=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn serve_directory(
     py: Python<'_>,
@@ -112,10 +115,19 @@ pub fn serve_directory(
     tls: Option<TlsFiles>,
     handler_threads: usize,
     cache_mb: usize,
+    advertise: Option<String>,
+    compression: Option<String>,
 ) -> PyResult<FlightServer> {
-    let service = DirService::new(root, cache_mb << 20).map_err(errors::flight)?;
+    let codec = match compression.as_deref() {
+        None => None,
+        Some("lz4") => Some(CompressionType::LZ4_FRAME),
+        Some("zstd") => Some(CompressionType::ZSTD),
+        Some(other) => return Err(errors::usage(format!("compression {other:?}: expected lz4, zstd or None"))),
+    };
+    let service = DirService::new(root, cache_mb << 20).map_err(errors::flight)?.compression(codec);
     let tls = tls.map(|(cert_chain, private_key, client_ca)| ServerTls { cert_chain, private_key, client_ca });
-    let access = Access { password, password_over_plaintext, tls };
+    let advertise = advertise.map_or(Advertise::Reached, Advertise::Uri);
+    let access = Access { password, password_over_plaintext, tls, advertise };
     FlightServer::start(py, service, &listen, key, planes, access, handler_threads)
 }
 

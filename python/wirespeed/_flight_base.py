@@ -53,15 +53,19 @@ class FlightUnauthorizedError(FlightError, AuthenticationError, _pf.FlightUnauth
     exit_code = 3
 
 
-class FlightNotFoundError(FlightError, pa.ArrowKeyError):
+# pyarrow raises these three codes as Arrow's own errors, not as Flight errors: no
+# `except FlightError` catches them, and they carry no extra_info.
+
+
+class FlightNotFoundError(Error, pa.ArrowKeyError):
     """NOT_FOUND, which pyarrow raises as ArrowKeyError."""
 
 
-class FlightInvalidArgumentError(FlightError, UsageError, pa.ArrowInvalid):
+class FlightInvalidArgumentError(UsageError, pa.ArrowInvalid):
     """INVALID_ARGUMENT, which pyarrow raises as ArrowInvalid."""
 
 
-class FlightNotImplementedError(FlightError, pa.ArrowNotImplementedError):
+class FlightNotImplementedError(Error, pa.ArrowNotImplementedError):
     """UNIMPLEMENTED, which pyarrow raises as ArrowNotImplementedError."""
 
 
@@ -88,13 +92,24 @@ _STATUS = [
 
 
 def _status_of(e: BaseException) -> tuple[str, str, bytes]:
-    """The status code, message and extra_info a handler's exception travels as."""
-    extra_info = bytes(getattr(e, "extra_info", None) or b"") if isinstance(e, _pf.FlightError) else b""
-    for classes, code in _STATUS:
-        if isinstance(e, classes):
-            message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            return code, str(message), extra_info
-    return "unknown", f"{type(e).__name__}: {e}", extra_info
+    """The status code, message and extra_info a handler's exception travels as, as pyarrow's
+    server words it: a Flight error's message as raised, any other's followed by what it was."""
+    if isinstance(e, _pf.FlightError):
+        code = next((code for classes, code in _STATUS if isinstance(e, classes)), "unknown")
+        return code, str(e), bytes(getattr(e, "extra_info", None) or b"")
+    code = next((code for classes, code in _STATUS if isinstance(e, classes)), "unknown")
+    return code, f"{e}. Detail: Python exception: {type(e).__name__}", b""
+
+
+# Arrow IPC writes app_metadata's length as an int32.
+_MAX_APP_METADATA = 2**31 - 1
+
+
+def _app_metadata(buf: Any) -> bytes:
+    """`buf` as the bytes of an app_metadata, refused as pyarrow refuses one over 2 GiB."""
+    if memoryview(buf).nbytes > _MAX_APP_METADATA:
+        raise pa.ArrowCapacityError("app_metadata size overflow")
+    return bytes(buf)
 
 
 def _uri(location: str | Location | tuple[str, int]) -> str:
@@ -189,7 +204,9 @@ class _Reading:
     def __arrow_c_stream__(self, requested_schema: object = None) -> object:
         """The Arrow PyCapsule interface: `pyarrow.table(reader)`, polars and duckdb take the
         remaining batches without a copy."""
-        if self._fields is not None:
+        # A server's reader hands its batches on one by one (its handler runs on a thread of
+        # its own, where a batch at a time costs nothing more).
+        if self._fields is not None or not hasattr(self._native, "__arrow_c_stream__"):
             batches = (chunk.data for chunk in self if chunk.data is not None)
             return pa.RecordBatchReader.from_batches(self.schema, batches).__arrow_c_stream__(requested_schema)
         return self._native.__arrow_c_stream__(requested_schema)

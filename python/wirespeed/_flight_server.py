@@ -20,7 +20,7 @@ import pyarrow.flight as _pf
 
 from . import Key, _key, _native
 from ._errors import UsageError
-from ._flight_base import _ipc_options, _Reading, _uri
+from ._flight_base import _app_metadata, _ipc_options, _Reading, _uri
 
 HELLO_HEADER = "x-wirespeed-hello"
 CALL_HEADER = "x-wirespeed-call"
@@ -66,7 +66,7 @@ def _payloads(item: Any) -> Iterator[tuple[Any, Any]]:
     """What a GeneratorStream may yield, as (batch or None, metadata or None) pairs."""
     if isinstance(item, tuple):
         batch, metadata = item
-        yield batch, None if metadata is None else bytes(metadata)
+        yield batch, None if metadata is None else _app_metadata(metadata)
     elif isinstance(item, pa.RecordBatch):
         yield item, None
     elif isinstance(item, RecordBatchStream):
@@ -212,7 +212,7 @@ class _MetadataWriter:
         self._native = native
 
     def write(self, message: bytes | pa.Buffer) -> None:
-        self._native.write(bytes(message))
+        self._native.write(_app_metadata(message))
 
 
 class _ExchangeWriter:
@@ -228,10 +228,10 @@ class _ExchangeWriter:
         self._native.write_batch(batch)
 
     def write_with_metadata(self, batch: Any, buf: bytes | pa.Buffer) -> None:
-        self._native.write_batch(batch, bytes(buf))
+        self._native.write_batch(batch, _app_metadata(buf))
 
     def write_metadata(self, buf: bytes | pa.Buffer) -> None:
-        self._native.write_metadata(bytes(buf))
+        self._native.write_metadata(_app_metadata(buf))
 
     def write_table(self, table: pa.Table, max_chunksize: int | None = None) -> None:
         for batch in table.to_batches(max_chunksize):
@@ -543,12 +543,15 @@ class DirectoryServer:
 def serve(directory: str | os.PathLike[str], location: Any = None, key: Key = None, *,
           planes: list[str] | None = None, password: str | None = None, password_over_plaintext: bool = False,
           tls_certificates: list[tuple[bytes, bytes]] | None = None, root_certificates: bytes | None = None,
-          cache_mb: int = 0, handler_threads: int = 64) -> DirectoryServer:
+          cache_mb: int = 0, handler_threads: int = 64, advertise: str | None = None,
+          compression: str | None = None) -> DirectoryServer:
     """Serves the Arrow IPC and Parquet files under `directory` as flights (keyed by relative
     path), as `wirespeed serve` does: uploads land whole or not at all, `cache_mb` keeps
     decoded tables in memory. `tls_certificates` ([(cert PEM, key PEM)]) serves grpc+tls,
     `root_certificates` then asks clients for certificates from that CA (mutual TLS); a
-    `password` needs TLS unless `password_over_plaintext`. Returns the running server."""
+    `password` needs TLS unless `password_over_plaintext`. Endpoints name the server as each
+    client reached it, or `advertise` (a URI, for a server behind NAT or a proxy). Batches go
+    uncompressed unless `compression` is "lz4" or "zstd". Returns the running server."""
     uri = _uri(location or "grpc://127.0.0.1:0")
     scheme, listen = uri.split("://", 1) if "://" in uri else ("grpc", uri)
     if scheme not in ("grpc", "grpc+tcp", "grpc+tls", "grpc+unix"):
@@ -560,7 +563,8 @@ def serve(directory: str | os.PathLike[str], location: Any = None, key: Key = No
     unix = scheme == "grpc+unix"
     # The server takes a Unix socket as its location (and refuses TLS there), a TCP one as host:port.
     native = _native.serve_directory(os.fspath(directory), uri if unix else listen, _key(key), planes, password,
-                                     password_over_plaintext, tls, handler_threads, cache_mb)
+                                     password_over_plaintext, tls, handler_threads, cache_mb, advertise,
+                                     compression)
     if unix:
         return DirectoryServer(native, listen, scheme)
     return DirectoryServer(native, listen.rsplit(":", 1)[0], "grpc+tls" if tls else "grpc")

@@ -224,6 +224,8 @@ def serve_directory(
     tls: tuple[bytes, bytes, bytes | None] | None = None,
     handler_threads: int = 64,
     cache_mb: int = 0,
+    advertise: str | None = None,
+    compression: str | None = None,
 ) -> FlightServer: ...
 
 def share_table(data: Any) -> pa.Table: ...

@@ -22,7 +22,7 @@ from pyarrow.flight import *  # noqa: F401,F403 - pyarrow.flight's whole API is 
 
 from . import Key, _native
 from ._errors import UsageError
-from ._flight_base import _ipc_options, _Reading, _uri
+from ._flight_base import _app_metadata, _ipc_options, _Reading, _uri
 from ._flight_server import (
     CALL_HEADER,
     DATA_METHODS,
@@ -251,11 +251,11 @@ class FlightStreamWriter:
         self._writer().write_batch(self._fits(batch))
 
     def write_with_metadata(self, batch: Any, buf: bytes | pa.Buffer) -> None:
-        self._writer().write_batch(self._fits(batch), bytes(buf))
+        self._writer().write_batch(self._fits(batch), _app_metadata(buf))
 
     def write_metadata(self, buf: bytes | pa.Buffer) -> None:
         """Sends application metadata alone (before `begin` too, as pyarrow allows)."""
-        self._native.write_metadata(bytes(buf))
+        self._native.write_metadata(_app_metadata(buf))
 
     def write_table(self, table: Any, max_chunksize: int | None = None) -> None:
         if self._size_limit and isinstance(table, pa.Table):

@@ -54,6 +54,47 @@ pub enum Violation {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The most bytes of a peer's text (a ticket, a path, a header) that a message quotes.
+pub const QUOTED_BYTES: usize = 200;
+
+/// The most bytes of a message that travel: gRPC's C++ client refuses a `grpc-message` over
+/// 8 KiB at times and over 16 KiB always, and would report that instead of the error.
+pub const MESSAGE_BYTES: usize = 1024;
+
+/// A peer's text as a message quotes it: quoted and escaped, its first [`QUOTED_BYTES`]
+/// bytes only, then how long it was.
+pub struct Quote<'a>(pub &'a [u8]);
+
+impl Quote<'_> {
+    pub fn str(text: &str) -> Quote<'_> {
+        Quote(text.as_bytes())
+    }
+}
+
+impl std::fmt::Display for Quote<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = &self.0[..self.0.len().min(QUOTED_BYTES)];
+        write!(f, "\"{}\"", shown.escape_ascii())?;
+        if shown.len() < self.0.len() {
+            write!(f, "… ({} bytes)", self.0.len())?;
+        }
+        Ok(())
+    }
+}
+
+/// `message` cut to [`MESSAGE_BYTES`] on a character's boundary.
+fn bounded(mut message: String) -> String {
+    if message.len() > MESSAGE_BYTES {
+        let mut end = MESSAGE_BYTES - '…'.len_utf8();
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
+}
+
 impl Error {
     pub fn status(code: Code, message: impl Into<String>) -> Self {
         Error::Status { code, message: message.into(), details: bytes::Bytes::new() }
@@ -111,12 +152,12 @@ impl Error {
         }
     }
 
-    /// The message without the code, as it travels.
+    /// The message without the code, as it travels: at most [`MESSAGE_BYTES`].
     pub fn message(&self) -> String {
-        match self {
+        bounded(match self {
             Error::Status { message, .. } => message.clone(),
             other => other.to_string(),
-        }
+        })
     }
 }
 
@@ -160,5 +201,23 @@ impl From<arrow_flight::error::FlightError> for Error {
             F::Arrow(a) => Error::Arrow(a),
             other => Violation::Ipc(other.to_string()).into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_and_messages_are_bounded() {
+        assert_eq!(Quote::str("t.arrow").to_string(), "\"t.arrow\"");
+        assert_eq!(Quote(b"a\n\xff").to_string(), "\"a\\n\\xff\"");
+        let long = "x".repeat(65536);
+        let quoted = Quote::str(&long).to_string();
+        assert!(quoted.len() < QUOTED_BYTES + 40 && quoted.ends_with("… (65536 bytes)"), "{quoted}");
+        let e = Error::not_found("é".repeat(5000));
+        assert!(e.message().len() <= MESSAGE_BYTES && e.message().ends_with('…'));
+        assert_eq!(Error::not_found("short").message(), "short");
+        assert!(tonic::Status::from(Error::internal(long)).message().len() <= MESSAGE_BYTES);
     }
 }

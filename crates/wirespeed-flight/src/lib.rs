@@ -25,6 +25,7 @@ pub use client::{
     Client, ExchangeReader, FlightReader, FlightWriter, Method, Plane, PlaneClient, PutResults, Transport,
 };
 pub use error::{Code, Error, Result, Violation};
+pub use grpc::advertise::Advertise;
 pub use grpc::connections::Limits;
 pub use grpc::tls::{ClientTls, ServerTls};
 pub use ipc::{ReadStats, SharedStats, WriteOptions, share, share_all};

@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 use wirespeed::Key;
 
 use crate::error::{Error, Result};
+use crate::grpc::advertise::{Advertise, Listening};
 use crate::grpc::auth::Auth;
 use crate::grpc::connections::{self, Limits};
 use crate::grpc::router::Router;
@@ -32,6 +33,7 @@ pub struct ServerBuilder {
     tls: Option<ServerTls>,
     handler_threads: usize,
     limits: Limits,
+    advertise: Advertise,
 }
 
 impl ServerBuilder {
@@ -81,6 +83,13 @@ impl ServerBuilder {
         self
     }
 
+    /// What endpoints that name no location are given (default: nothing); `wirespeed serve`
+    /// names itself ([`Advertise::Reached`]), as Arrow's reference servers do.
+    pub fn advertise(mut self, advertise: Advertise) -> Self {
+        self.advertise = advertise;
+        self
+    }
+
     /// Bounds on gRPC connections and on the calls of one client.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
@@ -116,6 +125,11 @@ impl ServerBuilder {
             default_host,
             tls: tls.is_some(),
             exchanges: Arc::new(tokio::sync::Semaphore::new((self.handler_threads / 2).max(1))),
+            advertise: self.advertise,
+            listening: match bound {
+                Bound::Tcp(_) => Listening::Tcp { addr: local, tls: tls.is_some() },
+                Bound::Unix(..) => Listening::Unix(self.listen.clone()),
+            },
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -222,6 +236,7 @@ impl Server {
             tls: None,
             handler_threads: 512,
             limits: Limits::default(),
+            advertise: Advertise::Nothing,
         }
     }
 

@@ -10,7 +10,7 @@ use arrow_flight::{Action, ActionType, FlightDescriptor, FlightInfo};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Quote, Result};
 use crate::ipc::{PayloadStream, SharedStats, WriteOptions};
 use crate::stored::StoredBatch;
 
@@ -200,7 +200,7 @@ pub trait Handler: Send + Sync + 'static {
     }
 
     fn do_action(&self, action: &Action) -> Result<Vec<Bytes>> {
-        Err(Error::unimplemented(format!("unknown action {:?}", action.r#type)))
+        Err(Error::unimplemented(format!("unknown action {}", Quote::str(&action.r#type))))
     }
 
     fn list_actions(&self) -> Vec<ActionType> {

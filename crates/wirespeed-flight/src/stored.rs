@@ -14,7 +14,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_ipc::reader::read_footer_length;
-use arrow_ipc::{Endianness, MessageHeader, MetadataVersion, root_as_footer, root_as_message};
+use arrow_ipc::{CompressionType, Endianness, MessageHeader, MetadataVersion, root_as_footer, root_as_message};
 use arrow_schema::{DataType, SchemaRef};
 use bytes::Bytes;
 use wirespeed::proto::codec::{Reader, Truncated};
@@ -36,6 +36,12 @@ pub struct StoredBatch {
 impl StoredBatch {
     pub fn body_len(&self) -> u64 {
         self.body_len
+    }
+
+    /// How the file compressed the body's buffers (pyarrow's feather default is LZ4).
+    pub fn compression(&self) -> Option<CompressionType> {
+        let message = root_as_message(&self.meta).ok()?;
+        Some(message.header_as_record_batch()?.compression()?.codec())
     }
 
     /// Writes the body into the pieces it is given, in order (as `Stream::send_filled` asks).
@@ -173,7 +179,6 @@ mod tests {
 
     use arrow_array::types::Int32Type;
     use arrow_array::{ArrayRef, DictionaryArray, Int64Array, ListArray, StringArray};
-    use arrow_ipc::CompressionType;
     use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
 
     use super::*;
@@ -204,7 +209,9 @@ mod tests {
             let file = write(&input, compression);
             let stored = StoredFile::open(file.reopen().unwrap()).unwrap().expect("taken");
             assert_eq!(stored.schema(), input[0].schema());
-            let got: Vec<RecordBatch> = stored.batches().map(|b| b.unwrap().read().unwrap()).collect();
+            let stored: Vec<StoredBatch> = stored.batches().map(Result::unwrap).collect();
+            assert!(stored.iter().all(|b| b.compression() == compression), "{compression:?}");
+            let got: Vec<RecordBatch> = stored.iter().map(|b| b.read().unwrap()).collect();
             assert_eq!(got, input, "{compression:?}");
         }
     }

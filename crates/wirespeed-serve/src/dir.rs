@@ -9,11 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use arrow_ipc::CompressionType;
 use arrow_ipc::reader::{FileReader, StreamReader};
 use arrow_schema::{ArrowError, SchemaRef};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use wirespeed_files::paths::join_under;
-use wirespeed_flight::{Error, Handler, Output, Payload, Result, StoredFile, Upload};
+use wirespeed_flight::error::Quote;
+use wirespeed_flight::{Error, Handler, Output, Payload, Result, StoredFile, Upload, WriteOptions};
 
 use crate::cache::{Batches, Stamp, Table, TableCache};
 use crate::format::{Format, format_of, io_error};
@@ -22,13 +24,17 @@ use crate::upload::DirUpload;
 pub struct DirService {
     root: PathBuf,
     cache: Option<Arc<TableCache>>,
+    /// How batches go out: uncompressed unless the operator asks, since a client that did not
+    /// ask may have no codec (Java's flight-core needs a module for it).
+    options: WriteOptions,
 }
 
 /// Opens a flight's file; errors name the flight, not the server's paths.
 fn open(path: &Path, name: &str) -> Result<(SchemaRef, Batches, Option<i64>)> {
-    let format = format_of(path).ok_or_else(|| Error::not_found(format!("{name}: not an Arrow or Parquet file")))?;
+    let format = format_of(path)
+        .ok_or_else(|| Error::not_found(format!("{}: not an Arrow or Parquet file", Quote::str(name))))?;
     let file = File::open(path).map_err(|e| io_error(name, e))?;
-    let bad = |e: &dyn std::fmt::Display| Error::internal(format!("{name}: {e}"));
+    let bad = |e: &dyn std::fmt::Display| Error::internal(format!("{}: {e}", Quote::str(name)));
     match format {
         Format::IpcFile => {
             let r = FileReader::try_new_buffered(file, None).map_err(|e| bad(&e))?;
@@ -60,7 +66,14 @@ impl DirService {
         }
         // What uploads cut short by a killed server left (live ones are locked).
         wirespeed_files::part::sweep_uploads(&root, std::time::Duration::from_secs(10));
-        Ok(DirService { root, cache: (cache_bytes > 0).then(|| Arc::new(TableCache::new(cache_bytes))) })
+        let cache = (cache_bytes > 0).then(|| Arc::new(TableCache::new(cache_bytes)));
+        Ok(DirService { root, cache, options: WriteOptions::default() })
+    }
+
+    /// Sends batches compressed with `compression` (pyarrow's `IpcWriteOptions` choice), stored
+    /// batches compressed otherwise decompressed and compressed again.
+    pub fn compression(self, compression: Option<CompressionType>) -> Self {
+        DirService { options: WriteOptions { compression, ..self.options }, ..self }
     }
 
     /// The cache, and the stamp of the file at `path`; `None` without a cache.
@@ -87,14 +100,16 @@ impl DirService {
                 let reopen = move || {
                     open(&owned, &flight).map(|(s, b, _)| (s, b)).map_err(|e| ArrowError::ExternalError(Box::new(e)))
                 };
-                let (schema, batches) =
-                    cache.load(name, path, stamp, reopen).map_err(|e| Error::internal(format!("{name}: {e}")))?;
+                let (schema, batches) = cache
+                    .load(name, path, stamp, reopen)
+                    .map_err(|e| Error::internal(format!("{}: {e}", Quote::str(name))))?;
                 return Ok(decoded(schema, batches));
             }
         }
         if format_of(path) == Some(Format::IpcFile) {
             let file = File::open(path).map_err(|e| io_error(name, e))?;
-            let stored = StoredFile::open(file).map_err(|e| Error::internal(format!("{name}: {}", e.message())))?;
+            let stored = StoredFile::open(file)
+                .map_err(|e| Error::internal(format!("{}: {}", Quote::str(name), e.message())))?;
             if let Some(stored) = stored {
                 return Ok(Output::new(stored.schema(), stored.batches().map(|b| b.map(Payload::stored))));
             }
@@ -107,12 +122,12 @@ impl DirService {
     /// a symlink.
     fn resolve(&self, name: &str) -> Result<PathBuf> {
         let path = join_under(&self.root, name.as_bytes())
-            .map_err(|_| Error::invalid_argument(format!("bad flight name {name:?}")))?;
+            .map_err(|_| Error::invalid_argument(format!("bad flight name {}", Quote::str(name))))?;
         let mut at = self.root.clone();
         for part in Path::new(name).components() {
             at.push(part);
             if at.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
-                return Err(Error::permission_denied(format!("{name:?} passes through a symlink")));
+                return Err(Error::permission_denied(format!("{} passes through a symlink", Quote::str(name))));
             }
         }
         Ok(path)
@@ -195,14 +210,14 @@ impl Handler for DirService {
 
     fn do_get(&self, ticket: &[u8]) -> Result<Output> {
         let name = std::str::from_utf8(ticket).map_err(|_| Error::invalid_argument("tickets are UTF-8 paths"))?;
-        self.read(&self.resolve(name)?, name)
+        Ok(self.read(&self.resolve(name)?, name)?.with_options(self.options))
     }
 
     fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {
         let name = Self::name_of(descriptor)?;
         let dest = self.resolve(&name)?;
         let format = format_of(&dest).ok_or_else(|| {
-            Error::invalid_argument(format!("{name:?}: name it .arrow, .feather, .arrows or .parquet"))
+            Error::invalid_argument(format!("{}: name it .arrow, .feather, .arrows or .parquet", Quote::str(&name)))
         })?;
         Ok(Box::new(DirUpload::start(&name, &dest, format, schema)?))
     }

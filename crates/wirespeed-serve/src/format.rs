@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use wirespeed_flight::Error;
+use wirespeed_flight::error::Quote;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -23,8 +24,8 @@ pub fn format_of(path: &Path) -> Option<Format> {
 /// A file error as the client sees it: naming the flight, never the server's paths.
 pub fn io_error(name: &str, e: std::io::Error) -> Error {
     match e.kind() {
-        std::io::ErrorKind::NotFound => Error::not_found(format!("no flight {name}")),
-        std::io::ErrorKind::PermissionDenied => Error::permission_denied(format!("{name}: {e}")),
-        _ => Error::internal(format!("{name}: {e}")),
+        std::io::ErrorKind::NotFound => Error::not_found(format!("no flight {}", Quote::str(name))),
+        std::io::ErrorKind::PermissionDenied => Error::permission_denied(format!("{}: {e}", Quote::str(name))),
+        _ => Error::internal(format!("{}: {e}", Quote::str(name))),
     }
 }

@@ -11,6 +11,7 @@ use arrow_ipc::writer::{FileWriter, StreamWriter};
 use arrow_schema::{ArrowError, SchemaRef};
 use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
+use wirespeed_flight::error::Quote;
 use wirespeed_flight::{Error, Payload, Result, Upload};
 
 use crate::format::{Format, io_error};
@@ -35,7 +36,7 @@ impl DirUpload {
             std::fs::create_dir_all(parent).map_err(|e| io_error(name, e))?;
         }
         let (part, file) = PartFile::create_unique(dest).map_err(|e| io_error(name, e))?;
-        let bad = |e: &dyn std::fmt::Display| Error::internal(format!("{name}: {e}"));
+        let bad = |e: &dyn std::fmt::Display| Error::internal(format!("{}: {e}", Quote::str(name)));
         let writer = match format {
             Format::IpcFile => Writer::IpcFile(FileWriter::try_new(file, schema).map_err(|e| bad(&e))?),
             Format::IpcStream => Writer::IpcStream(StreamWriter::try_new(file, schema).map_err(|e| bad(&e))?),
@@ -66,7 +67,7 @@ impl Upload for DirUpload {
 
     fn finish(self: Box<Self>) -> Result<Vec<Bytes>> {
         let DirUpload { name, part, writer, rows } = *self;
-        let bad = |e: &dyn std::fmt::Display| Error::internal(format!("{name}: {e}"));
+        let bad = |e: &dyn std::fmt::Display| Error::internal(format!("{}: {e}", Quote::str(&name)));
         let file = match writer {
             Writer::IpcFile(mut w) => w.finish().and_then(|()| w.into_inner()).map_err(|e| bad(&e))?,
             Writer::IpcStream(mut w) => w.finish().and_then(|()| w.into_inner()).map_err(|e| bad(&e))?,

@@ -6,10 +6,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
+use arrow_ipc::CompressionType;
 use clap::Args;
 use wirespeed::Key;
 use wirespeed_flight::server::default_planes;
-use wirespeed_flight::{Calls, Fabric, Limits, Server};
+use wirespeed_flight::{Advertise, Calls, Fabric, Limits, Server};
 
 use wirespeed_serve::DirService;
 
@@ -23,6 +24,11 @@ pub struct ServeArgs {
     /// on the same host (127.0.0.1 beside a Unix socket).
     #[arg(long, default_value = "0.0.0.0:8815")]
     listen: String,
+    /// The location the flights' endpoints name, for a server that clients reach through NAT
+    /// or a proxy (grpc+tls://flight.example.org:443, say). Default: the server as each client
+    /// reached it (its :authority, under grpc+tcp:// or grpc+tls://), or its Unix socket.
+    #[arg(long, value_name = "URI")]
+    advertise: Option<String>,
     /// Data planes to offer besides gRPC: any of shm, tcp, ucx, ofi+<provider> (shm, tcp,
     /// verbs, efa, cxi), or none. Default: shm,ucx,tcp; with TLS, shm,tcp, tcp's calls sealed
     /// with AES-256-GCM, as ucx and ofi carry data unencrypted between hosts.
@@ -45,6 +51,11 @@ pub struct ServeArgs {
     /// instead of receiving a copy. A changed file is read afresh.
     #[arg(long, default_value_t = 0, value_name = "MIB")]
     cache_mb: usize,
+    /// Compress the batches sent (lz4 or zstd, as pyarrow's IpcWriteOptions offers). Default:
+    /// none, so that every client reads them; a file's batches compressed otherwise are
+    /// decompressed first.
+    #[arg(long, value_enum, value_name = "CODEC")]
+    compression: Option<Compression>,
     /// Most threads running handler work at once (reading files, decoding and writing
     /// uploads); calls that wait on their clients hold none.
     #[arg(long, default_value_t = 64, value_name = "N")]
@@ -59,9 +70,25 @@ pub struct ServeArgs {
     request_memory_mb: usize,
 }
 
+/// The body compressions Arrow IPC has.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Compression {
+    Lz4,
+    Zstd,
+}
+
+impl Compression {
+    fn codec(self) -> CompressionType {
+        match self {
+            Compression::Lz4 => CompressionType::LZ4_FRAME,
+            Compression::Zstd => CompressionType::ZSTD,
+        }
+    }
+}
+
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     crate::interrupt::install()?;
-    let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?;
+    let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?.compression(a.compression.map(Compression::codec));
     let tls = a.tls.server()?;
     // Unnamed, the server's own default (under TLS, tcp's calls are sealed and ucx left out).
     let mut planes = Vec::new();
@@ -79,8 +106,13 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         request_bytes: a.request_memory_mb.max(1) << 20,
         ..Limits::default()
     };
-    let mut builder =
-        Server::builder(service).listen(&a.listen).planes(&planes).handler_threads(a.handler_threads).limits(limits);
+    let advertise = a.advertise.map_or(Advertise::Reached, Advertise::Uri);
+    let mut builder = Server::builder(service)
+        .listen(&a.listen)
+        .planes(&planes)
+        .handler_threads(a.handler_threads)
+        .limits(limits)
+        .advertise(advertise);
     if !planes.is_empty() {
         let key = match super::key(a.key_file.as_deref())? {
             Some(k) => k,

@@ -1,7 +1,10 @@
 //! `wirespeed recv [--listen HOST:PORT] [FILE]`: waits for one `send`, writes its data to
 //! FILE (or into it, if it is a directory) or to standard output.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+
+use anyhow::Context;
 
 use clap::Args;
 use wirespeed::{Config, Key};
@@ -23,7 +26,8 @@ pub struct RecvArgs {
     wait: u64,
     #[command(flatten)]
     common: Common,
-    /// Output file or directory; standard output when absent.
+    /// Output file or directory (made if missing when named with a trailing slash, `out/`);
+    /// standard output when absent.
     file: Option<PathBuf>,
 }
 
@@ -36,6 +40,11 @@ pub fn run(a: RecvArgs) -> anyhow::Result<()> {
             k
         }
     };
+    // A trailing slash names a directory: made if missing, as rsync makes it, before anyone
+    // waits on a transfer that could not land.
+    if let Some(dir) = a.file.as_ref().filter(|f| f.as_os_str().as_bytes().ends_with(b"/")) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot make the directory {}", dir.display()))?;
+    }
     // Its errors name the address already.
     let server = Server::bind(&a.listen, a.common.transport, &key, &Config::default())?;
     let host = a.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("0.0.0.0");

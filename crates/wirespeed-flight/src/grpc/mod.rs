@@ -2,6 +2,7 @@
 //! Frames become FlightData and back: the server writes them itself ([`codec`]), the client
 //! through prost (the body concatenated, as prost needs).
 
+pub mod advertise;
 pub mod auth;
 pub mod budget;
 pub mod channel;
@@ -44,18 +45,29 @@ pub fn flight_data(frame: Frame) -> FlightData {
 /// Encodes payloads into frames, schema first.
 pub struct Writer {
     frames: FrameWriter,
+    /// What the output's batches are compressed with: a gRPC client that did not ask for
+    /// compression may not be able to read it (Java's flight-core needs a module for it).
+    compression: Option<arrow_ipc::CompressionType>,
 }
 
 impl Writer {
     /// The writer and the schema's frame, if given.
     pub fn start(schema: Option<&SchemaRef>, options: WriteOptions) -> Result<(Self, Vec<Frame>)> {
         let (frames, first) = FrameWriter::start(schema, options)?;
-        Ok((Writer { frames }, first))
+        Ok((Writer { frames, compression: options.compression }, first))
     }
 
     pub fn encode(&mut self, payload: Payload) -> Result<Vec<Frame>> {
-        // A batch still in its file goes as the file holds it: one read, no decode.
+        if let Some(begin) = &payload.begin {
+            self.compression = begin.1.compression;
+        }
         if let Some(stored) = &payload.stored {
+            // A batch still in its file goes as the file holds it (one read, no decode), unless
+            // the file compressed it otherwise than this output is.
+            if stored.compression() != self.compression {
+                let batch = Payload::new(Some(stored.read()?), payload.app_metadata);
+                return Ok(self.frames.frames(batch)?);
+            }
             let body = vec![stored.read_body()?];
             return Ok(vec![Frame { meta: stored.meta.clone(), body, app_metadata: payload.app_metadata }]);
         }
@@ -115,6 +127,59 @@ impl DecodedStream for Reader {
                 self.ended = self.pending.is_none();
                 Ok(true)
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+    use arrow_ipc::CompressionType;
+    use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::stored::{StoredBatch, StoredFile};
+
+    fn stored(compression: Option<CompressionType>) -> (RecordBatch, StoredBatch, tempfile::NamedTempFile) {
+        let batch =
+            RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from_iter_values(0..5000)) as ArrayRef)]).unwrap();
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        let options = IpcWriteOptions::default().try_with_compression(compression).unwrap();
+        let mut w = FileWriter::try_new_with_options(file.as_file_mut(), &batch.schema(), options).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        let one = StoredFile::open(file.reopen().unwrap()).unwrap().unwrap().batches().next().unwrap().unwrap();
+        (batch, one, file)
+    }
+
+    fn compression_of(frame: &Frame) -> Option<CompressionType> {
+        let message = arrow_ipc::root_as_message(&frame.meta).unwrap();
+        Some(message.header_as_record_batch()?.compression()?.codec())
+    }
+
+    /// A stored batch goes as the file holds it only where that is how the output is
+    /// compressed; else it is decoded and encoded as the output asks (none by default).
+    #[test]
+    fn stored_batches_go_out_compressed_as_the_output_is() {
+        let lz4 = Some(CompressionType::LZ4_FRAME);
+        for (file, output) in [(lz4, None), (lz4, lz4), (None, None), (lz4, Some(CompressionType::ZSTD)), (None, lz4)] {
+            let (batch, one, _file) = stored(file);
+            let options = WriteOptions { compression: output, ..WriteOptions::default() };
+            let (mut writer, _) = Writer::start(Some(&batch.schema()), options).unwrap();
+            let frames = writer.encode(Payload::stored(one.clone())).unwrap();
+            let frame = frames.last().unwrap();
+            assert_eq!(compression_of(frame), output, "file {file:?}, output {output:?}");
+            assert_eq!(frame.meta == one.meta, file == output, "as stored only when it may go so");
+            let mut decoder = Decoder::with_schema(batch.schema());
+            let Decoded::Batch(got, _) =
+                decoder.decode(&frame.meta, Buffer::from(frame.body_bytes()), Bytes::new()).unwrap()
+            else {
+                panic!("not a batch")
+            };
+            assert_eq!(got, batch);
         }
     }
 }

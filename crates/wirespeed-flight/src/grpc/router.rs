@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::{MAX_CONTROL_MESSAGE, MAX_MESSAGE};
 use tonic_prost::ProstCodec;
 
+use super::advertise::RequestAuthority;
 use super::codec::FrameCodec;
 use super::drive::Responses;
 use super::server::{FrameStream, Service};
@@ -57,6 +58,9 @@ where
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         let service = self.service.clone();
+        if let Some(authority) = req.uri().authority().cloned() {
+            req.extensions_mut().insert(RequestAuthority(authority));
+        }
         if let Err(status) = service.admit(&mut req) {
             return Box::pin(async move { Ok(status.into_http()) });
         }

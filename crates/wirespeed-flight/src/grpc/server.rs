@@ -20,6 +20,7 @@ use tonic::codegen::http;
 use tonic::transport::server::TcpConnectInfo;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::advertise::{Advertise, Listening, RequestAuthority, locate};
 use super::auth::Auth;
 use super::drive::{self, Responses};
 use super::{Reader, flight_data};
@@ -54,6 +55,9 @@ pub struct Service {
     pub tls: bool,
     /// Exchanges that may run at once (each holds a handler thread).
     pub exchanges: Arc<tokio::sync::Semaphore>,
+    /// What endpoints without a location are given, and where we listen to name it.
+    pub advertise: Advertise,
+    pub listening: Listening,
 }
 
 /// What DoGet and DoExchange answer with (see [`super::router`]).
@@ -72,6 +76,12 @@ impl Service {
         let token = auth.login(request.headers(), peer)?;
         request.extensions_mut().insert(Token(token));
         Ok(())
+    }
+
+    /// This server's location for endpoints that name none, as the request reached it.
+    fn own_location<T>(&self, request: &Request<T>) -> Option<String> {
+        let authority = request.extensions().get::<RequestAuthority>().map(|a| &a.0);
+        self.listening.location(&self.advertise, authority, request.local_addr())
     }
 
     fn handler(&self) -> Arc<dyn Handler> {
@@ -199,16 +209,20 @@ impl FlightService for Service {
 
     async fn list_flights(&self, request: Request<Criteria>) -> Result<Response<Self::ListFlightsStream>, Status> {
         let handler = self.handler();
+        let location = self.own_location(&request);
         let criteria = request.into_inner().expression;
-        let infos = blocking(move || handler.list_flights(&criteria)).await?;
+        let mut infos = blocking(move || handler.list_flights(&criteria)).await?;
+        infos.iter_mut().for_each(|info| locate(info, location.as_deref()));
         let infos: Vec<_> = infos.into_iter().map(Ok).collect();
         Ok(Response::new(stream::iter(infos).boxed()))
     }
 
     async fn get_flight_info(&self, request: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
         let handler = self.handler();
+        let location = self.own_location(&request);
         let descriptor = request.into_inner();
-        let info = blocking(move || handler.get_flight_info(&descriptor)).await?;
+        let mut info = blocking(move || handler.get_flight_info(&descriptor)).await?;
+        locate(&mut info, location.as_deref());
         Ok(Response::new(info))
     }
 
