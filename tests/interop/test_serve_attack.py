@@ -201,6 +201,33 @@ def test_an_oversized_control_request_is_refused_on_an_open_server(tmp_path):
         proc.stop()
 
 
+def test_forged_tickets_paths_and_headers_of_64_kib_get_their_own_status(tmp_path):
+    """A peer's ticket, path or header is quoted in a few hundred bytes at most, so that gRPC
+    C++ (pyarrow's client) gets the status itself and not one about the message's size."""
+    proc = serve(tmp_path, {"t.arrow": table(100)})
+    big = "x" * (64 << 10)
+    schema = pa.schema([("a", pa.int64())])
+    try:
+        c = flight.connect(proc.url)
+        for call in (lambda: c.do_get(flight.Ticket(big.encode())).read_all(),
+                     lambda: c.get_flight_info(path(big + ".arrow")),
+                     lambda: c.get_schema(path(big))):
+            with pytest.raises(pa.ArrowKeyError, match="no flight") as e:
+                call()
+            assert len(str(e.value)) < 2000
+        with pytest.raises(pa.ArrowInvalid, match="longer than a file") as e:
+            writer, _ = c.do_put(path(big + ".arrow"), schema)
+            writer.close()
+        with pytest.raises(pa.ArrowNotImplementedError, match="unknown action"):
+            list(c.do_action(flight.Action(big, b"")))
+        headers = flight.FlightCallOptions(headers=[(b"x-big", big.encode())])
+        with pytest.raises(pa.ArrowInvalid, match="resource exhausted.*request metadata of"):
+            c.get_flight_info(path("t.arrow"), headers)
+        assert c.get_flight_info(path("t.arrow")).total_records == 100
+    finally:
+        proc.stop()
+
+
 def test_uploads_share_one_memory_bound_on_an_open_server(tmp_path):
     proc = serve(tmp_path, args=["--request-memory-mb", "96"])
     try:

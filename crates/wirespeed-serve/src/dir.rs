@@ -54,6 +54,11 @@ fn open(path: &Path, name: &str) -> Result<(SchemaRef, Batches, Option<i64>)> {
     }
 }
 
+/// Longer than any file this host can name (Linux: 255 bytes a component, 4 KiB a path).
+fn too_long(name: &str) -> bool {
+    name.len() >= 4096 || name.split('/').any(|part| part.len() > 255)
+}
+
 fn decoded(schema: SchemaRef, batches: Batches) -> Output {
     Output::new(schema, batches.map(|b| b.map(Payload::batch).map_err(Error::from)))
 }
@@ -121,6 +126,9 @@ impl DirService {
     /// The file a flight name points at, refusing names that leave the root or pass through
     /// a symlink.
     fn resolve(&self, name: &str) -> Result<PathBuf> {
+        if too_long(name) {
+            return Err(Error::not_found(format!("no flight {}: longer than a file's name can be", Quote::str(name))));
+        }
         let path = join_under(&self.root, name.as_bytes())
             .map_err(|_| Error::invalid_argument(format!("bad flight name {}", Quote::str(name))))?;
         let mut at = self.root.clone();
@@ -215,6 +223,9 @@ impl Handler for DirService {
 
     fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {
         let name = Self::name_of(descriptor)?;
+        if too_long(&name) {
+            return Err(Error::invalid_argument(format!("{}: longer than a file's name can be", Quote::str(&name))));
+        }
         let dest = self.resolve(&name)?;
         let format = format_of(&dest).ok_or_else(|| {
             Error::invalid_argument(format!("{}: name it .arrow, .feather, .arrows or .parquet", Quote::str(&name)))

@@ -69,8 +69,10 @@ impl Default for Limits {
 
 /// The client connection preface every HTTP/2 connection starts with.
 const PREFACE_LEN: usize = 24;
-/// The largest header block a request may send (hyper's default is 16 MiB).
-const MAX_HEADER_LIST: u32 = 64 << 10;
+/// The largest header block HTTP/2 takes in (hyper's default is 16 MiB); a block over
+/// [`super::MAX_METADATA`] is then refused as gRPC refuses it, not as HTTP/2 does (431, which
+/// clients report as an unknown error).
+const MAX_HEADER_LIST: u32 = 256 << 10;
 
 /// Where gRPC connections come from.
 pub enum Listener {

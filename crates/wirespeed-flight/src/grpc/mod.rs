@@ -29,6 +29,9 @@ pub const MAX_MESSAGE: usize = 1 << 30;
 /// The largest request of a call that carries no batches (a ticket, a descriptor, an action):
 /// a server takes no more than this into memory for them.
 pub const MAX_CONTROL_MESSAGE: usize = 16 << 20;
+/// The most request metadata (headers, counted as HTTP/2 counts them) a call may carry: gRPC
+/// C++'s hard limit, which pyarrow's servers apply; more is RESOURCE_EXHAUSTED.
+pub const MAX_METADATA: usize = 16 << 10;
 /// HTTP/2 flow-control windows: the 64 KiB default holds a stream to one small batch per
 /// round trip.
 pub const STREAM_WINDOW: u32 = 16 << 20;

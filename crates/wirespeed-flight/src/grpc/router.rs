@@ -13,7 +13,7 @@ use tonic::codegen::{Body, BoxFuture, Service as TowerService, StdError, http};
 use tonic::server::{Grpc, NamedService, ServerStreamingService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{MAX_CONTROL_MESSAGE, MAX_MESSAGE};
+use super::{MAX_CONTROL_MESSAGE, MAX_MESSAGE, MAX_METADATA};
 use tonic_prost::ProstCodec;
 
 use super::advertise::RequestAuthority;
@@ -58,6 +58,9 @@ where
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         let service = self.service.clone();
+        if let Err(status) = metadata_fits(req.headers()) {
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
         if let Some(authority) = req.uri().authority().cloned() {
             req.extensions_mut().insert(RequestAuthority(authority));
         }
@@ -96,6 +99,18 @@ impl Router {
             _ => self.rest.call(req),
         }
     }
+}
+
+/// Refuses a request whose headers pass [`MAX_METADATA`], as gRPC's own servers do.
+fn metadata_fits(headers: &http::HeaderMap) -> Result<(), Status> {
+    // HTTP/2 counts each header as its name, its value and 32 bytes.
+    let size: usize = headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 32).sum();
+    if size > MAX_METADATA {
+        return Err(Status::resource_exhausted(format!(
+            "request metadata of {size} bytes exceeds this server's limit of {MAX_METADATA}"
+        )));
+    }
+    Ok(())
 }
 
 fn grpc<D: prost::Message + Default + Send + 'static>() -> Grpc<FrameCodec<D>> {
