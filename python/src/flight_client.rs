@@ -2,6 +2,7 @@
 //! pyarrow's). Descriptors cross as their protobuf bytes (pyarrow.flight's `serialize()`);
 //! schemas and batches through the Arrow C interfaces.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -171,12 +172,29 @@ pub struct FlightReader {
     schema: OnceLock<SchemaRef>,
     plane: &'static str,
     stats: SharedStats,
+    /// The stream went to an Arrow consumer (`__arrow_c_stream__`); else a reader that is gone
+    /// was cancelled.
+    handed_on: AtomicBool,
+}
+
+/// Why a reader has no stream left: cancelled (as pyarrow says it, so that a read after
+/// `cancel()` raises FlightCancelledError), or handed on.
+fn gone(handed_on: bool) -> wirespeed_flight::Error {
+    match handed_on {
+        true => wirespeed_flight::Error::invalid_argument("the reader's stream was handed on (__arrow_c_stream__)"),
+        false => wirespeed_flight::Error::status(wirespeed_flight::Code::Cancelled, "the call was cancelled"),
+    }
 }
 
 impl FlightReader {
     pub fn new(reader: wirespeed_flight::FlightReader) -> Self {
         let (plane, stats) = (reader.plane().name(), reader.stats());
-        FlightReader { reader: Arc::new(Mutex::new(Some(reader))), schema: OnceLock::new(), plane, stats }
+        let reader = Arc::new(Mutex::new(Some(reader)));
+        FlightReader { reader, schema: OnceLock::new(), plane, stats, handed_on: AtomicBool::new(false) }
+    }
+
+    fn handed_on(&self) -> bool {
+        self.handed_on.load(Ordering::Relaxed)
     }
 
     /// The schema, waiting for it (interruptibly) if it has not come.
@@ -184,10 +202,10 @@ impl FlightReader {
         if let Some(schema) = self.schema.get() {
             return Ok(schema.clone());
         }
-        let reader = self.reader.clone();
+        let (reader, handed_on) = (self.reader.clone(), self.handed_on());
         let schema = interruptible(py, move || match reader.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             Some(r) => r.schema(),
-            None => Err(wirespeed_flight::Error::invalid_argument("the reader was handed on or closed")),
+            None => Err(gone(handed_on)),
         })?
         .map_err(errors::flight)?;
         Ok(self.schema.get_or_init(|| schema).clone())
@@ -201,9 +219,7 @@ impl FlightReader {
         loop {
             let next = py.detach(|| {
                 let mut guard = reader.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(r) = guard.as_mut() else {
-                    return Some(Err(wirespeed_flight::Error::invalid_argument("the reader was handed on or closed")));
-                };
+                let Some(r) = guard.as_mut() else { return Some(Err(gone(self.handed_on()))) };
                 match r.wait_ready(TICK) {
                     Ok(true) => Some(r.next_payload()),
                     Ok(false) => None,
@@ -288,7 +304,8 @@ impl FlightReader {
         let _ = requested_schema; // best effort by the interface's rules: the stream's own schema
         let schema = self.known_schema(py)?;
         let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let reader = reader.ok_or_else(|| errors::usage("the reader was handed on or closed"))?;
+        let reader = reader.ok_or_else(|| errors::flight(gone(self.handed_on())))?;
+        self.handed_on.store(true, Ordering::Relaxed);
         let reader = Arc::new(Mutex::new(Some(reader)));
         arrow::stream_capsule(py, Box::new(Batches { schema, reader, stopped: None, checked: Instant::now() }))
     }
@@ -320,9 +337,7 @@ struct Batches {
 impl Batches {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>, Stop> {
         let mut guard = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        let reader = guard.as_mut().ok_or_else(|| {
-            Stop::Failed(wirespeed_flight::Error::invalid_argument("the reader was handed on or closed"))
-        })?;
+        let reader = guard.as_mut().ok_or_else(|| Stop::Failed(gone(false)))?;
         if self.stopped.is_some() {
             // Between waits, and every TICK of a stream that never makes us wait.
             if self.checked.elapsed() >= TICK {

@@ -208,6 +208,7 @@ impl FlightWriter {
             WriterInner::Plane { begun: false, .. } if payload.batch.is_some() => {
                 Err(Error::invalid_argument("begin the stream with a schema first"))
             }
+            WriterInner::Plane { stream, .. } if let Some(e) = stream.peer_error() => Err(e),
             WriterInner::Plane { stream, writer, .. } => match writer.write(stream, payload) {
                 // The server gave up (and said why on the stream): report its reason.
                 Err(Error::Transport(_)) => Err(self.failure()),
@@ -229,6 +230,9 @@ impl FlightWriter {
     fn failure(&mut self) -> Error {
         match &mut self.inner {
             WriterInner::Plane { stream, .. } => {
+                if let Some(e) = stream.peer_error() {
+                    return e;
+                }
                 let mut reader = plane::Reader::new(stream.clone());
                 loop {
                     match reader.next_decoded() {
@@ -272,8 +276,11 @@ impl FlightWriter {
     /// Ends the upload; for DoPut, returns the server's PutResults not read yet.
     pub fn finish(mut self) -> Result<Vec<Bytes>> {
         match &mut self.inner {
+            WriterInner::Plane { stream, .. } if let Some(e) = stream.peer_error() => Err(e),
             WriterInner::Plane { stream, results, .. } => {
-                stream.finish()?;
+                if stream.finish().is_err() {
+                    return Err(self.failure());
+                }
                 results.as_mut().map(PutResults::rest).unwrap_or(Ok(Vec::new()))
             }
             WriterInner::GrpcPut { writer, call, results } => {

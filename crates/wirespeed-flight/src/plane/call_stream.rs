@@ -30,6 +30,9 @@ pub enum Side {
 pub struct CallStream {
     stream: Stream,
     seal: Option<Seal>,
+    /// The error the peer ended the call with, once read: the other half of a call (a
+    /// writer, while another thread reads) reports it too, as gRPC's do.
+    peer_error: Mutex<Option<(i32, String, Bytes)>>,
 }
 
 /// The keys of both directions and each direction's next counter (a message takes two: its
@@ -56,7 +59,19 @@ impl CallStream {
                 received: Mutex::new(0),
             }
         });
-        CallStream { stream, seal }
+        CallStream { stream, seal, peer_error: Mutex::new(None) }
+    }
+
+    /// Keeps the error the peer sent, for [`CallStream::peer_error`].
+    pub fn note_peer_error(&self, code: i32, message: &str, details: &Bytes) {
+        let mut kept = self.peer_error.lock().unwrap_or_else(|p| p.into_inner());
+        kept.get_or_insert_with(|| (code, message.to_string(), details.clone()));
+    }
+
+    /// The error the peer ended the call with, if it has been read.
+    pub fn peer_error(&self) -> Option<Error> {
+        let kept = self.peer_error.lock().unwrap_or_else(|p| p.into_inner());
+        kept.as_ref().map(|(code, message, details)| Error::status((*code).into(), message.clone()).with_details(details.clone()))
     }
 
     pub fn send(&self, header: &[u8], body: &[&[u8]]) -> Result<()> {

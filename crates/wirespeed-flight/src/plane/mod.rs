@@ -125,6 +125,7 @@ impl DecodedStream for Reader {
                 }
                 Msg::Error { code, message, details } => {
                     self.done = true;
+                    self.stream.note_peer_error(code, &message, &details);
                     return Err(Error::status(code.into(), message).with_details(details));
                 }
                 Msg::Open { .. } => return Err(Violation::OpenMidCall.into()),

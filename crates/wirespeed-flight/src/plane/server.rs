@@ -98,18 +98,19 @@ fn serve_connection(conn: Connection, shared: Arc<Shared>, sealed: bool) {
 fn serve_call(stream: CallStream, shared: &Shared) {
     let stream = Arc::new(stream);
     let told = match run_call(&stream, shared) {
-        Ok(()) => true,
+        Ok(()) => return close(&stream, LINGER),
         // The stream is gone or stuck: nobody to tell.
         Err(Error::Transport(_)) => false,
         Err(e) => send_error(&stream, &e),
     };
+    // A failed call ends at once: the reset stops a client still writing (its next write
+    // fails, and it reads why), and what we sent before finishing stays readable. Never
+    // finish a call the client was not told failed: it would take the output it has so far
+    // for the whole of it.
     if told {
-        close(&stream, LINGER);
-    } else {
-        // Never finish a call the client was not told failed: it would take the output it
-        // has so far for the whole of it.
-        stream.reset(ErrorCode::CANCELLED);
+        let _ = stream.finish();
     }
+    stream.reset(ErrorCode::CANCELLED);
 }
 
 fn run_call(stream: &Arc<CallStream>, shared: &Shared) -> Result<()> {

@@ -242,6 +242,10 @@ impl Session {
         let Some(s) = self.stream_for_frame(h.stream)? else {
             return Ok(Touched::Nobody); // a stream we already closed: late frames are dropped
         };
+        // So are those the peer sent before our reset reached it.
+        if s.reset.is_some() && h.kind != Kind::Reset {
+            return Ok(Touched::Nobody);
+        }
         match h.kind {
             Kind::Message => {
                 if !s.recv_open {

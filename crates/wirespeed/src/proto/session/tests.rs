@@ -119,6 +119,25 @@ fn reset_reaches_both_sides_and_late_frames_are_dropped() {
 }
 
 #[test]
+fn frames_that_cross_our_reset_are_dropped_while_the_stream_is_held() {
+    let (mut c, mut s) = pair();
+    let id = c.open_stream().unwrap();
+    deliver(&mut s, message_frame(id, b"", 10, &[0; 5])).unwrap();
+    s.poll_accept();
+    s.reset(id, ErrorCode::CANCELLED);
+    // Sent by the peer before it heard of the reset: the rest of that body, another message,
+    // its finish, a grant.
+    deliver(&mut s, data_frame(id, &[0; 5])).unwrap();
+    deliver(&mut s, message_frame(id, b"late", 3, &[1; 3])).unwrap();
+    deliver(&mut s, (FrameHeader::new(Kind::Finish, id), vec![], Buf::empty())).unwrap();
+    let mut credit = FrameHeader::new(Kind::Credit, id);
+    credit.len = 100;
+    deliver(&mut s, (credit, vec![], Buf::empty())).unwrap();
+    assert!(matches!(s.poll_recv(id), Some(Err(Error::Reset { code: ErrorCode::CANCELLED, .. }))));
+    assert!(s.terminal_error().is_none(), "the connection lives on");
+}
+
+#[test]
 fn a_reset_after_the_peers_finish_keeps_what_it_sent() {
     let (mut c, mut s) = pair();
     let id = c.open_stream().unwrap();
