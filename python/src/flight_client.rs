@@ -19,7 +19,7 @@ use wirespeed_flight::{Payload, ReadStats, SharedStats, Transport, WriteOptions}
 
 use crate::arrow;
 use crate::errors;
-use crate::wait::{TICK, interruptible, signals_without_attach};
+use crate::wait::{Signals, TICK, interruptible, signals_without_attach};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PlaneClient>()?;
@@ -216,6 +216,7 @@ impl FlightReader {
     /// Python's signal handlers between them, so Ctrl-C interrupts before anything is taken.
     fn next_payload(&self, py: Python<'_>) -> PyResult<Option<Payload>> {
         let reader = &self.reader;
+        let mut signals = Signals::default();
         loop {
             let next = py.detach(|| {
                 let mut guard = reader.lock().unwrap_or_else(|p| p.into_inner());
@@ -228,7 +229,7 @@ impl FlightReader {
             });
             match next {
                 Some(payload) => return payload.map_err(errors::flight),
-                None => py.check_signals()?,
+                None => signals.check(py)?,
             }
         }
     }
@@ -280,6 +281,7 @@ impl FlightReader {
             reader: self.reader.clone(),
             stopped: Some(stopped.clone()),
             checked: Instant::now(),
+            signals: Signals::default(),
         };
         let table = arrow::read_all(py, Box::new(batches));
         let stop = stopped.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -307,7 +309,10 @@ impl FlightReader {
         let reader = reader.ok_or_else(|| errors::flight(gone(self.handed_on())))?;
         self.handed_on.store(true, Ordering::Relaxed);
         let reader = Arc::new(Mutex::new(Some(reader)));
-        arrow::stream_capsule(py, Box::new(Batches { schema, reader, stopped: None, checked: Instant::now() }))
+        arrow::stream_capsule(
+            py,
+            Box::new(Batches { schema, reader, stopped: None, checked: Instant::now(), signals: Signals::default() }),
+        )
     }
 
     /// Stops reading; the server sees the call cancelled.
@@ -332,6 +337,7 @@ struct Batches {
     stopped: Option<Arc<Mutex<Option<Stop>>>>,
     /// When Python's signal handlers last ran.
     checked: Instant,
+    signals: Signals,
 }
 
 impl Batches {
@@ -342,10 +348,10 @@ impl Batches {
             // Between waits, and every TICK of a stream that never makes us wait.
             if self.checked.elapsed() >= TICK {
                 self.checked = Instant::now();
-                signals_without_attach().map_err(Stop::Interrupted)?;
+                signals_without_attach(&mut self.signals).map_err(Stop::Interrupted)?;
             }
             while !reader.wait_ready(TICK).map_err(Stop::Failed)? {
-                signals_without_attach().map_err(Stop::Interrupted)?;
+                signals_without_attach(&mut self.signals).map_err(Stop::Interrupted)?;
             }
         }
         reader.next().transpose().map_err(Stop::Failed)

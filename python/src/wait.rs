@@ -6,6 +6,7 @@
 //! busy at once, for the life of the process.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::Duration;
 
@@ -61,11 +62,12 @@ pub fn interruptible_with<T: Send + 'static>(
         let _ = tx.send(work());
     }))?;
     let rx = Mutex::new(rx); // waited on without the GIL, so it must be Sync
+    let mut signals = Signals::default();
     loop {
         match py.detach(|| rx.lock().unwrap_or_else(|p| p.into_inner()).recv_timeout(TICK)) {
             Ok(done) => return Ok(done),
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                py.check_signals()?;
+                signals.check(py)?;
                 tick(py)?;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -78,14 +80,85 @@ pub fn interruptible_with<T: Send + 'static>(
 /// Runs Python's signal handlers (Ctrl-C's KeyboardInterrupt) from native code that let the
 /// GIL go on its own (pyarrow's `with nogil`) inside one of our calls. pyo3 still counts the
 /// GIL as held on this thread then, so it is taken back through the C API.
-pub fn signals_without_attach() -> PyResult<()> {
+pub fn signals_without_attach(signals: &mut Signals) -> PyResult<()> {
     // SAFETY: PyGILState_Ensure gives this thread the GIL (with its own thread state, or a new
     // one) whatever pyo3 believes; the token is used only until the matching release, and the
     // error it may return owns its exception without borrowing the token.
     unsafe {
         let state = pyo3::ffi::PyGILState_Ensure();
-        let checked = Python::assume_attached().check_signals();
+        let checked = signals.check(Python::assume_attached());
         pyo3::ffi::PyGILState_Release(state);
         checked
+    }
+}
+
+/// Set by [`on_sigint`] while a [`Signals`] holds SIGINT.
+static SIGINT_CAME: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    SIGINT_CAME.store(true, Ordering::Relaxed);
+}
+
+/// Ctrl-C as a blocking call on the main thread sees it. Python's handler takes SIGINT as a
+/// rule, but a pyarrow server's `serve()` elsewhere in the process puts Arrow's in its place,
+/// which stops that server and tells Python nothing. So a call that has waited, as pyarrow's
+/// own blocking calls do, holds SIGINT until it returns, then hands it back to whoever had it
+/// and passes the signal on; the call then raises what Python's handler raised
+/// (KeyboardInterrupt), or else ArrowCancelled, as pyarrow's do.
+#[derive(Default)]
+pub struct Signals {
+    /// Whoever had SIGINT before us.
+    held: Option<libc::sigaction>,
+}
+
+impl Signals {
+    /// Python's signal handlers, run between waits; `py`: this thread holds the GIL.
+    pub fn check(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.hold();
+        if SIGINT_CAME.swap(false, Ordering::Relaxed) {
+            self.hand_back();
+            // SAFETY: raise() runs the handler just handed back, on this thread.
+            unsafe { libc::raise(libc::SIGINT) };
+            py.check_signals()?;
+            return Err(crate::errors::raise("pyarrow", "ArrowCancelled", "Operation cancelled: interrupted"));
+        }
+        py.check_signals()
+    }
+
+    fn hold(&mut self) {
+        // SAFETY: getpid and gettid only read; the main thread's id is the process's.
+        let main = unsafe { libc::gettid() == libc::getpid() };
+        if self.held.is_some() || !main {
+            return;
+        }
+        // SAFETY: sigaction with zeroed structs and a handler that only stores an atomic.
+        unsafe {
+            let mut ours: libc::sigaction = std::mem::zeroed();
+            ours.sa_sigaction = on_sigint as *const () as libc::sighandler_t;
+            libc::sigemptyset(&mut ours.sa_mask);
+            let mut theirs: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGINT, &ours, &mut theirs) != 0 {
+                return;
+            }
+            if theirs.sa_sigaction == libc::SIG_IGN || theirs.sa_sigaction == libc::SIG_DFL {
+                // Ctrl-C is ignored, or ends the process: not ours to change.
+                libc::sigaction(libc::SIGINT, &theirs, std::ptr::null_mut());
+                return;
+            }
+            self.held = Some(theirs);
+        }
+    }
+
+    fn hand_back(&mut self) {
+        if let Some(theirs) = self.held.take() {
+            // SAFETY: puts back the disposition sigaction gave us.
+            unsafe { libc::sigaction(libc::SIGINT, &theirs, std::ptr::null_mut()) };
+        }
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        self.hand_back();
     }
 }

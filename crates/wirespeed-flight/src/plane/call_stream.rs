@@ -71,7 +71,9 @@ impl CallStream {
     /// The error the peer ended the call with, if it has been read.
     pub fn peer_error(&self) -> Option<Error> {
         let kept = self.peer_error.lock().unwrap_or_else(|p| p.into_inner());
-        kept.as_ref().map(|(code, message, details)| Error::status((*code).into(), message.clone()).with_details(details.clone()))
+        kept.as_ref().map(|(code, message, details)| {
+            Error::status((*code).into(), message.clone()).with_details(details.clone())
+        })
     }
 
     pub fn send(&self, header: &[u8], body: &[&[u8]]) -> Result<()> {
