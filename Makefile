@@ -32,10 +32,11 @@ conformance-ucx: bootstrap
 	UCX_TLS=tcp WIRESPEED_UCX_ERROR_MODE=peer cargo test --locked --workspace --test conformance ucx::
 	UCX_TLS=posix,cma,self cargo test --locked --workspace --test conformance ucx::
 
-# Arrow Flight interop with a real pyarrow (from the bootstrap's venv), both directions.
+# Arrow Flight interop with a real pyarrow (from the bootstrap's venv), both directions, and
+# with arrow-go's integration client and Java's flight-core; then the README, run as written.
 interop: bootstrap
 	$(TEST_BUILD)
-	.venv/bin/python -m pytest -q --timeout 300 tests/interop
+	.venv/bin/python -m pytest -q --timeout 300 tests/interop tests/docs
 
 # The conformance suite over libfabric once more without one-sided access, as on a provider
 # that lacks FI_RMA: bodies travel in pieces and one-sided access as frames.
