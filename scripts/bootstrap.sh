@@ -13,7 +13,8 @@ set -euo pipefail
 # the consumer that tests it.
 # SimGrid: simulating timeslice building (crates/simgrid-sys binds its headers).
 # InfluxDB and Prometheus (promtool): the live metrics of `fles run -m` go to the real ones.
-APT_PACKAGES=(pkg-config openssl iperf3 ucx-utils libucx-dev libfabric-dev libfabric-bin libclang-dev openssh-server openssh-client rsync netcat-openbsd
+# Maven and a JDK: Apache Arrow's Java Flight client (flight-core) in the interop tests.
+APT_PACKAGES=(maven openjdk-17-jdk-headless pkg-config openssl iperf3 ucx-utils libucx-dev libfabric-dev libfabric-bin libclang-dev openssh-server openssh-client rsync netcat-openbsd
   iproute2 libopenmpi-dev openmpi-bin g++ libboost-serialization-dev libboost-iostreams-dev libboost-dev libzmq3-dev libsimgrid-dev
   influxdb prometheus)
 
