@@ -191,6 +191,7 @@ def test_serve_on_a_unix_socket_for_pyarrow_and_wirespeed_get(tmp_path):
             assert proc.url == url
             c = flight.connect(url, generic_options=[("grpc.default_authority", "localhost")])
             info = c.get_flight_info(flight.FlightDescriptor.for_path("t.arrow"))
+            assert [loc.uri.decode() for loc in info.endpoints[0].locations] == [url]
             assert c.do_get(info.endpoints[0].ticket).read_all().equals(t)
             writer, answer = c.do_put(flight.FlightDescriptor.for_path("up.arrow"), t.schema)
             writer.write_table(t)

@@ -50,6 +50,12 @@ def test_pyarrow_with_the_ca_as_roots_lists_gets_and_puts(tmp_path, certs):
         # The same server by name: the certificate names localhost too.
         by_name = fl.FlightClient(proc.url.replace("127.0.0.1", "localhost"), tls_root_certs=certs.read("ca"))
         assert fetch(by_name).num_rows == 20_000
+        # Each endpoint names the server over TLS, by the name this client used, and takes it.
+        [endpoint] = by_name.get_flight_info(fl.FlightDescriptor.for_path("t.arrow")).endpoints
+        port = proc.url.rsplit(":", 1)[1]
+        assert [loc.uri.decode() for loc in endpoint.locations] == [f"grpc+tls://localhost:{port}"]
+        there = fl.FlightClient(endpoint.locations[0], tls_root_certs=certs.read("ca"))
+        assert there.do_get(endpoint.ticket).read_all().num_rows == 20_000
     finally:
         proc.stop()
 
