@@ -332,3 +332,38 @@ def test_a_flight_errors_extra_info_crosses_a_plane():
         with pytest.raises(pf.FlightUnauthorizedError, match="not yours") as e:
             client.do_get(pf.Ticket(b"t")).read_all()
         assert e.value.extra_info == b"\x00why: policy 7"
+
+
+class DocumentedHabits(flight.FlightServerBase):
+    """A server written as pyarrow's documentation writes one."""
+
+    def __init__(self, **kwargs):
+        super().__init__("grpc://127.0.0.1:0", **kwargs)
+        self.uploads = {}
+
+    def do_put(self, context, descriptor, reader, writer):
+        self.uploads[descriptor.command] = reader.to_reader().read_all()
+
+    def do_get(self, context, ticket):
+        raise KeyError(f"no flight {ticket.ticket!r}")
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["grpc", "plane"])
+def test_a_key_changes_nothing_a_documented_program_sees(key):
+    """A do_put reader's to_reader(), and a do_get handler's KeyError, as pyarrow gives them:
+    ArrowKeyError, no Flight error, no extra_info."""
+    server = DocumentedHabits(key=key)
+    try:
+        client = flight.connect(server.location, key=key)
+        t = table()
+        writer, _ = client.do_put(pf.FlightDescriptor.for_command(b"up"), t.schema)
+        writer.write_table(t)
+        writer.close()
+        assert plane(writer) == ("shm" if key else "grpc")
+        assert server.uploads[b"up"].equals(t)
+        with pytest.raises(pa.ArrowKeyError, match="no flight") as e:
+            client.do_get(pf.Ticket(b"nothing")).read_all()
+        assert not isinstance(e.value, pf.FlightError)
+        assert getattr(e.value, "extra_info", None) is None
+    finally:
+        server.shutdown()

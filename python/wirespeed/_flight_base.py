@@ -94,10 +94,9 @@ _STATUS = [
 def _status_of(e: BaseException) -> tuple[str, str, bytes]:
     """The status code, message and extra_info a handler's exception travels as, as pyarrow's
     server words it: a Flight error's message as raised, any other's followed by what it was."""
-    if isinstance(e, _pf.FlightError):
-        code = next((code for classes, code in _STATUS if isinstance(e, classes)), "unknown")
-        return code, str(e), bytes(getattr(e, "extra_info", None) or b"")
     code = next((code for classes, code in _STATUS if isinstance(e, classes)), "unknown")
+    if isinstance(e, _pf.FlightError):
+        return code, str(e), bytes(getattr(e, "extra_info", None) or b"")
     return code, f"{e}. Detail: Python exception: {type(e).__name__}", b""
 
 
