@@ -7,6 +7,7 @@ import pyarrow.feather as feather
 import pyarrow.flight as pf
 import pytest
 
+import wirespeed
 from wirespeed import flight
 import tls_certs
 from conftest import KEY, table
@@ -83,3 +84,17 @@ def test_serve_with_a_password(directory, tmp_path):
 def test_serve_refuses_what_is_not_a_directory(tmp_path):
     with pytest.raises(pa.ArrowInvalid, match="not a directory"):
         flight.serve(tmp_path / "missing")
+
+
+def test_serve_names_itself_or_what_it_is_told_and_compresses_when_asked(tmp_path):
+    feather.write_feather(table(seed=4), tmp_path / "lz4.feather")  # pyarrow's default: LZ4
+    with flight.serve(tmp_path) as server:
+        info = pf.connect(server.location).get_flight_info(pf.FlightDescriptor.for_path("lz4.feather"))
+        assert [loc.uri.decode() for loc in info.endpoints[0].locations] == [f"grpc+tcp://127.0.0.1:{server.port}"]
+    with flight.serve(tmp_path, advertise="grpc+tls://flight.example.org:443", compression="zstd") as server:
+        client = pf.connect(server.location)
+        info = client.get_flight_info(pf.FlightDescriptor.for_path("lz4.feather"))
+        assert [loc.uri.decode() for loc in info.endpoints[0].locations] == ["grpc+tls://flight.example.org:443"]
+        assert client.do_get(info.endpoints[0].ticket).read_all().equals(table(seed=4))
+    with pytest.raises(wirespeed.UsageError, match="compression"):
+        flight.serve(tmp_path, compression="snappy")
