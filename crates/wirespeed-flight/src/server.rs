@@ -123,7 +123,6 @@ impl ServerBuilder {
             planes,
             auth: self.password.map(Auth::new).transpose()?,
             default_host,
-            tls: tls.is_some(),
             exchanges: Arc::new(tokio::sync::Semaphore::new((self.handler_threads / 2).max(1))),
             advertise: self.advertise,
             listening: match bound {

@@ -51,8 +51,6 @@ pub struct Service {
     pub auth: Option<Auth>,
     /// Used when the request does not say which address it came in on.
     pub default_host: std::net::IpAddr,
-    /// gRPC is served over TLS, so its own location is `grpc+tls://`.
-    pub tls: bool,
     /// Exchanges that may run at once (each holds a handler thread).
     pub exchanges: Arc<tokio::sync::Semaphore>,
     /// What endpoints without a location are given, and where we listen to name it.
