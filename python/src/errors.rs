@@ -3,8 +3,8 @@
 //! Python's own classes and pyarrow's. Each carries the CLI's exit code for its class.
 
 use pyo3::prelude::*;
+use wirespeed::Class;
 use wirespeed_files::FilesError;
-use wirespeed_files::error::FailClass;
 
 /// An instance of `module.class` with `message`.
 pub fn raise(module: &str, class: &str, message: impl Into<String>) -> PyErr {
@@ -27,67 +27,51 @@ fn raise_flight(class: &str, message: String, extra_info: &[u8]) -> PyErr {
     e
 }
 
-fn core(class: &str, message: impl Into<String>) -> PyErr {
-    raise("wirespeed._errors", class, message)
+/// The package's exception class for each [`Class`]: with [`Class::exit_code`], the one
+/// table `wirespeed._errors` follows (a test holds each class's `exit_code` to it).
+pub const CLASSES: [(Class, &str); 11] = [
+    (Class::Failure, "Error"),
+    (Class::Usage, "UsageError"),
+    (Class::Auth, "AuthenticationError"),
+    (Class::Connection, "ConnectionFailedError"),
+    (Class::Io, "FileError"),
+    (Class::Checksum, "ChecksumError"),
+    (Class::Timeout, "TimedOutError"),
+    (Class::Protocol, "ProtocolError"),
+    (Class::Limit, "LimitError"),
+    (Class::NotFound, "NotFoundError"),
+    (Class::Gpu, "GpuError"),
+];
+
+/// An instance of the package's class for `class`, with `message`.
+pub fn of_class(class: Class, message: impl Into<String>) -> PyErr {
+    let name = CLASSES.iter().find(|(c, _)| *c == class).map_or("Error", |(_, name)| name);
+    raise("wirespeed._errors", name, message)
+}
+
+/// `(class, exit code)` for every class: what `wirespeed._errors` must agree with.
+#[pyfunction]
+pub fn _error_classes() -> Vec<(&'static str, i32)> {
+    CLASSES.iter().map(|(class, name)| (*name, class.exit_code())).collect()
 }
 
 pub fn usage(message: impl Into<String>) -> PyErr {
-    core("UsageError", message)
-}
-
-/// The class of a core error, by what a caller can do about it.
-fn transport_class(e: &wirespeed::Error) -> &'static str {
-    use wirespeed::Error as E;
-    match e {
-        E::Auth(_) => "AuthenticationError",
-        E::Rejected { reason, .. } => transport_class(reason),
-        E::Timeout(_) => "TimeoutError",
-        E::Url { .. } | E::Key(_) | E::Usage(_) => "UsageError",
-        E::WrongFabric { .. } | E::Version { .. } | E::BadMagic | E::Frame(_) | E::PeerMisbehaved(_) | E::Limit(_) => {
-            "ProtocolError"
-        }
-        _ => "ConnectionError",
-    }
+    of_class(Class::Usage, message)
 }
 
 pub fn transport(e: wirespeed::Error) -> PyErr {
-    core(transport_class(&e), e.to_string())
+    of_class(e.class(), e.to_string())
 }
 
 pub fn files(e: FilesError) -> PyErr {
-    core(files_class(&e), e.to_string())
+    of_class(e.class(), e.to_string())
 }
 
-fn files_class(e: &FilesError) -> &'static str {
-    match e {
-        FilesError::Transport(w) => transport_class(w),
-        FilesError::Io { .. } | FilesError::Changed { .. } | FilesError::Remote { class: FailClass::Io, .. } => {
-            "FileError"
-        }
-        FilesError::Checksum { .. } | FilesError::Remote { class: FailClass::Checksum, .. } => "ChecksumError",
-        FilesError::Sealing(_) | FilesError::Remote { class: FailClass::Sealing, .. } => "AuthenticationError",
-        FilesError::Usage(_) => "UsageError",
-        FilesError::PeerMisbehaved(_) | FilesError::UnsafePath(_) => "ProtocolError",
-        // The agent's exit status is the CLI's code for its class.
-        FilesError::Agent { exit, .. } => match exit {
-            2 => "UsageError",
-            3 => "AuthenticationError",
-            4 => "ConnectionError",
-            5 => "FileError",
-            6 => "ChecksumError",
-            _ => "Error",
-        },
-        FilesError::Unreachable { error, .. } => files_class(error),
-        _ => "Error",
-    }
-}
-
-/// A Flight error as the `wirespeed.flight` class for its status code (defined in
-/// `wirespeed._flight_base`), named as pyarrow
-/// names them.
-pub fn flight(e: wirespeed_flight::Error) -> PyErr {
+/// The `wirespeed.flight` class (defined in `wirespeed._flight_base`) for a status code, named
+/// as pyarrow names them.
+fn flight_class(code: wirespeed_flight::Code) -> &'static str {
     use wirespeed_flight::Code;
-    let class = match e.code() {
+    match code {
         Code::Unauthenticated => "FlightUnauthenticatedError",
         Code::PermissionDenied => "FlightUnauthorizedError",
         Code::Unavailable => "FlightUnavailableError",
@@ -99,6 +83,24 @@ pub fn flight(e: wirespeed_flight::Error) -> PyErr {
         Code::AlreadyExists => "FlightAlreadyExistsError",
         Code::Internal | Code::DataLoss => "FlightInternalError",
         _ => "FlightServerError",
-    };
-    raise_flight(class, e.message(), &e.details())
+    }
+}
+
+/// A Flight error as the `wirespeed.flight` class for its status code, on every plane and
+/// on gRPC alike.
+pub fn flight(e: wirespeed_flight::Error) -> PyErr {
+    raise_flight(flight_class(e.code()), e.message(), &e.details())
+}
+
+/// `(Flight class, wirespeed class)` for every status code: each Flight class must also be
+/// the package's class for the code's [`Class`].
+#[pyfunction]
+pub fn _flight_classes() -> Vec<(&'static str, &'static str)> {
+    (0..=16)
+        .map(|n| {
+            let code = wirespeed_flight::Code::from_i32(n);
+            let class = wirespeed_flight::error::class_of(code);
+            (flight_class(code), CLASSES.iter().find(|(c, _)| *c == class).map_or("Error", |(_, name)| name))
+        })
+        .collect()
 }

@@ -33,18 +33,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 pub(crate) const RELEASED: &str = "this timeslice was released when the next was taken: copy what you keep";
 
 pub(crate) fn fles_error(e: FlesError) -> PyErr {
-    match e {
-        FlesError::Config(m) => errors::usage(m),
-        FlesError::Crc { .. } | FlesError::Malformed { .. } => {
-            errors::raise("wirespeed._errors", "ChecksumError", e.to_string())
-        }
-        FlesError::Connection { .. } | FlesError::Lost(_) | FlesError::CalledOff | FlesError::Io { .. } => {
-            errors::raise("wirespeed._errors", "ConnectionError", e.to_string())
-        }
-        FlesError::Shm(m) => errors::raise("wirespeed._errors", "ConnectionError", format!("shared memory: {m}")),
-        FlesError::Gpu(m) => errors::raise("wirespeed._errors", "GpuError", m),
-        other => errors::raise("wirespeed._errors", "ProtocolError", other.to_string()),
-    }
+    errors::of_class(e.class(), e.to_string())
 }
 
 /// What every node of a run agrees on, as `wirespeed fles run` takes it.

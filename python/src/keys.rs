@@ -16,5 +16,6 @@ pub fn key(given: Option<Vec<u8>>) -> PyResult<Option<Key>> {
 
 /// As [`key`], where a key is needed.
 pub fn required_key(given: Option<Vec<u8>>) -> PyResult<Key> {
-    key(given)?.ok_or_else(|| errors::usage("no key: pass key= or set WIRESPEED_KEY"))
+    let missing = || errors::transport(wirespeed::Error::Key("no key: pass key= or set WIRESPEED_KEY".into()));
+    key(given)?.ok_or_else(missing)
 }

@@ -31,6 +31,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(errors::_error_classes, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_flight_classes, m)?)?;
     core::register(m)?;
     files::register(m)?;
     fles::register(m)?;

@@ -102,7 +102,7 @@ pub fn share_table<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<B
 /// `tls`: (certificate chain, private key, client CA for mutual TLS), all PEM.
 #[pyfunction]
 #[pyo3(signature = (root, listen, key=None, planes=None, password=None, password_over_plaintext=false, tls=None,
-                    handler_threads=64, cache_mb=0, advertise=None, compression=None))]
+                    handler_threads=None, cache_mb=0, advertise=None, compression=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn serve_directory(
     py: Python<'_>,
@@ -113,7 +113,7 @@ pub fn serve_directory(
     password: Option<String>,
     password_over_plaintext: bool,
     tls: Option<TlsFiles>,
-    handler_threads: usize,
+    handler_threads: Option<usize>,
     cache_mb: usize,
     advertise: Option<String>,
     compression: Option<String>,
@@ -128,7 +128,8 @@ pub fn serve_directory(
     let tls = tls.map(|(cert_chain, private_key, client_ca)| ServerTls { cert_chain, private_key, client_ca });
     let advertise = advertise.map_or(Advertise::Reached, Advertise::Uri);
     let access = Access { password, password_over_plaintext, tls, advertise };
-    FlightServer::start(py, service, &listen, key, planes, access, handler_threads)
+    let threads = handler_threads.unwrap_or(wirespeed_flight::DEFAULT_HANDLER_THREADS);
+    FlightServer::start(py, service, &listen, key, planes, access, threads)
 }
 
 #[pymethods]

@@ -77,13 +77,25 @@ def test_bodies_larger_than_the_window_arrive_whole_and_in_one_piece(url):
 
 def test_wrong_key_and_bad_urls():
     listener = wirespeed.listen("tcp://127.0.0.1:0", key=KEY)
-    threading.Thread(target=lambda: pytest.raises(wirespeed.Error, listener.accept, 2), daemon=True).start()
+    accepted = {}
+
+    def accept():
+        try:
+            accepted["connection"] = listener.accept(timeout=10)
+        except wirespeed.Error as e:
+            accepted["error"] = e
+
+    server = threading.Thread(target=accept)
+    server.start()
     with pytest.raises(wirespeed.AuthenticationError) as e:
         wirespeed.connect(listener.url, key="another key")
     assert e.value.exit_code == 3
+    server.join(15)
+    # The server side refused the client too, and says why.
+    assert isinstance(accepted.get("error"), wirespeed.AuthenticationError), accepted
     with pytest.raises(wirespeed.UsageError):
         wirespeed.connect("smoke://signals", key=KEY)
-    with pytest.raises(wirespeed.ConnectionError):
+    with pytest.raises(wirespeed.ConnectionFailedError):
         wirespeed.connect("tcp://127.0.0.1:1", key=KEY)
-    with pytest.raises(wirespeed.TimeoutError):
+    with pytest.raises(wirespeed.TimedOutError):
         listener.accept(timeout=0.2)

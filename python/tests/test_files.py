@@ -79,7 +79,7 @@ def test_cp_between_hosts_fails_in_the_far_ends_words(tmp_path, sshd):
     with pytest.raises(wirespeed.FileError) as e:
         wirespeed.cp(f"127.0.0.1:{tmp_path}/missing", tmp_path / "x", **far)
     assert "missing" in str(e.value) and e.value.exit_code == 5
-    with pytest.raises(wirespeed.ConnectionError):
+    with pytest.raises(wirespeed.ConnectionFailedError):
         wirespeed.cp(tmp_path, "127.0.0.1:/tmp/x", recursive=True, ssh=re.sub(r"-p \d+", "-p 1", sshd),
                      remote_bin=str(BIN))
     with pytest.raises(wirespeed.Error) as e:
@@ -106,6 +106,6 @@ def test_send_with_a_wrong_key_and_a_receiver_that_waits_in_vain(tmp_path):
         wirespeed.send_files(f"127.0.0.1:{receiver.port}", tmp_path / "f", key="wrong")
     with pytest.raises(wirespeed.AuthenticationError, match="rejected a client"):
         receiver.receive(tmp_path / "out", timeout=0.3)  # names whom it turned away
-    with pytest.raises(wirespeed.TimeoutError):
+    with pytest.raises(wirespeed.TimedOutError):
         wirespeed.Receiver("127.0.0.1:0", key=KEY).receive(tmp_path / "out", timeout=0.3)
     assert not (tmp_path / "out").exists()

@@ -76,7 +76,7 @@ def test_the_builders_death_ends_the_stream_with_an_error():
     with contextlib.suppress(FileNotFoundError):
         os.unlink(f"/dev/shm/{name}")
     started = time.monotonic()
-    with pytest.raises(wirespeed.ConnectionError, match="went away"):
+    with pytest.raises(wirespeed.ConnectionFailedError, match="went away"):
         for _ in rx:
             pass
     assert time.monotonic() - started < 5

@@ -173,7 +173,7 @@ def test_errors_raise_the_right_classes(py_server, served):
         flight.connect(f"grpc://127.0.0.1:{port}").list_actions()
     with pytest.raises(wirespeed.UsageError):
         flight.connect(py_server.location, key=KEY, transport="carrier-pigeon")
-    with pytest.raises(wirespeed.UsageError, match="needs a key"):
+    with pytest.raises(wirespeed.AuthenticationError, match="needs a key"):
         flight.connect(py_server.location, transport="shm")
 
 
@@ -201,8 +201,11 @@ def test_server_gone_mid_stream(tmp_path, transport):
     assert plane(reader) == transport
     reader.read_chunk()
     proc.stop()
-    with pytest.raises(flight.FlightError):
+    # The same classes on every plane and on gRPC: pyarrow's, and wirespeed's for the code.
+    with pytest.raises(flight.FlightError) as e:
         reader.read_all()
+    assert isinstance(e.value, (flight.FlightUnavailableError, flight.FlightCancelledError)), repr(e.value)
+    assert isinstance(e.value, wirespeed.ConnectionFailedError) and e.value.exit_code == 4
 
 
 def test_a_shm_batch_is_not_copied_and_is_released(served):
@@ -365,5 +368,24 @@ def test_a_key_changes_nothing_a_documented_program_sees(key):
             client.do_get(pf.Ticket(b"nothing")).read_all()
         assert not isinstance(e.value, pf.FlightError)
         assert getattr(e.value, "extra_info", None) is None
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["grpc", "plane"])
+def test_a_writer_refuses_custom_metadata_as_pyarrows_does(key):
+    """pyarrow's Flight writers take no custom_metadata (a TypeError), rather than drop it."""
+    server = DocumentedHabits(key=key)
+    try:
+        ours = flight.connect(server.location, key=key)
+        theirs = pf.connect(server.location)
+        batch = table().to_batches()[0]
+        for client in (theirs, ours):
+            writer, _ = client.do_put(pf.FlightDescriptor.for_command(b"up"), batch.schema)
+            with pytest.raises(TypeError):
+                writer.write_batch(batch, custom_metadata={"k": "v"})
+            writer.write_batch(batch)
+            writer.close()
+            assert server.uploads[b"up"].num_rows == batch.num_rows
     finally:
         server.shutdown()

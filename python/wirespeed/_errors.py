@@ -1,7 +1,6 @@
-"""The exception classes. Each carries `exit_code`, the `wirespeed` CLI's exit status for the
-same failure, and derives from the built-in class a Python caller would expect."""
-
-import builtins
+"""The exception classes, one per class of failure (`wirespeed::Class`). Each carries
+`exit_code`, the `wirespeed` CLI's exit status for the same failure, and derives from the
+built-in class a Python caller would expect, without taking a built-in's name."""
 
 
 class Error(Exception):
@@ -22,14 +21,15 @@ class AuthenticationError(Error, PermissionError):
     exit_code = 3
 
 
-class ConnectionError(Error, builtins.ConnectionError):
-    """The peer is unreachable, went away, or reset the transfer."""
+class ConnectionFailedError(Error, ConnectionError):
+    """The peer is unreachable, went away, or gave up on the transfer. Also a built-in
+    `ConnectionError`, whose name it does not take."""
 
     exit_code = 4
 
 
-class TimeoutError(Error, builtins.TimeoutError):
-    """A wait ran past its limit."""
+class TimedOutError(Error, TimeoutError):
+    """A wait ran past its limit. Also a built-in `TimeoutError`."""
 
     exit_code = 4
 
@@ -52,6 +52,19 @@ class ChecksumError(Error):
     exit_code = 6
 
 
+class LimitError(Error):
+    """A size or count past what this end or the peer allows: a header over the peer's
+    window, more streams than it takes, memory that could not be had."""
+
+    exit_code = 1
+
+
+class NotFoundError(Error, LookupError):
+    """What was asked for does not exist."""
+
+    exit_code = 1
+
+
 class GpuError(Error):
     """No GPU (no driver, no such device), or the GPU failed: out of memory, a driver error."""
 
@@ -59,5 +72,6 @@ class GpuError(Error):
 
 
 # Shown as wirespeed.X in tracebacks, where users catch them.
-for _class in (Error, UsageError, AuthenticationError, ConnectionError, TimeoutError, ProtocolError, FileError, ChecksumError, GpuError):
+for _class in (Error, UsageError, AuthenticationError, ConnectionFailedError, TimedOutError, ProtocolError, FileError,
+               ChecksumError, LimitError, NotFoundError, GpuError):
     _class.__module__ = "wirespeed"

@@ -10,9 +10,7 @@ import pyarrow as pa
 import pyarrow.flight as _pf
 from pyarrow.flight import FlightDescriptor, Location
 
-from ._errors import AuthenticationError, ConnectionError, Error, TimeoutError, UsageError
-
-
+from ._errors import AuthenticationError, ConnectionFailedError, Error, NotFoundError, TimedOutError, UsageError
 
 # Errors: each is pyarrow.flight's class of the same name (or pyarrow's for the code), so
 # `except pyarrow.flight.FlightUnavailableError` keeps working, and a wirespeed.Error.
@@ -33,16 +31,16 @@ class FlightInternalError(FlightError, _pf.FlightInternalError):
     pass
 
 
-class FlightUnavailableError(FlightError, ConnectionError, _pf.FlightUnavailableError):
+class FlightUnavailableError(FlightError, ConnectionFailedError, _pf.FlightUnavailableError):
     exit_code = 4
 
 
-class FlightTimedOutError(FlightError, TimeoutError, _pf.FlightTimedOutError):
+class FlightTimedOutError(FlightError, TimedOutError, _pf.FlightTimedOutError):
     exit_code = 4
 
 
-class FlightCancelledError(FlightError, _pf.FlightCancelledError):
-    pass
+class FlightCancelledError(FlightError, ConnectionFailedError, _pf.FlightCancelledError):
+    exit_code = 4
 
 
 class FlightUnauthenticatedError(FlightError, AuthenticationError, _pf.FlightUnauthenticatedError):
@@ -57,7 +55,7 @@ class FlightUnauthorizedError(FlightError, AuthenticationError, _pf.FlightUnauth
 # `except FlightError` catches them, and they carry no extra_info.
 
 
-class FlightNotFoundError(Error, pa.ArrowKeyError):
+class FlightNotFoundError(NotFoundError, pa.ArrowKeyError):
     """NOT_FOUND, which pyarrow raises as ArrowKeyError."""
 
 

@@ -224,7 +224,8 @@ class _ExchangeWriter:
     def begin(self, schema: pa.Schema, options: pa.ipc.IpcWriteOptions | None = None) -> None:
         self._native.begin(schema, _ipc_options(options))
 
-    def write_batch(self, batch: Any, custom_metadata: object = None) -> None:
+    def write_batch(self, batch: Any) -> None:
+        # No custom_metadata, as pyarrow's Flight writers take none.
         self._native.write_batch(batch)
 
     def write_with_metadata(self, batch: Any, buf: bytes | pa.Buffer) -> None:
@@ -543,7 +544,7 @@ class DirectoryServer:
 def serve(directory: str | os.PathLike[str], location: Any = None, key: Key = None, *,
           planes: list[str] | None = None, password: str | None = None, password_over_plaintext: bool = False,
           tls_certificates: list[tuple[bytes, bytes]] | None = None, root_certificates: bytes | None = None,
-          cache_mb: int = 0, handler_threads: int = 64, advertise: str | None = None,
+          cache_mb: int = 0, handler_threads: int | None = None, advertise: str | None = None,
           compression: str | None = None) -> DirectoryServer:
     """Serves the Arrow IPC and Parquet files under `directory` as flights (keyed by relative
     path), as `wirespeed serve` does: uploads land whole or not at all, `cache_mb` keeps

@@ -8,6 +8,9 @@ import pyarrow as pa
 
 __version__: str
 
+def _error_classes() -> list[tuple[str, int]]: ...
+def _flight_classes() -> list[tuple[str, str]]: ...
+
 __all__ = [
     "Body",
     "CallState",
@@ -34,6 +37,8 @@ __all__ = [
     "Timeslice",
     "TimesliceReceiver",
     "__version__",
+    "_error_classes",
+    "_flight_classes",
     "connect",
     "copy",
     "feed",
@@ -222,7 +227,7 @@ def serve_directory(
     password: str | None = None,
     password_over_plaintext: bool = False,
     tls: tuple[bytes, bytes, bytes | None] | None = None,
-    handler_threads: int = 64,
+    handler_threads: int | None = None,
     cache_mb: int = 0,
     advertise: str | None = None,
     compression: str | None = None,

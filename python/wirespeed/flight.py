@@ -22,7 +22,7 @@ from pyarrow.flight import *  # noqa: F401,F403 - pyarrow.flight's whole API is 
 
 from . import Key, _native
 from ._errors import UsageError
-from ._flight_base import _app_metadata, _ipc_options, _Reading, _uri
+from ._flight_base import FlightUnauthenticatedError, _app_metadata, _ipc_options, _Reading, _uri
 from ._flight_server import (
     CALL_HEADER,
     DATA_METHODS,
@@ -247,7 +247,8 @@ class FlightStreamWriter:
                     f"IPC payload size ({size}) exceeded soft limit ({self._size_limit})", self._size_limit, size)
         return batch
 
-    def write_batch(self, batch: Any, custom_metadata: object = None) -> None:
+    def write_batch(self, batch: Any) -> None:
+        # No custom_metadata: pyarrow's Flight writers take none (a TypeError), on every plane.
         self._writer().write_batch(self._fits(batch))
 
     def write_with_metadata(self, batch: Any, buf: bytes | pa.Buffer) -> None:
@@ -336,7 +337,9 @@ class FlightClient(_pf.FlightClient):
         middleware = list(middleware or [])
         if transport != "grpc" and (secret is not None or transport != "auto"):
             if secret is None:
-                raise UsageError(f"transport {transport!r}: a data plane needs a key (key= or WIRESPEED_KEY)")
+                # As the Rust client and the CLI say it: a missing key is a key's failure.
+                raise FlightUnauthenticatedError(
+                    f"transport {transport!r}: a data plane needs a key (key= or WIRESPEED_KEY)")
             self._planes = _native.PlaneClient(secret, transport, _address(location))
             self._hello = _Hello(self._planes)
             middleware = [_ShownAsMeant(m) for m in middleware] + [self._hello]

@@ -8,7 +8,7 @@ fn wirespeed(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn bench_raw_prints_json_for_every_transport() {
-    for transport in ["tcp", "shm"] {
+    for transport in ["tcp", "shm", "ucx", "ofi+shm", "ofi+tcp"] {
         let out = wirespeed(&[
             "bench",
             "raw",

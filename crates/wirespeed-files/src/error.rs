@@ -3,29 +3,10 @@
 use std::path::Path;
 
 use crate::proto::Violation;
-
-/// What kind of failure a `Fail` reports, so the far side's exit code matches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailClass {
-    Other = 1,
-    /// Encryption was refused or a sealed message failed to open.
-    Sealing = 3,
-    Io = 5,
-    Checksum = 6,
-}
-
-impl FailClass {
-    pub fn from_u8(v: u8) -> Self {
-        match v {
-            3 => FailClass::Sealing,
-            5 => FailClass::Io,
-            6 => FailClass::Checksum,
-            _ => FailClass::Other,
-        }
-    }
-}
+pub use wirespeed::Class;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FilesError {
     #[error(transparent)]
     Transport(#[from] wirespeed::Error),
@@ -51,7 +32,8 @@ pub enum FilesError {
     #[error("stopped")]
     Stopped,
     #[error("the other side failed: {message}")]
-    Remote { class: FailClass, message: String },
+    /// The other side's failure, of the class it reported.
+    Remote { class: Class, message: String },
     /// A remote end started over ssh failed or could not be started, in its own words where
     /// it said any. `exit` is the CLI's exit code for it: the agent's own status, or 4
     /// (connection) when ssh failed.
@@ -67,14 +49,26 @@ impl FilesError {
         FilesError::Io { path: path.display().to_string(), error: source }
     }
 
-    /// How this failure is reported to the other side.
-    pub fn class(&self) -> FailClass {
+    /// What kind of failure this is; the other side hears of it as this class too.
+    pub fn class(&self) -> Class {
         match self {
-            FilesError::Io { .. } | FilesError::Changed { .. } => FailClass::Io,
-            FilesError::Checksum { .. } => FailClass::Checksum,
-            FilesError::Sealing(_) => FailClass::Sealing,
+            FilesError::Transport(e) => e.class(),
+            FilesError::Io { error, .. } => match Class::of_io(error.kind()) {
+                Class::Usage => Class::Io, // a path is input, not an argument
+                class => class,
+            },
+            FilesError::Changed { .. } => Class::Io,
+            FilesError::Checksum { .. } => Class::Checksum,
+            FilesError::Sealing(_) => Class::Auth,
+            FilesError::PeerMisbehaved(_) | FilesError::UnsafePath(_) => Class::Protocol,
+            FilesError::Usage(_) => Class::Usage,
             FilesError::Remote { class, .. } => *class,
-            _ => FailClass::Other,
+            // The agent's exit status is the CLI's code for its class.
+            FilesError::Agent { exit, .. } => {
+                Class::ALL.into_iter().find(|c| c.exit_code() == *exit).unwrap_or(Class::Failure)
+            }
+            FilesError::Unreachable { error, .. } => error.class(),
+            FilesError::Internal(_) | FilesError::Stopped => Class::Failure,
         }
     }
 
@@ -113,7 +107,7 @@ mod tests {
         let cancel =
             || FilesError::Transport(wirespeed::Error::Reset { stream: 3, code: wirespeed::ErrorCode::CANCELLED });
         let lost = || FilesError::Transport(wirespeed::Error::ConnectionLost("gone".into()));
-        let remote = || FilesError::Remote { class: FailClass::Io, message: "disk full".into() };
+        let remote = || FilesError::Remote { class: Class::Io, message: "disk full".into() };
         let local = || FilesError::Changed { path: "f".into() };
         let order = [|| FilesError::Stopped, cancel, lost, remote, local];
         for (i, weaker) in order.iter().enumerate() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use wirespeed::{Buf, Bytes, Connection, Stream};
 
 use crate::envelope::{self, Place, SEALED, SealKey};
-use crate::error::FailClass;
+use crate::error::Class;
 use crate::error::{FilesError, Result};
 use crate::proto::{Msg, Violation};
 use wirespeed::sync::Unpoison;
@@ -247,7 +247,7 @@ impl Link {
 
     /// Tells the peer why we stop; best effort, as the link may be what failed.
     pub fn fail(&self, e: &FilesError) {
-        let _ = self.send(&Msg::Fail { class: e.class() as u8, message: e.to_string() }, &[]);
+        let _ = self.send(&Msg::Fail { class: e.class().number(), message: e.to_string() }, &[]);
     }
 }
 
@@ -260,7 +260,7 @@ fn check_len(len: u64, max: u64) -> Result<()> {
 
 fn check(msg: Msg) -> Result<Msg> {
     match msg {
-        Msg::Fail { class, message } => Err(FilesError::Remote { class: FailClass::from_u8(class), message }),
+        Msg::Fail { class, message } => Err(FilesError::Remote { class: Class::from_number(class), message }),
         m => Ok(m),
     }
 }

@@ -40,16 +40,46 @@ pub enum FlesError {
     #[error("the run was called off before it started")]
     CalledOff,
     /// GPU memory: no GPU, a driver call that failed, a kernel that did not compile.
-    #[error("{0}")]
-    Gpu(String),
-    /// FLESnet's shared-memory interface: a segment that cannot be made or opened.
-    #[error("shared memory: {0}")]
-    Shm(String),
-    #[error("timeslice archive: {0}")]
-    Archive(String),
-    /// An actor of a simulation failed.
-    #[error("simulation: {0}")]
-    Simulation(String),
+    #[cfg(feature = "gpu")]
+    #[error(transparent)]
+    Gpu(#[from] wirespeed::gpu::GpuError),
+    /// FLESnet's shared-memory interface: segment `segment` could not be made or opened
+    /// (`op`), for the reason the system or Boost gives.
+    #[error("shared memory: {op} {segment}: {why}")]
+    Shm { op: &'static str, segment: String, why: String },
+    /// An archive, or a file to replay, that holds none of what a run needs (`holds`:
+    /// "timeslices", "microslices").
+    #[error("{path} holds no {holds} to replay")]
+    NothingToReplay { path: String, holds: &'static str },
+    /// Writing Arrow IPC.
+    #[error("Arrow: {0}")]
+    Arrow(Arc<arrow_schema::ArrowError>),
+    /// An actor of a simulation (`actor`: its number) failed.
+    #[error("simulation: actor {actor}: {error}")]
+    Simulation { actor: usize, error: Box<FlesError> },
+    /// A thread of this process failed: a bug here, nothing a peer did.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+}
+
+impl FlesError {
+    /// What kind of failure this is.
+    pub fn class(&self) -> wirespeed::Class {
+        use wirespeed::Class;
+        match self {
+            FlesError::Malformed { .. } | FlesError::Peer(_) => Class::Protocol,
+            FlesError::Crc { .. } | FlesError::Pattern { .. } => Class::Checksum,
+            FlesError::Config(_) | FlesError::NothingToReplay { .. } => Class::Usage,
+            FlesError::Connection { source, .. } => source.class(),
+            FlesError::Lost(_) | FlesError::CalledOff => Class::Connection,
+            FlesError::Io { source, .. } => Class::of_io(source.kind()),
+            #[cfg(feature = "gpu")]
+            FlesError::Gpu(_) => Class::Gpu,
+            FlesError::Shm { .. } | FlesError::Arrow(_) => Class::Io,
+            FlesError::Simulation { error, .. } => error.class(),
+            FlesError::Internal(_) => Class::Failure,
+        }
+    }
 }
 
 /// Which side of a run a peer is on.
@@ -96,6 +126,15 @@ pub enum Violation {
     /// A ZeroMQ peer (FLESnet's consumers' side) that broke ZMTP or the item protocol.
     #[error("ZeroMQ peer: {0}")]
     Zmtp(String),
+    /// A work item that names a segment whose UUID is not the one it gives.
+    #[error("{segment} is not the segment the item names (UUIDs differ)")]
+    WrongSegment { segment: String },
+    /// An actor of a simulation sent what its receiver never takes (`message`: what it was).
+    #[error("actor {from} sent {to} {message}")]
+    ActorSent { from: usize, to: &'static str, message: String },
+    /// A simulated link delivered actor `from`'s message `seq` before message `expected`.
+    #[error("message {seq} from actor {from} came before message {expected}")]
+    OutOfOrder { from: usize, seq: u64, expected: u64 },
 }
 
 /// Peers that are gone.

@@ -2,6 +2,7 @@
 //! reaches a client with the same code whichever plane carried the call.
 
 pub use tonic::Code;
+pub use wirespeed::Class;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -137,18 +138,32 @@ impl Error {
         Error::status(Code::Internal, message)
     }
 
-    /// The Flight status code this error travels as.
+    /// The Flight status code this error travels as. A data plane's failure travels as the
+    /// code of its class, so that a caller sees what a gRPC call failing alike would give.
     pub fn code(&self) -> Code {
         match self {
             Error::Status { code, .. } => *code,
-            Error::Transport(wirespeed::Error::Timeout(_)) => Code::DeadlineExceeded,
-            Error::Transport(wirespeed::Error::Auth(_)) => Code::Unauthenticated,
             Error::Transport(wirespeed::Error::Reset { code, .. }) if *code == wirespeed::ErrorCode::CANCELLED => {
                 Code::Cancelled
             }
-            Error::Transport(_) => Code::Unavailable,
+            Error::Transport(e) => match e.class() {
+                Class::Timeout => Code::DeadlineExceeded,
+                Class::Auth => Code::Unauthenticated,
+                Class::Usage => Code::InvalidArgument,
+                Class::Limit => Code::ResourceExhausted,
+                _ => Code::Unavailable,
+            },
             Error::Peer(_) => Code::InvalidArgument,
             Error::Arrow(_) => Code::Internal,
+        }
+    }
+
+    /// What kind of failure this is: its status code's class.
+    pub fn class(&self) -> Class {
+        match self {
+            Error::Transport(e) => e.class(),
+            Error::Peer(_) => Class::Protocol,
+            _ => class_of(self.code()),
         }
     }
 
@@ -204,9 +219,43 @@ impl From<arrow_flight::error::FlightError> for Error {
     }
 }
 
+/// The class of a failure that arrives as `code`.
+pub fn class_of(code: Code) -> Class {
+    match code {
+        Code::Unauthenticated | Code::PermissionDenied => Class::Auth,
+        Code::Unavailable | Code::Cancelled | Code::Aborted => Class::Connection,
+        Code::DeadlineExceeded => Class::Timeout,
+        Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => Class::Usage,
+        Code::NotFound => Class::NotFound,
+        Code::ResourceExhausted => Class::Limit,
+        _ => Class::Failure,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plane's failure has the class the same failure over gRPC has.
+    #[test]
+    fn a_transport_error_travels_as_a_code_of_its_class() {
+        use std::io::{Error as Io, ErrorKind};
+        let failures = [
+            wirespeed::Error::Timeout(std::time::Duration::from_secs(1)),
+            wirespeed::Error::Auth("wrong key"),
+            wirespeed::Error::Key("unreadable".into()),
+            wirespeed::Error::Usage("bad"),
+            wirespeed::Error::Limit(wirespeed::Limit::Streams(4)),
+            wirespeed::Error::from(Io::from(ErrorKind::ConnectionRefused)),
+            wirespeed::Error::Closed,
+        ];
+        for e in failures {
+            let class = e.class();
+            let e = Error::Transport(e);
+            assert_eq!(class_of(e.code()), class, "{e}");
+            assert_eq!(e.class(), class);
+        }
+    }
 
     #[test]
     fn quotes_and_messages_are_bounded() {

@@ -19,6 +19,11 @@ use crate::grpc::server::Service;
 use crate::grpc::tls::{self, ServerTls};
 use crate::plane::listeners::PlaneServer;
 use crate::plane::server::{Calls, Shared};
+use crate::runtime::Runtime;
+
+/// How many threads run handler code at once unless [`ServerBuilder::handler_threads`] says:
+/// the one default of the library, `wirespeed serve` and `wirespeed.flight.serve`.
+pub const DEFAULT_HANDLER_THREADS: usize = 64;
 use crate::service::Handler;
 use wirespeed::Fabric;
 
@@ -77,7 +82,8 @@ impl ServerBuilder {
     }
 
     /// The most threads that run handler code at once (reading files, decoding and writing
-    /// uploads); calls waiting on their clients hold none.
+    /// uploads); calls waiting on their clients hold none. [`DEFAULT_HANDLER_THREADS`] unless
+    /// set.
     pub fn handler_threads(mut self, n: usize) -> Self {
         self.handler_threads = n.max(1);
         self
@@ -130,12 +136,8 @@ impl ServerBuilder {
                 Bound::Unix(..) => Listening::Unix(self.listen.clone()),
             },
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .thread_name("flight-grpc")
-            .max_blocking_threads(self.handler_threads)
-            .build()
-            .map_err(|e| Error::internal(format!("cannot start the gRPC runtime: {e}")))?;
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        let runtime = Runtime::build(builder.max_blocking_threads(self.handler_threads), "flight-grpc")?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let addr = matches!(bound, Bound::Tcp(_)).then(|| SocketAddr::new(default_host, local.port()));
         let url = match addr {
@@ -218,7 +220,7 @@ pub struct Server {
     unlink: Option<Unlink>,
     planes: Vec<(Fabric, String)>,
     shared: Arc<Shared>,
-    runtime: tokio::runtime::Runtime,
+    runtime: Runtime,
     stop: Option<oneshot::Sender<()>>,
     grpc: tokio::task::JoinHandle<()>,
 }
@@ -233,7 +235,7 @@ impl Server {
             password: None,
             password_over_plaintext: false,
             tls: None,
-            handler_threads: 512,
+            handler_threads: DEFAULT_HANDLER_THREADS,
             limits: Limits::default(),
             advertise: Advertise::Nothing,
         }
@@ -259,7 +261,8 @@ impl Server {
         self.planes.clone()
     }
 
-    /// Serves until the server is dropped (from another thread) or its runtime fails.
+    /// Serves for good: returns only if the gRPC server fails. To stop serving, keep the
+    /// `Server` instead and drop it.
     pub fn wait(mut self) -> Result<()> {
         let grpc = std::mem::replace(&mut self.grpc, self.runtime.spawn(async {}));
         self.runtime.block_on(grpc).map_err(|e| Error::internal(format!("gRPC server task failed: {e}")))

@@ -146,9 +146,129 @@ impl Violation {
     }
 }
 
+/// A size or count past what this end or the peer allows: what to make smaller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Limit {
+    /// The peer accepts no more open streams from this end.
+    #[error("the peer accepts at most {0} streams")]
+    Streams(u32),
+    /// A connection used up the ids of one kind (`what`: "stream", "region", "get").
+    #[error("{0} ids exhausted")]
+    IdsExhausted(&'static str),
+    #[error("a {header}-byte message header exceeds the peer's {window}-byte stream window")]
+    HeaderOverWindow { header: u64, window: u64 },
+    #[error("{len} bytes at offset {offset} fall outside a {region_len}-byte region")]
+    OutsideRegion { offset: u64, len: u64, region_len: u64 },
+    /// Memory for `0` bytes could not be had.
+    #[error("out of memory for {0} bytes")]
+    Memory(u64),
+    #[error("a {0}-byte frame does not fit the shared-memory ring")]
+    OverRing(u64),
+    #[error("a {0}-byte receive buffer is larger than any frame")]
+    OverFrame(u64),
+    /// A [`Config`](crate::Config) field out of its range (`field`, and what it may be).
+    #[error("{field} must be {range}")]
+    Config { field: &'static str, range: String },
+}
+
+/// What kind of failure an error is, by what its caller can do about it. The one table that
+/// the CLI's exit codes, Python's exception classes and the C library's codes come from;
+/// [`Class::number`] also travels between peers (the copy protocol's failure reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum Class {
+    /// Nothing more specific: a bug, or a failure of this host.
+    Failure = 1,
+    /// The caller's own mistake: a bad argument, URL or option.
+    Usage = 2,
+    /// The key or the credentials: wrong, refused or unreadable.
+    Auth = 3,
+    /// The peer is unreachable, went away or gave up on the transfer.
+    Connection = 4,
+    /// A file could not be read or written, at either end.
+    Io = 5,
+    /// Data arrived corrupted and was not kept.
+    Checksum = 6,
+    /// A wait ran past its limit.
+    Timeout = 7,
+    /// The peer sent something malformed or speaks another version.
+    Protocol = 8,
+    /// A size or count past a limit ([`Limit`]).
+    Limit = 9,
+    /// What was asked for does not exist (a Flight ticket, a path).
+    NotFound = 10,
+    /// No GPU, or the GPU failed.
+    Gpu = 11,
+}
+
+impl Class {
+    /// Every class, in the order of their numbers.
+    pub const ALL: [Class; 11] = [
+        Class::Failure,
+        Class::Usage,
+        Class::Auth,
+        Class::Connection,
+        Class::Io,
+        Class::Checksum,
+        Class::Timeout,
+        Class::Protocol,
+        Class::Limit,
+        Class::NotFound,
+        Class::Gpu,
+    ];
+
+    /// The class's stable number: on the wire and in the C library.
+    pub fn number(self) -> u8 {
+        self as u8
+    }
+
+    /// The class of a number from a peer; an unknown number (a newer peer's) is a
+    /// [`Class::Failure`].
+    pub fn from_number(n: u8) -> Class {
+        Class::ALL.get(usize::from(n).wrapping_sub(1)).copied().unwrap_or(Class::Failure)
+    }
+
+    /// The `wirespeed` CLI's exit status for a failure of this class: 1 failure, 2 usage,
+    /// 3 authentication, 4 connection (timeouts and protocol errors too), 5 I/O, 6 checksum.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Class::Failure | Class::Limit | Class::NotFound | Class::Gpu => 1,
+            Class::Usage => 2,
+            Class::Auth => 3,
+            Class::Connection | Class::Timeout | Class::Protocol => 4,
+            Class::Io => 5,
+            Class::Checksum => 6,
+        }
+    }
+
+    /// The class of an I/O error: the network's kinds are the connection's, the rest a
+    /// file's.
+    pub fn of_io(kind: io::ErrorKind) -> Class {
+        use io::ErrorKind as K;
+        match kind {
+            K::ConnectionRefused
+            | K::ConnectionReset
+            | K::ConnectionAborted
+            | K::NotConnected
+            | K::AddrNotAvailable
+            | K::BrokenPipe
+            | K::UnexpectedEof
+            | K::HostUnreachable
+            | K::NetworkUnreachable
+            | K::NetworkDown => Class::Connection,
+            K::TimedOut => Class::Timeout,
+            K::InvalidInput => Class::Usage,
+            _ => Class::Io,
+        }
+    }
+}
+
 /// Everything the library can fail with. `Clone`, so a failed connection hands the same
-/// typed error to each of its streams.
+/// typed error to each of its streams. [`Error::class`] says what kind of failure it is.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     #[error("invalid endpoint URL {url:?}: {reason}")]
     Url { url: String, reason: String },
@@ -175,12 +295,14 @@ pub enum Error {
     Reset { stream: u32, code: ErrorCode },
     #[error("timed out after {0:?}")]
     Timeout(std::time::Duration),
+    /// The connection broke, or could not be made; the text says where (a fabric's own
+    /// status, the address) for a person to read: every cause means the same to a caller.
     #[error("connection lost: {0}")]
     ConnectionLost(String),
     #[error("connection closed")]
     Closed,
     #[error("limit exceeded: {0}")]
-    Limit(String),
+    Limit(#[from] Limit),
     #[error("fabric: {op} failed: {status}")]
     Fabric { op: &'static str, status: String },
     #[error("rejected a client {peer}: {reason}")]
@@ -211,6 +333,31 @@ impl Error {
         }
     }
 
+    /// What kind of failure this is.
+    pub fn class(&self) -> Class {
+        match self {
+            Error::Url { .. } | Error::Usage(_) => Class::Usage,
+            Error::Key(_) | Error::Auth(_) => Class::Auth,
+            Error::WrongFabric { .. }
+            | Error::Version { .. }
+            | Error::BadMagic
+            | Error::Frame(_)
+            | Error::PeerMisbehaved(_) => Class::Protocol,
+            Error::Remote { code, .. } => match *code {
+                ErrorCode::AUTH => Class::Auth,
+                ErrorCode::PROTOCOL | ErrorCode::VERSION | ErrorCode::FLOW_CONTROL => Class::Protocol,
+                ErrorCode::TIMEOUT => Class::Timeout,
+                ErrorCode::LIMIT => Class::Limit,
+                _ => Class::Connection,
+            },
+            Error::Reset { .. } | Error::ConnectionLost(_) | Error::Closed | Error::Fabric { .. } => Class::Connection,
+            Error::Timeout(_) => Class::Timeout,
+            Error::Limit(_) => Class::Limit,
+            Error::Rejected { reason, .. } => reason.class(),
+            Error::Io(e) => Class::of_io(e.kind()),
+        }
+    }
+
     /// The I/O error's kind, when this is one.
     pub fn io_kind(&self) -> Option<io::ErrorKind> {
         match self {
@@ -221,3 +368,37 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_numbers_are_stable_and_read_back() {
+        for (i, class) in Class::ALL.iter().enumerate() {
+            assert_eq!(usize::from(class.number()), i + 1);
+            assert_eq!(Class::from_number(class.number()), *class);
+        }
+        assert_eq!(Class::from_number(0), Class::Failure);
+        assert_eq!(Class::from_number(200), Class::Failure);
+    }
+
+    #[test]
+    fn errors_fall_in_the_class_a_caller_acts_on() {
+        let refused = Error::from(io::Error::from(io::ErrorKind::ConnectionRefused));
+        let full = Error::from(io::Error::from(io::ErrorKind::StorageFull));
+        let cases = [
+            (Error::Key("empty".into()), Class::Auth),
+            (Error::Rejected { peer: "p".into(), reason: Box::new(Error::Auth("wrong key")) }, Class::Auth),
+            (Error::Version { ours: 1, theirs: 2 }, Class::Protocol),
+            (Error::Remote { code: ErrorCode::TIMEOUT, message: String::new() }, Class::Timeout),
+            (Error::Remote { code: ErrorCode::SHUTDOWN, message: String::new() }, Class::Connection),
+            (Error::Limit(Limit::Streams(4)), Class::Limit),
+            (refused, Class::Connection),
+            (full, Class::Io),
+        ];
+        for (e, class) in cases {
+            assert_eq!(e.class(), class, "{e}");
+        }
+    }
+}

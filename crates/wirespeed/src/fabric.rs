@@ -116,7 +116,8 @@ impl Fabric {
 
     pub fn capabilities(self) -> Capabilities {
         let (native_one_sided, zero_copy_receive, same_host_only) = match self {
-            Fabric::Shm => (false, true, true),
+            // A registered region is a sealed memfd the peer maps and copies in or out of.
+            Fabric::Shm => (true, true, true),
             Fabric::Ucx => (true, true, false),
             // Whether the provider has FI_RMA shows only once it is opened; without it
             // one-sided access is carried as frames.

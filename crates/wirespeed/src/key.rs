@@ -41,7 +41,8 @@ impl Key {
         Key::new(bytes).map_err(|_| Error::Key(format!("key file {} is empty", path.display())))
     }
 
-    /// `WIRESPEED_KEY` if set, else the key file if given.
+    /// The key file if one is given (the caller's explicit choice), else `WIRESPEED_KEY` if it
+    /// is set, else none.
     pub fn from_env_or_file(file: Option<&Path>) -> Result<Option<Self>> {
         if let Some(path) = file {
             return Key::from_file(path).map(Some);

@@ -55,7 +55,7 @@ pub mod transport;
 pub mod url;
 
 pub use bytes::Bytes;
-pub use error::{Error, ErrorCode, Result, Violation};
+pub use error::{Class, Error, ErrorCode, Limit, Result, Violation};
 pub use fabric::{Fabric, Provider};
 pub use key::Key;
 pub use mem::{Body, Buf, Recycler, SealedRegion};

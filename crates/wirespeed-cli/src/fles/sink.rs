@@ -42,7 +42,7 @@ pub struct Sink {
 }
 
 fn archive_error(path: &Path) -> impl Fn(std::io::Error) -> FlesError + '_ {
-    move |e| FlesError::Archive(format!("{}: {e}", path.display()))
+    move |e| FlesError::Io { what: format!("writing {}", path.display()), source: std::sync::Arc::new(e) }
 }
 
 impl Sink {
@@ -62,7 +62,7 @@ impl Sink {
             Output::Arrow(p) => p.clone(),
             Output::Null | Output::Shm(_) => return Ok(()),
         };
-        let name = path.file_name().ok_or_else(|| FlesError::Archive(format!("{} names no file", path.display())))?;
+        let name = path.file_name().ok_or_else(|| FlesError::Config(format!("{} names no file", path.display())))?;
         let part = path.with_file_name(format!(".{}.part", name.to_string_lossy()));
         let io = archive_error(&part);
         let file = BufWriter::new(File::create(&part).map_err(&io)?);

@@ -58,7 +58,7 @@ pub struct ServeArgs {
     compression: Option<Compression>,
     /// Most threads running handler work at once (reading files, decoding and writing
     /// uploads); calls that wait on their clients hold none.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    #[arg(long, default_value_t = wirespeed_flight::DEFAULT_HANDLER_THREADS, value_name = "N")]
     handler_threads: usize,
     /// Most gRPC calls open at once from one client address; more are refused
     /// (RESOURCE_EXHAUSTED) until some end.
@@ -124,11 +124,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         };
         builder = builder.key(key);
     }
+    // Where a password may travel is the library's rule (a Unix socket's never leaves the host).
     if let Some(p) = super::password(a.password_file.as_deref())? {
-        if tls.is_none() && !a.password_over_plaintext {
-            anyhow::bail!("a password needs TLS (--tls-cert and --tls-key), or --password-over-plaintext");
+        builder = builder.password(p);
+        if a.password_over_plaintext {
+            builder = builder.password_over_plaintext();
         }
-        builder = builder.password(p).password_over_plaintext();
     }
     if let Some(tls) = tls {
         builder = builder.tls(tls);

@@ -15,7 +15,6 @@ use wirespeed_files::remote::{DONE, GREETING, ITEM};
 use wirespeed_files::{Input, Output, Ports, Progress, Server, Side, Summary, Transport, plane};
 
 use super::{Common, CopyFlags, list_on_stdout, remote_paths};
-use crate::exit;
 
 /// Set once the transfer is complete, so a closing standard input no longer stops us.
 static FINISHED: AtomicBool = AtomicBool::new(false);
@@ -67,7 +66,7 @@ pub fn stop_when_stdin_closes(cleanup: fn()) {
         if !FINISHED.load(Ordering::SeqCst) {
             cleanup();
             eprintln!("wirespeed agent: the initiator went away; stopping");
-            std::process::exit(exit::CONNECTION);
+            std::process::exit(wirespeed::Class::Connection.exit_code());
         }
     });
 }

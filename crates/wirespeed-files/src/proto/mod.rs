@@ -119,7 +119,7 @@ pub enum Msg {
     /// the files, `kept_bytes` of the bytes, stayed as they were, and `deleted` names that
     /// only the destination had are gone.
     Done { files: u64, bytes: u64, kept: u64, kept_bytes: u64, deleted: u64 },
-    /// Either way: the transfer failed. `class` is one of [`FailClass`].
+    /// Either way: the transfer failed. `class` is a [`wirespeed::Class`]'s number.
     Fail { class: u8, message: String },
 }
 

@@ -20,7 +20,7 @@ const PART_BYTES: usize = 32;
 const OUTCOME_BYTES: usize = 16;
 
 pub fn gpu_error(e: GpuError) -> FlesError {
-    FlesError::Gpu(e.to_string())
+    FlesError::Gpu(e)
 }
 
 pub struct GpuFrames {
@@ -156,7 +156,7 @@ impl FrameMemory for GpuFrames {
         let copied = self.check.record().map_err(gpu_error)?;
         let (host, device) = &mut self.tables[frame];
         // The frame's previous check is done (the frame came back), so its table is free.
-        let table = Arc::get_mut(host).ok_or_else(|| FlesError::Gpu("a frame's table is still in use".into()))?;
+        let table = Arc::get_mut(host).ok_or_else(|| FlesError::Internal("a frame's table is still in use"))?;
         let t = table.as_mut_slice();
         t[..OUTCOME_BYTES].fill(0);
         for (i, p) in parts.iter().enumerate() {

@@ -142,10 +142,7 @@ impl TimesliceReceiver {
         if self.segment.as_ref().is_none_or(|s| s.uuid != item.shm_uuid) {
             let segment = Segment::open_read_only(&item.shm_name)?;
             if segment.uuid != item.shm_uuid {
-                return Err(FlesError::Shm(format!(
-                    "{} is not the segment the item names (UUIDs differ)",
-                    item.shm_name
-                )));
+                return Err(Violation::WrongSegment { segment: item.shm_name }.into());
             }
             self.segment = Some(segment);
         }

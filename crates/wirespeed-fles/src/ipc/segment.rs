@@ -51,9 +51,10 @@ unsafe impl Send for Segment {}
 // SAFETY: the same holds for shared references.
 unsafe impl Sync for Segment {}
 
-fn shm_error(what: &str, name: &CString, err: &[u8]) -> FlesError {
+fn shm_error(op: &'static str, name: &CString, err: &[u8]) -> FlesError {
     let end = err.iter().position(|&b| b == 0).unwrap_or(err.len());
-    FlesError::Shm(format!("{what} {}: {}", name.to_string_lossy(), String::from_utf8_lossy(&err[..end])))
+    let why = String::from_utf8_lossy(&err[..end]).into_owned();
+    FlesError::Shm { op, segment: name.to_string_lossy().into_owned(), why }
 }
 
 fn c_name(name: &str) -> Result<CString> {
@@ -136,8 +137,9 @@ impl Segment {
     /// The segment's file, opened again, for a peer on this host to map.
     pub fn file(&self) -> Result<OwnedFd> {
         let path = format!("/{}", self.name());
-        nix::sys::mman::shm_open(path.as_str(), nix::fcntl::OFlag::O_RDWR, nix::sys::stat::Mode::empty())
-            .map_err(|e| FlesError::Shm(format!("opening {}'s file: {e}", self.name())))
+        nix::sys::mman::shm_open(path.as_str(), nix::fcntl::OFlag::O_RDWR, nix::sys::stat::Mode::empty()).map_err(|e| {
+            FlesError::Shm { op: "opening the file of", segment: self.name().to_string(), why: e.to_string() }
+        })
     }
 }
 

@@ -40,7 +40,7 @@ pub struct ArrowWriter<W: Write> {
 }
 
 fn arrow_error(e: ArrowError) -> FlesError {
-    FlesError::Archive(format!("Arrow: {e}"))
+    FlesError::Arrow(std::sync::Arc::new(e))
 }
 
 impl<W: Write> ArrowWriter<W> {

@@ -7,7 +7,7 @@ use std::io::BufReader;
 use std::path::Path;
 
 use super::{Replay, Settings};
-use crate::error::{FlesError, Result};
+use crate::error::{FlesError, Result, io};
 use crate::model::{MicrosliceDescriptor, Slicing, component_len, write_component};
 use crate::source::{MsaReader, Pattern, TsaReader};
 
@@ -121,7 +121,7 @@ impl Feed {
 /// Input `input`'s components of the archive at `path` (component `input` mod the number
 /// there are, so fewer archived inputs serve more).
 fn load(path: &Path, input: usize) -> Result<Vec<(Vec<u8>, u64)>> {
-    let file = std::fs::File::open(path).map_err(|e| FlesError::Archive(format!("{}: {e}", path.display())))?;
+    let file = std::fs::File::open(path).map_err(|e| io(format!("opening {}", path.display()), e))?;
     let mut reader = TsaReader::new(BufReader::new(file))?;
     let mut out = Vec::new();
     while out.len() < REPLAY_MAX {
@@ -133,18 +133,18 @@ fn load(path: &Path, input: usize) -> Result<Vec<(Vec<u8>, u64)>> {
         out.push(ts.components.swap_remove(k));
     }
     if out.is_empty() {
-        return Err(FlesError::Archive(format!("{} holds no timeslices to replay", path.display())));
+        return Err(FlesError::NothingToReplay { path: path.display().to_string(), holds: "timeslices" });
     }
     Ok(out)
 }
 
 /// Every microslice of the microslice archive at `path`.
 fn load_microslices(path: &Path) -> Result<Vec<(MicrosliceDescriptor, Vec<u8>)>> {
-    let file = std::fs::File::open(path).map_err(|e| FlesError::Archive(format!("{}: {e}", path.display())))?;
+    let file = std::fs::File::open(path).map_err(|e| io(format!("opening {}", path.display()), e))?;
     let mut reader = MsaReader::new(BufReader::new(file))?;
     let microslices = std::iter::from_fn(|| reader.next_microslice().transpose()).collect::<Result<Vec<_>>>()?;
     if microslices.is_empty() {
-        return Err(FlesError::Archive(format!("{} holds no microslices to replay", path.display())));
+        return Err(FlesError::NothingToReplay { path: path.display().to_string(), holds: "microslices" });
     }
     Ok(microslices)
 }

@@ -197,7 +197,7 @@ impl<M: FrameMemory> Consumer for Builder<M> {
             arrived,
             release: release.clone(),
         };
-        self.jobs.send(job).map_err(|_| FlesError::Gpu("the frames' watchers stopped".into()))?;
+        self.jobs.send(job).map_err(|_| FlesError::Internal("the frames' watchers stopped"))?;
         Ok(false)
     }
 }

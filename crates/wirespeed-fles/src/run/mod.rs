@@ -22,7 +22,7 @@ pub use frames::{BuiltFrame, Frames};
 pub use input::{InputSummary, run_input};
 pub use publish::ShmOutput;
 
-use crate::error::{FlesError, Result};
+use crate::error::Result;
 use crate::model::Slicing;
 use crate::monitor::{Monitor, Point};
 use crate::node::{LivenessSettings, RingSizes};
@@ -47,7 +47,8 @@ impl Replay {
         let Replay::Microslices(paths) = self else { return Ok(None) };
         let mut fewest = u64::MAX;
         for path in paths {
-            let file = std::fs::File::open(path).map_err(|e| FlesError::Archive(format!("{}: {e}", path.display())))?;
+            let file =
+                std::fs::File::open(path).map_err(|e| crate::error::io(format!("opening {}", path.display()), e))?;
             let mut reader = crate::source::MsaReader::new(std::io::BufReader::new(file))?;
             let mut idx = Vec::new();
             while let Some((d, _)) = reader.next_microslice()? {

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use super::net::{Port, SimMsg, Wake, now_ns};
 use super::{Shared, seconds};
-use crate::error::{FlesError, Result};
+use crate::error::{Result, Violation};
 use crate::node::{ComputeAction, ComputeNode, Thinned};
 use crate::run::ComputeSummary;
 use crate::sched::Kind;
@@ -74,12 +74,16 @@ pub(super) fn run(sh: &Shared, port: &mut Port, index: usize) -> Result<Option<C
 /// A message from actor `from`: an input (inputs' ids are their indices).
 fn handle(node: &mut ComputeNode, inputs: usize, from: usize, msg: SimMsg, now: u64) -> Result<()> {
     match msg {
-        other if from >= inputs => Err(FlesError::Simulation(format!("actor {from} sent a compute node {other:?}"))),
+        other if from >= inputs => {
+            Err(Violation::ActorSent { from, to: "a compute node", message: format!("{other:?}") }.into())
+        }
         // Its descriptor is in the simulated ring, put there before the status.
         SimMsg::Component { desc, pointers } => node.handle(from, Msg::Status(pointers), now, |_| Ok(desc)),
-        SimMsg::Ctl(m) => node.handle(from, m, now, |_| Err(FlesError::Simulation("a status without its put".into()))),
+        SimMsg::Ctl(m) => node.handle(from, m, now, |_| {
+            Err(Violation::ActorSent { from, to: "a compute node", message: "a status without its put".into() }.into())
+        }),
         // Its stream's end: everything it sent is in (messages come in order).
         SimMsg::Finished => node.on_closed(from, true, now),
-        other => Err(FlesError::Simulation(format!("input {from} sent {other:?}"))),
+        other => Err(Violation::ActorSent { from, to: "a compute node", message: format!("{other:?}") }.into()),
     }
 }

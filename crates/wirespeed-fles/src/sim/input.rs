@@ -3,7 +3,7 @@
 
 use super::net::{Port, SimMsg, Wake, now_ns};
 use super::{Shared, seconds};
-use crate::error::{FlesError, Result};
+use crate::error::{Result, Violation};
 use crate::model::Slicing;
 use crate::node::{InputAction, InputNode, Thinned};
 use crate::run::InputSummary;
@@ -73,10 +73,10 @@ fn handle(sh: &Shared, node: &mut InputNode, from: usize, msg: SimMsg) -> Result
     let c = from.wrapping_sub(sh.settings.inputs);
     match msg {
         other if c >= sh.settings.computes => {
-            Err(FlesError::Simulation(format!("actor {from} sent an input {other:?}")))
+            Err(Violation::ActorSent { from, to: "an input", message: format!("{other:?}") }.into())
         }
         SimMsg::Ctl(m) => node.handle(c, m, now_ns()),
         SimMsg::Finished => node.on_closed(c, true),
-        other => Err(FlesError::Simulation(format!("actor {from} sent an input {other:?}"))),
+        other => Err(Violation::ActorSent { from, to: "an input", message: format!("{other:?}") }.into()),
     }
 }

@@ -104,10 +104,16 @@ pub(crate) struct Shared {
     ended: Mutex<Option<f64>>,
     inputs: Mutex<Vec<InputSummary>>,
     computes: Mutex<Vec<ComputeSummary>>,
-    errors: Mutex<Vec<String>>,
+    /// Each actor's failure, in the order they came.
+    errors: Mutex<Vec<FlesError>>,
 }
 
 impl Shared {
+    /// Files actor `actor`'s failure; the run reports the first.
+    fn failed(&self, actor: usize, error: FlesError) {
+        lock(&self.errors).push(FlesError::Simulation { actor, error: Box::new(error) });
+    }
+
     /// Inputs, compute nodes and the events' actor.
     fn actors(&self) -> usize {
         self.settings.inputs + self.settings.computes + 1
@@ -210,12 +216,12 @@ pub fn simulate(s: &SimSettings, dir: &Path, progress: Option<Progress>) -> Resu
         let result = Port::open(events.events_id(), events.actors())
             .and_then(|mut port| events::run(&events, &mut port).inspect(|()| port.flush()));
         if let Err(e) = result {
-            lock(&events.errors).push(format!("events: {e}"));
+            events.failed(events.events_id(), e);
         }
     })?;
     engine.run()?;
-    if let Some(e) = lock(&sh.errors).first() {
-        return Err(FlesError::Simulation(e.to_string()));
+    if let Some(e) = lock(&sh.errors).drain(..).next() {
+        return Err(e);
     }
     let mut out = SimOutcome {
         inputs: std::mem::take(&mut *lock(&sh.inputs)),
@@ -244,12 +250,12 @@ fn node<T>(
 ) {
     let mut port = match Port::open(id, sh.actors()) {
         Ok(p) => p,
-        Err(e) => return lock(&sh.errors).push(e.to_string()),
+        Err(e) => return sh.failed(id, e),
     };
     match body(sh, &mut port) {
         Ok(Some(v)) => file(sh, v),
         Ok(None) => {}
-        Err(e) => lock(&sh.errors).push(e.to_string()),
+        Err(e) => sh.failed(id, e),
     }
     if sh.live.fetch_sub(1, Ordering::SeqCst) == 1 {
         *lock(&sh.ended) = Some(now());
@@ -257,7 +263,7 @@ fn node<T>(
     }
     // Messages to an actor that has ended fail in its senders' waits: stay until all end.
     if let Err(e) = port.drain_until_over() {
-        lock(&sh.errors).push(e.to_string());
+        sh.failed(id, e);
     }
     port.flush();
 }

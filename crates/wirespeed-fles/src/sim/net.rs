@@ -4,7 +4,7 @@
 //! as on a connection; a sequence number per pair checks it.
 
 use super::engine::{Comm, Mailbox, now};
-use crate::error::{FlesError, Result};
+use crate::error::{Result, Violation};
 use crate::model::ComponentDescriptor;
 use crate::model::component::COMPONENT_DESCRIPTOR_LEN;
 use crate::node::Pointers;
@@ -179,10 +179,7 @@ impl Port {
             // A transfer that failed brings nothing: wait for the next.
             let Ok(Envelope { from, seq, msg }) = done.value::<Envelope>() else { continue };
             if seq != self.delivered[from] {
-                return Err(FlesError::Simulation(format!(
-                    "message {seq} from actor {from} came after {}",
-                    self.delivered[from]
-                )));
+                return Err(Violation::OutOfOrder { from, seq, expected: self.delivered[from] }.into());
             }
             self.delivered[from] += 1;
             return Ok(Wake::Msg(from, msg));

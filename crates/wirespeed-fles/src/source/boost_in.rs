@@ -45,7 +45,7 @@ pub(crate) fn io_error(e: io::Error) -> FlesError {
     if e.kind() == io::ErrorKind::UnexpectedEof {
         malformed("archive", "it ends in the middle of an object")
     } else {
-        FlesError::Archive(e.to_string())
+        crate::error::io("reading an archive", e)
     }
 }
 
@@ -95,7 +95,8 @@ impl<R: BufRead> ArchiveIn<R> {
                 a.input = In::Zstd(io::BufReader::new(decoder));
             }
             (other, _) => {
-                return Err(FlesError::Archive(format!("compression {other} is neither none (0) nor zstd (1)")));
+                let why = format!("compression {other} is neither none (0) nor zstd (1)");
+                return Err(crate::error::malformed("archive", why));
             }
         }
         Ok(a)

@@ -7,6 +7,7 @@ pub mod stream;
 
 use std::sync::Arc;
 
+use crate::runtime::Runtime;
 use arrow_array::RecordBatch;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{
@@ -16,7 +17,6 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use futures::StreamExt;
 use prost::Message as _;
-use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
@@ -121,8 +121,8 @@ pub struct Client {
 
 impl Client {
     /// Connects to `grpc://host:port` (or `grpc+tcp://`), or to `grpc+tls://host:port`
-    /// checking the server against the system's roots. The data-plane key comes from
-    /// `WIRESPEED_KEY` if set; see [`Client::with_key`].
+    /// checking the server against the system's roots. Without a key ([`Client::with_key`],
+    /// [`Client::with_key_from_env`]) every call uses gRPC.
     pub fn connect(url: &str) -> Result<Self> {
         Self::connect_tls(url, &ClientTls::default())
     }
@@ -130,18 +130,13 @@ impl Client {
     /// As [`Client::connect`], with what a `grpc+tls://` connection trusts and presents
     /// (unused for `grpc://`).
     pub fn connect_tls(url: &str, tls: &ClientTls) -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .thread_name("flight-client")
-            .build()
-            .map_err(|e| Error::internal(format!("cannot start a runtime: {e}")))?;
+        let runtime = Runtime::new(2, "flight-client")?;
         let channel = runtime.block_on(grpc::channel::connect(url, tls))?;
         let grpc = FlightServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         let host = grpc::channel::host(url).unwrap_or_default();
-        let client = Client {
+        Ok(Client {
             runtime: Arc::new(runtime),
             grpc,
             token: None,
@@ -149,10 +144,14 @@ impl Client {
             transport: Transport::Auto,
             host,
             offers: Default::default(),
-        };
-        Ok(match Key::from_env_or_file(None).ok().flatten() {
-            Some(key) => client.with_key(key),
-            None => client,
+        })
+    }
+
+    /// With the key in `WIRESPEED_KEY`, if it is set; an empty one is an error.
+    pub fn with_key_from_env(self) -> Result<Self> {
+        Ok(match Key::from_env_or_file(None)? {
+            Some(key) => self.with_key(key),
+            None => self,
         })
     }
 

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
+use crate::runtime::Runtime;
 use arrow_array::RecordBatch;
 use arrow_flight::FlightData;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use wirespeed::Fabric;

@@ -101,7 +101,7 @@ impl DecodedStream for Reader {
             let data = match self.pending.take() {
                 Some(d) => d,
                 None if self.ended => return Ok(None),
-                None => match self.runtime.block_on(self.stream.message()).map_err(Error::from)? {
+                None => match crate::runtime::block_on(&self.runtime, self.stream.message()).map_err(Error::from)? {
                     Some(d) => d,
                     None => return Ok(None),
                 },
@@ -123,7 +123,7 @@ impl DecodedStream for Reader {
         }
         // Streaming::message keeps its state in the stream, so a wait cut short loses nothing.
         let message = self.stream.message();
-        match self.runtime.block_on(async { tokio::time::timeout(within, message).await }) {
+        match crate::runtime::block_on(&self.runtime, async { tokio::time::timeout(within, message).await }) {
             Err(_) => Ok(false),
             Ok(next) => {
                 self.pending = next.map_err(Error::from)?;

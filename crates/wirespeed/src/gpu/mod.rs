@@ -18,7 +18,8 @@ pub use ipc::{IPC_HANDLE_LEN, IpcMapping};
 pub use kernel::{Kernel, KernelArg};
 
 /// What can go wrong with a GPU.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum GpuError {
     /// No driver, no device of that number, or this build has none.
     #[error("no GPU: {0}")]

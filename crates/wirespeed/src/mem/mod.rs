@@ -193,9 +193,7 @@ const PAGE: usize = 4096;
 pub fn check_span(offset: u64, len: usize, region_len: u64) -> crate::Result<()> {
     match offset.checked_add(len as u64) {
         Some(end) if end <= region_len => Ok(()),
-        _ => {
-            Err(crate::Error::Limit(format!("{len} bytes at offset {offset} fall outside a {region_len}-byte region")))
-        }
+        _ => Err(crate::error::Limit::OutsideRegion { offset, len: len as u64, region_len }.into()),
     }
 }
 
@@ -204,8 +202,7 @@ impl RegionMem {
         let layout = Self::layout(len)?;
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr =
-            NonNull::new(p).ok_or_else(|| crate::Error::Limit(format!("out of memory for a {len}-byte region")))?;
+        let ptr = NonNull::new(p).ok_or(crate::error::Limit::Memory(len as u64))?;
         Ok(RegionMem { ptr, len, owner: None })
     }
 
@@ -224,7 +221,7 @@ impl RegionMem {
 
     fn layout(len: usize) -> crate::Result<std::alloc::Layout> {
         std::alloc::Layout::from_size_align(len.max(1), PAGE)
-            .map_err(|_| crate::Error::Limit(format!("a region of {len} bytes")))
+            .map_err(|_| crate::error::Limit::Memory(len as u64).into())
     }
 
     pub fn len(&self) -> usize {

@@ -49,7 +49,7 @@ impl SealedRegion {
     /// A region of `len` bytes (at least one) that `fill` writes before it is sealed.
     pub fn build(len: usize, fill: impl FnOnce(&mut [u8])) -> Result<Self> {
         if len == 0 {
-            return Err(Error::Limit("a sealed region cannot be empty".into()));
+            return Err(Error::Usage("a sealed region cannot be empty"));
         }
         let fd = memfd_create("wirespeed-sealed", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
             .map_err(io::Error::from)?;

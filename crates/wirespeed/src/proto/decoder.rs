@@ -205,7 +205,34 @@ mod tests {
         // Arbitrary bytes never panic, never allocate past the limits, and an error is sticky.
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096), split in 1usize..64) {
-            let _ = decode_all(&bytes, split);
+            let limits = Limits { max_meta: 64, max_payload: 512 };
+            let mut d = FrameDecoder::new(limits);
+            let mut failed = false;
+            for chunk in bytes.chunks(split) {
+                let mut off = 0;
+                while off < chunk.len() {
+                    match d.feed(&chunk[off..]) {
+                        Ok(n) => {
+                            prop_assert!(!failed, "a feed succeeded after an error");
+                            prop_assert!(n > 0 || d.ready.is_some());
+                            off += n;
+                        }
+                        Err(_) => {
+                            failed = true;
+                            break;
+                        }
+                    }
+                    prop_assert!(d.meta.capacity() <= limits.max_meta as usize, "meta {}", d.meta.capacity());
+                    prop_assert!(d.payload.capacity() <= limits.max_payload as usize);
+                    if let Some(f) = d.take_frame() {
+                        prop_assert!(f.meta.len() <= limits.max_meta as usize && f.payload.len() <= limits.max_payload as usize);
+                    }
+                }
+                if failed {
+                    prop_assert!(d.feed(chunk).is_err() && d.feed(&[]).is_err(), "the error did not stick");
+                    break;
+                }
+            }
         }
 
         #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::codec::{self, Writer};
 use super::frame::{FrameHeader, HEADER_LEN, Kind, Touched};
-use crate::error::{Error, Result, Violation};
+use crate::error::{Limit, Result, Violation};
 use crate::mem::{Buf, RegionMem};
 
 const MAGIC: &[u8; 4] = b"WSRG";
@@ -160,8 +160,7 @@ impl Rma {
     /// Exposes `mem` to the peer's puts and gets; returns the region's id.
     pub fn add_region(&mut self, mem: Arc<RegionMem>) -> Result<u32> {
         // The top id is kept for GPU regions, which only a fabric reaches.
-        let id = (self.last_region.checked_add(1).filter(|&id| id < u32::MAX))
-            .ok_or_else(|| Error::Limit("region ids exhausted".into()))?;
+        let id = (self.last_region.checked_add(1).filter(|&id| id < u32::MAX)).ok_or(Limit::IdsExhausted("region"))?;
         self.last_region = id;
         self.regions.insert(id, mem);
         Ok(id)
@@ -174,7 +173,7 @@ impl Rma {
 
     /// Registers a get of `len` bytes and returns its request id.
     pub fn start_get(&mut self, len: u64) -> Result<u32> {
-        let id = self.last_get.checked_add(1).ok_or_else(|| Error::Limit("get ids exhausted".into()))?;
+        let id = self.last_get.checked_add(1).ok_or(Limit::IdsExhausted("get"))?;
         self.last_get = id;
         self.gets.insert(id, PendingGet { len, got: 0, parts: Vec::new() });
         Ok(id)

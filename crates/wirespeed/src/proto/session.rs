@@ -11,7 +11,7 @@ use super::codec::Reader;
 use super::frame::{FrameHeader, Kind, Touched, encode_control};
 use super::handshake::Params;
 use super::rma::Rma;
-use crate::error::{Error, ErrorCode, Violation};
+use crate::error::{Error, ErrorCode, Limit, Violation};
 use crate::mem::Buf;
 
 /// Stream ids index every frame: ahash is several times faster than the standard SipHash on
@@ -171,10 +171,10 @@ impl Session {
         }
         let open = self.streams.keys().filter(|&&id| self.is_local(id)).count();
         if open >= self.peer.max_streams as usize {
-            return Err(Error::Limit(format!("the peer accepts at most {} streams", self.peer.max_streams)));
+            return Err(Limit::Streams(self.peer.max_streams).into());
         }
         let id = self.next_local;
-        self.next_local = id.checked_add(2).ok_or_else(|| Error::Limit("stream ids exhausted".into()))?;
+        self.next_local = id.checked_add(2).ok_or(Limit::IdsExhausted("stream"))?;
         let s = self.new_stream();
         self.streams.insert(id, s);
         Ok(id)
@@ -372,52 +372,6 @@ impl Session {
         Ok(self.streams.get_mut(&id))
     }
 
-    /// Payload bytes the caller may now send on `id` in one frame whose meta is `meta_len`
-    /// bytes; `None` means wait for credit. Chunks are at most `max_chunk` bytes.
-    pub fn take_send_credit(
-        &mut self,
-        id: u32,
-        meta_len: u64,
-        remaining: u64,
-        max_chunk: u64,
-    ) -> Result<Option<u64>, Error> {
-        if let Some(e) = self.terminal_error() {
-            return Err(e);
-        }
-        let window = self.peer.stream_window;
-        if meta_len > window {
-            return Err(Error::Limit(format!("a {meta_len}-byte header exceeds the peer's {window}-byte window")));
-        }
-        let s = self.streams.get_mut(&id).ok_or(Error::Closed)?;
-        if let Some(code) = s.reset {
-            return Err(Error::Reset { stream: id, code });
-        }
-        if !s.send_open {
-            return Err(Error::Usage("send on a stream after its finish"));
-        }
-        // Wait for a worthwhile chunk; credit always comes back to at least half a window.
-        let need = meta_len + remaining.min(max_chunk).min(window / 2);
-        if s.send_credit < need {
-            return Ok(None);
-        }
-        let take = remaining.min(max_chunk).min(s.send_credit - meta_len);
-        s.send_credit -= meta_len + take;
-        Ok(Some(take))
-    }
-
-    /// Ends our direction of `id`; true if this call ended it, and the caller then sends the
-    /// Finish frame. A second finish sends nothing: the peer would take it as a violation.
-    pub fn finish(&mut self, id: u32) -> Result<bool, Error> {
-        if let Some(e) = self.terminal_error() {
-            return Err(e);
-        }
-        let s = self.streams.get_mut(&id).ok_or(Error::Closed)?;
-        if let Some(code) = s.reset {
-            return Err(Error::Reset { stream: id, code });
-        }
-        Ok(std::mem::replace(&mut s.send_open, false))
-    }
-
     /// Aborts `id` in both directions and tells the peer.
     pub fn reset(&mut self, id: u32, code: ErrorCode) {
         if let Some(s) = self.streams.get_mut(&id)
@@ -515,5 +469,8 @@ fn charge(s: &mut StreamState, id: u32, cost: u64) -> Result<(), Error> {
     Ok(())
 }
 
+mod send;
 #[cfg(test)]
 mod tests;
+
+pub use send::Outgoing;

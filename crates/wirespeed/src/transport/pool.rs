@@ -6,7 +6,7 @@ use std::alloc::{Layout, alloc, dealloc};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use crate::error::{Error, Result};
+use crate::error::{Limit, Result};
 use crate::mem::{Buf, Lender};
 use crate::sync::Unpoison;
 
@@ -53,7 +53,7 @@ impl Pool {
     pub(crate) fn take(self: &Arc<Self>, len: usize) -> Result<PoolBuf> {
         let class = (len.max(1).next_power_of_two().trailing_zeros().saturating_sub(MIN_SHIFT)) as usize;
         if class >= CLASSES {
-            return Err(Error::Limit(format!("a {len}-byte receive buffer is larger than any frame")));
+            return Err(Limit::OverFrame(len as u64).into());
         }
         let reused = {
             let mut f = self.free.lock().unpoison();
@@ -69,7 +69,7 @@ impl Pool {
             None => {
                 // SAFETY: the layout has a non-zero size.
                 let p = unsafe { alloc(layout(class)) };
-                NonNull::new(p).ok_or_else(|| Error::Limit(format!("out of memory for a {len}-byte buffer")))?
+                NonNull::new(p).ok_or(Limit::Memory(len as u64))?
             }
         };
         Ok(PoolBuf { ptr, class, pool: self.clone() })

@@ -8,10 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::engine::{Inner, Waiting};
-use crate::error::{Error, ErrorCode, Result, Violation};
+use crate::error::{Error, ErrorCode, Limit, Result, Violation};
 use crate::mem::{Body, Buf, Chunks};
-use crate::proto::frame::{FrameHeader, HEADER_LEN, Kind};
-use crate::proto::session::{RecvEvent, Session};
+use crate::proto::session::{Outgoing, RecvEvent, Session};
 use crate::sync::Unpoison;
 
 /// A message received whole.
@@ -153,9 +152,9 @@ impl Stream {
         sent.map(Ok)
     }
 
-    /// Splits a message of `total` body bytes into frames as credit allows; `write` sends one
-    /// frame given its encoded head, how many body bytes follow the previous ones, and a
-    /// scratch buffer.
+    /// Sends a message of `total` body bytes in the frames the session cuts as credit allows;
+    /// `write` sends one frame given its head, how many body bytes follow the previous ones,
+    /// and a scratch buffer.
     fn send_frames(
         &self,
         header: &[u8],
@@ -163,39 +162,22 @@ impl Stream {
         mut write: impl FnMut(&[u8], usize, &mut Vec<u8>) -> Result<()>,
     ) -> Result<()> {
         let mut scratch = self.send.lock().unpoison();
-        let Scratch { meta, body } = &mut *scratch;
-        meta.clear();
-        meta.extend_from_slice(&[0; HEADER_LEN]);
-        meta.extend_from_slice(&total.to_le_bytes());
-        meta.extend_from_slice(header);
-        let mut remaining = total;
-        let mut first = true;
-        loop {
-            let meta_len = if first { (meta.len() - HEADER_LEN) as u64 } else { 0 };
+        let Scratch { head, body } = &mut *scratch;
+        let mut msg = Outgoing::new(self.id, total);
+        while !msg.is_done() {
             let take = self.inner.wait_for(self.timeout, Waiting::OnStream(self.id), |s| {
-                s.take_send_credit(self.id, meta_len, remaining, self.inner.max_chunk).transpose()
+                s.next_frame(&mut msg, header, self.inner.max_chunk, head).transpose()
             })?;
-            let mut h = FrameHeader::new(if first { Kind::Message } else { Kind::Data }, self.id);
-            h.meta_len = meta_len as u32;
-            h.len = take;
-            meta[..HEADER_LEN].copy_from_slice(&h.encode());
-            let head = if first { &meta[..] } else { &meta[..HEADER_LEN] };
-            write(head, take as usize, body)?;
-            remaining -= take;
-            first = false;
-            if remaining == 0 {
-                return Ok(());
-            }
+            write(head, take, body)?;
         }
+        Ok(())
     }
 
     /// Tells the peer no more messages follow on this stream. Finishing again does nothing.
     pub fn finish(&self) -> Result<()> {
         let _serialised = self.send.lock().unpoison();
-        if !self.inner.lock().session.finish(self.id)? {
-            return Ok(());
-        }
-        self.inner.write(&FrameHeader::new(Kind::Finish, self.id).encode(), &[])
+        let frame = self.inner.lock().session.finish(self.id)?;
+        frame.map_or(Ok(()), |frame| self.inner.write(&frame, &[]))
     }
 
     /// Aborts the stream in both directions with `code`.
@@ -260,11 +242,7 @@ impl Stream {
         if got < body_len || (whole && chunks.len() > 1) {
             // Too big to hold as lent views (or wanted whole): gather on the heap, giving
             // transport memory back as we go.
-            let mut v = self
-                .inner
-                .gathered
-                .try_take_empty(body_len as usize)
-                .map_err(|_| Error::Limit(format!("cannot hold a {body_len}-byte body in memory")))?;
+            let mut v = self.inner.gathered.try_take_empty(body_len as usize).map_err(|_| Limit::Memory(body_len))?;
             *left = body_len;
             for c in chunks.drain(..) {
                 *left -= c.len() as u64;
@@ -368,8 +346,8 @@ impl Drop for Stream {
 /// What a stream's sender reuses from one message to the next.
 #[derive(Default)]
 struct Scratch {
-    /// The frame header and message meta.
-    meta: Vec<u8>,
+    /// The head of the frame being sent, as the session wrote it.
+    head: Vec<u8>,
     /// A body being filled, where the transport cannot fill in place.
     body: Vec<u8>,
 }

@@ -122,8 +122,9 @@ fn read_error_code(s: &mut dyn ReadWrite) -> Option<u32> {
 
 /// Runs in a child process for `killed_peer_mid_message`: starts a 1 TiB message.
 #[test]
+#[ignore = "not a case: the child process the killed-peer case starts (with --ignored)"]
 fn child_sends_forever() {
-    let Ok(url) = std::env::var("WS_CHILD_URL") else { return };
+    let url = std::env::var("WS_CHILD_URL").expect("started by the killed-peer case, which sets WS_CHILD_URL");
     let c = connect(&url, &key(), &Config::default()).unwrap();
     let st = c.open_stream().unwrap();
     let piece = vec![1u8; 1 << 20];

@@ -315,7 +315,7 @@ pub fn killed_peer_mid_message(scheme: &str) {
     }
     let l = listen(&fresh_url(scheme), &key(), &Config::default()).unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_sends_forever", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "child_sends_forever", "--ignored", "--nocapture", "--test-threads=1"])
         .env("WS_CHILD_URL", l.url())
         .stdout(Stdio::null())
         .spawn()

@@ -12,7 +12,7 @@ use ofi_sys::{FI_READ, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_WRITE};
 
 use super::core::Core;
 use super::endpoint::Registration;
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, Limit, Result, Violation};
 use crate::mem::RegionMem;
 use crate::proto::codec::{self, Writer};
 use crate::transport::progress::Driver;
@@ -47,11 +47,9 @@ impl Drop for Registered {
 
 impl NativeRma for OfiRma {
     fn register(&self, len: usize) -> Result<(RegionMem, Vec<u8>)> {
-        let layout =
-            Layout::from_size_align(len.max(1), PAGE).map_err(|_| Error::Limit(format!("a {len}-byte region")))?;
+        let layout = Layout::from_size_align(len.max(1), PAGE).map_err(|_| Limit::Memory(len as u64))?;
         // SAFETY: a non-zero size.
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })
-            .ok_or_else(|| Error::Limit(format!("out of memory for a {len}-byte region")))?;
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(Limit::Memory(len as u64))?;
         let mut owner = Registered { registration: None, ptr, layout };
         let access = (FI_REMOTE_READ | FI_REMOTE_WRITE | FI_READ | FI_WRITE) as u64;
         // SAFETY: the memory lives as long as `owner`, which drops the registration first.

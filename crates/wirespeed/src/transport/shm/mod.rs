@@ -43,7 +43,7 @@ use super::conn::Connection;
 use super::listener::{Acceptor, Listener};
 use super::sys::{accept_within, recv_with_fds, send_with_fds};
 use super::{Config, handshake};
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, Limit, Result, Violation};
 use crate::fabric::Fabric;
 use crate::key::Key;
 use crate::mem::Mapping;
@@ -84,12 +84,12 @@ pub fn connect(path: &Path, key: &Key, config: &Config) -> Result<Connection> {
 
 pub fn listen(path: &Path, key: &Key, config: &Config) -> Result<Listener> {
     if !config.shm_ring_bytes.is_power_of_two() || !(MIN_RING..=MAX_RING).contains(&config.shm_ring_bytes) {
-        return Err(Error::Limit(format!("shm_ring_bytes must be a power of two from {MIN_RING} to {MAX_RING}")));
+        let range = format!("a power of two from {MIN_RING} to {MAX_RING}");
+        return Err(Limit::Config { field: "shm_ring_bytes", range }.into());
     }
     if !areas_fit(config.shm_ring_bytes, config.shm_ring_areas) {
-        return Err(Error::Limit(format!(
-            "shm_ring_areas must be from 1 to {MAX_AREAS}, and hold at most {MAX_AREA_BYTES} bytes"
-        )));
+        let range = format!("from 1 to {MAX_AREAS}, and hold at most {MAX_AREA_BYTES} bytes");
+        return Err(Limit::Config { field: "shm_ring_areas", range }.into());
     }
     let (l, cleanup) = rendezvous::bind(path)?;
     l.set_nonblocking(true)?;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::ring::{Ring, align};
 use super::waker::{Waker, notify};
 use super::{pull, regions, ring};
-use crate::error::{Error, FrameError, Result};
+use crate::error::{Error, FrameError, Limit, Result};
 use crate::mem::{Mapping, stream_copy};
 use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, FrameHeader};
 use crate::transport::{Fill, FrameTx};
@@ -83,7 +83,7 @@ impl ShmTx {
     /// is published: until `head` moves past it, the next reservation may take the place again.
     pub(super) fn reserve(&mut self, total: u64, timeout: Duration) -> Result<u64> {
         if total > self.ring.cap() / 2 {
-            return Err(Error::Limit(format!("a {total}-byte frame does not fit the shared-memory ring")));
+            return Err(Limit::OverRing(total as u64).into());
         }
         let (pad, at) = loop {
             if let Some(r) = self.ring.reserve(self.head, &mut self.tail, total) {
