@@ -132,13 +132,13 @@ impl PendingReader {
 
 /// One message as Python sees it: (batch or None, app_metadata or None).
 pub fn chunk<'py>(py: Python<'py>, payload: &Payload) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    let batch = match &payload.batch {
+    let batch = match payload.record_batch() {
         Some(b) => arrow::batch_to_py(py, b)?,
         None => py.None().into_bound(py),
     };
-    let metadata = match payload.app_metadata.is_empty() {
+    let metadata = match payload.app_metadata().is_empty() {
         true => py.None().into_bound(py),
-        false => PyBytes::new(py, &payload.app_metadata).into_any(),
+        false => PyBytes::new(py, payload.app_metadata()).into_any(),
     };
     Ok((batch, metadata))
 }

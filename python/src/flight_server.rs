@@ -298,7 +298,7 @@ impl ServerReader {
                 let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
                 let mut batches = Vec::new();
                 while let Some(p) = source.next()? {
-                    batches.extend(p.batch);
+                    batches.extend(p.into_parts().0);
                 }
                 Ok::<_, Error>(batches)
             })
@@ -354,14 +354,14 @@ impl ServerWriter {
     fn send(&self, py: Python<'_>, payload: Payload) -> PyResult<()> {
         let mut state = self.sink.state.lock().unwrap_or_else(|p| p.into_inner());
         if let SinkState::Waiting(begun) = &*state
-            && payload.batch.is_none()
+            && !payload.has_batch()
         {
             let (tx, rx) = sync_channel(QUEUE);
             let _ = begun.send(Ok((None, WriteOptions::default(), rx)));
             *state = SinkState::Writing(tx, false);
         }
         let tx = match &*state {
-            SinkState::Writing(tx, begun) if *begun || payload.batch.is_none() => tx.clone(),
+            SinkState::Writing(tx, begun) if *begun || !payload.has_batch() => tx.clone(),
             SinkState::Waiting(_) | SinkState::Writing(..) => {
                 return Err(errors::usage("call begin(schema) before writing"));
             }

@@ -292,7 +292,7 @@ pub fn default_planes(tls: bool) -> Vec<Fabric> {
 fn default_plane(kind: Fabric) -> bool {
     match kind {
         Fabric::Ucx => cfg!(feature = "ucx"),
-        Fabric::Ofi(_) | Fabric::InProcess => false,
         Fabric::Shm | Fabric::Tcp => true,
+        _ => false,
     }
 }

@@ -14,39 +14,79 @@ use crate::error::{Error, Quote, Result};
 use crate::ipc::{PayloadStream, SharedStats, WriteOptions};
 use crate::stored::StoredBatch;
 
-/// One message of a stream: a batch, application metadata, or both.
-#[derive(Clone, Debug, Default)]
-pub struct Payload {
-    pub batch: Option<RecordBatch>,
-    pub app_metadata: Bytes,
-    /// A batch still in its file, in place of `batch`, sent as the file holds it (a data plane
-    /// reads the body straight into transport memory, gRPC into its message).
-    pub stored: Option<Box<StoredBatch>>,
-    /// The schema (and layout) this message begins an output with, for an output that sent
-    /// application metadata before it ([`Output::unbegun`]); nothing else goes with it.
-    pub begin: Option<Box<(SchemaRef, WriteOptions)>>,
+/// One message of a stream.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Payload {
+    /// A batch, with application metadata (empty for none).
+    Batch { batch: RecordBatch, app_metadata: Bytes },
+    /// Application metadata alone.
+    Metadata(Bytes),
+    /// A batch still in its file, sent as the file holds it (a data plane reads the body
+    /// straight into transport memory, gRPC into its message).
+    Stored { batch: Box<StoredBatch>, app_metadata: Bytes },
+    /// The schema (and layout) an output begins with after it sent application metadata
+    /// first ([`Output::unbegun`]).
+    Begin { schema: SchemaRef, options: WriteOptions },
 }
 
 impl Payload {
+    /// A batch with `app_metadata` if there is one, else metadata alone.
     pub fn new(batch: Option<RecordBatch>, app_metadata: Bytes) -> Self {
-        Payload { batch, app_metadata, stored: None, begin: None }
+        match batch {
+            Some(batch) => Payload::Batch { batch, app_metadata },
+            None => Payload::Metadata(app_metadata),
+        }
     }
 
     pub fn batch(batch: RecordBatch) -> Self {
-        Payload::new(Some(batch), Bytes::new())
+        Payload::Batch { batch, app_metadata: Bytes::new() }
     }
 
     pub fn metadata(app_metadata: Bytes) -> Self {
-        Payload::new(None, app_metadata)
+        Payload::Metadata(app_metadata)
     }
 
     pub fn stored(batch: StoredBatch) -> Self {
-        Payload { stored: Some(Box::new(batch)), ..Payload::default() }
+        Payload::Stored { batch: Box::new(batch), app_metadata: Bytes::new() }
     }
 
     /// Begins an output whose schema was not known at first.
     pub fn begin(schema: SchemaRef, options: WriteOptions) -> Self {
-        Payload { begin: Some(Box::new((schema, options))), ..Payload::default() }
+        Payload::Begin { schema, options }
+    }
+
+    /// The decoded batch it carries, if any.
+    pub fn record_batch(&self) -> Option<&RecordBatch> {
+        match self {
+            Payload::Batch { batch, .. } => Some(batch),
+            _ => None,
+        }
+    }
+
+    /// Whether it carries a batch, decoded or stored.
+    pub fn has_batch(&self) -> bool {
+        matches!(self, Payload::Batch { .. } | Payload::Stored { .. })
+    }
+
+    /// Its application metadata: empty where it has none.
+    pub fn app_metadata(&self) -> &Bytes {
+        static NONE: Bytes = Bytes::new();
+        match self {
+            Payload::Batch { app_metadata, .. } | Payload::Stored { app_metadata, .. } => app_metadata,
+            Payload::Metadata(m) => m,
+            Payload::Begin { .. } => &NONE,
+        }
+    }
+
+    /// The decoded batch and the application metadata.
+    pub fn into_parts(self) -> (Option<RecordBatch>, Bytes) {
+        match self {
+            Payload::Batch { batch, app_metadata } => (Some(batch), app_metadata),
+            Payload::Metadata(m) => (None, m),
+            Payload::Stored { app_metadata, .. } => (None, app_metadata),
+            Payload::Begin { .. } => (None, Bytes::new()),
+        }
     }
 }
 

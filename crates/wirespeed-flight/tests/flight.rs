@@ -92,8 +92,8 @@ impl Handler for Memory {
             schema,
             input.map(|p| {
                 let p = p?;
-                let rows = p.batch.as_ref().map_or(0, |b| b.num_rows());
-                Ok(Payload::new(p.batch, Bytes::from(rows.to_string())))
+                let rows = p.record_batch().map_or(0, |b| b.num_rows());
+                Ok(Payload::new(p.into_parts().0, Bytes::from(rows.to_string())))
             }),
         ))
     }
@@ -109,8 +109,9 @@ struct Stored {
 
 impl Upload for Stored {
     fn write(&mut self, payload: Payload) -> Result<Option<Bytes>> {
-        self.batches.extend(payload.batch);
-        Ok((!payload.app_metadata.is_empty()).then_some(payload.app_metadata))
+        let (batch, app_metadata) = payload.into_parts();
+        self.batches.extend(batch);
+        Ok((!app_metadata.is_empty()).then_some(app_metadata))
     }
 
     fn finish(self: Box<Self>) -> Result<Vec<Bytes>> {
@@ -195,8 +196,8 @@ fn put_then_get_on_every_plane() {
         assert_eq!(reader.plane().name(), expected);
         let mut got = Vec::new();
         while let Some(p) = reader.next_payload().unwrap() {
-            assert_eq!(p.app_metadata, Bytes::from(format!("batch {}", got.len())), "app_metadata travels");
-            got.push(p.batch.unwrap());
+            assert_eq!(p.app_metadata(), &Bytes::from(format!("batch {}", got.len())), "app_metadata travels");
+            got.push(p.into_parts().0.unwrap());
         }
         assert_eq!(got, batches, "{name}");
         if transport == Transport::Only(Fabric::Shm) {
@@ -295,8 +296,8 @@ fn exchange_streams_both_ways_on_every_plane() {
             let b = batch(i * 10, 10 + i);
             w.write(b.clone()).unwrap();
             let p = r.next_payload().unwrap().unwrap();
-            assert_eq!(p.batch.unwrap(), b, "{transport:?}");
-            assert_eq!(p.app_metadata, Bytes::from((10 + i).to_string()));
+            assert_eq!(p.app_metadata(), &Bytes::from((10 + i).to_string()));
+            assert_eq!(p.into_parts().0.unwrap(), b, "{transport:?}");
         }
         w.finish().unwrap();
         assert!(r.next_payload().unwrap().is_none(), "{transport:?}: the echo ends when the input does");

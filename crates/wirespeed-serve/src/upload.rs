@@ -58,11 +58,12 @@ impl DirUpload {
 
 impl Upload for DirUpload {
     fn write(&mut self, payload: Payload) -> Result<Option<Bytes>> {
-        if let Some(batch) = &payload.batch {
+        let (batch, app_metadata) = payload.into_parts();
+        if let Some(batch) = &batch {
             self.write_batch(batch).map_err(|e| Error::internal(format!("{}: {e}", self.name)))?;
             self.rows += batch.num_rows() as u64;
         }
-        Ok((!payload.app_metadata.is_empty()).then_some(payload.app_metadata))
+        Ok((!app_metadata.is_empty()).then_some(app_metadata))
     }
 
     fn finish(self: Box<Self>) -> Result<Vec<Bytes>> {

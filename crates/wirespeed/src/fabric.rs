@@ -5,6 +5,7 @@
 /// What follows the handshake, and so how frames move. Declared fastest first, so sorting
 /// fabrics puts the one to prefer first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Fabric {
     /// Shared-memory rings between processes on one host, set up over a unix socket.
     Shm,
@@ -20,6 +21,7 @@ pub enum Fabric {
 
 /// The libfabric providers a URL can name (`ofi+<provider>://`), fastest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Provider {
     /// Shared memory between processes on one host (single copy by CMA for large bodies).
     Shm,

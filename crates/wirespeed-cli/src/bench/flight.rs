@@ -162,7 +162,7 @@ struct Count(u64);
 
 impl Upload for Count {
     fn write(&mut self, payload: Payload) -> wirespeed_flight::Result<Option<Bytes>> {
-        self.0 += payload.batch.map_or(0, |b| b.num_rows() as u64);
+        self.0 += payload.record_batch().map_or(0, |b| b.num_rows() as u64);
         Ok(None)
     }
 

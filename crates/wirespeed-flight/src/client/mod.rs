@@ -40,6 +40,7 @@ use wirespeed::Fabric;
 
 /// Which plane a client may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Transport {
     /// The fastest one offered and reachable, else gRPC.
     Auto,
@@ -51,6 +52,7 @@ pub enum Transport {
 
 /// The plane a call ran on, for reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Plane {
     Grpc,
     Data(Fabric),

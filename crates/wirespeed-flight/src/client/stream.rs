@@ -116,7 +116,7 @@ impl Iterator for FlightReader {
     fn next(&mut self) -> Option<Result<RecordBatch>> {
         loop {
             match self.next_payload() {
-                Ok(Some(Payload { batch: Some(b), .. })) => return Some(Ok(b)),
+                Ok(Some(Payload::Batch { batch, .. })) => return Some(Ok(batch)),
                 Ok(Some(_)) => continue,
                 Ok(None) => return None,
                 Err(e) => return Some(Err(e)),
@@ -205,7 +205,7 @@ impl FlightWriter {
 
     pub fn write_payload(&mut self, payload: Payload) -> Result<()> {
         match &mut self.inner {
-            WriterInner::Plane { begun: false, .. } if payload.batch.is_some() => {
+            WriterInner::Plane { begun: false, .. } if payload.has_batch() => {
                 Err(Error::invalid_argument("begin the stream with a schema first"))
             }
             WriterInner::Plane { stream, .. } if let Some(e) = stream.peer_error() => Err(e),
@@ -314,7 +314,7 @@ impl PutResults {
     /// The next one, waiting for it; None once the call has ended.
     pub fn next_result(&mut self) -> Result<Option<Bytes>> {
         match &mut self.0 {
-            Source::Plane(reader) => Ok(reader.next_payload()?.map(|p| p.app_metadata)),
+            Source::Plane(reader) => Ok(reader.next_payload()?.map(|p| p.into_parts().1)),
             Source::Grpc(received) => match received.recv_timeout(RESULT_WAIT) {
                 Ok(result) => Ok(Some(result)),
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Ok(None),

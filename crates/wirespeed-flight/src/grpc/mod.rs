@@ -61,18 +61,19 @@ impl Writer {
     }
 
     pub fn encode(&mut self, payload: Payload) -> Result<Vec<Frame>> {
-        if let Some(begin) = &payload.begin {
-            self.compression = begin.1.compression;
-        }
-        if let Some(stored) = &payload.stored {
+        match payload {
+            Payload::Begin { options, .. } => self.compression = options.compression,
             // A batch still in its file goes as the file holds it (one read, no decode), unless
             // the file compressed it otherwise than this output is.
-            if stored.compression() != self.compression {
-                let batch = Payload::new(Some(stored.read()?), payload.app_metadata);
-                return Ok(self.frames.frames(batch)?);
+            Payload::Stored { batch: stored, app_metadata } => {
+                if stored.compression() != self.compression {
+                    let batch = Payload::Batch { batch: stored.read()?, app_metadata };
+                    return Ok(self.frames.frames(batch)?);
+                }
+                let body = vec![stored.read_body()?];
+                return Ok(vec![Frame { meta: stored.meta.clone(), body, app_metadata }]);
             }
-            let body = vec![stored.read_body()?];
-            return Ok(vec![Frame { meta: stored.meta.clone(), body, app_metadata: payload.app_metadata }]);
+            _ => {}
         }
         Ok(self.frames.frames(payload)?)
     }

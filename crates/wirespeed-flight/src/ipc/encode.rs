@@ -142,17 +142,14 @@ impl FrameWriter {
     }
 
     pub fn frames(&mut self, payload: Payload) -> Result<Vec<Frame>, ArrowError> {
-        if let Some(begin) = payload.begin {
-            let (schema, options) = *begin;
-            return self.begin(&schema, options);
-        }
-        match (payload.batch, &mut self.encoder) {
-            (Some(batch), Some(encoder)) => encoder.encode(&batch, payload.app_metadata),
-            (Some(_), None) => Err(ArrowError::InvalidArgumentError("a batch before the schema".into())),
-            (None, _) if payload.stored.is_some() => {
+        match (payload, &mut self.encoder) {
+            (Payload::Begin { schema, options }, _) => self.begin(&schema, options),
+            (Payload::Batch { batch, app_metadata }, Some(encoder)) => encoder.encode(&batch, app_metadata),
+            (Payload::Batch { .. }, None) => Err(ArrowError::InvalidArgumentError("a batch before the schema".into())),
+            (Payload::Stored { .. }, _) => {
                 Err(ArrowError::InvalidArgumentError("a stored batch, which its plane sends itself".into()))
             }
-            (None, _) => Ok(vec![Frame::metadata_only(payload.app_metadata)]),
+            (Payload::Metadata(app_metadata), _) => Ok(vec![Frame::metadata_only(app_metadata)]),
         }
     }
 }

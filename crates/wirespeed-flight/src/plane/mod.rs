@@ -69,8 +69,8 @@ impl Writer {
     }
 
     pub fn write(&mut self, stream: &CallStream, payload: Payload) -> Result<()> {
-        if let Some(stored) = &payload.stored {
-            let header = Msg::Data { app_metadata: payload.app_metadata, meta: stored.meta.clone() }.encode();
+        if let Payload::Stored { batch: stored, app_metadata } = payload {
+            let header = Msg::Data { app_metadata, meta: stored.meta.clone() }.encode();
             return stream.send_filled(&header, stored.body_len(), stored.filler());
         }
         self.frames.frames(payload)?.iter().try_for_each(|f| send_frame(stream, f))
