@@ -2,7 +2,7 @@
 //! decodes encodes back to the same message.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use wirespeed_flight::plane::proto::Msg;
+use wirespeed_flight::internal::Msg;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(msg) = Msg::decode(data) {

@@ -4,7 +4,7 @@
 use arrow_buffer::Buffer;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use wirespeed_flight::ipc::Decoder;
+use wirespeed_flight::internal::Decoder;
 
 fuzz_target!(|data: &[u8]| {
     let mut dec = Decoder::default();

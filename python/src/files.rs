@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use wirespeed::Config;
-use wirespeed_files::plane::{self, Transport};
+use wirespeed::fabric::Choice;
+use wirespeed_files::fabric_choice;
 use wirespeed_files::remote::{self, RemoteCopy, Ssh};
 use wirespeed_files::{
     Excludes, Input, Output, Ports, Progress, Report, Server, Side, SinkOptions, SourceOptions, Summary,
@@ -34,7 +35,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 pub struct CopyOptions {
     source: SourceOptions,
     sink: SinkOptions,
-    transport: Transport,
+    transport: Choice,
 }
 
 #[pymethods]
@@ -66,8 +67,7 @@ impl CopyOptions {
         if compress.is_some_and(|l| !(1..=19).contains(&l)) {
             return Err(errors::usage("compress is a zstd level from 1 to 19"));
         }
-        let transport =
-            transport.parse::<Transport>().map_err(|e| errors::usage(format!("transport {transport:?}: {e}")))?;
+        let transport = transport.parse::<Choice>().map_err(|e| errors::usage(e.to_string()))?;
         let source = SourceOptions {
             recursive,
             preserve: preserve || sync,
@@ -185,7 +185,7 @@ fn send_files(
     let key = required_key(key)?;
     let input = inputs(paths, options.source.recursive)?;
     with_progress(py, progress, move |p| {
-        let conn = plane::connect(&to, options.transport, &key, &Config::default())?;
+        let conn = fabric_choice::connect(&to, options.transport, &key, &Config::default())?;
         let sent = wirespeed_files::send(&conn, Side::Client, &input, &options.source, p);
         conn.close();
         sent

@@ -14,8 +14,7 @@ use bytes::Bytes;
 use prost::Message;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule};
-use wirespeed::Fabric;
-use wirespeed_flight::{Payload, ReadStats, SharedStats, Transport, WriteOptions};
+use wirespeed_flight::{Payload, PlaneChoice, ReadStats, SharedStats, WriteOptions};
 
 use crate::arrow;
 use crate::errors;
@@ -33,15 +32,8 @@ fn decode<M: Message + Default>(what: &str, bytes: &[u8]) -> PyResult<M> {
     M::decode(bytes).map_err(|e| errors::usage(format!("not a serialized {what}: {e}")))
 }
 
-pub fn transport(name: &str) -> PyResult<Transport> {
-    match name {
-        "auto" => Ok(Transport::Auto),
-        "grpc" => Ok(Transport::Grpc),
-        other => other
-            .parse::<Fabric>()
-            .map(Transport::Only)
-            .map_err(|_| errors::usage(format!("unknown transport {other:?} (auto, grpc or {})", Fabric::names()))),
-    }
+pub fn transport(name: &str) -> PyResult<PlaneChoice> {
+    name.parse().map_err(|e: wirespeed::ParseError| errors::usage(e.to_string()))
 }
 
 /// The data-plane half of `wirespeed.flight.FlightClient`, whose gRPC is pyarrow's own: it
@@ -77,7 +69,7 @@ impl PlaneClient {
 
     /// A fresh value for the hello header.
     fn hello(&self) -> PyResult<String> {
-        wirespeed_flight::plane::hello::hello(self.planes.key()).map_err(errors::flight)
+        wirespeed_flight::discovery::hello(self.planes.key()).map_err(errors::flight)
     }
 
     /// Reads `ticket` over one of `uris`; None when none fits (the call then goes over gRPC).

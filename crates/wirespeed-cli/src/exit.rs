@@ -68,7 +68,7 @@ mod tests {
     #[test]
     fn one_line_says_each_cause_once() {
         let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "cannot listen on :7470: in use");
-        let e = anyhow::Error::from(FilesError::Transport(Error::from(io))).context("starting the receiver");
+        let e = anyhow::Error::from(FilesError::Connection(Error::from(io))).context("starting the receiver");
         assert_eq!(one_line(&e), "starting the receiver: I/O: cannot listen on :7470: in use");
         assert_eq!(code_for(&e), 5);
         let coded = anyhow::Error::from(Coded { code: 7, message: "stage 2 failed".into() });
@@ -84,7 +84,7 @@ mod tests {
             (Error::Auth("wrong key").into(), 3),
             (Error::Timeout(std::time::Duration::from_secs(1)).into(), 4),
             (io(std::io::ErrorKind::ConnectionRefused).into(), 4),
-            (FilesError::Transport(io(std::io::ErrorKind::ConnectionReset)).into(), 4),
+            (FilesError::Connection(io(std::io::ErrorKind::ConnectionReset)).into(), 4),
             (io(std::io::ErrorKind::StorageFull).into(), 5),
             (FilesError::Checksum { path: "f".into(), index: 0 }.into(), 6),
             (FilesError::Remote { class: Class::Io, message: "disk full".into() }.into(), 5),
@@ -93,7 +93,7 @@ mod tests {
             (wirespeed_flight::Error::unauthenticated("no").into(), 3),
             (wirespeed_flight::Error::invalid_argument("no").into(), 2),
             (wirespeed_flight::Error::not_found("no").into(), FAILURE),
-            (wirespeed_flight::Error::Transport(io(std::io::ErrorKind::BrokenPipe)).into(), 4),
+            (wirespeed_flight::Error::Connection(io(std::io::ErrorKind::BrokenPipe)).into(), 4),
             (anyhow::anyhow!("anything else"), FAILURE),
         ];
         for (e, code) in cases {

@@ -12,7 +12,7 @@ use std::os::unix::io::AsRawFd;
 /// of the file). Unless `wait`, returns `None` instead of waiting for storage, which has by
 /// then begun reading the rest in. Without `wait` an error may only say that the filesystem
 /// cannot read this way; a read with `wait` then tells.
-pub fn read_start(file: &File, buf: &mut [MaybeUninit<u8>], wait: bool) -> io::Result<Option<usize>> {
+pub(crate) fn read_start(file: &File, buf: &mut [MaybeUninit<u8>], wait: bool) -> io::Result<Option<usize>> {
     let flags = if wait { 0 } else { libc::RWF_NOWAIT };
     let mut n = 0;
     while n < buf.len() {

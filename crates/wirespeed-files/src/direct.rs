@@ -10,13 +10,13 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
 /// Alignment of offsets, lengths and memory: a page covers every block size in use.
-pub const ALIGN: usize = 4096;
+pub(crate) const ALIGN: usize = 4096;
 /// Smaller files gain nothing from bypassing the cache.
-pub const MIN_SIZE: u64 = 1 << 20;
+pub(crate) const MIN_SIZE: u64 = 1 << 20;
 
 /// `file` opened once more, for direct I/O (for writing if `write`); `None` where the
 /// filesystem refuses it, and the file then goes through the page cache.
-pub fn reopen(file: &File, write: bool) -> Option<File> {
+pub(crate) fn reopen(file: &File, write: bool) -> Option<File> {
     // The descriptor's own link names this very file, even if its path changed since.
     let path = format!("/proc/self/fd/{}", file.as_raw_fd());
     OpenOptions::new().read(!write).write(write).custom_flags(libc::O_DIRECT).open(path).ok()
@@ -24,11 +24,11 @@ pub fn reopen(file: &File, write: bool) -> Option<File> {
 
 /// Scratch memory that hands out windows starting on an `ALIGN` boundary.
 #[derive(Default)]
-pub struct AlignedBuf(Vec<u8>);
+pub(crate) struct AlignedBuf(Vec<u8>);
 
 impl AlignedBuf {
     /// An aligned window of `len` bytes (its contents are left over from earlier use).
-    pub fn get(&mut self, len: usize) -> &mut [u8] {
+    pub(crate) fn get(&mut self, len: usize) -> &mut [u8] {
         if self.0.len() < len + ALIGN {
             self.0.resize(len + ALIGN, 0);
         }
@@ -39,7 +39,7 @@ impl AlignedBuf {
 
 /// Reads `len` bytes at `offset` (aligned) into `scratch`: whole blocks from `direct`, and
 /// whatever it did not give (past a short read or a refusal) from `file`.
-pub fn read_at<'a>(
+pub(crate) fn read_at<'a>(
     direct: &File,
     file: &File,
     scratch: &'a mut AlignedBuf,
@@ -59,7 +59,7 @@ pub fn read_at<'a>(
 
 /// Writes `data` (aligned memory) at `offset` (aligned): whole blocks to `direct`, the tail
 /// (or everything, if the filesystem refuses) to `file`.
-pub fn write_at(direct: &File, file: &File, data: &[u8], offset: u64) -> io::Result<()> {
+pub(crate) fn write_at(direct: &File, file: &File, data: &[u8], offset: u64) -> io::Result<()> {
     let whole = data.len() / ALIGN * ALIGN;
     let n = match direct.write_all_at(&data[..whole], offset) {
         Ok(()) => whole,
@@ -71,7 +71,7 @@ pub fn write_at(direct: &File, file: &File, data: &[u8], offset: u64) -> io::Res
 
 /// Bytes gathered in aligned memory and written out a window at a time, at offsets that
 /// follow on from `at`: the window is whole blocks, so every write but the last is too.
-pub struct Gather<'a, W: FnMut(&[u8], u64) -> io::Result<()>> {
+pub(crate) struct Gather<'a, W: FnMut(&[u8], u64) -> io::Result<()>> {
     window: &'a mut [u8],
     filled: usize,
     at: u64,
@@ -80,11 +80,11 @@ pub struct Gather<'a, W: FnMut(&[u8], u64) -> io::Result<()>> {
 
 impl<'a, W: FnMut(&[u8], u64) -> io::Result<()>> Gather<'a, W> {
     /// Gathers into a window of `scratch` of about `len` bytes, to be written at `at` on.
-    pub fn new(scratch: &'a mut AlignedBuf, len: usize, at: u64, write: W) -> Self {
+    pub(crate) fn new(scratch: &'a mut AlignedBuf, len: usize, at: u64, write: W) -> Self {
         Gather { window: scratch.get(len.max(1).next_multiple_of(ALIGN)), filled: 0, at, write }
     }
 
-    pub fn push(&mut self, mut data: &[u8]) -> io::Result<()> {
+    pub(crate) fn push(&mut self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
             let n = data.len().min(self.window.len() - self.filled);
             self.window[self.filled..self.filled + n].copy_from_slice(&data[..n]);
@@ -98,7 +98,7 @@ impl<'a, W: FnMut(&[u8], u64) -> io::Result<()>> Gather<'a, W> {
     }
 
     /// Writes what is gathered.
-    pub fn flush(&mut self) -> io::Result<()> {
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
         if self.filled > 0 {
             (self.write)(&self.window[..self.filled], self.at)?;
             self.at += self.filled as u64;

@@ -11,31 +11,31 @@
 
 use std::borrow::Cow;
 
-pub use wirespeed::seal::SealKey;
+pub(crate) use wirespeed::seal::SealKey;
 
 use crate::error::{FilesError, Result};
 use crate::proto::Violation;
 
 /// First byte of a wrapped message's header; copy-protocol tags are far below it.
-pub const WRAPPED: u8 = 0xE0;
+pub(crate) const WRAPPED: u8 = 0xE0;
 /// Flags: header and body are sealed.
-pub const SEALED: u8 = 1;
+pub(crate) const SEALED: u8 = 1;
 /// Flags: the body is one zstd frame.
-pub const ZSTD: u8 = 2;
+pub(crate) const ZSTD: u8 = 2;
 /// Bodies below this size are not worth compressing.
 const COMPRESS_MIN: usize = 512;
 
 /// Where a sealed message sits in its stream: the stream id and the even counter of its
 /// header. Each (key, stream, counter) is used once.
 #[derive(Clone, Copy, Debug)]
-pub struct Place {
+pub(crate) struct Place {
     pub stream: u32,
     pub counter: u64,
 }
 
 /// Wraps one message. Returns the header to send and, when the body changed, the body to
 /// send instead of the original one.
-pub fn wrap(
+pub(crate) fn wrap(
     header: &[u8],
     body: &[&[u8]],
     compress: Option<i32>,
@@ -83,13 +83,13 @@ pub fn wrap(
 /// A received header, unwrapped: the message header (plain ones are not copied) and the
 /// flags its body needs.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Opened<'a> {
+pub(crate) struct Opened<'a> {
     pub header: Cow<'a, [u8]>,
     pub flags: u8,
 }
 
 /// Unwraps a received header. `at` is where a sealed one would sit; `key` opens it.
-pub fn open_header<'a>(wire: &'a [u8], key: Option<&SealKey>, at: Place) -> Result<Opened<'a>> {
+pub(crate) fn open_header<'a>(wire: &'a [u8], key: Option<&SealKey>, at: Place) -> Result<Opened<'a>> {
     if wire.first() != Some(&WRAPPED) {
         return Ok(Opened { header: Cow::Borrowed(wire), flags: 0 });
     }
@@ -108,7 +108,7 @@ pub fn open_header<'a>(wire: &'a [u8], key: Option<&SealKey>, at: Place) -> Resu
 }
 
 /// Unwraps a received body of a header opened with `flags`; refuses to grow it past `max`.
-pub fn open_body(flags: u8, mut data: Vec<u8>, key: Option<&SealKey>, at: Place, max: u64) -> Result<Vec<u8>> {
+pub(crate) fn open_body(flags: u8, mut data: Vec<u8>, key: Option<&SealKey>, at: Place, max: u64) -> Result<Vec<u8>> {
     if flags & SEALED != 0 && !data.is_empty() {
         let key = key.ok_or_else(|| FilesError::Sealing("a sealed message where none was expected".into()))?;
         open_in_place(key, at.stream, at.counter + 1, &[WRAPPED, flags], &mut data)?;

@@ -9,7 +9,7 @@ pub use wirespeed::Class;
 #[non_exhaustive]
 pub enum FilesError {
     #[error(transparent)]
-    Transport(#[from] wirespeed::Error),
+    Connection(#[from] wirespeed::Error),
     /// Not a `source`: the message already ends with it, and `{:#}` would repeat it.
     #[error("{path}: {error}")]
     Io { path: String, error: std::io::Error },
@@ -52,7 +52,7 @@ impl FilesError {
     /// What kind of failure this is; the other side hears of it as this class too.
     pub fn class(&self) -> Class {
         match self {
-            FilesError::Transport(e) => e.class(),
+            FilesError::Connection(e) => e.class(),
             FilesError::Io { error, .. } => match Class::of_io(error.kind()) {
                 Class::Usage => Class::Io, // a path is input, not an argument
                 class => class,
@@ -78,8 +78,8 @@ impl FilesError {
         match self {
             FilesError::Stopped => 0,
             // The peer gave up on a stream; its control stream says why.
-            FilesError::Transport(wirespeed::Error::Reset { code: wirespeed::ErrorCode::CANCELLED, .. }) => 1,
-            FilesError::Transport(_) => 2,
+            FilesError::Connection(wirespeed::Error::Reset { code: wirespeed::ErrorCode::CANCELLED, .. }) => 1,
+            FilesError::Connection(_) => 2,
             FilesError::Remote { .. } => 3,
             _ => 4,
         }
@@ -105,8 +105,8 @@ mod tests {
     #[test]
     fn the_most_telling_failure_wins_and_ties_keep_the_first() {
         let cancel =
-            || FilesError::Transport(wirespeed::Error::Reset { stream: 3, code: wirespeed::ErrorCode::CANCELLED });
-        let lost = || FilesError::Transport(wirespeed::Error::ConnectionLost("gone".into()));
+            || FilesError::Connection(wirespeed::Error::Reset { stream: 3, code: wirespeed::ErrorCode::CANCELLED });
+        let lost = || FilesError::Connection(wirespeed::Error::ConnectionLost("gone".into()));
         let remote = || FilesError::Remote { class: Class::Io, message: "disk full".into() };
         let local = || FilesError::Changed { path: "f".into() };
         let order = [|| FilesError::Stopped, cancel, lost, remote, local];

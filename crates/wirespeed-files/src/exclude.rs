@@ -69,7 +69,7 @@ impl Excludes {
 }
 
 /// `rel` below a root known at the top as `top` (empty when the roots are the top's entries).
-pub fn top_path(top: &[u8], rel: &[u8]) -> Vec<u8> {
+pub(crate) fn top_path(top: &[u8], rel: &[u8]) -> Vec<u8> {
     match (top.is_empty(), rel.is_empty()) {
         (true, _) => rel.to_vec(),
         (false, true) => top.to_vec(),

@@ -1,3 +1,4 @@
+#![warn(missing_docs, unreachable_pub)]
 //! wirespeed file transfer: the copy protocol and the two ends that speak it. A source walks
 //! files (or reads standard input) and a sink writes them under hidden part names, checks
 //! every chunk's checksum and renames each file into place only once all of it verified.
@@ -10,12 +11,12 @@ mod direct;
 mod envelope;
 pub mod error;
 mod exclude;
+pub mod fabric_choice;
 mod link;
 mod local;
 mod open_files;
 pub mod part;
 pub mod paths;
-pub mod plane;
 pub mod progress;
 pub mod proto;
 pub mod remote;
@@ -34,8 +35,8 @@ use crate::link::{End, Link, Wrapping};
 
 pub use error::{FilesError, Result};
 pub use exclude::Excludes;
+pub use fabric_choice::{Ports, Server};
 pub use local::copy_local;
-pub use plane::{Ports, Server, Transport};
 pub use progress::Progress;
 pub use sink::Output;
 pub use source::{Input, SourceOptions};

@@ -18,14 +18,14 @@ const CONTROL_BODY_MAX: u64 = 64 << 20;
 
 /// Which end of the transfer we are; each direction seals with its own key.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     Source,
     Sink,
 }
 
 /// What one end of a transfer does to the messages it sends, and insists on in those it
 /// receives. Shared by all the transfer's streams.
-pub struct Wrapping {
+pub(crate) struct Wrapping {
     compress: Option<i32>,
     /// Seal everything we send, and refuse anything the peer does not seal.
     encrypt: bool,
@@ -34,7 +34,7 @@ pub struct Wrapping {
 }
 
 impl Wrapping {
-    pub fn new(conn: &Connection, end: End, compress: Option<i32>, encrypt: bool) -> Arc<Self> {
+    pub(crate) fn new(conn: &Connection, end: End, compress: Option<i32>, encrypt: bool) -> Arc<Self> {
         let to_sink = SealKey::new(&conn.derive_key(b"wirespeed-files v1 source to sink"));
         let to_source = SealKey::new(&conn.derive_key(b"wirespeed-files v1 sink to source"));
         let keys = match end {
@@ -58,7 +58,7 @@ impl Wrapping {
 }
 
 /// One stream of a transfer.
-pub struct Link {
+pub(crate) struct Link {
     stream: Stream,
     wrapping: Arc<Wrapping>,
     /// Sealed messages sent so far; held while sending so counters go out in order.
@@ -70,7 +70,7 @@ pub struct Link {
 }
 
 /// A received message's body, still on the stream; read it with [`Link::read_body`].
-pub struct Body {
+pub(crate) struct Body {
     /// Length on the wire.
     pub wire_len: u64,
     flags: u8,
@@ -78,7 +78,7 @@ pub struct Body {
 }
 
 impl Link {
-    pub fn new(stream: Stream, wrapping: &Arc<Wrapping>) -> Self {
+    pub(crate) fn new(stream: Stream, wrapping: &Arc<Wrapping>) -> Self {
         Link {
             sealing: AtomicBool::new(wrapping.encrypt),
             stream,
@@ -89,11 +89,11 @@ impl Link {
     }
 
     /// A link that neither wraps nor accepts wrapped messages (before a transfer starts).
-    pub fn plain(stream: Stream) -> Self {
+    pub(crate) fn plain(stream: Stream) -> Self {
         Link::new(stream, &Wrapping::plain())
     }
 
-    pub fn set_timeout(&mut self, timeout: Duration) {
+    pub(crate) fn set_timeout(&mut self, timeout: Duration) {
         self.stream.set_timeout(timeout);
     }
 
@@ -102,7 +102,7 @@ impl Link {
         !self.sealing.load(Ordering::Relaxed) && self.wrapping.compress.is_none()
     }
 
-    pub fn send(&self, msg: &Msg, body: &[&[u8]]) -> Result<()> {
+    pub(crate) fn send(&self, msg: &Msg, body: &[&[u8]]) -> Result<()> {
         let header = msg.encode();
         if self.unwrapped() {
             return Ok(self.stream.send(&header, body)?);
@@ -126,7 +126,7 @@ impl Link {
 
     /// Like [`Link::send`], but hands `body` to the transport, which may keep it instead of
     /// copying it (an in-process peer then reads these very bytes).
-    pub fn send_owned(&self, msg: &Msg, body: Bytes) -> Result<()> {
+    pub(crate) fn send_owned(&self, msg: &Msg, body: Bytes) -> Result<()> {
         if self.unwrapped() {
             return Ok(self.stream.send_bytes(&msg.encode(), &[body])?);
         }
@@ -136,7 +136,7 @@ impl Link {
     /// Sends `msg` with a body of `len` bytes that `fill` writes piece by piece, in place in
     /// transport memory when the message goes as it is (see [`Stream::send_filled`]), else
     /// into `scratch` first. The inner error is `fill`'s, and ends the transfer.
-    pub fn send_filled(
+    pub(crate) fn send_filled(
         &self,
         msg: &Msg,
         len: usize,
@@ -155,10 +155,10 @@ impl Link {
 
     /// [`Link::recv_start`], waiting on as long as `moving` says the transfer still moves
     /// (see [`Link::recv_while`]).
-    pub fn recv_start_while(&self, mut moving: impl FnMut() -> bool) -> Result<Option<(Msg, Body)>> {
+    pub(crate) fn recv_start_while(&self, mut moving: impl FnMut() -> bool) -> Result<Option<(Msg, Body)>> {
         loop {
             match self.recv_start() {
-                Err(FilesError::Transport(wirespeed::Error::Timeout(_))) if moving() => continue,
+                Err(FilesError::Connection(wirespeed::Error::Timeout(_))) if moving() => continue,
                 r => return r,
             }
         }
@@ -166,7 +166,7 @@ impl Link {
 
     /// The next message's header, with its body left on the stream, or `None` when the peer
     /// finished the stream. A `Fail` from the peer becomes [`FilesError::Remote`].
-    pub fn recv_start(&self) -> Result<Option<(Msg, Body)>> {
+    pub(crate) fn recv_start(&self) -> Result<Option<(Msg, Body)>> {
         let Some(inc) = self.stream.recv_start()? else { return Ok(None) };
         let mut received = self.received.lock().unpoison();
         let at = Place { stream: self.stream.id(), counter: *received };
@@ -185,7 +185,7 @@ impl Link {
 
     /// Reads `body` (of the message [`Link::recv_start`] just returned), handing it to `f`
     /// piece by piece; returns its length. A body that would exceed `max` bytes is refused.
-    pub fn read_body(&self, body: Body, max: u64, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
+    pub(crate) fn read_body(&self, body: Body, max: u64, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
         if body.flags != 0 {
             // Sealed bodies are whole before they open; compressed ones before they inflate.
             let data = self.read_whole(body, max)?;
@@ -217,14 +217,14 @@ impl Link {
     }
 
     /// The next whole message, or `None` when the peer finished the stream.
-    pub fn recv(&self) -> Result<Option<(Msg, Buf)>> {
+    pub(crate) fn recv(&self) -> Result<Option<(Msg, Buf)>> {
         self.recv_while(|| false)
     }
 
     /// [`Link::recv`] on a control stream, which stays quiet while the data streams carry a
     /// large file: a wait that times out starts again as long as `moving` says the transfer
     /// still moves, so only a stalled transfer times out, however long a moving one takes.
-    pub fn recv_while(&self, moving: impl FnMut() -> bool) -> Result<Option<(Msg, Buf)>> {
+    pub(crate) fn recv_while(&self, moving: impl FnMut() -> bool) -> Result<Option<(Msg, Buf)>> {
         let Some((msg, body)) = self.recv_start_while(moving)? else { return Ok(None) };
         Ok(Some((msg, self.read_whole(body, CONTROL_BODY_MAX)?)))
     }
@@ -232,7 +232,7 @@ impl Link {
     /// Ends the stream from the side that spoke last: finish, then wait for the peer to
     /// finish its side too, so dropping the stream is clean (a stream dropped while open is
     /// reset).
-    pub fn close(&self) -> Result<()> {
+    pub(crate) fn close(&self) -> Result<()> {
         self.stream.finish()?;
         match self.stream.recv()? {
             None => Ok(()),
@@ -241,12 +241,12 @@ impl Link {
     }
 
     /// Ends our side of the stream.
-    pub fn finish(&self) -> Result<()> {
+    pub(crate) fn finish(&self) -> Result<()> {
         Ok(self.stream.finish()?)
     }
 
     /// Tells the peer why we stop; best effort, as the link may be what failed.
-    pub fn fail(&self, e: &FilesError) {
+    pub(crate) fn fail(&self, e: &FilesError) {
         let _ = self.send(&Msg::Fail { class: e.class().number(), message: e.to_string() }, &[]);
     }
 }
@@ -265,6 +265,6 @@ fn check(msg: Msg) -> Result<Msg> {
     }
 }
 
-pub fn unexpected(context: &'static str, msg: &Msg) -> FilesError {
+pub(crate) fn unexpected(context: &'static str, msg: &Msg) -> FilesError {
     Violation::Unexpected { got: msg.name(), context }.into()
 }

@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use wirespeed::fabric::Choice;
 use wirespeed::{Config, Connection, Key, Stream};
 
-use crate::plane::{self, Server, Transport};
+use crate::fabric_choice::{self, Server};
 use crate::{FilesError, Input, Output, Progress, Result, Side, SinkOptions, SourceOptions, Summary};
 
 /// Copies `input` to `dst`; `progress` counts the source's side. The end that failed first
@@ -14,13 +15,13 @@ use crate::{FilesError, Input, Output, Progress, Result, Side, SinkOptions, Sour
 pub fn copy_local(
     input: &Input,
     dst: PathBuf,
-    transport: Transport,
+    transport: Choice,
     source: &SourceOptions,
     sink: &SinkOptions,
     progress: &Progress,
 ) -> Result<Summary> {
     let (key, _) = Key::generate()?;
-    let (paired, server) = if transport == Transport::Auto {
+    let (paired, server) = if transport == Choice::Auto {
         let (client, server) = wirespeed::transport::in_process::pair(&Config::default())?;
         (Some(client), Accept::Paired(server))
     } else {
@@ -37,7 +38,7 @@ pub fn copy_local(
         });
         let conn = match paired {
             Some(conn) => conn,
-            None => plane::connect(&addr, transport, &key, &Config::default())?,
+            None => fabric_choice::connect(&addr, transport, &key, &Config::default())?,
         };
         let sent = crate::send(&conn, Side::Client, input, source, progress);
         drop(conn);

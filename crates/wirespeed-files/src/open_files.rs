@@ -12,14 +12,14 @@ use wirespeed::sync::Unpoison;
 /// How often a waiting walk looks whether the transfer failed.
 const POLL: Duration = Duration::from_millis(100);
 
-pub struct OpenFiles {
+pub(crate) struct OpenFiles {
     held: Mutex<usize>,
     freed: Condvar,
     cap: usize,
 }
 
 /// One held file; dropping it lets the walk open another.
-pub struct Held(Arc<OpenFiles>);
+pub(crate) struct Held(Arc<OpenFiles>);
 
 impl Drop for Held {
     fn drop(&mut self) {
@@ -32,7 +32,7 @@ impl OpenFiles {
     /// A quarter of the descriptor limit, which leaves the rest to the walk's directories,
     /// the transport and the sink when it shares the process; more held files than this only
     /// sit waiting, since a few reading threads serve them in turn.
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: an out-pointer to a local.
         let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 1024 };
@@ -41,7 +41,7 @@ impl OpenFiles {
 
     /// Small files the walk may keep open while storage reads them in: a quarter of the
     /// large files' share, at most 64 (a 1024-descriptor limit's).
-    pub fn small_reads(&self) -> usize {
+    pub(crate) fn small_reads(&self) -> usize {
         (self.cap / 4).clamp(1, 64)
     }
 
@@ -50,7 +50,7 @@ impl OpenFiles {
     }
 
     /// A slot if one is free now.
-    pub fn try_hold(self: &Arc<Self>) -> Option<Held> {
+    pub(crate) fn try_hold(self: &Arc<Self>) -> Option<Held> {
         let mut held = self.held.lock().unpoison();
         (*held < self.cap).then(|| {
             *held += 1;
@@ -60,7 +60,7 @@ impl OpenFiles {
 
     /// Waits for a slot; the files holding them are released as their last chunks go out,
     /// so the wait ends unless the transfer fails (`failed`).
-    pub fn hold(self: &Arc<Self>, failed: &AtomicBool) -> Result<Held> {
+    pub(crate) fn hold(self: &Arc<Self>, failed: &AtomicBool) -> Result<Held> {
         let mut held = self.held.lock().unpoison();
         while *held >= self.cap {
             if failed.load(Ordering::Relaxed) {

@@ -20,7 +20,7 @@ use crate::exclude::{Excludes, top_path};
 use crate::proto::{Entry, Kind};
 
 /// One thing found: where it is, and the entry that describes it (`inline` still unset).
-pub struct Found {
+pub(crate) struct Found {
     pub path: PathBuf,
     pub entry: Entry,
     /// The file, open, when the entry is a regular file.
@@ -28,7 +28,7 @@ pub struct Found {
 }
 
 /// How a walk goes.
-pub struct Walk<'a> {
+pub(crate) struct Walk<'a> {
     /// Into directories, or the root alone.
     pub recursive: bool,
     /// Names left out below the root, matched at their paths seen from the top: `top`, then
@@ -40,7 +40,7 @@ pub struct Walk<'a> {
 /// Calls `visit` for `root`, its entry at `rel`, and, if it is a directory and the walk is
 /// recursive, for all below it. Entry ids go from `next_id` on, which it leaves past the last,
 /// so several roots can share one transfer.
-pub fn walk(
+pub(crate) fn walk(
     root: &Path,
     rel: Vec<u8>,
     next_id: &mut u64,
@@ -80,7 +80,7 @@ pub fn walk(
 
 /// Whether `root` can be copied as asked: it exists, and is a directory only when
 /// `recursive`.
-pub fn check_root(root: &Path, recursive: bool) -> Result<()> {
+pub(crate) fn check_root(root: &Path, recursive: bool) -> Result<()> {
     root_kind(root, recursive).map(drop)
 }
 

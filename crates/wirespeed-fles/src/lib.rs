@@ -1,3 +1,4 @@
+#![warn(missing_docs, unreachable_pub)]
 //! wirespeed timeslice building: FLESnet's data model, and the pieces that gather every
 //! input's contribution to a time interval on one compute node.
 //!

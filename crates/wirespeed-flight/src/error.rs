@@ -12,7 +12,7 @@ pub enum Error {
     Status { code: Code, message: String, details: bytes::Bytes },
     /// The data-plane transport failed (connection lost, timeout, reset).
     #[error("data plane: {0}")]
-    Transport(#[from] wirespeed::Error),
+    Connection(#[from] wirespeed::Error),
     /// The peer sent something malformed or out of place.
     #[error("protocol error: {0}")]
     Peer(#[from] Violation),
@@ -143,10 +143,10 @@ impl Error {
     pub fn code(&self) -> Code {
         match self {
             Error::Status { code, .. } => *code,
-            Error::Transport(wirespeed::Error::Reset { code, .. }) if *code == wirespeed::ErrorCode::CANCELLED => {
+            Error::Connection(wirespeed::Error::Reset { code, .. }) if *code == wirespeed::ErrorCode::CANCELLED => {
                 Code::Cancelled
             }
-            Error::Transport(e) => match e.class() {
+            Error::Connection(e) => match e.class() {
                 Class::Timeout => Code::DeadlineExceeded,
                 Class::Auth => Code::Unauthenticated,
                 Class::Usage => Code::InvalidArgument,
@@ -161,7 +161,7 @@ impl Error {
     /// What kind of failure this is: its status code's class.
     pub fn class(&self) -> Class {
         match self {
-            Error::Transport(e) => e.class(),
+            Error::Connection(e) => e.class(),
             Error::Peer(_) => Class::Protocol,
             _ => class_of(self.code()),
         }
@@ -251,7 +251,7 @@ mod tests {
         ];
         for e in failures {
             let class = e.class();
-            let e = Error::Transport(e);
+            let e = Error::Connection(e);
             assert_eq!(class_of(e.code()), class, "{e}");
             assert_eq!(e.class(), class);
         }

@@ -1,3 +1,4 @@
+#![warn(missing_docs, unreachable_pub)]
 //! Arrow Flight whose control plane is standard gRPC (any Flight client and server works with
 //! it) and whose data can bypass gRPC over wirespeed connections: shared memory on one host,
 //! ucx or tcp between hosts.
@@ -11,28 +12,36 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod discovery;
 pub mod error;
-pub mod grpc;
-pub mod ipc;
-pub mod location;
-pub mod plane;
+mod grpc;
+pub mod handler;
+mod ipc;
+mod location;
+mod plane;
 mod runtime;
 pub mod server;
-pub mod service;
-pub mod stored;
+mod stored;
+
+/// Not for applications: what the fuzz targets decode. It may change in any release.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::ipc::Decoder;
+    pub use crate::plane::proto::Msg;
+}
 
 pub use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 pub use client::{
-    Client, ExchangeReader, FlightReader, FlightWriter, Method, Plane, PlaneClient, PutResults, Transport,
+    Client, ExchangeReader, FlightReader, FlightWriter, Method, Plane, PlaneChoice, PlaneClient, PutResults,
 };
 pub use error::{Code, Error, Result, Violation};
 pub use grpc::advertise::Advertise;
 pub use grpc::connections::Limits;
 pub use grpc::tls::{ClientTls, ServerTls};
+pub use handler::{Handler, Input, Intake, Output, Payload, Payloads, PlaneCall, Upload};
 pub use ipc::{ReadStats, SharedStats, WriteOptions, share, share_all};
+pub use plane::calls::Calls;
 pub use plane::listeners::PlaneServer;
-pub use plane::server::Calls;
 pub use server::{DEFAULT_HANDLER_THREADS, Server, ServerBuilder};
-pub use service::{Handler, Input, Intake, Output, Payload, Payloads, PlaneCall, Upload};
 pub use stored::{StoredBatch, StoredFile};
 pub use wirespeed::Fabric;

@@ -10,7 +10,7 @@ use wirespeed::Fabric;
 use crate::plane::capability::Grant;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlaneLocation {
+pub(crate) struct PlaneLocation {
     pub kind: Fabric,
     /// The wirespeed endpoint URL to connect to (`tcp://…`, `shm://…`, `ucx://…`).
     pub url: String,
@@ -25,7 +25,7 @@ pub struct PlaneLocation {
 const SEAL: &str = "aes-256-gcm";
 
 impl PlaneLocation {
-    pub fn to_uri(&self) -> String {
+    pub(crate) fn to_uri(&self) -> String {
         let mut query = Vec::new();
         if let Some(h) = &self.host {
             query.push(format!("host={h}"));
@@ -46,7 +46,7 @@ impl PlaneLocation {
     }
 
     /// None for anything that is not a well-formed wirespeed location.
-    pub fn parse(uri: &str) -> Option<Self> {
+    pub(crate) fn parse(uri: &str) -> Option<Self> {
         let url = uri.strip_prefix("wirespeed+")?;
         let (url, query) = url.split_once('?').unwrap_or((url, ""));
         let kind = url.split_once("://")?.0.parse::<Fabric>().ok()?;

@@ -15,16 +15,16 @@ use crate::grpc::advertise::{Advertise, Listening};
 use crate::grpc::auth::Auth;
 use crate::grpc::connections::{self, Limits};
 use crate::grpc::router::Router;
-use crate::grpc::server::Service;
+use crate::grpc::service::Service;
 use crate::grpc::tls::{self, ServerTls};
+use crate::plane::calls::{Calls, Shared};
 use crate::plane::listeners::PlaneServer;
-use crate::plane::server::{Calls, Shared};
 use crate::runtime::Runtime;
 
 /// How many threads run handler code at once unless [`ServerBuilder::handler_threads`] says:
 /// the one default of the library, `wirespeed serve` and `wirespeed.flight.serve`.
 pub const DEFAULT_HANDLER_THREADS: usize = 64;
-use crate::service::Handler;
+use crate::handler::Handler;
 use wirespeed::Fabric;
 
 pub struct ServerBuilder {

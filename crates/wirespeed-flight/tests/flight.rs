@@ -13,7 +13,7 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use wirespeed::{Key, Provider};
 use wirespeed_flight::{
-    Client, Code, Error, Fabric, Handler, Input, Method, Output, Payload, Result, Server, Transport, Upload,
+    Client, Code, Error, Fabric, Handler, Input, Method, Output, Payload, PlaneChoice, Result, Server, Upload,
 };
 
 type Flights = HashMap<String, (SchemaRef, Vec<RecordBatch>)>;
@@ -150,16 +150,16 @@ fn server(memory: &Memory) -> Server {
     Server::builder(memory.clone()).key(key()).planes(&FABRICS).start().unwrap()
 }
 
-const PLANES: [Transport; 6] = [
-    Transport::Grpc,
-    Transport::Only(Fabric::Shm),
-    Transport::Only(Fabric::Tcp),
-    Transport::Only(Fabric::Ucx),
-    Transport::Only(Fabric::Ofi(Provider::Shm)),
-    Transport::Only(Fabric::Ofi(Provider::Tcp)),
+const PLANES: [PlaneChoice; 6] = [
+    PlaneChoice::Grpc,
+    PlaneChoice::Only(Fabric::Shm),
+    PlaneChoice::Only(Fabric::Tcp),
+    PlaneChoice::Only(Fabric::Ucx),
+    PlaneChoice::Only(Fabric::Ofi(Provider::Shm)),
+    PlaneChoice::Only(Fabric::Ofi(Provider::Tcp)),
 ];
 
-fn client(server: &Server, transport: Transport) -> Client {
+fn client(server: &Server, transport: PlaneChoice) -> Client {
     Client::connect(&server.url()).unwrap().with_key(key()).with_transport(transport)
 }
 
@@ -190,7 +190,7 @@ fn put_then_get_on_every_plane() {
         assert!(info.endpoint[0].location.is_empty(), "an endpoint without locations stays without");
         let mut reader = c.do_get(&info.endpoint[0]).unwrap();
         let expected = match transport {
-            Transport::Only(kind) => kind.name(),
+            PlaneChoice::Only(kind) => kind.name(),
             _ => "grpc",
         };
         assert_eq!(reader.plane().name(), expected);
@@ -200,7 +200,7 @@ fn put_then_get_on_every_plane() {
             got.push(p.into_parts().0.unwrap());
         }
         assert_eq!(got, batches, "{name}");
-        if transport == Transport::Only(Fabric::Shm) {
+        if transport == PlaneChoice::Only(Fabric::Shm) {
             let column = got[0].column(0).to_data().buffers()[0].as_ptr();
             assert!(in_mapping(column, "memfd:wirespeed-shm"), "batches read over shm wrap the ring, not a copy");
         }
@@ -224,7 +224,7 @@ fn shared_batches_travel_by_reference_over_shm() {
         // The sender's own mapping is registered; the receiver's mapping of it is not.
         let by_reference =
             in_mapping(column, "memfd:wirespeed-sealed") && wirespeed::SealedRegion::containing(column, 1).is_none();
-        assert_eq!(by_reference, transport == Transport::Only(Fabric::Shm), "{name}");
+        assert_eq!(by_reference, transport == PlaneChoice::Only(Fabric::Shm), "{name}");
     }
 }
 
@@ -267,14 +267,14 @@ fn a_unix_socket_serves_grpc_and_planes_beside_it() {
     let server = Server::builder(memory.clone()).listen(&url).key(key()).planes(&planes).start().unwrap();
     assert_eq!((server.url(), server.addr()), (url.clone(), None));
     assert!(Server::builder(memory).listen(&url).start().is_err(), "a live socket is not taken over");
-    for transport in [Transport::Grpc, Transport::Only(Fabric::Shm), Transport::Only(Fabric::Tcp)] {
+    for transport in [PlaneChoice::Grpc, PlaneChoice::Only(Fabric::Shm), PlaneChoice::Only(Fabric::Tcp)] {
         let c = client(&server, transport);
         let name = format!("unix {transport:?}");
         put(&c, &name, &[batch(0, 100)]);
         let info = c.get_flight_info(&path(&name)).unwrap();
         let reader = c.do_get(&info.endpoint[0]).unwrap();
         let expected = match transport {
-            Transport::Only(kind) => kind.name(),
+            PlaneChoice::Only(kind) => kind.name(),
             _ => "grpc",
         };
         assert_eq!(reader.plane().name(), expected);
@@ -315,7 +315,8 @@ fn errors_keep_their_flight_codes_on_every_plane() {
         // A ticket for nothing, over gRPC or a data plane: NotFound both ways. Data planes
         // need a capability for it, which only get_flight_info grants; fake the endpoint over
         // gRPC and take the error from there.
-        let err = Client::connect(&server.url()).unwrap().with_transport(Transport::Grpc).do_get(&endpoint("missing"));
+        let err =
+            Client::connect(&server.url()).unwrap().with_transport(PlaneChoice::Grpc).do_get(&endpoint("missing"));
         assert_eq!(err.err().unwrap().code(), Code::NotFound);
 
         put(&c, "fails-midway", &[batch(0, 1)]);
@@ -333,7 +334,7 @@ fn errors_keep_their_flight_codes_on_every_plane() {
 fn forged_and_altered_capabilities_get_no_data() {
     let memory = Memory::default();
     let server = server(&memory);
-    let c = client(&server, Transport::Only(Fabric::Tcp));
+    let c = client(&server, PlaneChoice::Only(Fabric::Tcp));
     put(&c, "secret", &[batch(0, 100)]);
     put(&c, "public", &[batch(0, 100)]);
     let offered = |c: &Client| {
@@ -362,7 +363,7 @@ fn forged_and_altered_capabilities_get_no_data() {
     // A capability from a server that has since restarted is stale.
     drop(server);
     let server = self::server(&memory);
-    let c = client(&server, Transport::Only(Fabric::Tcp));
+    let c = client(&server, PlaneChoice::Only(Fabric::Tcp));
     let mut stale = info.endpoint[0].clone();
     let fresh = offered(&c);
     // Point the stale capability at the new server's tcp plane.
@@ -382,11 +383,11 @@ fn forged_and_altered_capabilities_get_no_data() {
 fn a_wrong_data_plane_key_is_refused() {
     let memory = Memory::default();
     let server = server(&memory);
-    put(&client(&server, Transport::Grpc), "x", &[batch(0, 10)]);
+    put(&client(&server, PlaneChoice::Grpc), "x", &[batch(0, 10)]);
     let wrong = Client::connect(&server.url())
         .unwrap()
         .with_key(Key::new("another key").unwrap())
-        .with_transport(Transport::Only(Fabric::Tcp));
+        .with_transport(PlaneChoice::Only(Fabric::Tcp));
     let info = wrong.get_flight_info(&path("x")).unwrap();
     // Its hello does not verify, so the server names no planes to it.
     let err = wrong.do_get(&info.endpoint[0]).err().unwrap();
@@ -408,7 +409,7 @@ fn a_client_that_drops_a_stream_cancels_it_on_the_server() {
         // Data planes need a granted location: take one from a flight's info and swap tickets
         // is forbidden, so use gRPC's endpoint-less form only for gRPC.
         let mut reader = match transport {
-            Transport::Grpc => c.do_get(&endpoint).unwrap(),
+            PlaneChoice::Grpc => c.do_get(&endpoint).unwrap(),
             _ => {
                 memory.flights.lock().unwrap().insert("endless".into(), (batch(0, 1).schema(), vec![]));
                 let info = c.get_flight_info(&path("endless")).unwrap();
@@ -474,7 +475,7 @@ fn a_password_protects_the_control_plane() {
         .password_over_plaintext()
         .start()
         .unwrap();
-    let mut c = client(&server, Transport::Auto);
+    let mut c = client(&server, PlaneChoice::Auto);
     assert_eq!(c.list_flights(b"").unwrap_err().code(), Code::Unauthenticated);
     assert_eq!(c.authenticate("me", "wrong").unwrap_err().code(), Code::Unauthenticated);
     c.authenticate("me", "hunter2").unwrap();

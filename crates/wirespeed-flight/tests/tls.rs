@@ -8,8 +8,8 @@ use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 use wirespeed::Key;
 use wirespeed_flight::{
-    Client, ClientTls, Code, Fabric, Handler, Method, Output, Payload, PlaneClient, Result, Server, ServerTls,
-    Transport,
+    Client, ClientTls, Code, Fabric, Handler, Method, Output, Payload, PlaneChoice, PlaneClient, Result, Server,
+    ServerTls,
 };
 
 /// One flight, "t", of 1000 rows.
@@ -88,7 +88,7 @@ fn a_client_that_trusts_the_ca_gets_data_on_every_plane() {
     let ca = authority("test CA");
     let server = serve(&ca, None);
     assert!(server.url().starts_with("grpc+tls://127.0.0.1:"), "{}", server.url());
-    for transport in [Transport::Grpc, Transport::Only(Fabric::Shm), Transport::Only(Fabric::Tcp)] {
+    for transport in [PlaneChoice::Grpc, PlaneChoice::Only(Fabric::Shm), PlaneChoice::Only(Fabric::Tcp)] {
         let client = Client::connect_tls(&server.url(), &trusting(&ca)).unwrap().with_key(key());
         assert_eq!(rows(&client.with_transport(transport)).unwrap(), 1000, "{transport:?}");
     }
@@ -198,7 +198,7 @@ fn a_sealed_tcp_plane_shows_nothing_of_the_data_on_the_wire() {
         let location = planes.locations(ip, Method::Get, b"t").remove(0);
         assert_eq!(location.contains("seal=aes-256-gcm"), sealed, "{location}");
         let location = location.replace(&listening.to_string(), &relay_at.to_string());
-        let client = PlaneClient::new(key()).with_transport(Transport::Only(Fabric::Tcp));
+        let client = PlaneClient::new(key()).with_transport(PlaneChoice::Only(Fabric::Tcp));
         let rows: usize = client.get(&[location], b"t").unwrap().unwrap().map(|b| b.unwrap().num_rows()).sum();
         assert_eq!(rows, 1000, "sealed: {sealed}");
         let seen = seen.lock().unwrap();
@@ -213,7 +213,7 @@ fn a_sealed_plane_refuses_a_call_in_the_clear() {
     let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
     let planes = wirespeed_flight::PlaneServer::serve(Arc::new(One), ip, key(), &[Fabric::Tcp], true).unwrap();
     let location = planes.locations(ip, Method::Get, b"t").remove(0).replace("&seal=aes-256-gcm", "");
-    let client = PlaneClient::new(key()).with_transport(Transport::Only(Fabric::Tcp));
+    let client = PlaneClient::new(key()).with_transport(PlaneChoice::Only(Fabric::Tcp));
     let got = client.get(&[location], b"t").and_then(|r| r.unwrap().collect::<Result<Vec<_>>>());
     let e = got.expect_err("an unsealed call is refused");
     // The server answers sealed, which the client cannot read: a violation to it.

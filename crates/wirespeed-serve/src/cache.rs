@@ -20,47 +20,47 @@ use arrow_schema::{ArrowError, SchemaRef};
 use wirespeed::sync::Unpoison;
 
 /// Batches read from a file, in order.
-pub type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
+pub(crate) type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
 
 /// Which version of a file a cached table was read from.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     ino: u64,
     len: u64,
     mtime_ns: i128,
 }
 
 impl Stamp {
-    pub fn of(path: &Path) -> std::io::Result<Stamp> {
+    pub(crate) fn of(path: &Path) -> std::io::Result<Stamp> {
         let m = path.metadata()?;
         Ok(Stamp { ino: m.ino(), len: m.len(), mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128 })
     }
 
     /// The file's length, which a table read from it roughly fills when uncompressed.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.len
     }
 }
 
 /// A whole table in memory.
 #[derive(Clone)]
-pub struct Table {
+pub(crate) struct Table {
     pub schema: SchemaRef,
     pub batches: Arc<[RecordBatch]>,
 }
 
 impl Table {
-    pub fn rows(&self) -> i64 {
+    pub(crate) fn rows(&self) -> i64 {
         self.batches.iter().map(|b| b.num_rows() as i64).sum()
     }
 }
 
 /// The bytes a batch's arrays hold (their slices, not whole buffers they may share).
-pub fn batch_bytes(batch: &RecordBatch) -> usize {
+pub(crate) fn batch_bytes(batch: &RecordBatch) -> usize {
     batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(0)).sum()
 }
 
-pub struct TableCache {
+pub(crate) struct TableCache {
     limit: usize,
     inner: Mutex<Inner>,
 }
@@ -85,11 +85,11 @@ struct Entry {
 
 impl TableCache {
     /// A cache of at most `limit` bytes of batches.
-    pub fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         TableCache { limit, inner: Mutex::new(Inner::default()) }
     }
 
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.limit
     }
 
@@ -98,7 +98,7 @@ impl TableCache {
     }
 
     /// The table read from `path` while it was as `stamp` says, if it is cached.
-    pub fn get(&self, path: &Path, stamp: Stamp) -> Option<Table> {
+    pub(crate) fn get(&self, path: &Path, stamp: Stamp) -> Option<Table> {
         let mut g = self.lock();
         g.clock += 1;
         let now = g.clock;
@@ -109,7 +109,7 @@ impl TableCache {
 
     /// Keeps `table`, read from `path` as `stamp`, taking `bytes` of the cache, unless it is
     /// larger than the whole cache; older tables leave to make room.
-    pub fn insert(&self, path: &Path, stamp: Stamp, table: Table, bytes: usize) {
+    pub(crate) fn insert(&self, path: &Path, stamp: Stamp, table: Table, bytes: usize) {
         if bytes > self.limit {
             return;
         }
@@ -132,7 +132,7 @@ impl TableCache {
     /// in progress, or starts one with what `open` gives. `open` also serves a reader that has
     /// to go on from the file itself (see the module's doc). `name` is the flight's, for the
     /// line that reports it kept.
-    pub fn load(
+    pub(crate) fn load(
         self: &Arc<Self>,
         name: &str,
         path: &Path,

@@ -6,13 +6,13 @@ use wirespeed_flight::Error;
 use wirespeed_flight::error::Quote;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     IpcFile,
     IpcStream,
     Parquet,
 }
 
-pub fn format_of(path: &Path) -> Option<Format> {
+pub(crate) fn format_of(path: &Path) -> Option<Format> {
     match path.extension()?.to_str()? {
         "arrow" | "feather" | "ipc" => Some(Format::IpcFile),
         "arrows" => Some(Format::IpcStream),
@@ -22,7 +22,7 @@ pub fn format_of(path: &Path) -> Option<Format> {
 }
 
 /// A file error as the client sees it: naming the flight, never the server's paths.
-pub fn io_error(name: &str, e: std::io::Error) -> Error {
+pub(crate) fn io_error(name: &str, e: std::io::Error) -> Error {
     match e.kind() {
         std::io::ErrorKind::NotFound => Error::not_found(format!("no flight {}", Quote::str(name))),
         std::io::ErrorKind::PermissionDenied => Error::permission_denied(format!("{}: {e}", Quote::str(name))),

@@ -17,7 +17,7 @@ use wirespeed_flight::{Error, Payload, Result, Upload};
 use crate::format::{Format, io_error};
 use wirespeed_files::part::PartFile;
 
-pub struct DirUpload {
+pub(crate) struct DirUpload {
     name: String,
     part: PartFile,
     writer: Writer,
@@ -31,7 +31,7 @@ enum Writer {
 }
 
 impl DirUpload {
-    pub fn start(name: &str, dest: &Path, format: Format, schema: &SchemaRef) -> Result<Self> {
+    pub(crate) fn start(name: &str, dest: &Path, format: Format, schema: &SchemaRef) -> Result<Self> {
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent).map_err(|e| io_error(name, e))?;
         }

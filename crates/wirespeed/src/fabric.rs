@@ -2,6 +2,8 @@
 //! handshake and what each can do. A new fabric is a variant here plus its backend folder
 //! under `transport/`; everything above (files, Flight, the CLI) takes its set from here.
 
+use crate::error::ParseError;
+
 /// What follows the handshake, and so how frames move. Declared fastest first, so sorting
 /// fabrics puts the one to prefer first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -36,6 +38,7 @@ pub enum Provider {
 }
 
 impl Provider {
+    /// Every provider, fastest first.
     pub const ALL: [Provider; 5] = [Provider::Shm, Provider::Cxi, Provider::Efa, Provider::Verbs, Provider::Tcp];
 
     /// Its name in URLs: `ofi+<name>://`.
@@ -116,6 +119,7 @@ impl Fabric {
         }
     }
 
+    /// What the fabric can do.
     pub fn capabilities(self) -> Capabilities {
         let (native_one_sided, zero_copy_receive, same_host_only) = match self {
             // A registered region is a sealed memfd the peer maps and copies in or out of.
@@ -136,6 +140,7 @@ impl Fabric {
         !self.capabilities().same_host_only || peer_host.is_some_and(|h| !h.is_empty() && h == host_id())
     }
 
+    /// How a URL of the fabric names where to meet.
     pub fn address_kind(self) -> AddressKind {
         match self {
             Fabric::Shm => AddressKind::SocketPath,
@@ -167,13 +172,10 @@ impl std::fmt::Display for Fabric {
 }
 
 impl std::str::FromStr for Fabric {
-    type Err = String;
+    type Err = ParseError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        Fabric::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| format!("unknown fabric {s:?} (expected {})", Fabric::names()))
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        Fabric::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| ParseError::new("fabric", s, Fabric::names()))
     }
 }
 
@@ -181,7 +183,9 @@ impl std::str::FromStr for Fabric {
 /// (then nothing else will do). Files, Flight and the CLI's `--transport` all take this.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
+    /// The fastest fabric both ends can reach.
     Auto,
+    /// This fabric and no other.
     Only(Fabric),
 }
 
@@ -199,15 +203,15 @@ impl Choice {
 }
 
 impl std::str::FromStr for Choice {
-    type Err = String;
+    type Err = ParseError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         match s {
             "auto" => Ok(Choice::Auto),
             _ => s
                 .parse()
                 .map(Choice::Only)
-                .map_err(|_: String| format!("unknown transport {s:?} (expected auto, {})", Fabric::names())),
+                .map_err(|_| ParseError::new("transport", s, format!("auto, {}", Fabric::names()))),
         }
     }
 }

@@ -15,6 +15,7 @@ pub const KEY_ENV: &str = "WIRESPEED_KEY";
 pub struct Key(Vec<u8>);
 
 impl Key {
+    /// A key of these bytes; an empty one is an error.
     pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self> {
         let bytes = bytes.into();
         if bytes.is_empty() {
@@ -67,6 +68,7 @@ impl Key {
         Key(mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>().into_bytes())
     }
 
+    /// The key's bytes, to hand to a peer's own configuration (never to a command line).
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }

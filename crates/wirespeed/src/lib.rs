@@ -1,3 +1,4 @@
+#![deny(missing_docs, unreachable_pub)]
 //! wirespeed core: endpoint URLs, keys, message memory, the sans-IO protocol, and the
 //! transports that drive it (tcp, shm, ucx, and in-process pairs). Nothing here knows about
 //! Arrow, files or schedulers.
@@ -47,15 +48,19 @@ pub mod fabric;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod key;
+#[doc(hidden)]
 pub mod mem;
+#[doc(hidden)]
 pub mod proto;
+#[doc(hidden)]
 pub mod seal;
+#[doc(hidden)]
 pub mod sync;
 pub mod transport;
 pub mod url;
 
 pub use bytes::Bytes;
-pub use error::{Class, Error, ErrorCode, Limit, Result, Violation};
+pub use error::{Class, Error, ErrorCode, Limit, ParseError, Result, Violation};
 pub use fabric::{Fabric, Provider};
 pub use key::Key;
 pub use mem::{Body, Buf, Recycler, SealedRegion};

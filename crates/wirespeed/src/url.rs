@@ -4,18 +4,21 @@
 use crate::error::{Error, Result};
 use crate::fabric::{AddressKind, Fabric};
 
+/// An endpoint URL, parsed: the fabric, and where it meets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
+    /// The fabric the scheme names.
     pub fabric: Fabric,
     /// `host:port`, or the socket where two processes of one host meet (see [`AddressKind`]).
     pub address: String,
 }
 
 impl Endpoint {
+    /// Parses `scheme://address`; an unknown scheme or a malformed address is an error.
     pub fn parse(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::Url { url: url.to_string(), reason };
         let (scheme, address) = url.split_once("://").ok_or_else(|| bad("expected scheme://address".into()))?;
-        let fabric: Fabric = scheme.parse().map_err(bad)?;
+        let fabric: Fabric = scheme.parse().map_err(|e: crate::ParseError| bad(e.to_string()))?;
         match fabric.address_kind() {
             AddressKind::HostPort => {
                 let (host, port) =

@@ -200,7 +200,7 @@ pub fn run(a: FlightArgs) -> Result<()> {
         None => {
             // The plane measured is offered whether or not the server offers it by default.
             let plane = match transport {
-                wirespeed_flight::Transport::Only(k) => Some(k),
+                wirespeed_flight::PlaneChoice::Only(k) => Some(k),
                 _ => None,
             };
             let (c, url) = spawn_server(&key_text, plane)?;
@@ -217,7 +217,7 @@ pub fn run(a: FlightArgs) -> Result<()> {
     drop(child);
 
     let plane = match transport {
-        wirespeed_flight::Transport::Only(k) => k.name(),
+        wirespeed_flight::PlaneChoice::Only(k) => k.name(),
         _ => "grpc",
     };
     let batches = latencies.len() as u64;

@@ -11,7 +11,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use clap::Args;
 use parquet::arrow::ArrowWriter;
-use wirespeed_flight::{Client, Fabric, FlightDescriptor, Transport};
+use wirespeed_flight::{Client, FlightDescriptor, PlaneChoice};
 
 use wirespeed_files::part::PartFile;
 
@@ -55,16 +55,8 @@ pub struct GetArgs {
     verbose: bool,
 }
 
-pub fn transport(name: &str) -> anyhow::Result<Transport> {
-    Ok(match name {
-        "auto" => Transport::Auto,
-        "grpc" => Transport::Grpc,
-        other => {
-            Transport::Only(other.parse::<Fabric>().map_err(|_| {
-                anyhow::anyhow!("unknown transport {other:?} (expected auto, grpc, {})", Fabric::names())
-            })?)
-        }
-    })
+pub fn transport(name: &str) -> anyhow::Result<PlaneChoice> {
+    Ok(name.parse()?)
 }
 
 /// A server that wants client certificates ends a connection without one after its TLS 1.3

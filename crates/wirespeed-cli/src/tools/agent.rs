@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
+use wirespeed::fabric::Choice;
 use wirespeed::{Config, Key};
 use wirespeed_files::remote::{DONE, GREETING, ITEM};
-use wirespeed_files::{Input, Output, Ports, Progress, Server, Side, Summary, Transport, plane};
+use wirespeed_files::{Input, Output, Ports, Progress, Server, Side, Summary, fabric_choice};
 
 use super::{Common, CopyFlags, list_on_stdout, remote_paths};
 
@@ -86,12 +87,12 @@ pub fn listen_address() -> (Option<String>, String) {
 /// Confines the ports UCX's or libfabric's own TCP transport listens on to `ports` as well,
 /// unless the environment already says where (`UCX_TCP_PORT_RANGE`, `FI_TCP_PORT_LOW_RANGE`).
 /// Call it before any thread starts.
-pub fn confine_fabric_ports(ports: Ports, transport: Transport) {
+pub fn confine_fabric_ports(ports: Ports, transport: Choice) {
     use wirespeed::{Fabric, Provider};
     let vars: &[(&str, String)] = match transport {
         _ if ports == Ports::ANY => &[],
-        Transport::Only(Fabric::Ucx) => &[("UCX_TCP_PORT_RANGE", ports.to_string())],
-        Transport::Only(Fabric::Ofi(Provider::Tcp)) => {
+        Choice::Only(Fabric::Ucx) => &[("UCX_TCP_PORT_RANGE", ports.to_string())],
+        Choice::Only(Fabric::Ofi(Provider::Tcp)) => {
             &[("FI_TCP_PORT_LOW_RANGE", ports.first.to_string()), ("FI_TCP_PORT_HIGH_RANGE", ports.last.to_string())]
         }
         _ => &[],
@@ -132,7 +133,7 @@ pub fn run(mut a: AgentArgs) -> anyhow::Result<()> {
     stop_when_stdin_closes(|| {});
     let cfg = Config::default();
     let (conn, side) = match &connect {
-        Some(addr) => (plane::connect(addr, a.common.transport, &key, &cfg)?, Side::Client),
+        Some(addr) => (fabric_choice::connect(addr, a.common.transport, &key, &cfg)?, Side::Client),
         None => {
             let (ip, host) = listen_address();
             let server = Server::bind_in(&host, a.ports, a.common.transport, &key, &cfg)?;

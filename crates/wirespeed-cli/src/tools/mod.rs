@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use wirespeed_files::{Excludes, Progress, Report, SinkOptions, SourceOptions, Summary, Transport};
+use wirespeed::fabric::Choice;
+use wirespeed_files::{Excludes, Progress, Report, SinkOptions, SourceOptions, Summary};
 
 /// Options every tool shares.
 #[derive(Args, Clone, Debug)]
@@ -25,7 +26,7 @@ pub struct Common {
     /// Fabric: auto (shared memory on one host, else TCP), tcp, shm, ucx or ofi+<provider>
     /// (ofi+tcp, ofi+shm, ...: libfabric).
     #[arg(long, default_value = "auto")]
-    pub transport: Transport,
+    pub transport: Choice,
     /// Parallel data streams, each with its own I/O thread [default: one per core of the
     /// sending host, at most 4; over shared memory, where both ends share the cores, half].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]

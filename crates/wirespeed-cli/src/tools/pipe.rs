@@ -14,7 +14,7 @@ use anyhow::bail;
 use clap::Args;
 use wirespeed::{Config, Key};
 use wirespeed_files::remote::{AGENT_START, DONE, Stderr, option_args, split_host};
-use wirespeed_files::{FilesError, Input, Output, Progress, Side, SinkOptions, plane};
+use wirespeed_files::{FilesError, Input, Output, Progress, Side, SinkOptions, fabric_choice};
 
 use super::Common;
 use super::remote::RemoteArgs;
@@ -176,7 +176,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
         let input = if std::io::stdin().is_terminal() { Input::reader(std::io::empty()) } else { Input::stdin() };
         let quiet = Progress::default();
         // The first stage may end without reading its input; its own report tells.
-        if let Ok(conn) = plane::connect(&first_in, common.transport, &feed_key, &Config::default()) {
+        if let Ok(conn) = fabric_choice::connect(&first_in, common.transport, &feed_key, &Config::default()) {
             let _ = wirespeed_files::send(&conn, Side::Client, &input, &opts, &quiet);
             conn.close();
         }
@@ -184,7 +184,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
     let common = a.common.clone();
     std::thread::spawn(move || {
         let quiet = Progress::default();
-        let r = plane::connect(&last_out, common.transport, &key, &Config::default()).and_then(|conn| {
+        let r = fabric_choice::connect(&last_out, common.transport, &key, &Config::default()).and_then(|conn| {
             let r = wirespeed_files::receive(
                 &conn,
                 Side::Client,

@@ -15,7 +15,7 @@ use anyhow::Context;
 use clap::Args;
 use wirespeed::{Config, Connection, Key};
 use wirespeed_files::remote::{DONE, GREETING};
-use wirespeed_files::{FilesError, Input, Output, Ports, Progress, Server, Side, plane};
+use wirespeed_files::{FilesError, Input, Output, Ports, Progress, Server, Side, fabric_choice};
 
 use super::Common;
 use super::agent::{confine_fabric_ports, finished, listen_address, read_key, read_line, stop_when_stdin_closes};
@@ -217,7 +217,7 @@ impl Stage<'_> {
         let (conn, control) = loop {
             match input.accept(Duration::from_millis(200)) {
                 Ok(c) => break c,
-                Err(FilesError::Transport(wirespeed::Error::Timeout(_)))
+                Err(FilesError::Connection(wirespeed::Error::Timeout(_)))
                     if !stop.load(Ordering::SeqCst) && Instant::now() < deadline => {}
                 Err(e) => return Err(e.into()),
             }
@@ -241,7 +241,9 @@ impl Stage<'_> {
         let opts = self.common.source_options(&Default::default())?;
         let quiet = Progress::default();
         let (conn, side) = match &self.output {
-            Out::Connect(addr) => (plane::connect(addr, self.common.transport, self.key, self.cfg)?, Side::Client),
+            Out::Connect(addr) => {
+                (fabric_choice::connect(addr, self.common.transport, self.key, self.cfg)?, Side::Client)
+            }
             Out::Accept(server) => {
                 let (conn, control) = server.lock().unpoison().accept(LINK_WAIT)?;
                 (conn, Side::Server(control))

@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 
 #[derive(Default, Debug)]
-pub struct ChunkSet {
+pub(super) struct ChunkSet {
     /// Start of each run, to its end (exclusive); runs neither overlap nor touch.
     runs: BTreeMap<u64, u64>,
 }
 
 impl ChunkSet {
     /// Marks chunk `index` as arrived; false if it already had.
-    pub fn insert(&mut self, index: u32) -> bool {
+    pub(super) fn insert(&mut self, index: u32) -> bool {
         let i = index as u64;
         let before = self.runs.range(..=i).next_back().map(|(&start, &end)| (start, end));
         if before.is_some_and(|(_, end)| i < end) {
@@ -28,7 +28,7 @@ impl ChunkSet {
     }
 
     /// Runs held: what this set's memory grows with.
-    pub fn runs(&self) -> usize {
+    pub(super) fn runs(&self) -> usize {
         self.runs.len()
     }
 }

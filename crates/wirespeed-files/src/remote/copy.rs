@@ -4,10 +4,11 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use wirespeed::fabric::Choice;
 use wirespeed::{Config, Connection, Key};
 
 use super::{Agent, DONE, Place, Ssh, Stderr};
-use crate::plane::{self, Transport};
+use crate::fabric_choice;
 use crate::{FilesError, Input, Output, Progress, Result, Side, SinkOptions, SourceOptions, Summary};
 
 /// How long an agent may take to start over ssh.
@@ -16,7 +17,7 @@ pub const AGENT_START: Duration = Duration::from_secs(60);
 /// What a copy asks of both ends, and how it reaches other hosts.
 pub struct RemoteCopy<'a> {
     pub ssh: &'a Ssh,
-    pub transport: Transport,
+    pub transport: Choice,
     pub source: &'a SourceOptions,
     /// A dry run's lines, from a sink here or an agent, go to its `dry_run` report.
     pub sink: &'a SinkOptions,
@@ -93,7 +94,7 @@ pub fn copy(sources: &[OsString], dst: &OsStr, how: &RemoteCopy<'_>, progress: &
 }
 
 /// The options of a transfer as an agent's flags, spelled as the CLI spells them.
-pub fn option_args(source: &SourceOptions, sink: &SinkOptions, transport: Transport) -> Vec<OsString> {
+pub fn option_args(source: &SourceOptions, sink: &SinkOptions, transport: Choice) -> Vec<OsString> {
     let on = [
         (source.recursive, "--recursive"),
         (source.preserve, "--preserve"),
@@ -146,7 +147,7 @@ fn with_agent(
     let mut agent = how.ssh.start(host, &agent_args(how, role, paths, &[]), key_text, Stderr::Capture)?;
     agent.report_items(how.sink.dry_run.clone());
     let addr = agent.address(AGENT_START)?;
-    let conn = plane::connect(&addr, how.transport, key, &Config::default())
+    let conn = fabric_choice::connect(&addr, how.transport, key, &Config::default())
         .map_err(|error| FilesError::Unreachable { host: host.to_string(), addr, error: Box::new(error) })?;
     let summary = transfer(&conn)?;
     conn.close();

@@ -15,7 +15,7 @@ use nix::fcntl::{AT_FDCWD, Flock, FlockArg, RenameFlags, renameat2};
 use crate::error::{FilesError, Result};
 use crate::paths::part_path;
 
-pub struct FreshTree {
+pub(super) struct FreshTree {
     root: PathBuf,
     part: PathBuf,
     /// Held while the tree is built: a second copy to the same new name is refused instead
@@ -27,7 +27,7 @@ impl FreshTree {
     /// Starts building `root` under its part name, or `None` when `root` already exists
     /// (a copy into it writes each file under its own part name). With `resume`, what an
     /// interrupted copy left in the part directory stays; otherwise it goes first.
-    pub fn begin(root: &Path, resume: bool) -> Result<Option<Self>> {
+    pub(super) fn begin(root: &Path, resume: bool) -> Result<Option<Self>> {
         match fs::symlink_metadata(root) {
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             _ => return Ok(None),
@@ -66,12 +66,12 @@ impl FreshTree {
     }
 
     /// Where the tree is built until it is complete.
-    pub fn building(&self) -> &Path {
+    pub(super) fn building(&self) -> &Path {
         &self.part
     }
 
     /// Puts the complete tree in place, unless something took its name meanwhile.
-    pub fn finish(self) -> Result<()> {
+    pub(super) fn finish(self) -> Result<()> {
         let moved = match renameat2(AT_FDCWD, &self.part, AT_FDCWD, &self.root, RenameFlags::RENAME_NOREPLACE) {
             // A filesystem without rename flags: the name was free when the copy began.
             Err(Errno::EINVAL) if fs::symlink_metadata(&self.root).is_err() => fs::rename(&self.part, &self.root),

@@ -29,10 +29,10 @@ use wirespeed::sync::Unpoison;
 /// Files per unit: enough to pay for handing it over, few enough to share a batch out.
 const UNIT_FILES: usize = 16;
 /// Units queued ahead of the writers.
-pub const QUEUE: usize = 8;
+pub(super) const QUEUE: usize = 8;
 
 /// Inline files of one directory, and the batch body that holds their bytes.
-pub struct Unit {
+pub(super) struct Unit {
     dir: PathBuf,
     files: Vec<Small>,
     body: Arc<Buf>,
@@ -46,23 +46,23 @@ struct Small {
 }
 
 /// Gathers one batch's inline files into units and queues them for the writers.
-pub struct Units<'a> {
+pub(super) struct Units<'a> {
     queue: &'a mpsc::SyncSender<Unit>,
     body: Arc<Buf>,
     current: Option<Unit>,
 }
 
 impl<'a> Units<'a> {
-    pub fn new(queue: &'a mpsc::SyncSender<Unit>, body: Buf) -> Self {
+    pub(super) fn new(queue: &'a mpsc::SyncSender<Unit>, body: Buf) -> Self {
         Units { queue, body: Arc::new(body), current: None }
     }
 
-    pub fn body(&self) -> &[u8] {
+    pub(super) fn body(&self) -> &[u8] {
         &self.body
     }
 
     /// Adds a file bound for `dest` whose bytes are `bytes` of the batch body.
-    pub fn push(&mut self, dest: &Path, entry: Entry, bytes: Range<usize>, sh: &State) -> Result<()> {
+    pub(super) fn push(&mut self, dest: &Path, entry: Entry, bytes: Range<usize>, sh: &State) -> Result<()> {
         let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
             return Err(FilesError::Usage(format!("{}: not a place for a file", dest.display())));
         };
@@ -82,7 +82,7 @@ impl<'a> Units<'a> {
 
     /// Queues the unit being gathered; the control thread calls this before anything that
     /// must happen after the files so far, and at the end of the batch.
-    pub fn flush(&mut self, sh: &State) -> Result<()> {
+    pub(super) fn flush(&mut self, sh: &State) -> Result<()> {
         let Some(unit) = self.current.take() else { return Ok(()) };
         *sh.pending.lock().unpoison() += unit.files.len() as u64;
         self.queue.send(unit).map_err(|_| FilesError::Stopped)
@@ -90,7 +90,7 @@ impl<'a> Units<'a> {
 }
 
 /// One writer: takes units until the queue closes.
-pub fn write_units(queue: &Mutex<mpsc::Receiver<Unit>>, sh: &State) {
+pub(super) fn write_units(queue: &Mutex<mpsc::Receiver<Unit>>, sh: &State) {
     let mut unnamed = true;
     loop {
         let unit = queue.lock().unpoison().recv();

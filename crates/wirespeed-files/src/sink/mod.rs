@@ -117,7 +117,7 @@ impl State<'_> {
 }
 
 /// Receives a transfer from the source at the other end of `control` into `output`.
-pub fn run_sink(
+pub(crate) fn run_sink(
     conn: &Connection,
     control: &Link,
     wrapping: &Arc<Wrapping>,

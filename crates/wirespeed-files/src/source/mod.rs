@@ -32,7 +32,7 @@ use self::data::serve_jobs;
 use wirespeed::sync::Unpoison;
 
 /// Files up to this size travel inline with their entries.
-pub const INLINE_MAX: u64 = 64 << 10;
+pub(crate) const INLINE_MAX: u64 = 64 << 10;
 
 #[derive(Clone, Debug)]
 pub struct SourceOptions {
@@ -213,7 +213,7 @@ impl State<'_> {
 
 /// Sends `input` to the sink at the other end of `control`, and returns once the sink has
 /// written, verified and renamed everything.
-pub fn run_source(
+pub(crate) fn run_source(
     conn: &Connection,
     control: &Link,
     wrapping: &Arc<Wrapping>,

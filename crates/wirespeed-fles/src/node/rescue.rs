@@ -51,7 +51,7 @@ pub(crate) struct Rescue {
 }
 
 impl Rescue {
-    pub fn new(index: usize, computes: usize) -> Self {
+    pub(super) fn new(index: usize, computes: usize) -> Self {
         Rescue { index, owners: Owners::new(computes), losses: Vec::new(), chains: Vec::new() }
     }
 
@@ -59,7 +59,7 @@ impl Rescue {
         self.owners.lost().len() as u64
     }
 
-    pub fn fate(&self, ts: u64) -> Fate {
+    pub(super) fn fate(&self, ts: u64) -> Fate {
         if self.owners.owner(ts) != Some(self.index) {
             return Fate::NotMine;
         }
@@ -82,7 +82,7 @@ impl Rescue {
 
     /// Input `input` (of `inputs`) gave compute node `compute` up, with what it knows that
     /// node finished. Returns whether the loss is news here (the inputs should all hear).
-    pub fn on_report(
+    pub(super) fn on_report(
         &mut self,
         input: usize,
         inputs: usize,
@@ -114,7 +114,7 @@ impl Rescue {
 
     /// Agrees on the open loss once every input not in `lost_inputs` has reported; returns
     /// whether that happened now.
-    pub fn try_agree(&mut self, lost_inputs: &[bool]) -> bool {
+    pub(super) fn try_agree(&mut self, lost_inputs: &[bool]) -> bool {
         let Some(k) = self.losses.iter().position(|l| l.finished.is_none()) else { return false };
         let loss = &mut self.losses[k];
         if loss.reports.iter().zip(lost_inputs).any(|(r, &lost)| r.is_none() && !lost) {
@@ -148,34 +148,34 @@ impl Rescue {
     }
 
     /// Whether a loss is still to be agreed on.
-    pub fn open(&self) -> bool {
+    pub(super) fn open(&self) -> bool {
         self.losses.iter().any(|l| l.finished.is_none())
     }
 
     /// The next timeslice of the chain that `ts`, adopted by loss `k`, belongs to.
-    pub fn next_of(&self, k: usize, ts: u64) -> u64 {
+    pub(super) fn next_of(&self, k: usize, ts: u64) -> u64 {
         let r = ts % self.computes();
         self.chains.iter().find(|ch| ch.loss == k && ch.residue == r).map_or(u64::MAX, |ch| ch.next)
     }
 
     /// The chains' next timeslices.
-    pub fn nexts(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(super) fn nexts(&self) -> impl Iterator<Item = u64> + '_ {
         self.chains.iter().map(|ch| ch.next)
     }
 
     /// Chain `i`'s next timeslice, if there is a chain `i`.
-    pub fn chain_next(&self, i: usize) -> Option<u64> {
+    pub(super) fn chain_next(&self, i: usize) -> Option<u64> {
         self.chains.get(i).map(|ch| ch.next)
     }
 
     /// Chain `i`'s next timeslice was delivered: moves on to the one after.
-    pub fn advance(&mut self, i: usize) {
+    pub(super) fn advance(&mut self, i: usize) {
         let ch = &self.chains[i];
         let after = ch.next.saturating_add(self.computes());
         self.chains[i].next = self.member(ch.loss, ch.residue, after).unwrap_or(u64::MAX);
     }
 
-    pub fn is_lost(&self, compute: usize) -> bool {
+    pub(super) fn is_lost(&self, compute: usize) -> bool {
         self.owners.is_lost(compute)
     }
 }

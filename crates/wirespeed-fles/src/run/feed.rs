@@ -29,7 +29,7 @@ pub(crate) enum Feed {
 }
 
 impl Feed {
-    pub fn new(s: &Settings, input: usize) -> Result<Feed> {
+    pub(super) fn new(s: &Settings, input: usize) -> Result<Feed> {
         match &s.replay {
             None => {
                 let pattern =
@@ -45,7 +45,7 @@ impl Feed {
     }
 
     /// Timeslice `ts`'s component size, built if need be.
-    pub fn size(&mut self, ts: u64, s: &Settings) -> u64 {
+    pub(super) fn size(&mut self, ts: u64, s: &Settings) -> u64 {
         match self {
             Feed::Pattern { pattern, built } => {
                 let build = || {
@@ -65,7 +65,7 @@ impl Feed {
     }
 
     /// Timeslice `ts`'s component (sized before) and its microslice count, for `send`.
-    pub fn with<T>(&mut self, ts: u64, s: &Settings, send: impl FnOnce(&[u8], u64) -> T) -> T {
+    pub(super) fn with<T>(&mut self, ts: u64, s: &Settings, send: impl FnOnce(&[u8], u64) -> T) -> T {
         match self {
             Feed::Pattern { built, .. } => {
                 let bytes = built.remove(&ts).expect("sized before it was placed");
@@ -91,7 +91,7 @@ impl Feed {
     /// components touch is locked once. A run the driver refuses is copied from pageable
     /// memory instead (slower, not wrong).
     #[cfg(feature = "gpu")]
-    pub fn pin(&self, gpu: &wirespeed::gpu::Gpu) -> Vec<wirespeed::gpu::Registration> {
+    pub(super) fn pin(&self, gpu: &wirespeed::gpu::Gpu) -> Vec<wirespeed::gpu::Registration> {
         const PAGE: usize = 4096;
         let Feed::Replay(components) = self else { return Vec::new() };
         let mut spans: Vec<(usize, usize)> = components
@@ -186,7 +186,7 @@ fn cut(microslices: &[(MicrosliceDescriptor, Vec<u8>)], slicing: Slicing, ts: u6
 
 /// Whole timeslices a microslice archive of `microslices` (their `idx` values, in order) holds
 /// for `slicing`: those whose every microslice is there.
-pub fn whole_timeslices(idx: &[u64], slicing: Slicing) -> u64 {
+pub(super) fn whole_timeslices(idx: &[u64], slicing: Slicing) -> u64 {
     let Some(&last) = idx.last() else { return 0 };
     let ends = |ts: u64| match slicing.time {
         None => slicing.microslices(ts).end <= idx.len() as u64,

@@ -27,20 +27,20 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub fn new(conn: Connection, stream: Stream) -> Self {
+    pub(super) fn new(conn: Connection, stream: Stream) -> Self {
         Link { conn, stream: Arc::new(stream) }
     }
 
-    pub fn send(&self, m: &Msg) -> Result<()> {
+    pub(super) fn send(&self, m: &Msg) -> Result<()> {
         self.send_raw(m).map_err(|e| net("sending", e))
     }
 
-    pub fn send_raw(&self, m: &Msg) -> wirespeed::Result<()> {
+    pub(super) fn send_raw(&self, m: &Msg) -> wirespeed::Result<()> {
         self.stream.send(&m.encode(), &[])
     }
 
     /// Waits for the next message, for the handshake before the reader starts.
-    pub fn recv(&self) -> Result<Msg> {
+    pub(super) fn recv(&self) -> Result<Msg> {
         match self.stream.recv().map_err(|e| net("receiving", e))? {
             Some(m) => Msg::decode(&m.header),
             None => Err(Violation::ClosedDuringSetup.into()),
@@ -49,7 +49,7 @@ impl Link {
 
     /// Starts the thread that reads the stream into `events`, as peer `peer`. A quiet stream
     /// is not an error here: the node judges its peers' silence.
-    pub fn start_reader(&self, peer: usize, events: Sender<Event>) -> Result<()> {
+    pub(super) fn start_reader(&self, peer: usize, events: Sender<Event>) -> Result<()> {
         let stream = self.stream.clone();
         std::thread::Builder::new()
             .name(format!("fles-link-{peer}"))
@@ -75,7 +75,7 @@ impl Link {
         Ok(())
     }
 
-    pub fn finish(&self) {
+    pub(super) fn finish(&self) {
         let _ = self.stream.finish();
     }
 }

@@ -60,7 +60,7 @@ pub(crate) struct ArchiveIn<R: BufRead> {
 
 impl<R: BufRead> ArchiveIn<R> {
     /// Reads an archive's header (`what`, in errors); its objects follow.
-    pub fn headed(mut input: R, what: &'static str) -> Result<Self> {
+    pub(crate) fn headed(mut input: R, what: &'static str) -> Result<Self> {
         // The magic's length and the magic, the library's version, the type sizes, and 1.
         let mut head = || {
             Ok::<_, io::Error>((input.u64()?, input.array::<22>()?, input.u16()?, input.array::<4>()?, input.i32()?))
@@ -76,7 +76,7 @@ impl<R: BufRead> ArchiveIn<R> {
     }
 
     /// Reads the header and descriptor of an archive of `archive_type` (`what`, in errors).
-    pub fn open(input: R, archive_type: i32, what: &'static str) -> Result<Self> {
+    pub(crate) fn open(input: R, archive_type: i32, what: &'static str) -> Result<Self> {
         let mut a = Self::headed(input, what)?;
         a.u8()?;
         let version = a.u32()?;
@@ -103,23 +103,23 @@ impl<R: BufRead> ArchiveIn<R> {
     }
 
     /// Whether the archive has ended.
-    pub fn at_end(&mut self) -> Result<bool> {
+    pub(crate) fn at_end(&mut self) -> Result<bool> {
         Ok(self.input.fill_buf().map_err(io_error)?.is_empty())
     }
 
-    pub fn u8(&mut self) -> Result<u8> {
+    pub(crate) fn u8(&mut self) -> Result<u8> {
         ReadFields::u8(&mut self.input).map_err(io_error)
     }
-    pub fn u16(&mut self) -> Result<u16> {
+    pub(crate) fn u16(&mut self) -> Result<u16> {
         ReadFields::u16(&mut self.input).map_err(io_error)
     }
-    pub fn u32(&mut self) -> Result<u32> {
+    pub(crate) fn u32(&mut self) -> Result<u32> {
         ReadFields::u32(&mut self.input).map_err(io_error)
     }
-    pub fn u64(&mut self) -> Result<u64> {
+    pub(crate) fn u64(&mut self) -> Result<u64> {
         ReadFields::u64(&mut self.input).map_err(io_error)
     }
-    pub fn string(&mut self) -> Result<String> {
+    pub(crate) fn string(&mut self) -> Result<String> {
         let len = self.u64()?;
         if len > 4096 {
             return Err(malformed("archive", format!("a {len}-byte name")));
@@ -130,7 +130,7 @@ impl<R: BufRead> ArchiveIn<R> {
     }
 
     /// `len` raw bytes (a vector of bytes' contents).
-    pub fn vec(&mut self, len: u64) -> Result<Vec<u8>> {
+    pub(crate) fn vec(&mut self, len: u64) -> Result<Vec<u8>> {
         let mut bytes = Vec::new();
         (&mut self.input).take(len).read_to_end(&mut bytes).map_err(io_error)?;
         if bytes.len() as u64 != len {
@@ -140,7 +140,7 @@ impl<R: BufRead> ArchiveIn<R> {
     }
 
     /// Class `which`'s version: read with its tracking byte the first time it appears.
-    pub fn class(&mut self, which: usize) -> Result<u32> {
+    pub(crate) fn class(&mut self, which: usize) -> Result<u32> {
         if let Some(v) = self.versions[which] {
             return Ok(v);
         }

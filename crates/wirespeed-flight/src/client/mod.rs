@@ -2,7 +2,7 @@
 //! the same host, then ucx, then tcp, and plain gRPC against any other Flight server or when no
 //! data-plane key is at hand. The caller's code is the same whichever plane carries the data.
 
-pub mod planes;
+pub mod plane_client;
 pub mod stream;
 
 use std::sync::Arc;
@@ -24,30 +24,46 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use wirespeed::Key;
 
-pub use planes::{ExchangeReader, PlaneClient};
+pub use plane_client::{ExchangeReader, PlaneClient};
 pub use stream::{FlightReader, FlightWriter, PutResults};
 use stream::{GrpcWriter, WriterInner};
 
+use crate::discovery::plane_action;
+use crate::discovery::{self, CALL_HEADER, HELLO_HEADER, PLANES_HEADER};
 use crate::error::{Error, Result};
-use crate::grpc::server::plane_action;
 use crate::grpc::tls::ClientTls;
 use crate::grpc::{self, MAX_MESSAGE};
 use crate::ipc::WriteOptions;
 use crate::location::PlaneLocation;
-use crate::plane::hello::{self, CALL_HEADER, HELLO_HEADER, PLANES_HEADER};
 pub use crate::plane::proto::Method;
 use wirespeed::Fabric;
 
 /// Which plane a client may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Transport {
+pub enum PlaneChoice {
     /// The fastest one offered and reachable, else gRPC.
     Auto,
     /// gRPC only, like any Flight client.
     Grpc,
     /// This data plane or an error.
     Only(Fabric),
+}
+
+impl std::str::FromStr for PlaneChoice {
+    type Err = wirespeed::ParseError;
+
+    /// `auto`, `grpc` or a fabric's name: what `--transport` and `transport=` take.
+    fn from_str(s: &str) -> std::result::Result<Self, wirespeed::ParseError> {
+        match s {
+            "auto" => Ok(PlaneChoice::Auto),
+            "grpc" => Ok(PlaneChoice::Grpc),
+            _ => s
+                .parse()
+                .map(PlaneChoice::Only)
+                .map_err(|_| wirespeed::ParseError::new("transport", s, format!("auto, grpc, {}", Fabric::names()))),
+        }
+    }
 }
 
 /// The plane a call ran on, for reports.
@@ -114,7 +130,7 @@ pub struct Client {
     grpc: FlightServiceClient<Channel>,
     token: Option<MetadataValue<tonic::metadata::Ascii>>,
     planes: Option<PlaneClient>,
-    transport: Transport,
+    transport: PlaneChoice,
     /// The server's host as the URL names it.
     host: String,
     /// Whether the server answered our hello, once known.
@@ -143,7 +159,7 @@ impl Client {
             grpc,
             token: None,
             planes: None,
-            transport: Transport::Auto,
+            transport: PlaneChoice::Auto,
             host,
             offers: Default::default(),
         })
@@ -163,7 +179,7 @@ impl Client {
         self
     }
 
-    pub fn with_transport(mut self, transport: Transport) -> Self {
+    pub fn with_transport(mut self, transport: PlaneChoice) -> Self {
         self.transport = transport;
         self.planes = self.planes.map(|p| p.with_transport(transport));
         self
@@ -250,11 +266,11 @@ impl Client {
         })
     }
 
-    /// Whether this server answered our hello (see [`crate::plane::hello`]), asked once with
+    /// Whether this server answered our hello (see [`crate::discovery`]), asked once with
     /// ListActions, which any Flight server answers; a failed ask is not remembered.
     fn offers_planes(&self) -> Result<bool> {
         let Some(planes) = &self.planes else { return Ok(false) };
-        if self.transport == Transport::Grpc {
+        if self.transport == PlaneChoice::Grpc {
             return Ok(false);
         }
         if let Some(known) = *self.offers.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -273,7 +289,8 @@ impl Client {
     /// A request that carries our hello, for `call` (see [`CALL_HEADER`]).
     fn hello<T>(&self, planes: &PlaneClient, message: T, call: &'static str) -> Result<tonic::Request<T>> {
         let mut request = self.request(message);
-        let value = hello::hello(planes.key())?.parse().map_err(|_| Error::internal("hello is not a header value"))?;
+        let value =
+            discovery::hello(planes.key())?.parse().map_err(|_| Error::internal("hello is not a header value"))?;
         request.metadata_mut().insert(HELLO_HEADER, value);
         request.metadata_mut().insert(CALL_HEADER, tonic::metadata::MetadataValue::from_static(call));
         Ok(request)
@@ -334,8 +351,8 @@ impl Client {
     /// key is an error.
     fn planes(&self) -> Result<Option<&PlaneClient>> {
         match (&self.planes, self.transport) {
-            (_, Transport::Grpc) => Ok(None),
-            (None, Transport::Only(_)) => Err(Error::unauthenticated("a data plane needs a key (WIRESPEED_KEY)")),
+            (_, PlaneChoice::Grpc) => Ok(None),
+            (None, PlaneChoice::Only(_)) => Err(Error::unauthenticated("a data plane needs a key (WIRESPEED_KEY)")),
             (planes, _) => Ok(planes.as_ref()),
         }
     }

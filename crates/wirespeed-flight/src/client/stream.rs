@@ -15,9 +15,9 @@ use wirespeed::Fabric;
 use super::Plane;
 use crate::error::{Code, Error, Result};
 use crate::grpc;
+use crate::handler::Payload;
 use crate::ipc::{DecodedStream, PayloadStream, SharedStats, WriteOptions};
 use crate::plane::{self, close};
-use crate::service::Payload;
 
 /// How long `next_result` waits for a PutResult over gRPC (a data plane's stream has its own
 /// timeout).
@@ -211,7 +211,7 @@ impl FlightWriter {
             WriterInner::Plane { stream, .. } if let Some(e) = stream.peer_error() => Err(e),
             WriterInner::Plane { stream, writer, .. } => match writer.write(stream, payload) {
                 // The server gave up (and said why on the stream): report its reason.
-                Err(Error::Transport(_)) => Err(self.failure()),
+                Err(Error::Connection(_)) => Err(self.failure()),
                 other => other,
             },
             WriterInner::GrpcPut { writer, .. } | WriterInner::GrpcExchange { writer } => {

@@ -1,7 +1,7 @@
 //! The location a server names in its own endpoints, as Arrow's reference servers do: a client
 //! that reads `endpoint.location[0]` (Arrow's integration client, the example clients) connects
 //! there for the data. The data planes are not named here: a client holding the key learns them
-//! by asking (see [`crate::plane::hello`]).
+//! by asking (see [`crate::discovery`]).
 //!
 //! How it is chosen, first that applies:
 //! 1. the URI the operator gave ([`Advertise::Uri`]: a server behind NAT or a proxy);
@@ -32,11 +32,11 @@ pub enum Advertise {
 
 /// The `:authority` a request came with, put in its extensions by the router.
 #[derive(Clone, Debug)]
-pub struct RequestAuthority(pub Authority);
+pub(crate) struct RequestAuthority(pub Authority);
 
 /// Where the server listens, to name it by.
 #[derive(Clone, Debug)]
-pub enum Listening {
+pub(crate) enum Listening {
     Tcp { addr: SocketAddr, tls: bool },
     Unix(String),
 }
@@ -44,7 +44,7 @@ pub enum Listening {
 impl Listening {
     /// The location to name to a client that reached us at `authority` over a connection to
     /// `local` (see the module's doc); None for [`Advertise::Nothing`].
-    pub fn location(
+    pub(crate) fn location(
         &self,
         advertise: &Advertise,
         authority: Option<&Authority>,
@@ -69,7 +69,7 @@ impl Listening {
 }
 
 /// Gives every endpoint of `info` that names no location this one.
-pub fn locate(info: &mut FlightInfo, location: Option<&str>) {
+pub(crate) fn locate(info: &mut FlightInfo, location: Option<&str>) {
     let Some(uri) = location else { return };
     for endpoint in info.endpoint.iter_mut().filter(|e| e.location.is_empty()) {
         endpoint.location.push(Location { uri: uri.to_string() });

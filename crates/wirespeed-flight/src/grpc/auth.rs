@@ -29,14 +29,14 @@ const BASE64: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
-pub struct Auth {
+pub(crate) struct Auth {
     password: String,
     secret: [u8; 32],
     throttle: Throttle,
 }
 
 impl Auth {
-    pub fn new(password: String) -> Result<Self> {
+    pub(crate) fn new(password: String) -> Result<Self> {
         let mut secret = [0; 32];
         getrandom::fill(&mut secret).map_err(|e| Error::internal(format!("no randomness for tokens: {e}")))?;
         Ok(Auth { password, secret, throttle: Throttle::default() })
@@ -44,7 +44,7 @@ impl Auth {
 
     /// Checks `Basic user:password` and returns a bearer token. `peer` is the client's
     /// address, for the throttle.
-    pub fn login(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Result<String> {
+    pub(crate) fn login(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Result<String> {
         self.throttle.admit(peer)?;
         let checked = self.check_password(headers);
         match &checked {
@@ -69,7 +69,7 @@ impl Auth {
     }
 
     /// Checks the bearer token of a call.
-    pub fn check(&self, headers: &HeaderMap) -> Result<()> {
+    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<()> {
         let token = credentials(headers, "bearer")
             .ok_or_else(|| Error::unauthenticated("this server needs a bearer token: authenticate first"))?;
         let malformed = || Error::unauthenticated("malformed token");
@@ -154,7 +154,7 @@ impl Throttle {
     }
 }
 
-pub fn basic(user: &str, password: &str) -> String {
+pub(crate) fn basic(user: &str, password: &str) -> String {
     format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
 }
 

@@ -24,19 +24,19 @@ use tonic::Status;
 
 /// Messages up to this size take no reservation: the HTTP/2 windows already bound them (one
 /// such message per stream).
-pub const SMALL: u32 = 1 << 20;
+pub(crate) const SMALL: u32 = 1 << 20;
 /// Reservations are counted in these units, so that a `u32` of them covers any budget.
 const UNIT: u64 = 1 << 10;
 
 /// Bytes of request messages that may be held at once, over every call.
-pub struct Budget {
+pub(crate) struct Budget {
     room: Arc<Semaphore>,
     units: u32,
     stall: Duration,
 }
 
 impl Budget {
-    pub fn new(bytes: usize, stall: Duration) -> Arc<Self> {
+    pub(crate) fn new(bytes: usize, stall: Duration) -> Arc<Self> {
         let units = (bytes as u64 / UNIT).clamp(1, u32::MAX as u64) as u32;
         Arc::new(Budget { room: Arc::new(Semaphore::new(units as usize)), units, stall })
     }
@@ -45,7 +45,7 @@ impl Budget {
 type Acquire = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
 
 /// A request body whose large messages hold room in a [`Budget`].
-pub struct Budgeted<B> {
+pub(crate) struct Budgeted<B> {
     inner: B,
     budget: Arc<Budget>,
     /// The length prefix being read (a flag byte, then the length), and how much of it is in.
@@ -64,7 +64,7 @@ pub struct Budgeted<B> {
 }
 
 impl<B> Budgeted<B> {
-    pub fn new(inner: B, budget: Arc<Budget>) -> Self {
+    pub(crate) fn new(inner: B, budget: Arc<Budget>) -> Self {
         Budgeted {
             inner,
             budget,

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Connects to `url`; `tls` applies to `grpc+tls://` only.
-pub async fn connect(url: &str, tls: &ClientTls) -> Result<Channel> {
+pub(crate) async fn connect(url: &str, tls: &ClientTls) -> Result<Channel> {
     let (addr, secure, unix) = match url.split_once("://") {
         Some(("grpc" | "grpc+tcp", addr)) => (addr, false, None),
         Some(("grpc+tls", addr)) => (addr, true, None),
@@ -64,7 +64,7 @@ pub async fn connect(url: &str, tls: &ClientTls) -> Result<Channel> {
 
 /// The host a `grpc://` or `grpc+tls://` URL names; loopback for `grpc+unix://`, beside
 /// which a server's data planes listen.
-pub fn host(url: &str) -> Option<String> {
+pub(crate) fn host(url: &str) -> Option<String> {
     if url.starts_with("grpc+unix://") {
         return Some("127.0.0.1".into());
     }

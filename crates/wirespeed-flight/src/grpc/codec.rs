@@ -12,7 +12,7 @@ use tonic_prost::ProstDecoder;
 use crate::ipc::Frame;
 
 /// Sends [`Frame`]s as FlightData; receives `D` as prost decodes it.
-pub struct FrameCodec<D>(PhantomData<D>);
+pub(crate) struct FrameCodec<D>(PhantomData<D>);
 
 impl<D> Default for FrameCodec<D> {
     fn default() -> Self {
@@ -35,7 +35,7 @@ impl<D: prost::Message + Default + Send + 'static> Codec for FrameCodec<D> {
     }
 }
 
-pub struct FrameEncoder;
+pub(crate) struct FrameEncoder;
 
 /// FlightData's field numbers (arrow's Flight.proto); all three are length-delimited.
 const DATA_HEADER: u32 = 2;

@@ -29,7 +29,7 @@ use tonic::transport::server::TcpConnectInfo;
 use super::budget::{Budget, Budgeted};
 use super::router::Router;
 use super::{CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW};
-use crate::plane::server::{OpenCall, Shared};
+use crate::plane::calls::{OpenCall, Shared};
 use wirespeed::sync::Unpoison;
 
 /// Bounds on what one connection or client may hold.
@@ -75,7 +75,7 @@ const PREFACE_LEN: usize = 24;
 const MAX_HEADER_LIST: u32 = 256 << 10;
 
 /// Where gRPC connections come from.
-pub enum Listener {
+pub(crate) enum Listener {
     Tcp(TcpListener),
     /// `grpc+unix://`: every client counts as one from loopback.
     Unix(UnixListener),
@@ -102,7 +102,7 @@ impl Listener {
 
 /// Accepts and serves connections until `stop` fires; with `tls`, each one's handshake must
 /// end within `limits.start` before HTTP/2's preface gets the same time again.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: Listener,
     router: Router,
     limits: Limits,

@@ -15,23 +15,23 @@ use tonic::{Status, Streaming};
 
 use super::Writer;
 use crate::error::{Error, Result, Violation};
+use crate::handler::{Output, Payload, Upload};
 use crate::ipc::{Decoded, Decoder, Frame};
-use crate::service::{Output, Payload, Upload};
 
 /// Frames queued for a response; half of it free again restarts the encoder.
 const QUEUE: usize = 4;
 
-pub type Responses<T> = futures::stream::BoxStream<'static, Result<T, Status>>;
+pub(crate) type Responses<T> = futures::stream::BoxStream<'static, Result<T, Status>>;
 
 /// A response stream and the queue that feeds it.
-pub fn channel<T: Send + 'static>() -> (Sender<Result<T, Status>>, Responses<T>) {
+pub(crate) fn channel<T: Send + 'static>() -> (Sender<Result<T, Status>>, Responses<T>) {
     use futures::StreamExt;
     let (tx, rx) = mpsc::channel(QUEUE);
     (tx, ReceiverStream::new(rx).boxed())
 }
 
 /// Sends `output` to `tx` until it ends, fails, or the client goes away.
-pub async fn feed(tx: Sender<Result<Frame, Status>>, output: Output) {
+pub(crate) async fn feed(tx: Sender<Result<Frame, Status>>, output: Output) {
     let mut encoder = Encoding { output, writer: None, held: VecDeque::new(), ended: false };
     loop {
         // Wait for room without a thread; the permits only tell that there is room.
@@ -118,7 +118,7 @@ impl Encoding {
 /// wait for one before sending more). Meanwhile HTTP/2 keeps receiving what the client sends,
 /// up to its window. If the client fails or goes away, or a message fails, `upload` is dropped
 /// unfinished.
-pub async fn upload(
+pub(crate) async fn upload(
     mut stream: Streaming<FlightData>,
     mut decoder: Decoder,
     mut upload: Box<dyn Upload>,

@@ -2,16 +2,16 @@
 //! Frames become FlightData and back: the server writes them itself ([`codec`]), the client
 //! through prost (the body concatenated, as prost needs).
 
-pub mod advertise;
-pub mod auth;
-pub mod budget;
-pub mod channel;
-pub mod codec;
-pub mod connections;
-pub mod drive;
-pub mod router;
-pub mod server;
-pub mod tls;
+pub(crate) mod advertise;
+pub(crate) mod auth;
+pub(crate) mod budget;
+pub(crate) mod channel;
+pub(crate) mod codec;
+pub(crate) mod connections;
+pub(crate) mod drive;
+pub(crate) mod router;
+pub(crate) mod service;
+pub(crate) mod tls;
 
 use std::time::Duration;
 
@@ -21,32 +21,32 @@ use arrow_schema::SchemaRef;
 use tokio::runtime::Handle;
 
 use crate::error::{Error, Result};
+use crate::handler::Payload;
 use crate::ipc::{Decoded, DecodedStream, Decoder, Frame, FrameWriter, SharedStats, WriteOptions};
-use crate::service::Payload;
 
 /// gRPC's own limit is 4 MiB; Flight batches are often larger.
-pub const MAX_MESSAGE: usize = 1 << 30;
+pub(crate) const MAX_MESSAGE: usize = 1 << 30;
 /// The largest request of a call that carries no batches (a ticket, a descriptor, an action):
 /// a server takes no more than this into memory for them.
-pub const MAX_CONTROL_MESSAGE: usize = 16 << 20;
+pub(crate) const MAX_CONTROL_MESSAGE: usize = 16 << 20;
 /// The most request metadata (headers, counted as HTTP/2 counts them) a call may carry: gRPC
 /// C++'s hard limit, which pyarrow's servers apply; more is RESOURCE_EXHAUSTED.
-pub const MAX_METADATA: usize = 16 << 10;
+pub(crate) const MAX_METADATA: usize = 16 << 10;
 /// HTTP/2 flow-control windows: the 64 KiB default holds a stream to one small batch per
 /// round trip.
-pub const STREAM_WINDOW: u32 = 16 << 20;
-pub const CONNECTION_WINDOW: u32 = 64 << 20;
+pub(crate) const STREAM_WINDOW: u32 = 16 << 20;
+pub(crate) const CONNECTION_WINDOW: u32 = 64 << 20;
 /// Largest HTTP/2 frame we accept: a 128 KiB batch comes in one frame instead of eight of
 /// the 16 KiB default.
-pub const MAX_FRAME: u32 = 1 << 20;
+pub(crate) const MAX_FRAME: u32 = 1 << 20;
 
-pub fn flight_data(frame: Frame) -> FlightData {
+pub(crate) fn flight_data(frame: Frame) -> FlightData {
     let data_body = frame.body_bytes();
     FlightData { flight_descriptor: None, data_header: frame.meta, app_metadata: frame.app_metadata, data_body }
 }
 
 /// Encodes payloads into frames, schema first.
-pub struct Writer {
+pub(crate) struct Writer {
     frames: FrameWriter,
     /// What the output's batches are compressed with: a gRPC client that did not ask for
     /// compression may not be able to read it (Java's flight-core needs a module for it).
@@ -55,12 +55,12 @@ pub struct Writer {
 
 impl Writer {
     /// The writer and the schema's frame, if given.
-    pub fn start(schema: Option<&SchemaRef>, options: WriteOptions) -> Result<(Self, Vec<Frame>)> {
+    pub(crate) fn start(schema: Option<&SchemaRef>, options: WriteOptions) -> Result<(Self, Vec<Frame>)> {
         let (frames, first) = FrameWriter::start(schema, options)?;
         Ok((Writer { frames, compression: options.compression }, first))
     }
 
-    pub fn encode(&mut self, payload: Payload) -> Result<Vec<Frame>> {
+    pub(crate) fn encode(&mut self, payload: Payload) -> Result<Vec<Frame>> {
         match payload {
             Payload::Begin { options, .. } => self.compression = options.compression,
             // A batch still in its file goes as the file holds it (one read, no decode), unless
@@ -80,7 +80,7 @@ impl Writer {
 }
 
 /// Decodes a gRPC stream of FlightData from a blocking thread.
-pub struct Reader {
+pub(crate) struct Reader {
     stream: tonic::Streaming<FlightData>,
     runtime: Handle,
     decoder: Decoder,
@@ -91,7 +91,7 @@ pub struct Reader {
 }
 
 impl Reader {
-    pub fn new(stream: tonic::Streaming<FlightData>, runtime: Handle, pending: Option<FlightData>) -> Self {
+    pub(crate) fn new(stream: tonic::Streaming<FlightData>, runtime: Handle, pending: Option<FlightData>) -> Self {
         Reader { stream, runtime, decoder: Decoder::default(), pending, ended: false }
     }
 }

@@ -19,18 +19,18 @@ use tonic_prost::ProstCodec;
 use super::advertise::RequestAuthority;
 use super::codec::FrameCodec;
 use super::drive::Responses;
-use super::server::{FrameStream, Service};
+use super::service::{FrameStream, Service};
+use crate::discovery::PLANES_HEADER;
 use crate::ipc::Frame;
-use crate::plane::hello::PLANES_HEADER;
 
 #[derive(Clone)]
-pub struct Router {
+pub(crate) struct Router {
     service: Arc<Service>,
     rest: FlightServiceServer<Service>,
 }
 
 impl Router {
-    pub fn new(service: Service) -> Self {
+    pub(crate) fn new(service: Service) -> Self {
         let service = Arc::new(service);
         let rest = FlightServiceServer::from_arc(service.clone())
             .max_decoding_message_size(MAX_CONTROL_MESSAGE)

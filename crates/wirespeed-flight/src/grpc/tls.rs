@@ -70,7 +70,7 @@ fn root_store(pem: &[u8], what: &str) -> Result<RootCertStore> {
 /// gRPC is HTTP/2, and over TLS says so in ALPN.
 const ALPN_H2: &[u8] = b"h2";
 
-pub fn acceptor(tls: &ServerTls) -> Result<TlsAcceptor> {
+pub(crate) fn acceptor(tls: &ServerTls) -> Result<TlsAcceptor> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| bad("protocol versions", e))?;
@@ -92,7 +92,7 @@ pub fn acceptor(tls: &ServerTls) -> Result<TlsAcceptor> {
 }
 
 /// The connector and the name to check for a server reached at `host`.
-pub fn connector(tls: &ClientTls, host: &str) -> Result<(TlsConnector, ServerName<'static>)> {
+pub(crate) fn connector(tls: &ClientTls, host: &str) -> Result<(TlsConnector, ServerName<'static>)> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| bad("protocol versions", e))?;

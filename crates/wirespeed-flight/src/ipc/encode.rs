@@ -13,28 +13,28 @@ use arrow_schema::{ArrowError, Schema, SchemaRef};
 use bytes::Bytes;
 use wirespeed::proto::codec;
 
-use crate::service::Payload;
+use crate::handler::Payload;
 
 /// One IPC message: metadata, body pieces (each a multiple of 8 bytes long, 64 in practice) and
 /// the application's metadata. A frame with empty `meta` carries only `app_metadata`.
 #[derive(Clone, Debug, Default)]
-pub struct Frame {
+pub(crate) struct Frame {
     pub meta: Bytes,
     pub body: Vec<Buffer>,
     pub app_metadata: Bytes,
 }
 
 impl Frame {
-    pub fn metadata_only(app_metadata: Bytes) -> Self {
+    pub(crate) fn metadata_only(app_metadata: Bytes) -> Self {
         Frame { app_metadata, ..Frame::default() }
     }
 
-    pub fn body_len(&self) -> usize {
+    pub(crate) fn body_len(&self) -> usize {
         self.body.iter().map(|b| b.len()).sum()
     }
 
     /// The body in one piece, for transports that need it so (gRPC).
-    pub fn body_bytes(&self) -> Bytes {
+    pub(crate) fn body_bytes(&self) -> Bytes {
         match self.body.as_slice() {
             [] => Bytes::new(),
             [one] => Bytes::from_owner(one.clone()),
@@ -59,18 +59,18 @@ pub struct WriteOptions {
 }
 
 /// Encodes one stream's batches: the schema, then dictionaries as they appear, then batches.
-pub struct Encoder {
+pub(crate) struct Encoder {
     inner: StreamEncoder,
     schema: Option<Frame>,
     encoded_once: bool,
 }
 
 impl Encoder {
-    pub fn new(schema: &Schema) -> Result<Self, ArrowError> {
+    pub(crate) fn new(schema: &Schema) -> Result<Self, ArrowError> {
         Self::with_options(schema, WriteOptions::default())
     }
 
-    pub fn with_options(schema: &Schema, layout: WriteOptions) -> Result<Self, ArrowError> {
+    pub(crate) fn with_options(schema: &Schema, layout: WriteOptions) -> Result<Self, ArrowError> {
         let handling = if layout.dictionary_deltas { DictionaryHandling::Delta } else { DictionaryHandling::Resend };
         let options = IpcWriteOptions::try_new(64, false, arrow_ipc::MetadataVersion::V5)?
             .try_with_compression(layout.compression)?
@@ -91,12 +91,12 @@ impl Encoder {
     }
 
     /// The schema frame, once; the stream starts with it.
-    pub fn schema_frame(&mut self) -> Option<Frame> {
+    pub(crate) fn schema_frame(&mut self) -> Option<Frame> {
         self.schema.take()
     }
 
     /// The frames for `batch`: any dictionaries it needs, then the batch with `app_metadata`.
-    pub fn encode(&mut self, batch: &RecordBatch, app_metadata: Bytes) -> Result<Vec<Frame>, ArrowError> {
+    pub(crate) fn encode(&mut self, batch: &RecordBatch, app_metadata: Bytes) -> Result<Vec<Frame>, ArrowError> {
         let mut frames = split(self.inner.encode(batch)?)?;
         // Only the stream encoder's first output starts with its schema.
         if !self.encoded_once {
@@ -116,13 +116,13 @@ impl Encoder {
 /// once, or by a payload that begins it after application metadata alone, as an exchange may),
 /// then dictionaries and batches. Stored batches are the caller's to send.
 #[derive(Default)]
-pub struct FrameWriter {
+pub(crate) struct FrameWriter {
     encoder: Option<Encoder>,
 }
 
 impl FrameWriter {
     /// A writer, and the schema's frame if `schema` begins the output now.
-    pub fn start(schema: Option<&SchemaRef>, options: WriteOptions) -> Result<(Self, Vec<Frame>), ArrowError> {
+    pub(crate) fn start(schema: Option<&SchemaRef>, options: WriteOptions) -> Result<(Self, Vec<Frame>), ArrowError> {
         let mut writer = FrameWriter::default();
         let frames = match schema {
             Some(schema) => writer.begin(schema, options)?,
@@ -141,7 +141,7 @@ impl FrameWriter {
         Ok(frames)
     }
 
-    pub fn frames(&mut self, payload: Payload) -> Result<Vec<Frame>, ArrowError> {
+    pub(crate) fn frames(&mut self, payload: Payload) -> Result<Vec<Frame>, ArrowError> {
         match (payload, &mut self.encoder) {
             (Payload::Begin { schema, options }, _) => self.begin(&schema, options),
             (Payload::Batch { batch, app_metadata }, Some(encoder)) => encoder.encode(&batch, app_metadata),

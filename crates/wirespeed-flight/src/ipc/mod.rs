@@ -10,10 +10,12 @@ mod encode;
 mod share;
 mod stream;
 
-pub use decode::{Decoded, Decoder, ReadStats, SharedStats};
-pub use encode::{Encoder, Frame, FrameWriter, WriteOptions};
+pub(crate) use decode::Decoded;
+pub use decode::{Decoder, ReadStats, SharedStats};
+pub use encode::WriteOptions;
+pub(crate) use encode::{Encoder, Frame, FrameWriter};
 pub use share::{share, share_all};
-pub use stream::{DecodedStream, PayloadStream};
+pub(crate) use stream::{DecodedStream, PayloadStream};
 
 #[cfg(test)]
 mod tests {

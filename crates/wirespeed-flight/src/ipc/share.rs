@@ -63,7 +63,7 @@ pub fn share_all(batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
 impl Frame {
     /// The body as one piece, if its buffers lie back to back (padding aside) inside one
     /// sealed region, as those of a [`share`]d batch do.
-    pub fn body_in_region(&self) -> Option<Bytes> {
+    pub(crate) fn body_in_region(&self) -> Option<Bytes> {
         // Empty pieces may point anywhere.
         let pieces = self.body.iter().skip_while(|p| p.is_empty());
         let first = pieces.clone().next()?;

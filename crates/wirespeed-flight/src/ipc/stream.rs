@@ -9,9 +9,9 @@ use arrow_schema::SchemaRef;
 
 use super::{Decoded, SharedStats};
 use crate::error::{Result, Violation};
-use crate::service::Payload;
+use crate::handler::Payload;
 
-pub trait DecodedStream: Send + 'static {
+pub(crate) trait DecodedStream: Send + 'static {
     /// The next decoded frame, dictionaries already absorbed; None once the peer finished.
     fn next_decoded(&mut self) -> Result<Option<Decoded>>;
 
@@ -33,7 +33,7 @@ pub trait DecodedStream: Send + 'static {
 
 /// A stream read as Flight reads one: application metadata may come before the schema (a side
 /// of an exchange may talk before it begins), batches only after it.
-pub struct PayloadStream {
+pub(crate) struct PayloadStream {
     source: Box<dyn DecodedStream>,
     schema: Option<SchemaRef>,
     /// Metadata that came while waiting for the schema, not yet taken.
@@ -41,18 +41,18 @@ pub struct PayloadStream {
 }
 
 impl PayloadStream {
-    pub fn new(source: Box<dyn DecodedStream>) -> Self {
+    pub(crate) fn new(source: Box<dyn DecodedStream>) -> Self {
         PayloadStream { source, schema: None, early: VecDeque::new() }
     }
 
     /// Waits for the schema, keeping the metadata that comes first for
     /// [`next_payload`](Self::next_payload); an error if the stream ends without one.
-    pub fn schema(&mut self) -> Result<SchemaRef> {
+    pub(crate) fn schema(&mut self) -> Result<SchemaRef> {
         self.schema_or_end()?.ok_or_else(|| Violation::EndedBeforeSchema.into())
     }
 
     /// As [`schema`](Self::schema); None if the stream ended without one.
-    pub fn schema_or_end(&mut self) -> Result<Option<SchemaRef>> {
+    pub(crate) fn schema_or_end(&mut self) -> Result<Option<SchemaRef>> {
         while self.schema.is_none() {
             match self.source.next_decoded()? {
                 Some(Decoded::Schema(schema)) => self.schema = Some(schema),
@@ -65,7 +65,7 @@ impl PayloadStream {
     }
 
     /// The next batch or metadata; None at the end.
-    pub fn next_payload(&mut self) -> Result<Option<Payload>> {
+    pub(crate) fn next_payload(&mut self) -> Result<Option<Payload>> {
         if let Some(early) = self.early.pop_front() {
             return Ok(Some(early));
         }
@@ -84,11 +84,11 @@ impl PayloadStream {
     }
 
     /// As [`DecodedStream::wait_ready`].
-    pub fn wait_ready(&mut self, within: Duration) -> Result<bool> {
+    pub(crate) fn wait_ready(&mut self, within: Duration) -> Result<bool> {
         Ok(!self.early.is_empty() || self.source.wait_ready(within)?)
     }
 
-    pub fn stats(&self) -> SharedStats {
+    pub(crate) fn stats(&self) -> SharedStats {
         self.source.stats()
     }
 }

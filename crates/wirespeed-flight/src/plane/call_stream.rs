@@ -20,14 +20,14 @@ const AAD: &[u8] = b"wirespeed-flight plane";
 
 /// Which end of the connection this is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
+pub(crate) enum Side {
     Client,
     Server,
 }
 
 /// A call's stream; `send`, `send_bytes` and `recv` seal and open where the plane is sealed,
 /// everything else is the stream's.
-pub struct CallStream {
+pub(crate) struct CallStream {
     stream: Stream,
     seal: Option<Seal>,
     /// The error the peer ended the call with, once read: the other half of a call (a
@@ -46,7 +46,7 @@ struct Seal {
 
 impl CallStream {
     /// `stream` on `conn`, sealed when `sealed`.
-    pub fn new(stream: Stream, conn: &Connection, side: Side, sealed: bool) -> Self {
+    pub(crate) fn new(stream: Stream, conn: &Connection, side: Side, sealed: bool) -> Self {
         let seal = sealed.then(|| {
             let (ours, theirs) = match side {
                 Side::Client => (CLIENT_TO_SERVER, SERVER_TO_CLIENT),
@@ -63,20 +63,20 @@ impl CallStream {
     }
 
     /// Keeps the error the peer sent, for [`CallStream::peer_error`].
-    pub fn note_peer_error(&self, code: i32, message: &str, details: &Bytes) {
+    pub(crate) fn note_peer_error(&self, code: i32, message: &str, details: &Bytes) {
         let mut kept = self.peer_error.lock().unwrap_or_else(|p| p.into_inner());
         kept.get_or_insert_with(|| (code, message.to_string(), details.clone()));
     }
 
     /// The error the peer ended the call with, if it has been read.
-    pub fn peer_error(&self) -> Option<Error> {
+    pub(crate) fn peer_error(&self) -> Option<Error> {
         let kept = self.peer_error.lock().unwrap_or_else(|p| p.into_inner());
         kept.as_ref().map(|(code, message, details)| {
             Error::status((*code).into(), message.clone()).with_details(details.clone())
         })
     }
 
-    pub fn send(&self, header: &[u8], body: &[&[u8]]) -> Result<()> {
+    pub(crate) fn send(&self, header: &[u8], body: &[&[u8]]) -> Result<()> {
         match &self.seal {
             None => Ok(self.stream.send(header, body)?),
             Some(seal) => self.send_sealed(seal, header, gathered(body.iter().copied())),
@@ -85,7 +85,7 @@ impl CallStream {
 
     /// Like [`send`](Self::send), the body held by reference counts where the stream is not
     /// sealed (a sealed body is a new buffer anyway).
-    pub fn send_bytes(&self, header: &[u8], body: &[Bytes]) -> Result<()> {
+    pub(crate) fn send_bytes(&self, header: &[u8], body: &[Bytes]) -> Result<()> {
         match &self.seal {
             None => Ok(self.stream.send_bytes(header, body)?),
             Some(seal) => self.send_sealed(seal, header, gathered(body.iter().map(|b| &b[..]))),
@@ -94,7 +94,7 @@ impl CallStream {
 
     /// Sends a body of `len` bytes that `fill` writes piece after piece: straight into
     /// transport memory where the stream has it and is not sealed.
-    pub fn send_filled(
+    pub(crate) fn send_filled(
         &self,
         header: &[u8],
         len: u64,
@@ -129,7 +129,7 @@ impl CallStream {
         Ok(self.stream.send(&sealed_header, &[&body])?)
     }
 
-    pub fn recv(&self) -> Result<Option<Message>> {
+    pub(crate) fn recv(&self) -> Result<Option<Message>> {
         let Some(seal) = &self.seal else { return Ok(self.stream.recv()?) };
         // Held while waiting, so that messages and counters pair up in order.
         let mut counter = seal.received.lock().expect("seal lock");

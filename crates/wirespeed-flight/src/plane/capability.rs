@@ -15,9 +15,9 @@ use super::proto::Method;
 use crate::error::{Error, Result};
 
 /// How long a capability stays good: long enough to start a call, short enough to go stale.
-pub const LIFETIME: Duration = Duration::from_secs(3600);
+pub(crate) const LIFETIME: Duration = Duration::from_secs(3600);
 
-pub struct Minter {
+pub(crate) struct Minter {
     secret: [u8; 32],
     /// The latest expiry granted.
     last: AtomicU64,
@@ -30,20 +30,20 @@ pub struct Grant {
 }
 
 impl Minter {
-    pub fn new() -> Result<Self> {
+    pub(crate) fn new() -> Result<Self> {
         let mut secret = [0; 32];
         getrandom::fill(&mut secret).map_err(|e| Error::internal(format!("no randomness for capabilities: {e}")))?;
         Ok(Minter { secret, last: AtomicU64::new(0) })
     }
 
-    pub fn grant(&self, method: Method, target: &[u8]) -> Grant {
+    pub(crate) fn grant(&self, method: Method, target: &[u8]) -> Grant {
         let soonest = now_nanos() + LIFETIME.as_nanos() as u64;
         let previous = self.last.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| Some(soonest.max(last + 1)));
         let expiry = soonest.max(previous.unwrap_or(0) + 1);
         Grant { expiry, mac: self.mac(method, expiry, target).finalize().into_bytes().into() }
     }
 
-    pub fn check(&self, method: Method, target: &[u8], grant: &Grant) -> Result<()> {
+    pub(crate) fn check(&self, method: Method, target: &[u8], grant: &Grant) -> Result<()> {
         self.mac(method, grant.expiry, target).verify_slice(&grant.mac).map_err(|_| {
             Error::unauthenticated(format!("the {} capability does not match its ticket", method.name()))
         })?;

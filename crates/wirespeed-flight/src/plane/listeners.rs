@@ -11,13 +11,13 @@ use std::thread::JoinHandle;
 use wirespeed::fabric::AddressKind;
 use wirespeed::{Fabric, Key};
 
+use super::calls::{Calls, Shared, accept_loop};
 use super::capability::Grant;
-use super::hello;
 use super::proto::Method;
-use super::server::{Calls, Shared, accept_loop};
+use crate::discovery;
 use crate::error::Result;
+use crate::handler::Handler;
 use crate::location::PlaneLocation;
-use crate::service::Handler;
 
 /// A data-plane listener as advertised.
 #[derive(Clone, Debug)]
@@ -109,9 +109,9 @@ impl PlaneServer {
     }
 
     /// The planes to name to a client whose hello proves it holds our key, as
-    /// [`hello::PLANES_HEADER`] carries them; None for anyone else.
+    /// [`discovery::PLANES_HEADER`] carries them; None for anyone else.
     pub fn answer(&self, hello_value: &str) -> Option<String> {
-        if self.adverts.is_empty() || !hello::verify(&self.key, hello_value) {
+        if self.adverts.is_empty() || !discovery::verify(&self.key, hello_value) {
             return None;
         }
         Some(self.adverts.iter().map(|a| a.kind.name()).collect::<Vec<_>>().join(","))

@@ -2,13 +2,12 @@
 //! One call is one stream; its messages are IPC frames whose bodies go as lists of the arrays'
 //! own buffers and come back as transport memory that the arrays point into.
 
-pub mod call_stream;
-pub mod capability;
-pub mod client;
-pub mod hello;
-pub mod listeners;
-pub mod proto;
-pub mod server;
+pub(crate) mod call_stream;
+pub(crate) mod calls;
+pub(crate) mod capability;
+pub(crate) mod connections;
+pub(crate) mod listeners;
+pub(crate) mod proto;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,22 +15,22 @@ use std::time::Duration;
 use arrow_buffer::Buffer;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-pub use call_stream::{CallStream, Side};
+pub(crate) use call_stream::{CallStream, Side};
 
 use crate::error::{Error, Result, Violation};
+use crate::handler::{Output, Payload};
 use crate::ipc::{Decoded, DecodedStream, Decoder, Frame, FrameWriter, SharedStats, WriteOptions};
-use crate::service::{Output, Payload};
 use proto::Msg;
 
 /// How long a data-plane call may wait on its peer. A Flight consumer may pause reading for
 /// as long as it likes (gRPC has no deadline per message), and a producer may take long for
 /// its next batch; a peer that is gone is found sooner by its connection (keepalive, hang-up).
-pub const CALL_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
+pub(crate) const CALL_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// The wirespeed settings for data-plane connections: chunks large enough that a batch of up
 /// to 8 MiB arrives in one piece (and so wraps transport memory without a copy), and waits
 /// as patient as gRPC's.
-pub fn config() -> wirespeed::Config {
+pub(crate) fn config() -> wirespeed::Config {
     wirespeed::Config {
         timeout: CALL_WAIT,
         max_chunk: 8 << 20,
@@ -56,19 +55,19 @@ fn send_frame(stream: &CallStream, frame: &Frame) -> Result<()> {
 }
 
 /// Writes a schema and then payloads as IPC frames.
-pub struct Writer {
+pub(crate) struct Writer {
     frames: FrameWriter,
 }
 
 impl Writer {
     /// Sends the schema at once, if given (else a payload begins the stream later).
-    pub fn start(stream: &CallStream, schema: Option<&SchemaRef>, options: WriteOptions) -> Result<Self> {
+    pub(crate) fn start(stream: &CallStream, schema: Option<&SchemaRef>, options: WriteOptions) -> Result<Self> {
         let (frames, first) = FrameWriter::start(schema, options)?;
         first.iter().try_for_each(|f| send_frame(stream, f))?;
         Ok(Writer { frames })
     }
 
-    pub fn write(&mut self, stream: &CallStream, payload: Payload) -> Result<()> {
+    pub(crate) fn write(&mut self, stream: &CallStream, payload: Payload) -> Result<()> {
         if let Payload::Stored { batch: stored, app_metadata } = payload {
             let header = Msg::Data { app_metadata, meta: stored.meta.clone() }.encode();
             return stream.send_filled(&header, stored.body_len(), stored.filler());
@@ -78,7 +77,7 @@ impl Writer {
 }
 
 /// Sends a whole output: schema, then every payload; the first error stops it.
-pub fn send_output(stream: &CallStream, output: Output) -> Result<()> {
+pub(crate) fn send_output(stream: &CallStream, output: Output) -> Result<()> {
     let mut writer = Writer::start(stream, output.schema.as_ref(), output.options)?;
     for payload in output.payloads {
         writer.write(stream, payload?)?;
@@ -87,13 +86,13 @@ pub fn send_output(stream: &CallStream, output: Output) -> Result<()> {
 }
 
 /// Tells the peer why the call failed; false if it could not be told.
-pub fn send_error(stream: &CallStream, error: &Error) -> bool {
+pub(crate) fn send_error(stream: &CallStream, error: &Error) -> bool {
     let msg = Msg::Error { code: error.code() as i32, message: error.message(), details: error.details() };
     stream.send(&msg.encode(), &[]).is_ok()
 }
 
 /// Reads IPC frames from a data-plane stream and decodes them.
-pub struct Reader {
+pub(crate) struct Reader {
     stream: Arc<CallStream>,
     decoder: Decoder,
     done: bool,
@@ -103,7 +102,7 @@ pub struct Reader {
 }
 
 impl Reader {
-    pub fn new(stream: Arc<CallStream>) -> Self {
+    pub(crate) fn new(stream: Arc<CallStream>) -> Self {
         Reader { stream, decoder: Decoder::default(), done: false, idle: Duration::ZERO }
     }
 }
@@ -153,7 +152,7 @@ impl DecodedStream for Reader {
 
 /// Ends our direction and waits (bounded) for the peer to end theirs, discarding what it still
 /// sends, so that neither side resets a stream the other is still reading.
-pub fn close(stream: &CallStream, patience: Duration) {
+pub(crate) fn close(stream: &CallStream, patience: Duration) {
     if stream.finish().is_err() {
         return;
     }

@@ -64,6 +64,7 @@ impl Gpu {
         Ok(Gpu { ctx })
     }
 
+    /// The device's name, as the driver gives it.
     pub fn name(&self) -> &str {
         &self.ctx.name
     }
@@ -96,6 +97,7 @@ impl Gpu {
         result::mem_get_info().map_err(driver("asking for free memory"))
     }
 
+    /// `len` bytes of device memory, uninitialised.
     pub fn alloc(&self, len: usize) -> GpuResult<DeviceBuffer> {
         self.ctx.bind()?;
         // SAFETY: a plain allocation of `len` bytes, freed in `DeviceBuffer::drop`.
@@ -166,10 +168,12 @@ impl DeviceBuffer {
         self.ptr
     }
 
+    /// The buffer's length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the buffer has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -212,11 +216,13 @@ unsafe impl Send for PinnedBuffer {}
 unsafe impl Sync for PinnedBuffer {}
 
 impl PinnedBuffer {
+    /// The buffer's bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `len` bytes allocated by the driver, owned here.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
+    /// The buffer's bytes, to write.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as above, borrowed mutably.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }

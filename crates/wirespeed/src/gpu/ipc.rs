@@ -77,10 +77,12 @@ impl IpcMapping {
         self.ptr
     }
 
+    /// The mapping's length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the mapping has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

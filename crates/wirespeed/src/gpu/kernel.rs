@@ -23,7 +23,9 @@ unsafe impl Send for Kernel {}
 /// A kernel parameter, passed by value.
 #[derive(Debug, Clone, Copy)]
 pub enum KernelArg {
+    /// A 64-bit integer (or a device pointer).
     U64(u64),
+    /// A 32-bit integer.
     U32(u32),
 }
 

@@ -24,12 +24,20 @@ pub enum GpuError {
     /// No driver, no device of that number, or this build has none.
     #[error("no GPU: {0}")]
     NoGpu(String),
+    /// A driver call that failed.
     #[error("CUDA {what}: {why}")]
-    Driver { what: &'static str, why: String },
+    Driver {
+        /// The driver call.
+        what: &'static str,
+        /// The driver's words.
+        why: String,
+    },
+    /// NVRTC refused a kernel's source (its log).
     #[error("compiling a GPU kernel: {0}")]
     Compile(String),
 }
 
+/// A GPU call's result.
 pub type GpuResult<T> = std::result::Result<T, GpuError>;
 
 /// A GPU failing under a transport (a put into GPU memory, say).

@@ -10,7 +10,7 @@ use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
 use crate::error::Result;
 
 /// A shared mapping, unmapped when dropped.
-pub struct Mapping {
+pub(crate) struct Mapping {
     pub ptr: NonNull<u8>,
     len: usize,
 }
@@ -24,19 +24,19 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of `fd` from `offset` (a multiple of the page size), readable and
     /// writable. The caller checked the file's size.
-    pub fn shared(fd: impl AsFd, offset: usize, len: usize) -> Result<Self> {
+    pub(crate) fn shared(fd: impl AsFd, offset: usize, len: usize) -> Result<Self> {
         Self::map(fd, offset, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED)
     }
 
     /// As [`Mapping::shared`], with the page tables built at once (and the file's pages
     /// allocated where they were not yet).
-    pub fn shared_populated(fd: impl AsFd, offset: usize, len: usize) -> Result<Self> {
+    pub(crate) fn shared_populated(fd: impl AsFd, offset: usize, len: usize) -> Result<Self> {
         let flags = MapFlags::MAP_SHARED | MapFlags::MAP_POPULATE;
         Self::map(fd, offset, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, flags)
     }
 
     /// Maps the first `len` bytes of `fd` read-only.
-    pub fn read_only(fd: impl AsFd, len: usize) -> Result<Self> {
+    pub(crate) fn read_only(fd: impl AsFd, len: usize) -> Result<Self> {
         Self::map(fd, 0, len, ProtFlags::PROT_READ, MapFlags::MAP_SHARED)
     }
 
@@ -47,11 +47,11 @@ impl Mapping {
         Ok(Mapping { ptr: ptr.cast(), len })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 }

@@ -7,14 +7,14 @@
 //! into memory still in cache, plain copies win (bench/RESULTS.md, 2026-11-26 late).
 
 /// Payloads at least this long are streamed; shorter ones are likely read again soon.
-pub const MIN_STREAMED: usize = 64 << 10;
+pub(crate) const MIN_STREAMED: usize = 64 << 10;
 
 /// Copies `src` to `dst` past the caches where the CPU can. The copy is complete and ordered
 /// before any later store (a release that publishes it) when this returns.
 ///
 /// # Safety
 /// `dst` must be valid for `src.len()` bytes of writes and not overlap `src`.
-pub unsafe fn stream(src: &[u8], dst: *mut u8) {
+pub(crate) unsafe fn stream(src: &[u8], dst: *mut u8) {
     // SAFETY: the caller's contract.
     #[cfg(target_arch = "x86_64")]
     unsafe {
@@ -37,7 +37,7 @@ mod x86 {
     ///
     /// # Safety
     /// As `super::stream`.
-    pub unsafe fn stream(src: &[u8], dst: *mut u8) {
+    pub(super) unsafe fn stream(src: &[u8], dst: *mut u8) {
         let len = src.len();
         // Plain copies up to the first 64-byte boundary of `dst` and after the last one.
         let head = dst.align_offset(LINE).min(len);

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use crate::sync::Unpoison;
 
 /// How long memory kept for reuse stays once nothing uses it.
-pub const KEEP_WARM: Duration = Duration::from_secs(10);
+pub(crate) const KEEP_WARM: Duration = Duration::from_secs(10);
 
 /// Something holding memory for reuse.
-pub trait Trim: Send + Sync {
+pub(crate) trait Trim: Send + Sync {
     /// Gives back what has idled for [`KEEP_WARM`] by `now`; false once nothing is left to
     /// watch (the holder calls [`watch`] again when it keeps something new).
     fn trim(&self, now: Instant) -> bool;
@@ -19,7 +19,7 @@ pub trait Trim: Send + Sync {
 
 /// Has the trimmer call `holder.trim` about once a second until it returns false or
 /// `holder` is gone.
-pub fn watch(holder: Weak<dyn Trim>) {
+pub(crate) fn watch(holder: Weak<dyn Trim>) {
     static WATCHED: Mutex<Vec<Weak<dyn Trim>>> = Mutex::new(Vec::new());
     static START: Once = Once::new();
     WATCHED.lock().unpoison().push(holder);

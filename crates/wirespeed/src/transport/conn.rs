@@ -95,6 +95,7 @@ impl Connection {
         self.accept_stream_timeout(self.inner.timeout)
     }
 
+    /// As [`Connection::accept_stream`], waiting at most `timeout`.
     pub fn accept_stream_timeout(&self, timeout: Duration) -> Result<Stream> {
         let id = self.inner.wait_for(timeout, Waiting::ForAccept, |s| s.poll_accept())?;
         Ok(Stream::new(self.inner.clone(), id))
@@ -109,6 +110,7 @@ impl Connection {
         self.next_ready_timeout(self.inner.timeout)
     }
 
+    /// As [`Connection::next_ready`], waiting at most `timeout`.
     pub fn next_ready_timeout(&self, timeout: Duration) -> Result<Ready> {
         self.inner.wait_for(timeout, Waiting::ForAny, |s| s.poll_ready())
     }

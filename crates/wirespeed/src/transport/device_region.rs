@@ -31,10 +31,12 @@ impl DeviceRegion {
         self.mem.device_ptr()
     }
 
+    /// The region's length in bytes.
     pub fn len(&self) -> usize {
         self.mem.len()
     }
 
+    /// Whether the region has no bytes.
     pub fn is_empty(&self) -> bool {
         self.mem.is_empty()
     }

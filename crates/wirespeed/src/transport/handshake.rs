@@ -9,6 +9,7 @@ use super::Config;
 use crate::error::{Error, Result, Violation};
 use crate::fabric::Fabric;
 use crate::key::Key;
+#[cfg(any(feature = "ucx", feature = "ofi"))]
 use crate::proto::codec::{ReadFields, Writer};
 use crate::proto::frame::{FrameHeader, HEADER_LEN, Limits};
 use crate::proto::handshake::{Handshake, Params, Peer, error_frame};
@@ -146,10 +147,12 @@ fn read_exact_by(io: &mut impl DeadlineIo, mut buf: &mut [u8], deadline: Deadlin
 
 /// Fabric addresses (UCX worker addresses, libfabric endpoint names) are at most a few
 /// hundred bytes; anything near this is not one.
+#[cfg(any(feature = "ucx", feature = "ofi"))]
 const MAX_ADDRESS: usize = 64 << 10;
 
 /// After the handshake, sends our fabric address over the authenticated socket and reads the
 /// peer's: each a little-endian u32 length, then the bytes.
+#[cfg(any(feature = "ucx", feature = "ofi"))]
 pub(crate) fn swap_addresses(s: &mut TcpStream, ours: &[u8], timeout: Duration) -> Result<Vec<u8>> {
     let lost = |e: io::Error| match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout(timeout),

@@ -68,6 +68,7 @@ impl Listener {
         self.accept_timeout(self.timeout)
     }
 
+    /// As [`Listener::accept`], waiting at most `timeout`.
     pub fn accept_timeout(&self, timeout: Duration) -> Result<Connection> {
         match self.incoming.recv_timeout(timeout) {
             Ok(r) => r,

@@ -6,20 +6,25 @@ mod conn;
 mod device_region;
 mod engine;
 mod handshake;
+#[doc(hidden)]
 pub mod in_process;
 mod listener;
 #[cfg(feature = "ofi")]
+#[doc(hidden)]
 pub mod ofi;
 #[cfg(any(feature = "ucx", feature = "ofi"))]
 mod pool;
 #[cfg(any(feature = "ucx", feature = "ofi"))]
 mod progress;
 mod rma;
+#[doc(hidden)]
 pub mod shm;
 mod stream;
 mod sys;
+#[doc(hidden)]
 pub mod tcp;
 #[cfg(feature = "ucx")]
+#[doc(hidden)]
 pub mod ucx;
 
 use std::io::IoSlice;

@@ -25,10 +25,12 @@ pub struct Region {
 }
 
 impl Region {
+    /// The region's length in bytes.
     pub fn len(&self) -> usize {
         self.mem.len()
     }
 
+    /// Whether the region has no bytes.
     pub fn is_empty(&self) -> bool {
         self.mem.is_empty()
     }
@@ -70,11 +72,14 @@ impl Drop for Region {
 /// [`Region`] in place of memory the connection allocates: so that the bytes a peer puts land
 /// where a third party (another process mapping the same file) reads them, uncopied.
 pub struct LentMemory {
+    /// Where the memory starts.
     pub ptr: NonNull<u8>,
+    /// How many bytes it has.
     pub len: usize,
     /// The file the memory maps, so that a peer on this host maps the same pages, and where
     /// in it the memory starts (a multiple of the page size).
     pub file: Arc<OwnedFd>,
+    /// Where in `file` the memory starts (a multiple of the page size).
     pub offset: u64,
     /// What keeps the mapping alive; dropped after the fabric's registration.
     pub keep: Box<dyn Any + Send + Sync>,
@@ -96,10 +101,12 @@ pub struct RemoteRegion {
 }
 
 impl RemoteRegion {
+    /// The region's length in bytes.
     pub fn len(&self) -> u64 {
         self.len
     }
 
+    /// Whether the region has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -16,14 +16,18 @@ use crate::sync::Unpoison;
 /// A message received whole.
 #[derive(Debug)]
 pub struct Message {
+    /// The message's header, as the sender gave it.
     pub header: Vec<u8>,
+    /// The body, as views of where it arrived where it could stay there.
     pub body: Body,
 }
 
 /// The start of a message whose body is read chunk by chunk ([`Stream::read_chunk`]).
 #[derive(Debug)]
 pub struct Incoming {
+    /// The message's header, as the sender gave it.
     pub header: Vec<u8>,
+    /// How many body bytes follow ([`Stream::read_chunk`]).
     pub body_len: u64,
 }
 
@@ -77,6 +81,7 @@ impl Stream {
         Stream { inner, id, send: Mutex::new(Scratch::default()), body_left: Mutex::new(0), timeout }
     }
 
+    /// The stream's id on its connection.
     pub fn id(&self) -> u32 {
         self.id
     }

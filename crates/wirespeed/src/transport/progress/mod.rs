@@ -205,6 +205,7 @@ impl<Core: Driver> Shared<Core> {
 
     /// Locks for an application thread about to drive (sending, say), which counts as a turn:
     /// the progress thread stays out of the way of a thread that keeps at it.
+    #[cfg(feature = "ofi")]
     pub(crate) fn lock_driving(&self) -> MutexGuard<'_, Core> {
         self.app_turns.fetch_add(1, Ordering::Relaxed);
         self.lock()

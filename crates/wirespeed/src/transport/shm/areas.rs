@@ -16,7 +16,7 @@ use nix::fcntl::{FallocateFlags, fallocate};
 use crate::mem::trimmer::KEEP_WARM;
 
 /// The consumer's record of its ring's areas.
-pub struct Areas {
+pub(super) struct Areas {
     /// Where each area's data lies in our address space (an evacuation maps it afresh).
     at: Vec<usize>,
     /// Areas the producer may move to, with when each was freed while its pages are still
@@ -28,7 +28,7 @@ pub struct Areas {
 
 impl Areas {
     /// `count` areas of `cap` bytes each, one after another from `first`; area 0 in use.
-    pub fn new(first: *mut u8, count: u32, cap: usize) -> Self {
+    pub(super) fn new(first: *mut u8, count: u32, cap: usize) -> Self {
         Areas {
             at: (0..count as usize).map(|k| first as usize + k * cap).collect(),
             free: (1..count).rev().map(|k| (k, None)).collect(),
@@ -36,31 +36,31 @@ impl Areas {
         }
     }
 
-    pub fn ptr(&self, area: u32) -> *mut u8 {
+    pub(super) fn ptr(&self, area: u32) -> *mut u8 {
         self.at[area as usize] as *mut u8
     }
 
     /// An evacuation mapped `area` afresh at `ptr`.
-    pub fn moved(&mut self, area: u32, ptr: *mut u8) {
+    pub(super) fn moved(&mut self, area: u32, ptr: *mut u8) {
         self.at[area as usize] = ptr as usize;
     }
 
     /// A free area for the producer, if any.
-    pub fn take(&mut self) -> Option<u32> {
+    pub(super) fn take(&mut self) -> Option<u32> {
         self.free.pop().map(|(k, _)| k)
     }
 
-    pub fn release(&mut self, area: u32, now: Instant) {
+    pub(super) fn release(&mut self, area: u32, now: Instant) {
         self.free.push((area, Some(now)));
     }
 
-    pub fn any_warm(&self) -> bool {
+    pub(super) fn any_warm(&self) -> bool {
         self.free.iter().any(|(_, since)| since.is_some())
     }
 
     /// Areas free for longer than [`KEEP_WARM`], now counted as untouched: the caller gives
     /// their pages back.
-    pub fn cool(&mut self, now: Instant) -> Vec<u32> {
+    pub(super) fn cool(&mut self, now: Instant) -> Vec<u32> {
         let mut idle = Vec::new();
         for (k, since) in &mut self.free {
             if since.is_some_and(|t| now.duration_since(t) >= KEEP_WARM) {
@@ -75,7 +75,7 @@ impl Areas {
 }
 
 /// Frees the pages of `len` bytes of `memfd` from `offset`; they read as zeros after.
-pub fn punch(memfd: impl AsFd, offset: usize, len: usize) {
+pub(super) fn punch(memfd: impl AsFd, offset: usize, len: usize) {
     let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
     // Failing leaves the pages in place, to be reused or freed with the connection.
     let _ = fallocate(memfd, flags, offset as i64, len as i64);

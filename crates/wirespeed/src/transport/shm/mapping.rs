@@ -22,7 +22,7 @@ const HUGE_PAGE: usize = 2 << 20;
 /// Private pages put in place by [`privatize`]. Dropping this frees their memory (the range
 /// stays mapped, reading zeros, until its mapping goes), so only drop it once nothing reads
 /// them.
-pub struct Privatized {
+pub(super) struct Privatized {
     at: NonNull<u8>,
     len: usize,
 }
@@ -45,7 +45,7 @@ impl Drop for Privatized {
 ///
 /// # Safety
 /// `at..at + len` must be mapped, page aligned, and owned by a mapping that stays alive.
-pub unsafe fn privatize(at: NonNull<u8>, len: usize, held: &[(usize, usize)]) -> Result<Privatized> {
+pub(super) unsafe fn privatize(at: NonNull<u8>, len: usize, held: &[(usize, usize)]) -> Result<Privatized> {
     // Room to start the copy on a huge-page boundary: faulting 4 KiB pages one at a time costs
     // several times the copy itself on a VM, while huge pages are zeroed in bulk.
     let size = NonZeroUsize::new(len + HUGE_PAGE).expect("non-zero");

@@ -16,45 +16,45 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::error::{Error, FrameError, Result};
 
 /// Payloads at least this big are split.
-pub const MIN_SPLIT: usize = 64 << 10;
+pub(super) const MIN_SPLIT: usize = 64 << 10;
 /// Bytes of a `len`-byte payload the sender copies itself. A pull has a fixed cost (a system
 /// call, pinning the pages), so the receiver takes a little less than half: measured here,
 /// 128 KiB frames gained most at a quarter, 1 MiB frames at about half.
-pub fn sender_share(len: usize) -> usize {
+pub(super) fn sender_share(len: usize) -> usize {
     (len / 2 + (32 << 10)).min(len)
 }
 
 /// Most source segments a split frame may describe.
-pub const MAX_SEGMENTS: usize = 64;
+pub(super) const MAX_SEGMENTS: usize = 64;
 const FIXED: usize = 24;
 
 /// `pulled` states. The receiver moves it from IDLE to PULLING to DONE or REFUSED. A sender
 /// that finds it still IDLE once its own half is copied moves it to TAKEN_BACK and copies the
 /// tail itself, so a send never waits for a receiver that is not reading right now, and the
 /// sender's memory is never read after the send returns.
-pub const IDLE: u32 = 0;
-pub const DONE: u32 = 1;
-pub const REFUSED: u32 = 2;
-pub const PULLING: u32 = 3;
-pub const TAKEN_BACK: u32 = 4;
+pub(super) const IDLE: u32 = 0;
+pub(super) const DONE: u32 = 1;
+pub(super) const REFUSED: u32 = 2;
+pub(super) const PULLING: u32 = 3;
+pub(super) const TAKEN_BACK: u32 = 4;
 /// `copied` states: the sender's part is in place, or all of it (after TAKEN_BACK or REFUSED).
-pub const HEAD_COPIED: u32 = 1;
-pub const ALL_COPIED: u32 = 2;
+pub(super) const HEAD_COPIED: u32 = 1;
+pub(super) const ALL_COPIED: u32 = 2;
 
 /// Bytes of the descriptor of `segments` segments (the ring aligns it).
-pub fn descriptor_len(segments: usize) -> usize {
+pub(super) fn descriptor_len(segments: usize) -> usize {
     FIXED + 16 * segments
 }
 
 /// A descriptor inside the mapped ring.
-pub struct Descriptor {
+pub(super) struct Descriptor {
     at: *mut u8,
 }
 
 impl Descriptor {
     /// # Safety
     /// `at` must be 64-aligned and point to `ring::descriptor_bytes(n)` bytes of the live mapping.
-    pub unsafe fn new(at: *mut u8) -> Self {
+    pub(super) unsafe fn new(at: *mut u8) -> Self {
         Descriptor { at }
     }
 
@@ -63,16 +63,16 @@ impl Descriptor {
         unsafe { &*(self.at.add(4 * i) as *const AtomicU32) }
     }
 
-    pub fn copied(&self) -> &AtomicU32 {
+    pub(super) fn copied(&self) -> &AtomicU32 {
         self.flag(0)
     }
 
-    pub fn pulled(&self) -> &AtomicU32 {
+    pub(super) fn pulled(&self) -> &AtomicU32 {
         self.flag(1)
     }
 
     /// Sender: describes `payload[split..]` and clears both flags.
-    pub fn write(&self, split: usize, tail: &[IoSlice<'_>]) {
+    pub(super) fn write(&self, split: usize, tail: &[IoSlice<'_>]) {
         self.copied().store(0, Ordering::Relaxed);
         self.pulled().store(0, Ordering::Relaxed);
         // SAFETY: `new` guarantees room for the fixed part and the segments.
@@ -89,7 +89,7 @@ impl Descriptor {
     /// Receiver: pulls the described tail from `pid` into the payload at `payload` (`len`
     /// bytes), after checking that the segments cover exactly the tail. A bad descriptor is a
     /// protocol violation; a refused read is an I/O error.
-    pub fn pull(&self, pid: libc::pid_t, payload: *mut u8, len: usize, segments: usize) -> Result<()> {
+    pub(super) fn pull(&self, pid: libc::pid_t, payload: *mut u8, len: usize, segments: usize) -> Result<()> {
         // SAFETY: `new` guarantees the fixed part and `segments` pairs are in the mapping.
         let (split, segs) = unsafe {
             let split = (self.at.add(8) as *const u64).read();

@@ -26,9 +26,9 @@ use crate::mem::{Buf, SealedRegion, check_span};
 use crate::transport::sys::{recv_with_fds, send_with_fds, wait_fd};
 
 /// Two u64s, little-endian: a reference `(id, offset)` in the ring, or a hand-over `(id, len)`.
-pub type Pair = [u8; 16];
+pub(super) type Pair = [u8; 16];
 /// Bytes of a reference in the ring.
-pub const REF_BYTES: u64 = std::mem::size_of::<Pair>() as u64;
+pub(super) const REF_BYTES: u64 = std::mem::size_of::<Pair>() as u64;
 
 fn pack(a: u64, b: u64) -> Pair {
     let mut p = [0u8; 16];
@@ -42,24 +42,24 @@ fn unpack(p: &Pair) -> (u64, u64) {
     (half(&p[..8]), half(&p[8..]))
 }
 /// Payloads smaller than this are copied, which costs about as much as a reference.
-pub const MIN_SHARED: usize = 4 << 10;
+pub(super) const MIN_SHARED: usize = 4 << 10;
 /// Regions one connection maps at most, in each direction; past it the sender copies.
-pub const MAX_REGIONS: usize = 256;
+pub(super) const MAX_REGIONS: usize = 256;
 /// The top bit of a one-sided window's id.
-pub const WINDOW: u64 = 1 << 63;
+pub(super) const WINDOW: u64 = 1 << 63;
 /// Windows a peer may hand over and leave untaken at once.
-pub const MAX_WINDOWS: usize = 1024;
+pub(super) const MAX_WINDOWS: usize = 1024;
 
 /// Sender side: which regions the peer already has.
 #[derive(Default)]
-pub struct Outgoing {
+pub(super) struct Outgoing {
     sent: HashSet<u64>,
 }
 
 impl Outgoing {
     /// The `(id, offset)` reference for `payload` if it lies in a sealed region that the peer
     /// has, or has just been sent; `None` means copy it.
-    pub fn reference(&mut self, payload: &[u8], sock: &UnixStream) -> Option<Pair> {
+    pub(super) fn reference(&mut self, payload: &[u8], sock: &UnixStream) -> Option<Pair> {
         let (region, offset) = SealedRegion::containing(payload.as_ptr(), payload.len())?;
         if !self.sent.contains(&region.id()) {
             if self.sent.len() >= MAX_REGIONS || hand_over(sock, &region).is_err() {
@@ -77,7 +77,7 @@ fn hand_over(sock: &UnixStream, region: &SealedRegion) -> nix::Result<()> {
 
 /// Hands memory `fd` of `len` bytes to the peer as `id`. Never blocks: only small messages,
 /// a bounded number, ever wait in the socket.
-pub fn send_fd(sock: &UnixStream, id: u64, len: u64, fd: impl AsFd) -> nix::Result<()> {
+pub(super) fn send_fd(sock: &UnixStream, id: u64, len: u64, fd: impl AsFd) -> nix::Result<()> {
     let msg = pack(id, len);
     let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
     let sent = send_with_fds(sock, &msg, &[fd.as_fd().as_raw_fd()], flags)?;
@@ -86,14 +86,14 @@ pub fn send_fd(sock: &UnixStream, id: u64, len: u64, fd: impl AsFd) -> nix::Resu
 
 /// Receiver side: the peer's regions, mapped, and its windows, until taken.
 #[derive(Default)]
-pub struct Incoming {
+pub(super) struct Incoming {
     mapped: HashMap<u64, Arc<PeerRegion>>,
     windows: HashMap<u64, (OwnedFd, u64)>,
 }
 
 impl Incoming {
     /// A view of `len` bytes at `reference` (as read from the ring).
-    pub fn view(&mut self, reference: Pair, len: usize, sock: &UnixStream, deadline: Instant) -> Result<Buf> {
+    pub(super) fn view(&mut self, reference: Pair, len: usize, sock: &UnixStream, deadline: Instant) -> Result<Buf> {
         let (id, offset) = unpack(&reference);
         let region = match self.mapped.get(&id) {
             Some(r) => r.clone(),
@@ -118,7 +118,7 @@ impl Incoming {
     }
 
     /// Window `id`'s memory and length, once (reading the socket until it arrives).
-    pub fn take_window(&mut self, id: u64, sock: &UnixStream, deadline: Instant) -> Result<(OwnedFd, u64)> {
+    pub(super) fn take_window(&mut self, id: u64, sock: &UnixStream, deadline: Instant) -> Result<(OwnedFd, u64)> {
         loop {
             if let Some(w) = self.windows.remove(&id) {
                 return Ok(w);

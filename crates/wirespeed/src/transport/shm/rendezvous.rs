@@ -15,7 +15,7 @@ fn abstract_name(path: &Path) -> Option<&[u8]> {
     path.as_os_str().as_bytes().strip_prefix(b"@")
 }
 
-pub fn connect(path: &Path) -> io::Result<UnixStream> {
+pub(super) fn connect(path: &Path) -> io::Result<UnixStream> {
     match abstract_name(path) {
         Some(name) => UnixStream::connect_addr(&SocketAddr::from_abstract_name(name)?),
         None => UnixStream::connect(path),

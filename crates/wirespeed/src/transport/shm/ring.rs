@@ -15,16 +15,16 @@ use super::regions::REF_BYTES;
 use crate::error::{Error, FrameError, Result};
 use crate::proto::frame::{FLAG_PULL, FLAG_SHARED, FrameHeader, HEADER_LEN, Kind, Limits};
 
-pub const ALIGN: u64 = 64;
+pub(super) const ALIGN: u64 = 64;
 /// See [`Ring::reserve`]: about what a consumer that keeps up has in flight, and well inside L2.
 const REWIND_AFTER: u64 = 2 << 20;
 
-pub fn align(n: u64) -> u64 {
+pub(super) fn align(n: u64) -> u64 {
     n.div_ceil(ALIGN) * ALIGN
 }
 
 /// Bytes the descriptor of a split frame with `segments` segments occupies in the ring.
-pub fn descriptor_bytes(segments: usize) -> u64 {
+pub(super) fn descriptor_bytes(segments: usize) -> u64 {
     align(descriptor_len(segments) as u64)
 }
 
@@ -33,7 +33,7 @@ struct Line<T>(T);
 
 /// Control block at the start of each ring's page, one field per cache line.
 #[repr(C)]
-pub struct Ctl {
+pub(super) struct Ctl {
     head: Line<AtomicU64>,
     tail: Line<AtomicU64>,
     consumer_sleeping: Line<AtomicU32>,
@@ -50,7 +50,7 @@ struct Adopted {
     at: AtomicU64,
 }
 
-pub const CTL_BYTES: usize = std::mem::size_of::<Ctl>();
+pub(super) const CTL_BYTES: usize = std::mem::size_of::<Ctl>();
 // docs/PROTOCOL.md: six lines each, ring B's at 384, both in the first page.
 const _: () = assert!(CTL_BYTES == 384);
 
@@ -71,7 +71,7 @@ impl Ctl {
 
 /// Raw access to one ring inside a shared mapping. Copyable; the mapping outlives it.
 #[derive(Clone, Copy)]
-pub struct Ring {
+pub(super) struct Ring {
     ctl: *const Ctl,
     data: *mut u8,
     cap: u64,
@@ -84,7 +84,7 @@ unsafe impl Send for Ring {}
 unsafe impl Sync for Ring {}
 
 /// Where a frame sits in the ring, once validated.
-pub struct Located {
+pub(super) struct Located {
     pub header: FrameHeader,
     /// Offset of the meta within the data area.
     pub meta_at: u64,
@@ -101,7 +101,7 @@ pub struct Located {
 impl Ring {
     /// # Safety
     /// `ctl` must point to a `Ctl` and `data` to `cap` bytes, both inside a live shared mapping.
-    pub unsafe fn new(ctl: *const Ctl, data: *mut u8, cap: u64) -> Self {
+    pub(super) unsafe fn new(ctl: *const Ctl, data: *mut u8, cap: u64) -> Self {
         Ring { ctl, data, cap }
     }
 
@@ -109,7 +109,7 @@ impl Ring {
     ///
     /// # Safety
     /// As for `new`: `data` must map this ring's `cap` bytes for as long as the ring is used.
-    pub unsafe fn with_data(self, data: *mut u8) -> Self {
+    pub(super) unsafe fn with_data(self, data: *mut u8) -> Self {
         Ring { data, ..self }
     }
 
@@ -118,60 +118,60 @@ impl Ring {
         unsafe { &*self.ctl }
     }
 
-    pub fn cap(&self) -> u64 {
+    pub(super) fn cap(&self) -> u64 {
         self.cap
     }
 
-    pub fn head(&self) -> u64 {
+    pub(super) fn head(&self) -> u64 {
         self.ctl().head.0.load(Ordering::Acquire)
     }
 
-    pub fn tail(&self) -> u64 {
+    pub(super) fn tail(&self) -> u64 {
         self.ctl().tail.0.load(Ordering::Acquire)
     }
 
-    pub fn consumer_sleeping(&self) -> &AtomicU32 {
+    pub(super) fn consumer_sleeping(&self) -> &AtomicU32 {
         &self.ctl().consumer_sleeping.0
     }
 
-    pub fn producer_sleeping(&self) -> &AtomicU32 {
+    pub(super) fn producer_sleeping(&self) -> &AtomicU32 {
         &self.ctl().producer_sleeping.0
     }
 
     /// Consumer: asks the producer to write in `area` from now on. Stored before the tail
     /// that frees the ring, so a producer that sees that tail sees the proposal too.
-    pub fn propose(&self, seq: u32, area: u32) {
+    pub(super) fn propose(&self, seq: u32, area: u32) {
         self.ctl().proposed.0.store((u64::from(seq) << 32) | u64::from(area), Ordering::Release);
     }
 
     /// Producer: the consumer's latest proposal, `(seq, area)`.
-    pub fn proposal(&self) -> (u32, u32) {
+    pub(super) fn proposal(&self) -> (u32, u32) {
         let v = self.ctl().proposed.0.load(Ordering::Acquire);
         ((v >> 32) as u32, v as u32)
     }
 
     /// Producer: from position `at` on, frames are in the area of proposal `seq`. Stored
     /// before any of those frames is published.
-    pub fn adopt(&self, seq: u32, at: u64) {
+    pub(super) fn adopt(&self, seq: u32, at: u64) {
         let a = &self.ctl().adopted.0;
         a.at.store(at, Ordering::Relaxed);
         a.seq.store(u64::from(seq), Ordering::Release);
     }
 
     /// Consumer: the producer's last adoption, `(seq, from position)`; read after `head`.
-    pub fn adopted(&self) -> (u32, u64) {
+    pub(super) fn adopted(&self) -> (u32, u64) {
         let a = &self.ctl().adopted.0;
         let seq = a.seq.load(Ordering::Acquire) as u32;
         (seq, a.at.load(Ordering::Relaxed))
     }
 
-    pub fn data_ptr(&self, at: u64) -> *mut u8 {
+    pub(super) fn data_ptr(&self, at: u64) -> *mut u8 {
         // SAFETY: callers keep `at` within the data area.
         unsafe { self.data.add((at % self.cap) as usize) }
     }
 
     /// Bytes a frame with this head and payload occupies.
-    pub fn frame_bytes(head_len: usize, payload: u64) -> u64 {
+    pub(super) fn frame_bytes(head_len: usize, payload: u64) -> u64 {
         align(head_len as u64) + align(payload)
     }
 
@@ -188,7 +188,7 @@ impl Ring {
     /// ring until they come back, so a consumer holding a few views (writers still writing
     /// them out, say) would look as if it pinned the whole ring, and its queued frames would be
     /// copied out for nothing.
-    pub fn reserve(&self, head: u64, tail: &mut u64, total: u64) -> Option<(u64, u64)> {
+    pub(super) fn reserve(&self, head: u64, tail: &mut u64, total: u64) -> Option<(u64, u64)> {
         let at = head % self.cap;
         let to_end = self.cap - at;
         let fits = |tail: u64, pad: u64| {
@@ -220,7 +220,7 @@ impl Ring {
     }
 
     /// Producer: writes a Pad frame covering `pad` bytes at `head`.
-    pub fn write_pad(&self, head: u64, pad: u64) {
+    pub(super) fn write_pad(&self, head: u64, pad: u64) {
         let mut h = FrameHeader::new(Kind::Pad, 0);
         h.len = pad - HEADER_LEN as u64;
         let bytes = h.encode();
@@ -229,18 +229,18 @@ impl Ring {
     }
 
     /// Producer: makes everything before `head` visible to the consumer.
-    pub fn publish(&self, head: u64) {
+    pub(super) fn publish(&self, head: u64) {
         self.ctl().head.0.store(head, Ordering::Release);
     }
 
     /// Consumer: gives back everything before `tail`.
-    pub fn release_to(&self, tail: u64) {
+    pub(super) fn release_to(&self, tail: u64) {
         self.ctl().tail.0.store(tail, Ordering::Release);
     }
 
     /// Consumer: validates the frame at `pos` given the producer's `head`. Returns `None` for
     /// nothing there yet.
-    pub fn locate(&self, pos: u64, head: u64, limits: &Limits) -> Result<Option<Located>> {
+    pub(super) fn locate(&self, pos: u64, head: u64, limits: &Limits) -> Result<Option<Located>> {
         let avail = head.wrapping_sub(pos);
         if avail == 0 {
             return Ok(None);

@@ -213,7 +213,7 @@ pub trait Upload: Send {
 
 /// A Flight service. Only `get_flight_info` and `do_get` are required; the rest answer
 /// Unimplemented. Its FlightInfos go out as it makes them: clients holding the key learn the
-/// data planes by asking (see [`crate::plane::hello`]).
+/// data planes by asking (see [`crate::discovery`]).
 pub trait Handler: Send + Sync + 'static {
     fn list_flights(&self, _criteria: &[u8]) -> Result<Vec<FlightInfo>> {
         Ok(Vec::new())

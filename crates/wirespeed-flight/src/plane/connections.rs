@@ -11,23 +11,23 @@ use super::{CallStream, Side};
 use crate::error::{Result, Violation};
 use crate::location::PlaneLocation;
 
-pub struct Planes {
+pub(crate) struct PlaneConnections {
     key: Key,
     config: wirespeed::Config,
     connections: Mutex<HashMap<String, Connection>>,
 }
 
-impl Planes {
-    pub fn new(key: Key) -> Self {
-        Planes { key, config: super::config(), connections: Mutex::new(HashMap::new()) }
+impl PlaneConnections {
+    pub(crate) fn new(key: Key) -> Self {
+        PlaneConnections { key, config: super::config(), connections: Mutex::new(HashMap::new()) }
     }
 
-    pub fn key(&self) -> &Key {
+    pub(crate) fn key(&self) -> &Key {
         &self.key
     }
 
     /// Opens a call: a new stream on the location's connection, starting with OPEN.
-    pub fn open(&self, location: &PlaneLocation, method: Method, target: &[u8]) -> Result<Arc<CallStream>> {
+    pub(crate) fn open(&self, location: &PlaneLocation, method: Method, target: &[u8]) -> Result<Arc<CallStream>> {
         let grant = location.grant.ok_or_else(|| Violation::NoCapability(location.url.clone()))?;
         let stream = self.stream(&location.url, location.sealed)?;
         let open = Msg::Open { method, expiry: grant.expiry, mac: grant.mac, target: target.to_vec().into() };

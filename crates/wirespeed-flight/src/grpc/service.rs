@@ -24,19 +24,13 @@ use super::advertise::{Advertise, Listening, RequestAuthority, locate};
 use super::auth::Auth;
 use super::drive::{self, Responses};
 use super::{Reader, flight_data};
+use crate::discovery::{self, HELLO_HEADER};
 use crate::error::{Error, Result};
+use crate::handler::{Handler, Input};
 use crate::ipc::{Decoded, DecodedStream, Decoder, Frame};
-use crate::plane::hello::HELLO_HEADER;
+use crate::plane::calls::Shared;
 use crate::plane::listeners::PlaneServer;
 use crate::plane::proto::Method;
-use crate::plane::server::Shared;
-use crate::service::{Handler, Input};
-
-/// The action that hands out a call's data-plane locations: `wirespeed.get`, `wirespeed.put`
-/// or `wirespeed.exchange`.
-pub fn plane_action(method: Method) -> String {
-    format!("wirespeed.{}", method.name())
-}
 
 const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
 
@@ -44,7 +38,7 @@ const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
 #[derive(Clone)]
 struct Token(String);
 
-pub struct Service {
+pub(crate) struct Service {
     pub shared: Arc<Shared>,
     /// The data planes, with a key.
     pub planes: Option<PlaneServer>,
@@ -59,13 +53,13 @@ pub struct Service {
 }
 
 /// What DoGet and DoExchange answer with (see [`super::router`]).
-pub type FrameStream = Responses<Frame>;
+pub(crate) type FrameStream = Responses<Frame>;
 
 impl Service {
     /// Lets a call in on its headers alone, before its body is read: with a password, the
     /// handshake needs Basic credentials (its token then rides in the request's extensions)
     /// and any other call a bearer token.
-    pub fn admit<B>(&self, request: &mut http::Request<B>) -> Result<(), Status> {
+    pub(crate) fn admit<B>(&self, request: &mut http::Request<B>) -> Result<(), Status> {
         let Some(auth) = &self.auth else { return Ok(()) };
         if request.uri().path() != HANDSHAKE_PATH {
             return Ok(auth.check(request.headers())?);
@@ -87,14 +81,14 @@ impl Service {
     }
 
     /// The planes to name to a client whose hello proves it holds our key (see
-    /// [`crate::plane::hello`]).
-    pub fn offer(&self, headers: &http::HeaderMap) -> Option<http::HeaderValue> {
+    /// [`crate::discovery`]).
+    pub(crate) fn offer(&self, headers: &http::HeaderMap) -> Option<http::HeaderValue> {
         let hello = headers.get(HELLO_HEADER)?.to_str().ok()?;
         http::HeaderValue::from_str(&self.planes.as_ref()?.answer(hello)?).ok()
     }
 
     /// DoGet, answered with frames.
-    pub async fn get_frames(&self, request: Request<Ticket>) -> Result<Response<FrameStream>, Status> {
+    pub(crate) async fn get_frames(&self, request: Request<Ticket>) -> Result<Response<FrameStream>, Status> {
         let handler = self.handler();
         let ticket = request.into_inner().ticket;
         let output = blocking(move || handler.do_get(&ticket)).await?;
@@ -105,7 +99,10 @@ impl Service {
 
     /// DoPut: the upload goes to the handler a message at a time; PutResults come back as it
     /// returns them, while the upload runs.
-    pub async fn put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Responses<PutResult>>, Status> {
+    pub(crate) async fn put(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Responses<PutResult>>, Status> {
         let handler = self.handler();
         let mut stream = request.into_inner();
         let (descriptor, mut pending) = first_message(&mut stream).await?;
@@ -131,7 +128,7 @@ impl Service {
     /// DoExchange, answered with frames. The handler reads its input as it likes: while it
     /// waits for the client's next message, it holds a blocking thread. So exchanges take at
     /// most half the handler threads, and more are refused.
-    pub async fn exchange_frames(
+    pub(crate) async fn exchange_frames(
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<FrameStream>, Status> {
@@ -262,7 +259,7 @@ impl FlightService for Service {
         // Ours only for a client that proves it holds the key; to others, the handler's.
         let hello = self.offer(request.metadata().as_ref()).is_some();
         let action = request.into_inner();
-        let method = action.r#type.strip_prefix("wirespeed.").and_then(Method::named).filter(|_| hello);
+        let method = discovery::action_method(&action.r#type).filter(|_| hello);
         let bodies = match method {
             Some(method) => {
                 // A ticket is any bytes; uploads and exchanges name a descriptor.

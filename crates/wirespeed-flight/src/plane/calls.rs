@@ -15,15 +15,15 @@ use super::capability::{Grant, Minter};
 use super::proto::{Method, Msg};
 use super::{Reader, close, send_error, send_output};
 use crate::error::{Error, Result, Violation};
+use crate::handler::{Handler, Input, Intake, PlaneCall};
 use crate::ipc::DecodedStream;
-use crate::service::{Handler, Input, Intake, PlaneCall};
 
 /// How long a call waits for its client to end the stream after the answer.
 const LINGER: Duration = Duration::from_secs(10);
 /// How often the accept loops look at the stop flag.
 const POLL: Duration = Duration::from_millis(200);
 
-pub struct Shared {
+pub(crate) struct Shared {
     pub handler: Arc<dyn Handler>,
     pub minter: Minter,
     pub stop: AtomicBool,
@@ -32,7 +32,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(handler: Arc<dyn Handler>) -> Result<Arc<Self>> {
+    pub(crate) fn new(handler: Arc<dyn Handler>) -> Result<Arc<Self>> {
         Ok(Arc::new(Shared { handler, minter: Minter::new()?, stop: AtomicBool::new(false), calls: Arc::default() }))
     }
 }
@@ -45,10 +45,10 @@ pub struct Calls {
 }
 
 /// Counts a call as open while it lives.
-pub struct OpenCall(Arc<Shared>);
+pub(crate) struct OpenCall(Arc<Shared>);
 
 impl OpenCall {
-    pub fn new(shared: &Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: &Arc<Shared>) -> Self {
         shared.calls.open.fetch_add(1, Ordering::Relaxed);
         shared.calls.started.fetch_add(1, Ordering::Relaxed);
         OpenCall(shared.clone())
@@ -63,7 +63,7 @@ impl Drop for OpenCall {
 
 /// Accepts connections until `shared.stop` is set, their calls sealed when `sealed`. Failed
 /// handshakes are dropped quietly.
-pub fn accept_loop(listener: Listener, shared: Arc<Shared>, sealed: bool) {
+pub(crate) fn accept_loop(listener: Listener, shared: Arc<Shared>, sealed: bool) {
     while !shared.stop.load(Ordering::Relaxed) {
         match listener.accept_timeout(POLL) {
             Ok(conn) => {
@@ -100,7 +100,7 @@ fn serve_call(stream: CallStream, shared: &Shared) {
     let told = match run_call(&stream, shared) {
         Ok(()) => return close(&stream, LINGER),
         // The stream is gone or stuck: nobody to tell.
-        Err(Error::Transport(_)) => false,
+        Err(Error::Connection(_)) => false,
         Err(e) => send_error(&stream, &e),
     };
     // A failed call ends at once: the reset stops a client still writing (its next write

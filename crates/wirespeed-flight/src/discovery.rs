@@ -1,5 +1,6 @@
-//! How a client holding the key learns, harmlessly, that a Flight server has data planes
-//! (sans-IO). It adds a request header to a call any Flight server answers (ListActions);
+//! How a client holding the key learns, harmlessly, that a Flight server has data planes, and
+//! asks for a call's locations (sans-IO): the one definition the client, the server and
+//! `wirespeed.flight`'s pyarrow-based server share. It adds a request header to a call any Flight server answers (ListActions);
 //! one with planes and the same key answers with a response header naming them, and only
 //! then is asked for locations. A server that knows nothing of this ignores the header, so it
 //! never sees a call it could fail; a peer without the key learns nothing.
@@ -19,6 +20,7 @@ use sha2::Sha256;
 use wirespeed::Key;
 
 use crate::error::{Error, Result};
+use crate::plane::proto::Method;
 
 /// The client's request header.
 pub const HELLO_HEADER: &str = "x-wirespeed-hello";
@@ -27,6 +29,19 @@ pub const CALL_HEADER: &str = "x-wirespeed-call";
 /// The server's response header.
 pub const PLANES_HEADER: &str = "x-wirespeed-planes";
 const LABEL: &[u8] = b"wirespeed-flight hello v1";
+/// What the name of an action that hands out a call's locations starts with.
+const ACTION_PREFIX: &str = "wirespeed.";
+
+/// The action that hands out a call's data-plane locations: `wirespeed.get`, `wirespeed.put`
+/// or `wirespeed.exchange`.
+pub fn plane_action(method: Method) -> String {
+    format!("{ACTION_PREFIX}{}", method.name())
+}
+
+/// The method a location action (see [`plane_action`]) asks for; `None` for any other action.
+pub fn action_method(action: &str) -> Option<Method> {
+    action.strip_prefix(ACTION_PREFIX).and_then(Method::named)
+}
 
 fn mac(key: &Key, nonce: &[u8]) -> Hmac<Sha256> {
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key.as_bytes()).expect("HMAC takes keys of any length");

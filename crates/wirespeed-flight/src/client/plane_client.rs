@@ -11,17 +11,17 @@ use prost::Message as _;
 use wirespeed::Key;
 use wirespeed::fabric::Choice;
 
-use super::Transport;
+use super::PlaneChoice;
 use super::stream::{FlightReader, FlightWriter};
 use crate::error::{Error, Result};
 use crate::ipc::WriteOptions;
 use crate::location::PlaneLocation;
-use crate::plane::client::Planes;
+use crate::plane::connections::PlaneConnections;
 use crate::plane::proto::Method;
 
 pub struct PlaneClient {
-    planes: Arc<Planes>,
-    transport: Transport,
+    planes: Arc<PlaneConnections>,
+    transport: PlaneChoice,
     /// The host this client reached the server at: a location on an unspecified address (a
     /// server listening on every one) means that host.
     reached: Option<String>,
@@ -29,11 +29,11 @@ pub struct PlaneClient {
 
 impl PlaneClient {
     pub fn new(key: Key) -> Self {
-        PlaneClient { planes: Arc::new(Planes::new(key)), transport: Transport::Auto, reached: None }
+        PlaneClient { planes: Arc::new(PlaneConnections::new(key)), transport: PlaneChoice::Auto, reached: None }
     }
 
     /// Auto (the fastest offered, else the caller's gRPC) or one plane (else an error).
-    pub fn with_transport(mut self, transport: Transport) -> Self {
+    pub fn with_transport(mut self, transport: PlaneChoice) -> Self {
         self.transport = transport;
         self
     }
@@ -51,9 +51,9 @@ impl PlaneClient {
     /// error if the one plane asked for is not among them.
     fn pick(&self, uris: &[String]) -> Result<Option<PlaneLocation>> {
         let choice = match self.transport {
-            Transport::Grpc => return Ok(None),
-            Transport::Auto => Choice::Auto,
-            Transport::Only(kind) => Choice::Only(kind),
+            PlaneChoice::Grpc => return Ok(None),
+            PlaneChoice::Auto => Choice::Auto,
+            PlaneChoice::Only(kind) => Choice::Only(kind),
         };
         let offered: Vec<PlaneLocation> =
             uris.iter().filter_map(|u| PlaneLocation::parse(u)).filter(|l| l.grant.is_some()).collect();
@@ -90,7 +90,7 @@ impl PlaneClient {
         let Some(location) = self.pick(uris)? else { return Ok(None) };
         match self.planes.open(&location, method, target) {
             Ok(stream) => Ok(Some((location, stream))),
-            Err(e) if self.transport != Transport::Auto => Err(e),
+            Err(e) if self.transport != PlaneChoice::Auto => Err(e),
             Err(_) => Ok(None),
         }
     }

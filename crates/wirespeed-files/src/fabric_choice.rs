@@ -6,33 +6,30 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use wirespeed::fabric::AddressKind;
+use wirespeed::fabric::Choice;
 use wirespeed::{Config, Connection, Fabric, Key, Listener, Stream};
 
 use crate::error::{FilesError, Result};
 use crate::link::Link;
 use crate::proto::{Msg, Violation};
 
-/// Which fabric a transfer may use: the core's one choice (shared memory when both ends
-/// share a host, else TCP; or one fabric alone).
-pub use wirespeed::fabric::Choice as Transport;
-
 /// The fabric the server listens on at `HOST:PORT`: the one asked for unless it meets at a
 /// socket path (shm, which the server offers beside it), else TCP.
-fn far(t: Transport) -> Fabric {
+fn far(t: Choice) -> Fabric {
     match t {
-        Transport::Only(f) if f.address_kind() == AddressKind::HostPort => f,
+        Choice::Only(f) if f.address_kind() == AddressKind::HostPort => f,
         _ => Fabric::Tcp,
     }
 }
 
 /// Whether a client on the server's host moves to shared memory.
-fn near(t: Transport) -> bool {
-    t == Transport::Auto || near_only(t)
+fn near(t: Choice) -> bool {
+    t == Choice::Auto || near_only(t)
 }
 
 /// Shared memory (at the socket the server offers beside `HOST:PORT`) or an error.
-fn near_only(t: Transport) -> bool {
-    matches!(t, Transport::Only(f) if f.address_kind() == AddressKind::SocketPath)
+fn near_only(t: Choice) -> bool {
+    matches!(t, Choice::Only(f) if f.address_kind() == AddressKind::SocketPath)
 }
 
 /// The ports a listener may take (`--ports LO-HI`, for firewalls that open only some);
@@ -48,13 +45,14 @@ impl Ports {
 }
 
 impl std::str::FromStr for Ports {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    type Err = wirespeed::ParseError;
+    fn from_str(s: &str) -> std::result::Result<Self, wirespeed::ParseError> {
+        let bad = || wirespeed::ParseError::new("port range", s, "LO-HI (two port numbers, LO at most HI) or one port");
         let (a, b) = s.split_once('-').unwrap_or((s, s));
-        let port = |p: &str| p.trim().parse::<u16>().map_err(|_| format!("{p:?} is not a port number"));
+        let port = |p: &str| p.trim().parse::<u16>().map_err(|_| bad());
         let (first, last) = (port(a)?, port(b)?);
         if first > last || (first == 0) != (last == 0) {
-            return Err(format!("{s:?} is not a range of ports LO-HI"));
+            return Err(bad());
         }
         Ok(Ports { first, last })
     }
@@ -78,7 +76,7 @@ pub struct Server {
 
 impl Server {
     /// Binds `addr` (`HOST:PORT`).
-    pub fn bind(addr: &str, transport: Transport, key: &Key, config: &Config) -> Result<Server> {
+    pub fn bind(addr: &str, transport: Choice, key: &Key, config: &Config) -> Result<Server> {
         let main = wirespeed::listen(&format!("{}://{addr}", far(transport)), key, config)?;
         let (shm, shm_url) = if near(transport) {
             let port = main.url().rsplit(':').next().unwrap_or("0").to_string();
@@ -94,10 +92,10 @@ impl Server {
 
     /// Binds `host` (a name, an IPv4 address or a bracketed IPv6 one) on the first port of
     /// `ports` that is free.
-    pub fn bind_in(host: &str, ports: Ports, transport: Transport, key: &Key, config: &Config) -> Result<Server> {
+    pub fn bind_in(host: &str, ports: Ports, transport: Choice, key: &Key, config: &Config) -> Result<Server> {
         for port in ports.first..=ports.last {
             match Server::bind(&format!("{host}:{port}"), transport, key, config) {
-                Err(FilesError::Transport(e)) if e.io_kind() == Some(std::io::ErrorKind::AddrInUse) => {}
+                Err(FilesError::Connection(e)) if e.io_kind() == Some(std::io::ErrorKind::AddrInUse) => {}
                 r => return r,
             }
         }
@@ -137,7 +135,7 @@ impl Server {
                 )?;
                 // A client that moves to shared memory hangs up here instead.
                 let gone = |e: &FilesError| {
-                    matches!(e, FilesError::Transport(wirespeed::Error::Closed | wirespeed::Error::ConnectionLost(_)))
+                    matches!(e, FilesError::Connection(wirespeed::Error::Closed | wirespeed::Error::ConnectionLost(_)))
                 };
                 // A client already here gets its own time to start, whatever is left of ours:
                 // dropping it now would leave it with a dead connection.
@@ -160,7 +158,7 @@ impl Server {
 }
 
 /// Connects to a [`Server`] at `addr` (`HOST:PORT`) over the best fabric `transport` allows.
-pub fn connect(addr: &str, transport: Transport, key: &Key, config: &Config) -> Result<Connection> {
+pub fn connect(addr: &str, transport: Choice, key: &Key, config: &Config) -> Result<Connection> {
     let far = || -> Result<(Connection, Option<String>)> {
         let conn = wirespeed::connect(&format!("{}://{addr}", far(transport)), key, config)?;
         let shm = read_hello(&conn)?;
