@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
-use wirespeed_fles::ipc::distributor::{Policy, Registration};
-use wirespeed_fles::ipc::receiver::{Taken, TimesliceReceiver};
+use wirespeed_fles::consumers::distributor::{Policy, Registration};
+use wirespeed_fles::consumers::receiver::{Taken, TimesliceReceiver};
 use wirespeed_fles::model::ComponentView;
 
 use crate::errors;

@@ -25,6 +25,15 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PendingReader>()?;
     m.add_class::<FlightReader>()?;
     m.add_class::<FlightWriter>()?;
+    // The discovery handshake's names, from its one definition (wirespeed_flight::discovery).
+    use pyo3::types::IntoPyDict;
+    use wirespeed_flight::{Method, discovery};
+    m.add("HELLO_HEADER", discovery::HELLO_HEADER)?;
+    m.add("CALL_HEADER", discovery::CALL_HEADER)?;
+    m.add("PLANES_HEADER", discovery::PLANES_HEADER)?;
+    let actions: Vec<(String, &str)> =
+        Method::ALL.into_iter().map(|m| (discovery::plane_action(m), m.name())).collect();
+    m.add("PLANE_ACTIONS", actions.into_py_dict(m.py())?)?;
     Ok(())
 }
 

@@ -22,12 +22,13 @@ from . import Key, _key, _native
 from ._errors import UsageError
 from ._flight_base import _app_metadata, _ipc_options, _Reading, _uri
 
-HELLO_HEADER = "x-wirespeed-hello"
-CALL_HEADER = "x-wirespeed-call"
-PLANES_HEADER = "x-wirespeed-planes"
+# The discovery handshake's names, as the Rust client and server define them.
+HELLO_HEADER: str = _native.HELLO_HEADER
+CALL_HEADER: str = _native.CALL_HEADER
+PLANES_HEADER: str = _native.PLANES_HEADER
+_PLANE_ACTIONS: dict[str, str] = _native.PLANE_ACTIONS
 # The middleware key under which a call that said hello is marked.
 _MIDDLEWARE = "wirespeed.hello"
-_PLANE_ACTIONS = {"wirespeed.get": "get", "wirespeed.put": "put", "wirespeed.exchange": "exchange"}
 # The data call that a DoAction asking for its locations stands for.
 DATA_METHODS = {"get": _pf.FlightMethod.DO_GET, "put": _pf.FlightMethod.DO_PUT,
                 "exchange": _pf.FlightMethod.DO_EXCHANGE}

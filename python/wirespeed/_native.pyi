@@ -8,11 +8,17 @@ import pyarrow as pa
 
 __version__: str
 
+HELLO_HEADER: str
+CALL_HEADER: str
+PLANES_HEADER: str
+PLANE_ACTIONS: dict[str, str]
+
 def _error_classes() -> list[tuple[str, int]]: ...
 def _flight_classes() -> list[tuple[str, str]]: ...
 
 __all__ = [
     "Body",
+    "CALL_HEADER",
     "CallState",
     "Component",
     "ComputeNode",
@@ -23,7 +29,10 @@ __all__ = [
     "FlightWriter",
     "Frame",
     "FrameNode",
+    "HELLO_HEADER",
     "Listener",
+    "PLANES_HEADER",
+    "PLANE_ACTIONS",
     "PendingReader",
     "PlaneClient",
     "PlaneServer",

@@ -5,27 +5,48 @@ use std::path::Path;
 use crate::proto::Violation;
 pub use wirespeed::Class;
 
+/// Everything a file transfer can fail with. [`FilesError::class`] says what kind of failure it is, which the other side hears of too.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FilesError {
+    /// The connection failed.
     #[error(transparent)]
     Connection(#[from] wirespeed::Error),
     /// Not a `source`: the message already ends with it, and `{:#}` would repeat it.
     #[error("{path}: {error}")]
-    Io { path: String, error: std::io::Error },
+    Io {
+        /// The path.
+        path: String,
+        /// The system's error.
+        error: std::io::Error,
+    },
+    /// The peer broke the copy protocol.
     #[error("copy protocol: {0}")]
     PeerMisbehaved(#[from] Violation),
     /// A thread of this side panicked: a bug here, not the peer's doing.
     #[error("internal error: {0}")]
     Internal(&'static str),
+    /// A chunk that failed its checksum, and was not kept.
     #[error("{path}: chunk {index} failed its checksum")]
-    Checksum { path: String, index: u32 },
+    Checksum {
+        /// The file.
+        path: String,
+        /// The chunk.
+        index: u32,
+    },
+    /// A path from the peer that would land outside the destination.
     #[error("refusing an unsafe path from the peer: {0:?}")]
     UnsafePath(String),
+    /// A source file that changed while it was read.
     #[error("{path}: the source changed while it was read")]
-    Changed { path: String },
+    Changed {
+        /// The file.
+        path: String,
+    },
+    /// A bad argument or option.
     #[error("{0}")]
     Usage(String),
+    /// Encryption was refused, or a sealed message did not open.
     #[error("encryption: {0}")]
     Sealing(String),
     /// Another part of the transfer failed first; its error is the one to report.
@@ -33,18 +54,36 @@ pub enum FilesError {
     Stopped,
     #[error("the other side failed: {message}")]
     /// The other side's failure, of the class it reported.
-    Remote { class: Class, message: String },
+    Remote {
+        /// The kind of failure the other side reported.
+        class: Class,
+        /// Its own words.
+        message: String,
+    },
     /// A remote end started over ssh failed or could not be started, in its own words where
     /// it said any. `exit` is the CLI's exit code for it: the agent's own status, or 4
     /// (connection) when ssh failed.
     #[error("{message}")]
-    Agent { exit: i32, message: String },
+    Agent {
+        /// The exit code to report.
+        exit: i32,
+        /// What went wrong, in the agent's words where it said any.
+        message: String,
+    },
     /// An agent started, but its address could not be reached.
     #[error("cannot reach the agent on {host} at {addr}: {error}")]
-    Unreachable { host: String, addr: String, error: Box<FilesError> },
+    Unreachable {
+        /// The host the agent runs on.
+        host: String,
+        /// The address it gave.
+        addr: String,
+        /// Why it could not be reached.
+        error: Box<FilesError>,
+    },
 }
 
 impl FilesError {
+    /// A failure of `path` with the system's error.
     pub fn io(path: &Path, source: std::io::Error) -> Self {
         FilesError::Io { path: path.display().to_string(), error: source }
     }
@@ -96,6 +135,7 @@ impl FilesError {
     }
 }
 
+/// The result of a file transfer.
 pub type Result<T, E = FilesError> = std::result::Result<T, E>;
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ pub struct Excludes {
 }
 
 impl Excludes {
+    /// Patterns as `--exclude` takes them (rsync's: `*.tmp`, `dir/` for directories only); a bad one is an error.
     pub fn new(patterns: &[String]) -> Result<Self> {
         let (mut any, mut dirs) = (GlobSetBuilder::new(), GlobSetBuilder::new());
         for p in patterns {
@@ -52,6 +53,7 @@ impl Excludes {
         Ok(Excludes { patterns: patterns.to_vec(), any: built(any)?, dirs: built(dirs)? })
     }
 
+    /// Whether nothing is excluded.
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty()
     }

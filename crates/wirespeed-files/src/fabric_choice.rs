@@ -36,11 +36,14 @@ fn near_only(t: Choice) -> bool {
 /// `0-0` lets the system pick a free one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ports {
+    /// The lowest port of the range.
     pub first: u16,
+    /// The highest.
     pub last: u16,
 }
 
 impl Ports {
+    /// Any port the system picks.
     pub const ANY: Ports = Ports { first: 0, last: 0 };
 }
 

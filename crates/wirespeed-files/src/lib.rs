@@ -1,4 +1,4 @@
-#![warn(missing_docs, unreachable_pub)]
+#![deny(missing_docs, unreachable_pub)]
 //! wirespeed file transfer: the copy protocol and the two ends that speak it. A source walks
 //! files (or reads standard input) and a sink writes them under hidden part names, checks
 //! every chunk's checksum and renames each file into place only once all of it verified.
@@ -18,6 +18,7 @@ mod open_files;
 pub mod part;
 pub mod paths;
 pub mod progress;
+#[doc(hidden)]
 pub mod proto;
 pub mod remote;
 mod shared;
@@ -49,11 +50,14 @@ pub const STALL_TIMEOUT: Duration = Duration::from_secs(300);
 /// What a finished transfer covered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
+    /// Files the transfer covered.
     pub files: u64,
+    /// Their bytes.
     pub bytes: u64,
     /// Of those, files (and their bytes) the destination already had and kept as they were
     /// (`--sync`, `--no-clobber`).
     pub kept: u64,
+    /// See `kept`.
     pub kept_bytes: u64,
     /// Names the destination had and the source did not, removed (`--delete`).
     pub deleted: u64,
@@ -62,6 +66,7 @@ pub struct Summary {
 /// Which end opened the connection. The client opens the control stream; a sink that is
 /// the client says `Ready` so the source, which always speaks first, can begin.
 pub enum Side {
+    /// This end connected: it opens the control stream.
     Client,
     /// The control stream [`Server::accept`] returned.
     Server(Stream),

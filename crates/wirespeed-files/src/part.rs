@@ -17,6 +17,7 @@ use wirespeed::sync::Unpoison;
 /// What an upload's part name ends in before its unique tag.
 const UPLOAD_TAG: &str = ".wirespeed-upload-";
 
+/// A file being written under a hidden name beside its destination, renamed into place only once whole ([`remove_unfinished`] cleans up after a crash).
 pub struct PartFile {
     part: PathBuf,
     dest: PathBuf,
@@ -54,6 +55,7 @@ impl PartFile {
         PartFile { part, dest: dest.to_path_buf(), registration }
     }
 
+    /// The hidden name it is written under.
     pub fn path(&self) -> &Path {
         &self.part
     }

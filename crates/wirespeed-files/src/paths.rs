@@ -41,6 +41,7 @@ pub fn part_name(name: &[u8]) -> OsString {
     OsString::from_vec(part)
 }
 
+/// A path component's bytes, as the copy protocol carries names.
 pub fn bytes(p: &OsStr) -> Vec<u8> {
     p.as_bytes().to_vec()
 }

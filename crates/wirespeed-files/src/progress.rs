@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// How far a transfer is, shared with whoever shows it (atomics, updated as it moves).
 #[derive(Default, Debug)]
 pub struct Progress {
     /// File bytes moved (sent, or written and verified), including ones found already there.
@@ -15,12 +16,15 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Counts `n` more bytes moved.
     pub fn add_bytes(&self, n: u64) {
         self.bytes.fetch_add(n, Relaxed);
     }
+    /// Counts `n` more bytes expected.
     pub fn add_total(&self, n: u64) {
         self.total.fetch_add(n, Relaxed);
     }
+    /// Counts one more file finished.
     pub fn file_done(&self) {
         self.files.fetch_add(1, Relaxed);
     }
@@ -29,6 +33,7 @@ impl Progress {
         let _ = self.total.fetch_update(Relaxed, Relaxed, |t| Some(t.saturating_sub(size)));
         self.file_done();
     }
+    /// Counts `n` bytes found already in place (and counts them as moved).
     pub fn add_reused(&self, n: u64) {
         self.reused.fetch_add(n, Relaxed);
     }
@@ -42,6 +47,7 @@ impl Progress {
         }
     }
 
+    /// (bytes moved, bytes expected, files finished) now.
     pub fn get(&self) -> (u64, u64, u64) {
         (self.bytes.load(Relaxed), self.total.load(Relaxed), self.files.load(Relaxed))
     }

@@ -8,18 +8,38 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+/// Everything timeslice building can fail with. [`FlesError::class`] says what kind of failure it is.
 #[derive(Debug, Clone, Error)]
 #[non_exhaustive]
 pub enum FlesError {
     /// Bytes that do not hold what FLESnet's formats say they should.
     #[error("malformed {what}: {why}")]
-    Malformed { what: &'static str, why: String },
+    Malformed {
+        /// What the bytes were to hold.
+        what: &'static str,
+        /// What is wrong with them.
+        why: String,
+    },
     /// A microslice whose content does not match the CRC its descriptor gives.
     #[error("microslice {idx} of input {input}: CRC-32C {found:#010x}, the descriptor says {expected:#010x}")]
-    Crc { input: u16, idx: u64, expected: u32, found: u32 },
+    Crc {
+        /// The input (component) it came from.
+        input: u16,
+        /// Its index.
+        idx: u64,
+        /// The CRC its descriptor gives.
+        expected: u32,
+        /// The CRC of its content.
+        found: u32,
+    },
     /// A microslice of FLESnet's test pattern whose content departs from it.
     #[error("microslice {idx}: not FLESnet's ramp pattern: {why}")]
-    Pattern { idx: u64, why: String },
+    Pattern {
+        /// Its index.
+        idx: u64,
+        /// Where and how it departs.
+        why: String,
+    },
     /// A setting that cannot work (zero compute nodes, a ring smaller than one component).
     #[error("{0}")]
     Config(String),
@@ -28,14 +48,24 @@ pub enum FlesError {
     Peer(#[from] Violation),
     /// A wirespeed connection failed while doing `what`.
     #[error("{what}: {source}")]
-    Connection { what: String, source: wirespeed::Error },
+    Connection {
+        /// What the node was doing.
+        what: String,
+        /// The connection's error.
+        source: wirespeed::Error,
+    },
     /// Peers this node needs are gone, or silent past every allowance.
     #[error("{0}")]
     Lost(#[from] Lost),
     /// A local socket, pipe or thread failed while doing `what` (FLESnet's ipc interface,
     /// standard input and output, a thread that would not start).
     #[error("{what}: {source}")]
-    Io { what: String, source: Arc<std::io::Error> },
+    Io {
+        /// What the node was doing.
+        what: String,
+        /// The system's error.
+        source: Arc<std::io::Error>,
+    },
     /// The barrier's word never came: the run ended before it started.
     #[error("the run was called off before it started")]
     CalledOff,
@@ -46,17 +76,34 @@ pub enum FlesError {
     /// FLESnet's shared-memory interface: segment `segment` could not be made or opened
     /// (`op`), for the reason the system or Boost gives.
     #[error("shared memory: {op} {segment}: {why}")]
-    Shm { op: &'static str, segment: String, why: String },
+    Shm {
+        /// What failed: making, opening, mapping.
+        op: &'static str,
+        /// The segment's name.
+        segment: String,
+        /// The reason the system or Boost gives.
+        why: String,
+    },
     /// An archive, or a file to replay, that holds none of what a run needs (`holds`:
     /// "timeslices", "microslices").
     #[error("{path} holds no {holds} to replay")]
-    NothingToReplay { path: String, holds: &'static str },
+    NothingToReplay {
+        /// The file.
+        path: String,
+        /// What it lacks.
+        holds: &'static str,
+    },
     /// Writing Arrow IPC.
     #[error("Arrow: {0}")]
     Arrow(Arc<arrow_schema::ArrowError>),
     /// An actor of a simulation (`actor`: its number) failed.
     #[error("simulation: actor {actor}: {error}")]
-    Simulation { actor: usize, error: Box<FlesError> },
+    Simulation {
+        /// The actor's number.
+        actor: usize,
+        /// Its failure.
+        error: Box<FlesError>,
+    },
     /// A thread of this process failed: a bug here, nothing a peer did.
     #[error("internal error: {0}")]
     Internal(&'static str),
@@ -85,7 +132,9 @@ impl FlesError {
 /// Which side of a run a peer is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// An input node: it sends its components.
     Input,
+    /// A compute node: it builds timeslices from every input's components.
     ComputeNode,
 }
 
@@ -104,68 +153,166 @@ impl std::fmt::Display for Role {
 pub enum Violation {
     /// A message from a peer the run does not have.
     #[error("a message from {role} {index}, of {count}")]
-    NoSuchPeer { role: Role, index: usize, count: usize },
+    NoSuchPeer {
+        /// Which side the sender claims to be.
+        role: Role,
+        /// Its index there.
+        index: usize,
+        /// How many there are.
+        count: usize,
+    },
     /// A message the peer may not send (at all, or now).
     #[error("{role} {index} sent {message}")]
-    Unexpected { role: Role, index: usize, message: String },
+    Unexpected {
+        /// Which side the sender is on.
+        role: Role,
+        /// Its index there.
+        index: usize,
+        /// What it sent.
+        message: String,
+    },
     /// A rule of the protocol broken: ring pointers that go back, a timeslice that is not the
     /// receiver's, a horizon behind what was sent.
     #[error("{role} {index}: {rule}")]
-    Broke { role: Role, index: usize, rule: String },
+    Broke {
+        /// Which side the sender is on.
+        role: Role,
+        /// Its index there.
+        index: usize,
+        /// The rule, in words.
+        rule: String,
+    },
     /// The compute nodes' agreed end lies before a timeslice this input already sent.
     #[error("the run ends at {end}, but timeslice {sent} is sent")]
-    EndBehindSent { end: u64, sent: u64 },
+    EndBehindSent {
+        /// The timeslice the run ends at.
+        end: u64,
+        /// A timeslice already sent.
+        sent: u64,
+    },
+    /// The connection closed before setup finished.
     #[error("the peer closed the connection during setup")]
     ClosedDuringSetup,
+    /// A compute node that never sent its rings' layout.
     #[error("{url} did not answer with its rings")]
-    NoRings { url: String },
+    NoRings {
+        /// The compute node's URL.
+        url: String,
+    },
+    /// An input that connected without saying which it is.
     #[error("an input did not say which it is")]
     Unidentified,
+    /// An input that joined twice, or whose index is out of range.
     #[error("input {input} joined twice or is not one of {inputs}")]
-    JoinedTwice { input: usize, inputs: usize },
+    JoinedTwice {
+        /// The input's index.
+        input: usize,
+        /// How many inputs the run has.
+        inputs: usize,
+    },
     /// A ZeroMQ peer (FLESnet's consumers' side) that broke ZMTP or the item protocol.
     #[error("ZeroMQ peer: {0}")]
     Zmtp(String),
     /// A work item that names a segment whose UUID is not the one it gives.
     #[error("{segment} is not the segment the item names (UUIDs differ)")]
-    WrongSegment { segment: String },
+    WrongSegment {
+        /// The segment the item names.
+        segment: String,
+    },
     /// An actor of a simulation sent what its receiver never takes (`message`: what it was).
     #[error("actor {from} sent {to} {message}")]
-    ActorSent { from: usize, to: &'static str, message: String },
+    ActorSent {
+        /// The sender's number.
+        from: usize,
+        /// What received it.
+        to: &'static str,
+        /// What it sent.
+        message: String,
+    },
     /// A simulated link delivered actor `from`'s message `seq` before message `expected`.
     #[error("message {seq} from actor {from} came before message {expected}")]
-    OutOfOrder { from: usize, seq: u64, expected: u64 },
+    OutOfOrder {
+        /// The sender's number.
+        from: usize,
+        /// The message's sequence number.
+        seq: u64,
+        /// The one due first.
+        expected: u64,
+    },
 }
 
 /// Peers that are gone.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum Lost {
+    /// Every input has gone: no timeslice can be completed.
     #[error("every input is gone")]
     EveryInput,
+    /// Every compute node has gone: no timeslice can be placed.
     #[error("every compute node is gone")]
     EveryComputeNode,
+    /// An input gave this compute node up (it took it for dead).
     #[error("input {input} gave this compute node up")]
-    GivenUpBy { input: usize },
+    GivenUpBy {
+        /// The input.
+        input: usize,
+    },
+    /// Two compute nodes lost at once, whose finished timeslices cannot be told apart.
     #[error("compute nodes {first} and {second} were lost at once: what each finished cannot be told apart")]
-    TwoAtOnce { first: usize, second: usize },
+    TwoAtOnce {
+        /// One lost compute node.
+        first: usize,
+        /// The other.
+        second: usize,
+    },
     /// Nothing from any peer for the whole timeout.
     #[error("nothing from any {peers} for {silent:?}")]
-    AllSilent { peers: Role, silent: Duration },
+    AllSilent {
+        /// Which side fell silent.
+        peers: Role,
+        /// For how long.
+        silent: Duration,
+    },
     /// The node a consumer is attached to (`ipc://@name`) went away or fell silent.
     #[error("ipc://@{name}: the node went away")]
-    Node { name: String },
+    Node {
+        /// The node's name.
+        name: String,
+    },
+    /// The node a consumer is attached to fell silent.
     #[error("ipc://@{name}: no word from the node for {silent:?}")]
-    NodeSilent { name: String, silent: Duration },
+    NodeSilent {
+        /// The node's name.
+        name: String,
+        /// For how long.
+        silent: Duration,
+    },
+    /// Too few consumers registered in time.
     #[error("{registered} of {wanted} consumers registered at ipc://@{name} within {timeout:?}")]
-    TooFewConsumers { registered: usize, wanted: usize, name: String, timeout: Duration },
+    TooFewConsumers {
+        /// Consumers that registered.
+        registered: usize,
+        /// Consumers the run waits for.
+        wanted: usize,
+        /// The interface's name.
+        name: String,
+        /// How long it waited.
+        timeout: Duration,
+    },
     /// Frame memory: the consumer kept every frame past the patience.
     #[error("no frame came back for {patience:?}: the consumer holds all {frames}")]
-    NoFrameBack { patience: Duration, frames: usize },
+    NoFrameBack {
+        /// How long it waited.
+        patience: Duration,
+        /// The frames the consumer holds.
+        frames: usize,
+    },
+    /// The compute node's thread panicked: a bug here.
     #[error("the compute node's thread panicked")]
     ThreadPanicked,
 }
 
+/// The result of timeslice building.
 pub type Result<T> = std::result::Result<T, FlesError>;
 
 /// A message of ours that ends before its fields do.

@@ -4,18 +4,27 @@
 pub use tonic::Code;
 pub use wirespeed::Class;
 
+/// Everything a Flight call can fail with, on gRPC and every data plane alike: [`Error::code`] is the status code it travels as, [`Error::class`] the kind of failure.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An error with a Flight status code, raised by a handler or received from the server.
     #[error("{message} ({code:?})")]
-    Status { code: Code, message: String, details: bytes::Bytes },
+    Status {
+        /// The status code.
+        code: Code,
+        /// The message, without the code.
+        message: String,
+        /// Binary details (gRPC's status details, pyarrow's `extra_info`).
+        details: bytes::Bytes,
+    },
     /// The data-plane transport failed (connection lost, timeout, reset).
     #[error("data plane: {0}")]
     Connection(#[from] wirespeed::Error),
     /// The peer sent something malformed or out of place.
     #[error("protocol error: {0}")]
     Peer(#[from] Violation),
+    /// An Arrow error: data that does not encode or decode.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
 }
@@ -27,22 +36,28 @@ pub enum Violation {
     /// A data-plane message that does not decode (`what`: its kind, or "empty").
     #[error("malformed data-plane {0} message")]
     Malformed(&'static str),
+    /// A data-plane message of a type no version has.
     #[error("unknown data-plane message type {0}")]
     UnknownMessage(u8),
     /// A location from the server without the grant a plane call needs.
     #[error("location {0} carries no capability")]
     NoCapability(String),
+    /// The call's stream ended before its OPEN.
     #[error("the call ended before OPEN")]
     EndedBeforeOpen,
+    /// A call's first message was not OPEN.
     #[error("a call must start with OPEN")]
     OpenNotFirst,
+    /// A second OPEN in one call.
     #[error("OPEN in the middle of a call")]
     OpenMidCall,
     /// A sealed message that does not open under the call's key, or has the wrong shape.
     #[error("a sealed plane message: {0}")]
     Unsealed(String),
+    /// A stream that ended before its schema.
     #[error("the stream ended before its schema")]
     EndedBeforeSchema,
+    /// A batch before the stream's schema.
     #[error("a batch before the schema")]
     BatchBeforeSchema,
     /// In a stream (`stream`) or an upload (`upload`).
@@ -53,6 +68,7 @@ pub enum Violation {
     Ipc(String),
 }
 
+/// A Flight call's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The most bytes of a peer's text (a ticket, a path, a header) that a message quotes.
@@ -67,6 +83,7 @@ pub const MESSAGE_BYTES: usize = 1024;
 pub struct Quote<'a>(pub &'a [u8]);
 
 impl Quote<'_> {
+    /// A peer's text, quoted.
     pub fn str(text: &str) -> Quote<'_> {
         Quote(text.as_bytes())
     }
@@ -97,6 +114,7 @@ fn bounded(mut message: String) -> String {
 }
 
 impl Error {
+    /// An error with `code` and `message`.
     pub fn status(code: Code, message: impl Into<String>) -> Self {
         Error::Status { code, message: message.into(), details: bytes::Bytes::new() }
     }
@@ -110,30 +128,38 @@ impl Error {
         }
     }
 
+    /// Its binary details: a status error's, else none.
     pub fn details(&self) -> bytes::Bytes {
         match self {
             Error::Status { details, .. } => details.clone(),
             _ => bytes::Bytes::new(),
         }
     }
+    /// NOT_FOUND: no such flight, ticket or path.
     pub fn not_found(message: impl Into<String>) -> Self {
         Error::status(Code::NotFound, message)
     }
+    /// INVALID_ARGUMENT: a request that cannot be served as it is.
     pub fn invalid_argument(message: impl Into<String>) -> Self {
         Error::status(Code::InvalidArgument, message)
     }
+    /// UNAUTHENTICATED: no credentials, or wrong ones.
     pub fn unauthenticated(message: impl Into<String>) -> Self {
         Error::status(Code::Unauthenticated, message)
     }
+    /// PERMISSION_DENIED: credentials that do not allow this.
     pub fn permission_denied(message: impl Into<String>) -> Self {
         Error::status(Code::PermissionDenied, message)
     }
+    /// UNIMPLEMENTED: a call this service does not serve.
     pub fn unimplemented(message: impl Into<String>) -> Self {
         Error::status(Code::Unimplemented, message)
     }
+    /// UNAVAILABLE: the server cannot be reached, or went away.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Error::status(Code::Unavailable, message)
     }
+    /// INTERNAL: a failure of the server's own.
     pub fn internal(message: impl Into<String>) -> Self {
         Error::status(Code::Internal, message)
     }

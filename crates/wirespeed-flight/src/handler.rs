@@ -19,15 +19,30 @@ use crate::stored::StoredBatch;
 #[non_exhaustive]
 pub enum Payload {
     /// A batch, with application metadata (empty for none).
-    Batch { batch: RecordBatch, app_metadata: Bytes },
+    Batch {
+        /// The batch.
+        batch: RecordBatch,
+        /// Its application metadata, empty for none.
+        app_metadata: Bytes,
+    },
     /// Application metadata alone.
     Metadata(Bytes),
     /// A batch still in its file, sent as the file holds it (a data plane reads the body
     /// straight into transport memory, gRPC into its message).
-    Stored { batch: Box<StoredBatch>, app_metadata: Bytes },
+    Stored {
+        /// The batch as its file holds it.
+        batch: Box<StoredBatch>,
+        /// Its application metadata, empty for none.
+        app_metadata: Bytes,
+    },
     /// The schema (and layout) an output begins with after it sent application metadata
     /// first ([`Output::unbegun`]).
-    Begin { schema: SchemaRef, options: WriteOptions },
+    Begin {
+        /// The schema.
+        schema: SchemaRef,
+        /// How the batches are laid out.
+        options: WriteOptions,
+    },
 }
 
 impl Payload {
@@ -39,14 +54,17 @@ impl Payload {
         }
     }
 
+    /// A batch without application metadata.
     pub fn batch(batch: RecordBatch) -> Self {
         Payload::Batch { batch, app_metadata: Bytes::new() }
     }
 
+    /// Application metadata alone.
     pub fn metadata(app_metadata: Bytes) -> Self {
         Payload::Metadata(app_metadata)
     }
 
+    /// A batch still in its file, sent as the file holds it.
     pub fn stored(batch: StoredBatch) -> Self {
         Payload::Stored { batch: Box::new(batch), app_metadata: Bytes::new() }
     }
@@ -90,6 +108,7 @@ impl Payload {
     }
 }
 
+/// What an [`Output`] sends after its schema, one payload at a time.
 pub type Payloads = Box<dyn Iterator<Item = Result<Payload>> + Send>;
 
 /// A stream of batches to send: the schema up front, then the payloads. An error ends the
@@ -97,12 +116,14 @@ pub type Payloads = Box<dyn Iterator<Item = Result<Payload>> + Send>;
 pub struct Output {
     /// None for an output that begins later, by a payload ([`Payload::begin`]).
     pub schema: Option<SchemaRef>,
+    /// The payloads, in order.
     pub payloads: Payloads,
     /// How the batches are laid out on the wire.
     pub options: WriteOptions,
 }
 
 impl Output {
+    /// An output of `schema`, then `payloads`.
     pub fn new(schema: SchemaRef, payloads: impl Iterator<Item = Result<Payload>> + Send + 'static) -> Self {
         Output { schema: Some(schema), payloads: Box::new(payloads), options: WriteOptions::default() }
     }
@@ -113,10 +134,12 @@ impl Output {
         Output { schema: None, payloads: Box::new(payloads), options: WriteOptions::default() }
     }
 
+    /// The output with batches laid out as `options` says (compression, alignment).
     pub fn with_options(self, options: WriteOptions) -> Self {
         Output { options, ..self }
     }
 
+    /// An output of `schema`, then each of `batches`.
     pub fn batches(
         schema: SchemaRef,
         batches: impl IntoIterator<Item = RecordBatch, IntoIter: Send + 'static>,
@@ -182,8 +205,11 @@ impl PlaneCall {
 /// See [`Upload::intake`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Intake {
+    /// Take the next message now.
     Ready,
+    /// Not yet: ask again.
     Later,
+    /// The handler has stopped reading: end the call at [`Upload::finish`].
     Done,
 }
 
@@ -215,10 +241,12 @@ pub trait Upload: Send {
 /// Unimplemented. Its FlightInfos go out as it makes them: clients holding the key learn the
 /// data planes by asking (see [`crate::discovery`]).
 pub trait Handler: Send + Sync + 'static {
+    /// ListFlights: the flights matching `criteria`; none by default.
     fn list_flights(&self, _criteria: &[u8]) -> Result<Vec<FlightInfo>> {
         Ok(Vec::new())
     }
 
+    /// GetFlightInfo: where and how to read the flight `descriptor` names (its endpoints may name no location: the server fills in its own, see [`crate::Advertise`]).
     fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo>;
 
     /// The schema alone; by default taken from the FlightInfo.
@@ -227,6 +255,7 @@ pub trait Handler: Send + Sync + 'static {
         Ok(std::sync::Arc::new(info.try_decode_schema()?))
     }
 
+    /// DoGet: the stream `ticket` names.
     fn do_get(&self, ticket: &[u8]) -> Result<Output>;
 
     /// Starts an upload of batches with `schema`; the framework feeds it what the client sends.
@@ -239,10 +268,12 @@ pub trait Handler: Send + Sync + 'static {
         Err(Error::unimplemented("DoExchange is not supported by this service"))
     }
 
+    /// DoAction: runs `action`; unknown actions are UNIMPLEMENTED by default.
     fn do_action(&self, action: &Action) -> Result<Vec<Bytes>> {
         Err(Error::unimplemented(format!("unknown action {}", Quote::str(&action.r#type))))
     }
 
+    /// ListActions: the actions it serves; none by default.
     fn list_actions(&self) -> Vec<ActionType> {
         Vec::new()
     }

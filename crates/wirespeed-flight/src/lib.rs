@@ -1,4 +1,4 @@
-#![warn(missing_docs, unreachable_pub)]
+#![deny(missing_docs, unreachable_pub)]
 //! Arrow Flight whose control plane is standard gRPC (any Flight client and server works with
 //! it) and whose data can bypass gRPC over wirespeed connections: shared memory on one host,
 //! ucx or tcp between hosts.

@@ -27,6 +27,7 @@ pub const DEFAULT_HANDLER_THREADS: usize = 64;
 use crate::handler::Handler;
 use wirespeed::Fabric;
 
+/// How a [`Server`] serves: where it listens, its key, TLS, password and limits; [`ServerBuilder::start`] starts it.
 pub struct ServerBuilder {
     handler: Arc<dyn Handler>,
     listen: String,
@@ -102,6 +103,7 @@ impl ServerBuilder {
         self
     }
 
+    /// Binds every listener and starts serving; an address in use or a bad setting is an error.
     pub fn start(self) -> Result<Server> {
         // A Unix socket's bytes never leave the host.
         let unix = unix_path(&self.listen).is_some();
@@ -226,6 +228,7 @@ pub struct Server {
 }
 
 impl Server {
+    /// A builder for a server of `handler`, on `127.0.0.1:0` unless told otherwise.
     pub fn builder(handler: impl Handler) -> ServerBuilder {
         ServerBuilder {
             handler: Arc::new(handler),

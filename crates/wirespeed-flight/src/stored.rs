@@ -34,6 +34,7 @@ pub struct StoredBatch {
 }
 
 impl StoredBatch {
+    /// Bytes of the batch's body in the file.
     pub fn body_len(&self) -> u64 {
         self.body_len
     }
@@ -119,6 +120,7 @@ impl StoredFile {
         Ok(Some(StoredFile { file: Arc::new(file), schema, blocks }))
     }
 
+    /// The file's schema.
     pub fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }

@@ -167,7 +167,7 @@ fn paused_exchanges_take_at_most_half_the_handler_threads() {
         });
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while server.calls().open.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+    while server.calls().open() < 2 {
         assert!(Instant::now() < deadline, "the paused exchanges never started");
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -21,6 +21,7 @@ use crate::cache::{Batches, Stamp, Table, TableCache};
 use crate::format::{Format, format_of, io_error};
 use crate::upload::DirUpload;
 
+/// A Flight service of the Arrow IPC and Parquet files under a directory, as `wirespeed serve` serves them: each file a flight keyed by its relative path, uploads landing whole or not at all.
 pub struct DirService {
     root: PathBuf,
     cache: Option<Arc<TableCache>>,

@@ -1,4 +1,4 @@
-#![warn(missing_docs, unreachable_pub)]
+#![deny(missing_docs, unreachable_pub)]
 //! The `wirespeed serve` service as a library, for the CLI and the Python package: every
 //! Arrow IPC and Parquet file under a directory is a flight, uploads land in it whole or not
 //! at all, and an optional cache keeps decoded tables in memory (shared, on the shm plane,

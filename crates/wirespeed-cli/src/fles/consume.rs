@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use wirespeed_fles::ipc::distributor::{Policy, Registration};
-use wirespeed_fles::ipc::receiver::TimesliceReceiver;
+use wirespeed_fles::consumers::distributor::{Policy, Registration};
+use wirespeed_fles::consumers::receiver::TimesliceReceiver;
 
 #[derive(Args)]
 pub struct ConsumeArgs {

@@ -2,7 +2,6 @@
 //! under DIR, with uploads, on gRPC and on every data plane.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -151,8 +150,8 @@ fn trim_when_idle(calls: &Calls) {
     let mut trimmed_at = 0;
     loop {
         std::thread::sleep(Duration::from_secs(1));
-        let started = calls.started.load(Ordering::Relaxed);
-        if started != trimmed_at && calls.open.load(Ordering::Relaxed) == 0 {
+        let started = calls.started();
+        if started != trimmed_at && calls.open() == 0 {
             trimmed_at = started;
             // SAFETY: malloc_trim only returns free memory to the system.
             #[cfg(target_env = "gnu")]

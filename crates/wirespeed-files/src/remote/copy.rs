@@ -16,8 +16,11 @@ pub const AGENT_START: Duration = Duration::from_secs(60);
 
 /// What a copy asks of both ends, and how it reaches other hosts.
 pub struct RemoteCopy<'a> {
+    /// How to start the far end.
     pub ssh: &'a Ssh,
+    /// Which fabric the data takes.
     pub transport: Choice,
+    /// What the source is asked to do.
     pub source: &'a SourceOptions,
     /// A dry run's lines, from a sink here or an agent, go to its `dry_run` report.
     pub sink: &'a SinkOptions,

@@ -8,11 +8,19 @@ use std::path::PathBuf;
 /// A copy's source or destination.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Place {
+    /// A path on this host.
     Local(PathBuf),
-    Remote { host: String, path: OsString },
+    /// `HOST:PATH` (or `USER@HOST:PATH`), as scp names one.
+    Remote {
+        /// The host, as ssh names it.
+        host: String,
+        /// The path there.
+        path: OsString,
+    },
 }
 
 impl Place {
+    /// The place an argument names, as scp reads it: a `:` before any `/` names a host.
     pub fn parse(arg: &OsStr) -> Place {
         match split_host(arg.as_bytes()) {
             Some((host, path)) => {

@@ -47,10 +47,12 @@ pub enum Output {
 }
 
 impl Output {
+    /// This process's standard output.
     pub fn stdout() -> Self {
         Output::writer(std::io::stdout())
     }
 
+    /// Any writer: the single file sent goes there.
     pub fn writer(w: impl Write + Send + 'static) -> Self {
         Output::Writer(Shared::new(Box::new(w)))
     }

@@ -34,10 +34,14 @@ use wirespeed::sync::Unpoison;
 /// Files up to this size travel inline with their entries.
 pub(crate) const INLINE_MAX: u64 = 64 << 10;
 
+/// What the source end does, as `cp` and `send` take it.
 #[derive(Clone, Debug)]
 pub struct SourceOptions {
+    /// Copy directories and what they hold (`-r`).
     pub recursive: bool,
+    /// Keep modification times and permissions (`-p`).
     pub preserve: bool,
+    /// Send only what the destination lacks of files it has in part (`--resume`).
     pub resume: bool,
     /// Leave files the destination has with the same size and modification time as they are.
     pub sync: bool,
@@ -48,6 +52,7 @@ pub struct SourceOptions {
     /// Data streams, each with its own reading thread (and a writing thread at the sink);
     /// `None` for [`default_streams`] over the connection.
     pub streams: Option<usize>,
+    /// Bytes per chunk, each checksummed on its own.
     pub chunk_size: u32,
     /// Most file bytes per second over all streams (`--bwlimit`); `None` for no limit.
     pub rate_limit: Option<u64>,
@@ -101,6 +106,7 @@ fn default_streams(conn: &Connection) -> usize {
 /// What to send.
 #[derive(Clone, Debug)]
 pub enum Input {
+    /// One file or directory.
     Path(PathBuf),
     /// Several paths, each landing under its own name in the destination, which is (or
     /// becomes) a directory, as with `cp a b dir/` and `rsync a b dir/`.
@@ -118,10 +124,12 @@ impl Input {
         }
     }
 
+    /// This process's standard input, as one file.
     pub fn stdin() -> Self {
         Input::reader(std::io::stdin())
     }
 
+    /// Any reader, as one file.
     pub fn reader(r: impl Read + Send + 'static) -> Self {
         Input::Reader(Shared::new(Box::new(r)))
     }

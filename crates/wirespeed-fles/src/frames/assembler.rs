@@ -20,6 +20,7 @@ struct Building {
     placed: Vec<Part>,
 }
 
+/// Places each timeslice's components in a frame of `M`, copies them there, and seals the frame once every component is in.
 pub struct Assembler<M: FrameMemory> {
     memory: M,
     free: Vec<usize>,
@@ -38,16 +39,19 @@ pub struct Sealed<S> {
 }
 
 impl<M: FrameMemory> Assembler<M> {
+    /// An assembler over `memory`, waiting up to `patience` for a frame to come back.
     pub fn new(memory: M, patience: Duration) -> Self {
         let (recycle, recycled) = mpsc::channel();
         let free = (0..memory.frames()).rev().collect();
         Assembler { memory, free, recycled, recycle, building: HashMap::new(), patience }
     }
 
+    /// The frame memory.
     pub fn memory(&self) -> &M {
         &self.memory
     }
 
+    /// The frame memory, to change.
     pub fn memory_mut(&mut self) -> &mut M {
         &mut self.memory
     }

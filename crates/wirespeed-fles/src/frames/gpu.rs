@@ -19,10 +19,12 @@ const CHECK_THREADS: u32 = 128;
 const PART_BYTES: usize = 32;
 const OUTCOME_BYTES: usize = 16;
 
+/// A GPU failure as timeslice building reports it.
 pub fn gpu_error(e: GpuError) -> FlesError {
     FlesError::Gpu(e)
 }
 
+/// Frames in GPU memory: components copied there on streams, each frame checked by a kernel.
 pub struct GpuFrames {
     gpu: Gpu,
     frames: Vec<DeviceBuffer>,

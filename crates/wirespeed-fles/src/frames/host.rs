@@ -8,12 +8,14 @@ use crate::error::{FlesError, Result};
 use crate::model::ComponentView;
 use wirespeed::sync::Unpoison;
 
+/// Frames in host memory, checked on the CPU.
 pub struct HostFrames {
     frames: Vec<Arc<Mutex<Vec<u8>>>>,
     capacity: usize,
 }
 
 impl HostFrames {
+    /// `frames` frames of `capacity` bytes each.
     pub fn new(frames: usize, capacity: usize) -> Self {
         HostFrames { frames: (0..frames).map(|_| Arc::new(Mutex::new(vec![0; capacity]))).collect(), capacity }
     }

@@ -23,11 +23,19 @@ pub const PART_ALIGN: usize = 256;
 /// Where a component is copied from: a host ring, or a GPU ring the input put it into.
 #[derive(Debug, Clone, Copy)]
 pub enum Source<'a> {
+    /// A range of host memory.
     Host(&'a [u8]),
-    Device { address: u64, len: usize },
+    /// A range of GPU memory.
+    Device {
+        /// The component's device address.
+        address: u64,
+        /// Its length in bytes.
+        len: usize,
+    },
 }
 
 impl Source<'_> {
+    /// Its length in bytes.
     pub fn len(&self) -> usize {
         match self {
             Source::Host(b) => b.len(),
@@ -35,6 +43,7 @@ impl Source<'_> {
         }
     }
 
+    /// Whether it has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -49,9 +58,13 @@ impl<'a> From<&'a [u8]> for Source<'a> {
 /// One component's place in its frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Part {
+    /// The input it came from.
     pub input: usize,
+    /// Where it starts in the frame.
     pub offset: usize,
+    /// Its length in bytes.
     pub len: usize,
+    /// How many microslices it holds.
     pub microslices: u64,
 }
 
@@ -69,10 +82,12 @@ pub struct Check {
 /// Frame memory: a fixed number of frames of a fixed capacity, copies into them on lanes
 /// (one per group of inputs, so that copies overlap), and a check of each sealed frame.
 pub trait FrameMemory: Send + 'static {
+    /// A frame once sealed: what the check reads.
     type Sealed: SealedFrame;
 
     /// How many frames, each of `capacity()` bytes.
     fn frames(&self) -> usize;
+    /// Each frame's size in bytes.
     fn capacity(&self) -> usize;
 
     /// Prepares to copy from these host ranges (the receive rings): a GPU page-locks them.

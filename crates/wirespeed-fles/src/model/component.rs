@@ -12,18 +12,23 @@ use crate::error::{FlesError, Result, malformed};
 /// TimesliceComponentDescriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ComponentDescriptor {
+    /// The timeslice the component belongs to.
     pub ts_num: u64,
     /// Byte offset in the data ring (counted from the ring's start, without wrapping).
     pub offset: u64,
+    /// Its size in bytes: the microslice descriptors, then their contents.
     pub size: u64,
+    /// How many microslices it holds.
     pub num_microslices: u64,
 }
 
+/// Bytes of an encoded [`ComponentDescriptor`].
 pub const COMPONENT_DESCRIPTOR_LEN: usize = 32;
 
 /// FLESnet's flags of a component (TsComponentFlag) and of a timeslice (TsFlag): a microslice
 /// (of some component) overflowed in the FLIM; a component is missing.
 pub const OVERFLOW_FLIM: u32 = 1 << 1;
+/// See [`OVERFLOW_FLIM`].
 pub const MISSING_COMPONENTS: u32 = 1 << 2;
 
 /// A timeslice's flags, from its components' and whether one is missing.
@@ -33,6 +38,7 @@ pub fn timeslice_flags<'a>(components: impl IntoIterator<Item = &'a ComponentVie
 }
 
 impl ComponentDescriptor {
+    /// The descriptor's 32 bytes, as FLESnet writes it.
     pub fn encode(&self) -> [u8; COMPONENT_DESCRIPTOR_LEN] {
         let mut b = [0u8; COMPONENT_DESCRIPTOR_LEN];
         for (i, v) in [self.ts_num, self.offset, self.size, self.num_microslices].into_iter().enumerate() {
@@ -41,6 +47,7 @@ impl ComponentDescriptor {
         b
     }
 
+    /// A descriptor from FLESnet's 32 bytes; too few is an error.
     pub fn decode(b: &[u8]) -> Result<Self> {
         let mut r = Reader::new(b);
         let mut read = || -> std::result::Result<_, Truncated> {
@@ -88,18 +95,22 @@ impl<'a> ComponentView<'a> {
         Ok(ComponentView { bytes, count })
     }
 
+    /// How many microslices it holds.
     pub fn len(&self) -> usize {
         self.count
     }
 
+    /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
 
+    /// Its bytes: the microslice descriptors, then their contents.
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
     }
 
+    /// Microslice `m`'s descriptor; one past the end, or one the bytes do not hold, is an error.
     pub fn descriptor(&self, m: usize) -> Result<MicrosliceDescriptor> {
         MicrosliceDescriptor::decode(&self.bytes[m * DESCRIPTOR_LEN..])
     }

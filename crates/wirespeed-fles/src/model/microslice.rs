@@ -5,28 +5,39 @@ use wirespeed::proto::codec::{Reader, Truncated};
 
 use crate::error::{Result, malformed};
 
+/// Bytes of an encoded [`MicrosliceDescriptor`].
 pub const DESCRIPTOR_LEN: usize = 32;
+/// The header id every microslice descriptor starts with.
 pub const HDR_ID: u8 = 0xDD;
+/// The descriptor format's version.
 pub const HDR_VER: u8 = 0x01;
 
 /// Bits of [`MicrosliceDescriptor::flags`].
 pub mod flags {
     /// `crc` holds the content's CRC-32C.
     pub const CRC_VALID: u16 = 1;
+    /// The FLIM's buffer overflowed: the microslice lacks data.
     pub const OVERFLOW_FLIM: u16 = 2;
+    /// The user logic's buffer overflowed.
     pub const OVERFLOW_USER: u16 = 4;
+    /// The data holds an error the front end flagged.
     pub const DATA_ERROR: u16 = 8;
 }
 
+/// FLESnet's MicrosliceDescriptor, 32 bytes before each microslice's content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MicrosliceDescriptor {
+    /// Always [`HDR_ID`].
     pub hdr_id: u8,
+    /// Always [`HDR_VER`].
     pub hdr_ver: u8,
     /// Equipment identifier: which link the data came from.
     pub eq_id: u16,
+    /// Bits of [`flags`].
     pub flags: u16,
     /// Subsystem identifier and format version.
     pub sys_id: u8,
+    /// See `sys_id`.
     pub sys_ver: u8,
     /// The microslice's index (or start time).
     pub idx: u64,
@@ -55,6 +66,7 @@ impl MicrosliceDescriptor {
         }
     }
 
+    /// The descriptor's 32 bytes, as FLESnet writes it.
     pub fn encode(&self) -> [u8; DESCRIPTOR_LEN] {
         let mut b = [0u8; DESCRIPTOR_LEN];
         b[0] = self.hdr_id;

@@ -11,12 +11,19 @@ pub use microslice::{MicrosliceDescriptor, flags};
 /// FLESnet's TimesliceDescriptor (class version 2), as archives and work items carry it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TimesliceDescriptor {
+    /// The timeslice's index.
     pub index: u64,
+    /// When it starts (ns, by time slicing; else its first microslice's index).
     pub start_time: u64,
+    /// How long it lasts (ns, by time slicing).
     pub duration: u64,
+    /// FLESnet's timeslice flags (a component missing, an overflow).
     pub flags: u32,
+    /// Where it starts in each component's microslices.
     pub ts_pos: u64,
+    /// Microslices of its core, without the overlap.
     pub num_core_microslices: u32,
+    /// How many components it has: one per input.
     pub num_components: u32,
 }
 
@@ -47,16 +54,24 @@ impl TimesliceDescriptor {
 /// as FLESnet's `find_component` cuts them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slicing {
+    /// Microslices of a timeslice's core.
     pub core: u64,
+    /// Microslices after the core, copied into both neighbours.
     pub overlap: u64,
+    /// By time instead, as today's FLESnet cuts timeslices.
     pub time: Option<TimeSlicing>,
 }
 
+/// Timeslices cut by time, in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeSlicing {
+    /// How long a microslice lasts.
     pub microslice_ns: u64,
+    /// How long a timeslice lasts.
     pub duration_ns: u64,
+    /// How far before its start a timeslice reaches.
     pub before_ns: u64,
+    /// How far past its end a timeslice reaches.
     pub after_ns: u64,
 }
 

@@ -6,8 +6,11 @@
 
 use crate::error::{FlesError, Result};
 
+/// The subsystem id of FLESnet's ramp pattern.
 pub const SYS_ID: u8 = 0xF0;
+/// Its format version.
 pub const SYS_VER: u8 = 0x81;
+/// The equipment id FLESnet's pattern generator gives.
 pub const EQ_ID: u16 = 0xE001;
 
 /// Content sizes are whole words.

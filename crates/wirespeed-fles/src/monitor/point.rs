@@ -3,10 +3,14 @@
 
 use crate::error::{Result, malformed};
 
+/// One measurement at one time, as InfluxDB's line protocol has it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {
+    /// The measurement's name.
     pub measurement: String,
+    /// Its tags, `(key, value)`.
     pub tags: Vec<(String, String)>,
+    /// Its fields, `(key, value)`.
     pub fields: Vec<(String, f64)>,
     /// Nanoseconds since the Unix epoch.
     pub time: u64,

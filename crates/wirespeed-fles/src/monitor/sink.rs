@@ -24,11 +24,32 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Points kept while a database is unreachable; older ones are dropped.
 const MAX_QUEUED: usize = 100_000;
 
+/// Where metrics go, as FLESnet's `-m` names a sink (see the module's docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkSpec {
+    /// Line protocol into a file (`cout`, `cerr` for the standard streams).
     File(String),
-    Influx1 { host: String, port: u16, db: String },
-    Influx2 { host: String, port: u16, bucket: String, token: String },
+    /// InfluxDB 1's `/write`.
+    Influx1 {
+        /// The server's host.
+        host: String,
+        /// Its port.
+        port: u16,
+        /// The database.
+        db: String,
+    },
+    /// InfluxDB 2's `/api/v2/write`.
+    Influx2 {
+        /// The server's host.
+        host: String,
+        /// Its port.
+        port: u16,
+        /// The bucket.
+        bucket: String,
+        /// The API token (as given, or from `CBM_INFLUX_TOKEN`, as FLESnet takes it).
+        token: String,
+    },
+    /// A Prometheus `/metrics` endpoint at `[HOST:]PORT`.
     Prometheus(String),
 }
 
@@ -133,6 +154,7 @@ impl Monitor {
         &self.inner.host
     }
 
+    /// Hands `points` to the sink's thread; a full queue drops them rather than wait.
     pub fn record(&self, points: Vec<Point>) {
         if let Some(q) = &*lock(&self.inner.queue) {
             let _ = q.send(points);

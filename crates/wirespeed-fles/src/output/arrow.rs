@@ -44,6 +44,7 @@ fn arrow_error(e: ArrowError) -> FlesError {
 }
 
 impl<W: Write> ArrowWriter<W> {
+    /// A writer of an Arrow IPC file onto `out`, its schema written first.
     pub fn new(out: W) -> Result<Self> {
         let schema = Arc::new(schema());
         let writer = FileWriter::try_new(out, &schema).map_err(arrow_error)?;

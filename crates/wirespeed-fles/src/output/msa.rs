@@ -10,6 +10,7 @@ use wirespeed::proto::codec::WriteFields;
 use super::tsa::{MICROSLICE_ARCHIVE, write_head};
 use crate::model::MicrosliceDescriptor;
 
+/// Writes a microslice archive, as FLESnet's `MicrosliceOutputArchive` does.
 pub struct MsaWriter<W: Write> {
     out: W,
     first: bool,
@@ -22,6 +23,7 @@ impl<W: Write> MsaWriter<W> {
         Ok(MsaWriter { out, first: true })
     }
 
+    /// Appends one microslice: its descriptor and content.
     pub fn write(&mut self, d: &MicrosliceDescriptor, content: &[u8]) -> io::Result<()> {
         if std::mem::take(&mut self.first) {
             self.out.write_all(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0])?; // both classes: untracked, version 0
@@ -31,6 +33,7 @@ impl<W: Write> MsaWriter<W> {
         self.out.u64_prefixed(content)
     }
 
+    /// Ends the archive and hands back its output.
     pub fn finish(mut self) -> io::Result<W> {
         self.out.flush()?;
         Ok(self.out)

@@ -18,6 +18,7 @@ use crate::model::{ComponentView, TimesliceDescriptor};
 /// One timeslice as the archive holds it (the descriptor's component count is the
 /// components').
 pub struct StoredTimeslice<'a> {
+    /// The timeslice's descriptor.
     pub descriptor: TimesliceDescriptor,
     /// Each component's bytes (descriptors, then contents) and its microslice count.
     pub components: Vec<(&'a [u8], u64)>,
@@ -134,6 +135,7 @@ impl<W: Write> TsaWriter<W> {
         Ok(())
     }
 
+    /// Appends one timeslice.
     pub fn write(&mut self, ts: &StoredTimeslice<'_>) -> io::Result<()> {
         self.class(TIMESLICE)?;
         self.class(DESCRIPTOR)?;
@@ -166,6 +168,7 @@ impl<W: Write> TsaWriter<W> {
         self.out.flush()
     }
 
+    /// Ends the archive and hands back its output.
     pub fn finish(self) -> io::Result<W> {
         let mut out = match self.out {
             Out::Plain(w) => w,

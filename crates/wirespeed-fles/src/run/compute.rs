@@ -21,6 +21,7 @@ use crate::wire::Msg;
 /// A complete timeslice: every input's component, viewed where it lies in the rings. The
 /// space goes back to the inputs once the consumer returns.
 pub struct Timeslice<'a> {
+    /// The timeslice's index.
     pub index: u64,
     /// The components that arrived, in input order (none where the rings are in GPU memory,
     /// which only the frames' copies read)...
@@ -71,9 +72,13 @@ pub(crate) struct Place {
 /// What a compute node saw, for the run's report.
 #[derive(Debug, Clone, Default)]
 pub struct ComputeSummary {
+    /// The compute node's index.
     pub index: usize,
+    /// Timeslices it completed.
     pub timeslices: u64,
+    /// Bytes it received.
     pub bytes: u64,
+    /// Seconds from the barrier to its end.
     pub seconds: f64,
     /// Per timeslice (all of a short run's, an even sample of a long one's): index, first
     /// and last contribution's arrival, ns since the barrier.
@@ -86,6 +91,7 @@ pub struct ComputeSummary {
     pub intervals: Vec<Completed>,
     /// Timeslices delivered with a lost input's component missing, and the inputs lost.
     pub incomplete: u64,
+    /// See `incomplete`.
     pub lost_inputs: Vec<usize>,
     /// Compute nodes lost, whose timeslices this node and the others took over.
     pub lost_computes: Vec<usize>,
@@ -177,6 +183,7 @@ impl Timeslice<'_> {
 }
 
 impl ComputeListener {
+    /// A compute node's listener at `url`, for the inputs to connect to.
     pub fn bind(url: &str, key: &Key, config: &Config) -> Result<Self> {
         let listener = wirespeed::listen(url, key, config).map_err(|e| net(format!("listening on {url}"), e))?;
         Ok(ComputeListener { listener })

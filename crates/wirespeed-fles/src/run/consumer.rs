@@ -21,9 +21,11 @@ pub struct Timeslices {
 
 /// A complete timeslice held by the consumer: its ring space stays taken until it drops.
 pub struct KeptTimeslice {
+    /// The timeslice's index.
     pub index: u64,
     /// The input of each component: every input, unless one was lost mid-run.
     pub inputs: Vec<usize>,
+    /// Whether a lost input's component is missing.
     pub incomplete: bool,
     /// Each input's component: its bytes in the ring and its microslice count.
     parts: Vec<(*const u8, usize, u64)>,

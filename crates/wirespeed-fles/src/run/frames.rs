@@ -18,11 +18,13 @@ use crate::frames::{Assembler, Check, FrameMemory, Part, SealedFrame, Source};
 
 /// A timeslice complete in frame memory and checked there.
 pub struct BuiltFrame {
+    /// The timeslice's index.
     pub index: u64,
     /// Where each input's component lies in the frame, in input order.
     pub parts: Vec<Part>,
     /// The frame's address: a device pointer in GPU memory.
     pub address: u64,
+    /// What checking the frame found.
     pub check: Check,
     /// From the timeslice's last component arriving to the frame being complete in frame
     /// memory.

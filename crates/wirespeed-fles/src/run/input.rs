@@ -18,9 +18,13 @@ use crate::wire::Msg;
 /// What an input did, for the run's report.
 #[derive(Debug, Clone, Default)]
 pub struct InputSummary {
+    /// The input's index.
     pub index: usize,
+    /// Components it sent.
     pub components: u64,
+    /// Bytes it sent.
     pub bytes: u64,
+    /// Seconds from the barrier to its end.
     pub seconds: f64,
     /// (seconds since the barrier, bytes sent so far), every few milliseconds.
     pub sent: Vec<(f64, u64)>,

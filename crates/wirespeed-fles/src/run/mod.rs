@@ -63,12 +63,17 @@ impl Replay {
 /// What every node of a run agrees on.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// How many inputs the run has.
     pub inputs: usize,
+    /// How many compute nodes.
     pub computes: usize,
+    /// Which scheduler places timeslices on compute nodes.
     pub scheduler: Kind,
+    /// How timeslices are cut.
     pub slicing: Slicing,
     /// Mean content bytes per microslice, and the spread around it.
     pub microslice_size: u32,
+    /// See `microslice_size`.
     pub microslice_spread: u32,
     /// Whose pattern the generator writes.
     pub pattern: Style,

@@ -12,15 +12,16 @@ use wirespeed::{Connection, LentMemory};
 use super::Settings;
 use super::compute::{ComputeListener, ComputeSummary, Consumer, DataRing, Timeslice};
 use super::link::Event;
+use crate::consumers::publisher::Publisher;
+use crate::consumers::segment::Segment;
+use crate::consumers::work_item::{ComponentEntry, WorkItem};
 use crate::error::Result;
-use crate::ipc::publisher::Publisher;
-use crate::ipc::segment::Segment;
-use crate::ipc::work_item::{ComponentEntry, WorkItem};
 use crate::model::{Slicing, TimesliceDescriptor, timeslice_flags};
 
 /// Where and how a compute node publishes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShmOutput {
+    /// The interface's name: consumers attach at `ipc://@NAME` (`tsclient -i shm:NAME`).
     pub name: String,
     /// A consumer holding a timeslice longer than this loses it.
     pub hold: Duration,

@@ -27,7 +27,9 @@ pub struct ArchivedTimeslice {
 /// Reads an archive's timeslices one after another.
 pub struct TsaReader<R: BufRead> {
     archive: ArchiveIn<R>,
+    /// The host that wrote the archive, as its header says.
     pub host: String,
+    /// The user that wrote it.
     pub user: String,
 }
 

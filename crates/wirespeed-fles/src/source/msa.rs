@@ -16,11 +16,13 @@ const MAX_CONTENT: u32 = 1 << 30;
 const MICROSLICE: usize = 0;
 const DESCRIPTOR: usize = 1;
 
+/// Reads a microslice archive's microslices one after another.
 pub struct MsaReader<R: BufRead> {
     archive: ArchiveIn<R>,
 }
 
 impl<R: BufRead> MsaReader<R> {
+    /// A reader of `input`, its header read and checked.
     pub fn new(input: R) -> Result<Self> {
         Ok(MsaReader { archive: ArchiveIn::open(input, MICROSLICE_ARCHIVE, "microslice archive")? })
     }

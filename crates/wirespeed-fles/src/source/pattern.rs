@@ -10,6 +10,7 @@ use crate::model::{MicrosliceDescriptor, Slicing, ramp};
 /// Subsystem id pgen uses for generated data.
 pub const PGEN_SYS_ID: u8 = 0xFF;
 
+/// Whose pattern a generated microslice's content follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Style {
     /// Mixed words under a CRC-32C.
@@ -19,13 +20,16 @@ pub enum Style {
     Flesnet,
 }
 
+/// What the generator writes for one input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pattern {
+    /// The input: its equipment id.
     pub input: u16,
     /// Mean content bytes per microslice.
     pub size: u32,
     /// Sizes are uniform in size ± spread.
     pub spread: u32,
+    /// Whose pattern.
     pub style: Style,
 }
 

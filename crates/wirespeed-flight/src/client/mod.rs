@@ -70,11 +70,14 @@ impl std::str::FromStr for PlaneChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Plane {
+    /// gRPC, as any Flight client.
     Grpc,
+    /// A data plane over this fabric.
     Data(Fabric),
 }
 
 impl Plane {
+    /// The plane's name: `grpc`, or the fabric's.
     pub fn name(self) -> &'static str {
         match self {
             Plane::Grpc => "grpc",
@@ -179,6 +182,7 @@ impl Client {
         self
     }
 
+    /// Which planes calls may take (by default [`PlaneChoice::Auto`]).
     pub fn with_transport(mut self, transport: PlaneChoice) -> Self {
         self.transport = transport;
         self.planes = self.planes.map(|p| p.with_transport(transport));
@@ -215,6 +219,7 @@ impl Client {
         request
     }
 
+    /// ListFlights: every flight matching `criteria` (empty for all).
     pub fn list_flights(&self, criteria: &[u8]) -> Result<Vec<FlightInfo>> {
         let mut grpc = self.grpc.clone();
         let request = self.request(Criteria { expression: Bytes::copy_from_slice(criteria) });
@@ -228,12 +233,14 @@ impl Client {
         })
     }
 
+    /// GetFlightInfo: where and how to read the flight `descriptor` names.
     pub fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo> {
         let mut grpc = self.grpc.clone();
         let request = self.request(descriptor.clone());
         Ok(self.runtime.block_on(grpc.get_flight_info(request))?.into_inner())
     }
 
+    /// GetSchema: the flight's schema alone.
     pub fn get_schema(&self, descriptor: &FlightDescriptor) -> Result<SchemaRef> {
         let mut grpc = self.grpc.clone();
         let request = self.request(descriptor.clone());
@@ -241,6 +248,7 @@ impl Client {
         Ok(Arc::new(arrow_schema::Schema::try_from(&result)?))
     }
 
+    /// DoAction: runs `action` on the server and gathers its results' bodies.
     pub fn do_action(&self, action: Action) -> Result<Vec<Bytes>> {
         self.action(self.request(action))
     }
@@ -257,6 +265,7 @@ impl Client {
         })
     }
 
+    /// ListActions: the actions the server offers.
     pub fn list_actions(&self) -> Result<Vec<ActionType>> {
         let mut grpc = self.grpc.clone();
         let request = self.request(Empty {});

@@ -19,6 +19,7 @@ use crate::location::PlaneLocation;
 use crate::plane::connections::PlaneConnections;
 use crate::plane::proto::Method;
 
+/// The data-plane half of a client (see the module's docs): the key, the connections it keeps to each plane, and which planes it may take.
 pub struct PlaneClient {
     planes: Arc<PlaneConnections>,
     transport: PlaneChoice,
@@ -28,6 +29,7 @@ pub struct PlaneClient {
 }
 
 impl PlaneClient {
+    /// A plane client holding `key`, taking the fastest plane offered.
     pub fn new(key: Key) -> Self {
         PlaneClient { planes: Arc::new(PlaneConnections::new(key)), transport: PlaneChoice::Auto, reached: None }
     }
@@ -38,11 +40,13 @@ impl PlaneClient {
         self
     }
 
+    /// The host this client reached the server at, for locations on an unspecified address.
     pub fn reached(mut self, host: &str) -> Self {
         self.reached = Some(host.to_string());
         self
     }
 
+    /// The key it holds.
     pub fn key(&self) -> &Key {
         self.planes.key()
     }

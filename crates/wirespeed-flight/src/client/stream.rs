@@ -192,6 +192,7 @@ impl FlightWriter {
         }
     }
 
+    /// The plane this upload or exchange runs on.
     pub fn plane(&self) -> Plane {
         match &self.inner {
             WriterInner::Plane { kind, .. } => Plane::Data(*kind),
@@ -199,10 +200,12 @@ impl FlightWriter {
         }
     }
 
+    /// Sends one batch.
     pub fn write(&mut self, batch: RecordBatch) -> Result<()> {
         self.write_payload(Payload::batch(batch))
     }
 
+    /// Sends one payload: a batch, application metadata or both.
     pub fn write_payload(&mut self, payload: Payload) -> Result<()> {
         match &mut self.inner {
             WriterInner::Plane { begun: false, .. } if payload.has_batch() => {

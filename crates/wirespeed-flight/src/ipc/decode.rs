@@ -32,10 +32,15 @@ pub enum Decoded {
 /// them (a message of application metadata alone is none).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadStats {
+    /// IPC messages decoded.
     pub messages: u64,
+    /// Record batches among them.
     pub record_batches: u64,
+    /// Dictionary batches among them.
     pub dictionary_batches: u64,
+    /// Dictionary batches that were deltas.
     pub dictionary_deltas: u64,
+    /// Dictionary batches that replaced a dictionary.
     pub replaced_dictionaries: u64,
 }
 
@@ -44,6 +49,7 @@ pub struct ReadStats {
 pub struct SharedStats(Arc<Mutex<ReadStats>>);
 
 impl SharedStats {
+    /// The counts now.
     pub fn get(&self) -> ReadStats {
         *self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -69,10 +75,12 @@ impl Decoder {
         Decoder { schema: Some(schema), ..Decoder::default() }
     }
 
+    /// The counts as they grow, to hand on.
     pub fn stats(&self) -> SharedStats {
         self.stats.clone()
     }
 
+    /// Decodes one IPC message (its flatbuffer `meta` and its `body`); dictionaries are kept for the batches that follow.
     pub fn decode(&mut self, meta: &[u8], body: Buffer, app_metadata: Bytes) -> Result<Decoded> {
         if meta.is_empty() {
             return Ok(Decoded::Metadata(app_metadata));

@@ -40,8 +40,20 @@ impl Shared {
 /// How many calls are open, and how many ever started.
 #[derive(Default)]
 pub struct Calls {
-    pub open: AtomicUsize,
-    pub started: AtomicUsize,
+    pub(crate) open: AtomicUsize,
+    pub(crate) started: AtomicUsize,
+}
+
+impl Calls {
+    /// Calls open now, on every plane and gRPC.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Calls ever started.
+    pub fn started(&self) -> usize {
+        self.started.load(Ordering::Relaxed)
+    }
 }
 
 /// Counts a call as open while it lives.

@@ -31,6 +31,7 @@ struct Advert {
     sealed: bool,
 }
 
+/// A server's data planes (see the module's docs): what the gRPC service, or a Flight server of someone else's, serves them with.
 pub struct PlaneServer {
     shared: Arc<Shared>,
     adverts: Vec<Advert>,

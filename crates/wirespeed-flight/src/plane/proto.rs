@@ -15,14 +15,21 @@ use wirespeed::proto::codec::{Reader, Truncated, Writer};
 
 use crate::error::{Result, Violation};
 
+/// A data-plane call's Flight method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
+    /// DoGet.
     Get = 1,
+    /// DoPut.
     Put = 2,
+    /// DoExchange.
     Exchange = 3,
 }
 
 impl Method {
+    /// Every method.
+    pub const ALL: [Method; 3] = [Method::Get, Method::Put, Method::Exchange];
+
     fn from_u8(b: u8) -> Option<Self> {
         match b {
             1 => Some(Method::Get),
@@ -34,9 +41,10 @@ impl Method {
 
     /// The method called `name` ("get", "put", "exchange").
     pub fn named(name: &str) -> Option<Self> {
-        [Method::Get, Method::Put, Method::Exchange].into_iter().find(|m| m.name() == name)
+        Method::ALL.into_iter().find(|m| m.name() == name)
     }
 
+    /// The method's name: `get`, `put` or `exchange`.
     pub fn name(self) -> &'static str {
         match self {
             Method::Get => "get",
@@ -46,22 +54,34 @@ impl Method {
     }
 }
 
+/// One data-plane message (see docs/PROTOCOL.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
+    /// Starts a call: its method and the capability the server granted for it.
     Open {
+        /// The call's method.
         method: Method,
+        /// When the capability expires (seconds since the epoch).
         expiry: u64,
+        /// The capability's HMAC.
         mac: [u8; 32],
+        /// What the call is for: the ticket or descriptor.
         target: Bytes,
     },
+    /// One IPC message: application metadata, and the flatbuffer `Message`; the body follows.
     Data {
+        /// Application metadata, empty for none.
         app_metadata: Bytes,
+        /// The IPC message's flatbuffer, empty for metadata alone.
         meta: Bytes,
     },
     /// `details` are the error's binary details (pyarrow's `extra_info`), often none.
     Error {
+        /// The Flight status code.
         code: i32,
+        /// The message.
         message: String,
+        /// See the variant's docs.
         details: Bytes,
     },
 }
@@ -72,6 +92,7 @@ const ERROR: u8 = 3;
 const ERROR_WITH_DETAILS: u8 = 4;
 
 impl Msg {
+    /// The message's bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
         match self {

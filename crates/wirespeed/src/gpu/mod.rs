@@ -9,12 +9,12 @@
 //! Every object keeps the device's context alive and makes it current before it calls the
 //! driver, so any thread may use or drop it.
 
+mod cuda_ipc;
 mod device;
-mod ipc;
 mod kernel;
 
+pub use cuda_ipc::{IPC_HANDLE_LEN, IpcMapping};
 pub use device::{DeviceBuffer, Gpu, GpuEvent, GpuStream, PinnedBuffer, Registration};
-pub use ipc::{IPC_HANDLE_LEN, IpcMapping};
 pub use kernel::{Kernel, KernelArg};
 
 /// What can go wrong with a GPU.

@@ -34,15 +34,18 @@ pub struct TimesliceReceiver {
 
 /// One timeslice, viewed where the node keeps it, until the next is taken.
 pub struct TimesliceView<'a> {
+    /// FLESnet's descriptor of the timeslice.
     pub descriptor: TimesliceDescriptor,
     components: Vec<ComponentView<'a>>,
 }
 
 impl TimesliceView<'_> {
+    /// The timeslice's index.
     pub fn index(&self) -> u64 {
         self.descriptor.index
     }
 
+    /// Its components, in input order, viewed in the node's segment.
     pub fn components(&self) -> &[ComponentView<'_>] {
         &self.components
     }
@@ -51,8 +54,11 @@ impl TimesliceView<'_> {
 /// A timeslice taken: where each component lies in the node's segment (checked to lie inside
 /// it), its size and its microslice count.
 pub struct Taken {
+    /// FLESnet's descriptor of the timeslice.
     pub descriptor: TimesliceDescriptor,
+    /// The segment its components lie in, kept mapped while this lives.
     pub segment: Arc<Segment>,
+    /// Each component's (offset in the segment, size, microslice count).
     pub components: Vec<(i64, u64, u64)>,
 }
 

@@ -25,9 +25,12 @@ fn violation(what: impl Into<String>) -> FlesError {
     Violation::Zmtp(what.into()).into()
 }
 
+/// A ZeroMQ socket type this end speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SocketType {
+    /// A REQ socket: a worker's.
     Req,
+    /// A ROUTER socket: the distributor's.
     Router,
 }
 

@@ -12,20 +12,30 @@ use crate::source::boost_in::ArchiveIn;
 /// FLESnet's TimesliceComponentDescriptor (class version 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ComponentEntry {
+    /// The timeslice the component belongs to.
     pub ts_num: u64,
+    /// Where the component lies in the segment.
     pub offset: u64,
+    /// Its size in bytes.
     pub size: u64,
+    /// How many microslices it holds.
     pub num_microslices: u64,
+    /// FLESnet's component flags (missing, overflow).
     pub flags: u32,
 }
 
+/// FLESnet's TimesliceShmWorkItem: a timeslice in a shared-memory segment, as the item distributor hands it to consumers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkItem {
+    /// The segment's UUID.
     pub shm_uuid: [u8; 16],
+    /// The segment's name.
     pub shm_name: String,
+    /// The timeslice's descriptor.
     pub descriptor: TimesliceDescriptor,
     /// Each component's offset in the segment (a Boost handle).
     pub data: Vec<i64>,
+    /// Each component's descriptor.
     pub components: Vec<ComponentEntry>,
 }
 
@@ -33,6 +43,7 @@ pub struct WorkItem {
 const MAX_COMPONENTS: u64 = 1 << 16;
 
 impl WorkItem {
+    /// The item as FLESnet's consumers read it (a Boost.Serialization binary archive).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(200 + self.components.len() * 48);
         write_header(&mut b).expect("writing to a Vec");
@@ -68,6 +79,7 @@ impl WorkItem {
         b
     }
 
+    /// An item from FLESnet's encoding; a malformed one is an error.
     pub fn decode(b: &[u8]) -> Result<WorkItem> {
         let mut r = ArchiveIn::headed(b, "work item")?;
         let count = |r: &mut ArchiveIn<&[u8]>| match r.u64()? {

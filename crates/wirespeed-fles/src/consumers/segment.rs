@@ -41,6 +41,7 @@ const OVERHEAD: usize = 64 << 10;
 pub struct Segment {
     raw: NonNull<RawSegment>,
     name: CString,
+    /// The segment's UUID, which work items name it by.
     pub uuid: [u8; 16],
     /// Whether this mapping still owns the name (it made it, and has not removed it yet).
     owner: AtomicBool,
@@ -99,6 +100,7 @@ impl Segment {
         }
     }
 
+    /// The segment's name (in /dev/shm).
     pub fn name(&self) -> &str {
         self.name.to_str().expect("made from a str")
     }
@@ -109,6 +111,7 @@ impl Segment {
         unsafe { ws_segment_base(self.raw.as_ptr()).cast() }
     }
 
+    /// The segment's size in bytes.
     pub fn size(&self) -> usize {
         // SAFETY: a live segment.
         unsafe { ws_segment_size(self.raw.as_ptr()) }
@@ -154,7 +157,9 @@ impl Drop for Segment {
 /// A block of a segment, freed when it drops.
 pub struct Block {
     segment: Arc<Segment>,
+    /// Where the block starts in this mapping.
     pub ptr: NonNull<u8>,
+    /// Its length in bytes.
     pub len: usize,
     /// From the segment's base: the block's handle and its place in the file.
     pub offset: usize,

@@ -30,21 +30,32 @@ pub type WorkerId = u64;
 /// An item's id: the timeslice's position in this node's sequence.
 pub type ItemId = u64;
 
+/// How often a worker hears from the distributor when it has nothing else to say.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
+/// What a worker wants when items come faster than it takes them (FLESnet's WorkerQueuePolicy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
+    /// Every item, queued: none is skipped.
     QueueAll,
+    /// The newest item only, held back for when the worker asks.
     PrebufferOne,
+    /// Only items that come while the worker waits; the rest are skipped.
     Skip,
 }
 
+/// A worker's REGISTER message: which items it wants, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration {
+    /// It takes the items whose id modulo `stride` is `offset`.
     pub stride: u64,
+    /// See `stride`.
     pub offset: u64,
+    /// What it wants when it falls behind.
     pub policy: Policy,
+    /// Workers of one group share items: each goes to one of them.
     pub group: u64,
+    /// The worker's name, for reports.
     pub name: String,
 }
 
@@ -64,6 +75,7 @@ impl Registration {
         (stride > 0).then_some(Registration { stride, offset, policy, group, name })
     }
 
+    /// The REGISTER message's text, as a worker sends it.
     pub fn message(&self) -> String {
         let policy = self.policy as u8;
         format!("REGISTER {} {} {policy} {} {}", self.stride, self.offset, self.group, self.name)
@@ -111,6 +123,7 @@ pub struct Distributor {
 }
 
 impl Distributor {
+    /// A distributor that takes an item back from a worker holding it longer than `hold_limit`.
     pub fn new(hold_limit: Duration) -> Self {
         Distributor {
             workers: BTreeMap::new(),
@@ -121,6 +134,7 @@ impl Distributor {
         }
     }
 
+    /// The next thing the driver must do (send a message, release an item), if any.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
@@ -130,6 +144,7 @@ impl Distributor {
         self.items.len()
     }
 
+    /// The workers registered now, and what each asked for.
     pub fn workers(&self) -> impl Iterator<Item = (WorkerId, &Registration)> {
         self.workers.iter().map(|(&id, w)| (id, &w.reg))
     }
