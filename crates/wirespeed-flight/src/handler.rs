@@ -240,6 +240,73 @@ pub trait Upload: Send {
 /// A Flight service. Only `get_flight_info` and `do_get` are required; the rest answer
 /// Unimplemented. Its FlightInfos go out as it makes them: clients holding the key learn the
 /// data planes by asking (see [`crate::discovery`]).
+///
+/// One implementation serves every plane. Here a service keeps uploads in memory and hands
+/// them back; a do_put over shared memory lands in `write`, as one over gRPC would:
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+///
+/// use arrow_array::{Int32Array, RecordBatch};
+/// use arrow_schema::SchemaRef;
+/// use bytes::Bytes;
+/// use wirespeed_flight::{Client, Error, FlightDescriptor, FlightEndpoint, FlightInfo, Handler, Output};
+/// use wirespeed_flight::{Payload, Result, Server, Ticket, Upload};
+///
+/// #[derive(Clone, Default)]
+/// struct Memory(Arc<Mutex<HashMap<Vec<u8>, (SchemaRef, Vec<RecordBatch>)>>>);
+///
+/// struct Landing { memory: Memory, name: Vec<u8>, schema: SchemaRef, batches: Vec<RecordBatch> }
+///
+/// impl Upload for Landing {
+///     fn write(&mut self, payload: Payload) -> Result<Option<Bytes>> {
+///         self.batches.extend(payload.into_parts().0);
+///         Ok(None)
+///     }
+///
+///     fn finish(self: Box<Self>) -> Result<Vec<Bytes>> {
+///         self.memory.0.lock().unwrap().insert(self.name, (self.schema, self.batches));
+///         Ok(Vec::new())
+///     }
+/// }
+///
+/// impl Handler for Memory {
+///     fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo> {
+///         let memory = self.0.lock().unwrap();
+///         let (schema, _) = memory.get(&descriptor.cmd[..]).ok_or_else(|| Error::not_found("no such flight"))?;
+///         let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(descriptor.cmd.clone()));
+///         Ok(FlightInfo::new().try_with_schema(schema)?.with_descriptor(descriptor.clone()).with_endpoint(endpoint))
+///     }
+///
+///     fn do_get(&self, ticket: &[u8]) -> Result<Output> {
+///         let (schema, batches) = self.0.lock().unwrap().get(ticket).cloned().ok_or_else(|| Error::not_found("no such flight"))?;
+///         Ok(Output::batches(schema, batches))
+///     }
+///
+///     fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {
+///         let name = descriptor.cmd.to_vec();
+///         Ok(Box::new(Landing { memory: self.clone(), name, schema: schema.clone(), batches: Vec::new() }))
+///     }
+/// }
+///
+/// # fn main() -> Result<()> {
+/// let key = wirespeed::Key::new("a shared secret")?;
+/// let server = Server::builder(Memory::default()).key(key.clone()).start()?;
+/// let client = Client::connect(&server.url())?.with_key(key);
+///
+/// let batch = RecordBatch::try_from_iter([("x", Arc::new(Int32Array::from(vec![1, 2, 3])) as _)])?;
+/// let descriptor = FlightDescriptor::new_cmd("up");
+/// let mut writer = client.do_put(&descriptor, &batch.schema())?;
+/// writer.write(batch.clone())?;
+/// writer.finish()?;
+///
+/// let info = client.get_flight_info(&descriptor)?;
+/// let got: Vec<RecordBatch> = client.do_get(&info.endpoint[0])?.collect::<Result<_>>()?;
+/// assert_eq!(got, [batch]);
+/// # Ok(())
+/// # }
+/// ```
 pub trait Handler: Send + Sync + 'static {
     /// ListFlights: the flights matching `criteria`; none by default.
     fn list_flights(&self, _criteria: &[u8]) -> Result<Vec<FlightInfo>> {

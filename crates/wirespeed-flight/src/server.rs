@@ -215,6 +215,39 @@ impl Bound {
 }
 
 /// A running server; dropping it stops it.
+///
+/// Its API blocks, and may be called from anywhere, an async program's tasks included (the
+/// wait then moves off the runtime's worker; `spawn_blocking` spares that worker):
+///
+/// ```
+/// use wirespeed_flight::{Client, Error, FlightDescriptor, FlightInfo, Handler, Output, Result, Server};
+///
+/// struct Empty;
+///
+/// impl Handler for Empty {
+///     fn get_flight_info(&self, _: &FlightDescriptor) -> Result<FlightInfo> {
+///         Err(Error::not_found("nothing here"))
+///     }
+///
+///     fn do_get(&self, _: &[u8]) -> Result<Output> {
+///         Err(Error::not_found("nothing here"))
+///     }
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<()> {
+///     let server = Server::builder(Empty).listen("127.0.0.1:0").start()?;
+///     let url = server.url();
+///     let flights = tokio::task::spawn_blocking(move || Client::connect(&url)?.list_flights(b""))
+///         .await
+///         .expect("the task ran")?;
+///     assert!(flights.is_empty());
+///     // Straight from the task works too: no runtime-inside-a-runtime panic.
+///     let err = Client::connect(&server.url())?.get_flight_info(&FlightDescriptor::new_cmd("x")).unwrap_err();
+///     assert_eq!(err.code(), wirespeed_flight::Code::NotFound);
+///     Ok(())
+/// }
+/// ```
 pub struct Server {
     url: String,
     /// The TCP address, unless it serves a Unix socket.
