@@ -82,6 +82,10 @@ fn flight_class(code: wirespeed_flight::Code) -> &'static str {
         Code::Unimplemented => "FlightNotImplementedError",
         Code::AlreadyExists => "FlightAlreadyExistsError",
         Code::Internal | Code::DataLoss => "FlightInternalError",
+        Code::ResourceExhausted => "FlightResourceExhaustedError",
+        Code::FailedPrecondition => "FlightFailedPreconditionError",
+        Code::OutOfRange => "FlightOutOfRangeError",
+        Code::Aborted => "FlightAbortedError",
         _ => "FlightServerError",
     }
 }

@@ -167,10 +167,13 @@ def test_errors_raise_the_right_classes(py_server, served):
     wrong = flight.connect(served.url, key="not the key", transport="shm")
     with pytest.raises(flight.FlightUnavailableError, match="offers no shm"):
         wrong.do_get(next(wrong.list_flights()).endpoints[0].ticket)
-    # The server gone.
+    # The server gone: over gRPC, pyarrow's class and wirespeed's, as on a plane.
     port = free_port()
-    with pytest.raises(flight.FlightUnavailableError):
+    with pytest.raises(flight.FlightUnavailableError) as gone:
         flight.connect(f"grpc://127.0.0.1:{port}").list_actions()
+    assert isinstance(gone.value, wirespeed.ConnectionFailedError), repr(gone.value)
+    with pytest.raises(wirespeed.NotFoundError):
+        flight.connect(py_server.location).get_flight_info(pf.FlightDescriptor.for_command(b"missing"))
     with pytest.raises(wirespeed.UsageError):
         flight.connect(py_server.location, key=KEY, transport="carrier-pigeon")
     with pytest.raises(wirespeed.AuthenticationError, match="needs a key"):

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.flight as _pf
 from pyarrow.flight import FlightDescriptor, Location
 
-from ._errors import AuthenticationError, ConnectionFailedError, Error, NotFoundError, TimedOutError, UsageError
+from ._errors import (AuthenticationError, ConnectionFailedError, Error, LimitError, NotFoundError, TimedOutError,
+                      UsageError)
 
 # Errors: each is pyarrow.flight's class of the same name (or pyarrow's for the code), so
 # `except pyarrow.flight.FlightUnavailableError` keeps working, and a wirespeed.Error.
@@ -25,6 +26,33 @@ class FlightError(Error, _pf.FlightError):
 
 class FlightServerError(FlightError, _pf.FlightServerError):
     pass
+
+
+# Codes pyarrow raises as a server error, each also the class of its kind of failure.
+
+
+class FlightResourceExhaustedError(FlightServerError, LimitError):
+    """RESOURCE_EXHAUSTED: a limit of the server's (calls per client, memory for requests)."""
+
+    exit_code = 1
+
+
+class FlightFailedPreconditionError(FlightServerError, UsageError):
+    """FAILED_PRECONDITION: a request the server cannot serve in its present state."""
+
+    exit_code = 2
+
+
+class FlightOutOfRangeError(FlightServerError, UsageError):
+    """OUT_OF_RANGE: a request past the end of what there is."""
+
+    exit_code = 2
+
+
+class FlightAbortedError(FlightServerError, ConnectionFailedError):
+    """ABORTED: the call was cut off, as by a conflict."""
+
+    exit_code = 4
 
 
 class FlightInternalError(FlightError, _pf.FlightInternalError):
@@ -212,5 +240,6 @@ class _Reading:
 # Shown as wirespeed.flight.X in tracebacks, where users import them from.
 for _class in (FlightError, FlightServerError, FlightInternalError, FlightUnavailableError, FlightTimedOutError,
                FlightCancelledError, FlightUnauthenticatedError, FlightUnauthorizedError, FlightNotFoundError,
-               FlightInvalidArgumentError, FlightNotImplementedError, FlightAlreadyExistsError, FlightStreamChunk):
+               FlightInvalidArgumentError, FlightNotImplementedError, FlightAlreadyExistsError, FlightResourceExhaustedError,
+               FlightFailedPreconditionError, FlightOutOfRangeError, FlightAbortedError, FlightStreamChunk):
     _class.__module__ = "wirespeed.flight"

@@ -23,6 +23,7 @@ from pyarrow.flight import *  # noqa: F401,F403 - pyarrow.flight's whole API is 
 from . import Key, _native
 from ._errors import UsageError
 from ._flight_base import FlightUnauthenticatedError, _app_metadata, _ipc_options, _Reading, _uri
+from ._grpc_errors import translating
 from ._flight_server import (
     CALL_HEADER,
     DATA_METHODS,
@@ -318,6 +319,7 @@ def _unix_authority(location: Any, options: list[tuple[str, Any]] | None) -> lis
     return options or None
 
 
+@translating
 class FlightClient(_pf.FlightClient):
     """pyarrow.flight.FlightClient, with `key` (else WIRESPEED_KEY) for the data planes of a
     wirespeed server, and `transport`: "auto" (the fastest plane offered, else gRPC), "grpc",
@@ -377,7 +379,7 @@ class FlightClient(_pf.FlightClient):
         if not hello.answered:
             return [], _Completion()
         with _our_call(method) as completion:
-            results = super().do_action(_pf.Action(f"wirespeed.{method}", target), options)
+            results = super().do_action(_pf.Action(_PLANE_ACTION[method], target), options)
             return [r.body.to_pybytes().decode() for r in results], completion
 
     def do_get(self, ticket: _pf.Ticket, options: _pf.FlightCallOptions | None = None) -> Any:
@@ -412,6 +414,10 @@ class FlightClient(_pf.FlightClient):
                 writer = FlightStreamWriter(native, reader, _write_options(options), self._size_limit, completion)
                 return writer, reader
         return super().do_exchange(descriptor, options)
+
+
+# The action that hands out a call's locations, by method, as the Rust side names it.
+_PLANE_ACTION = {method: action for action, method in _native.PLANE_ACTIONS.items()}
 
 
 def _opened(completion: _Completion, open_call: Any) -> Any:
