@@ -4,7 +4,7 @@
 //! every chunk's checksum and renames each file into place only once all of it verified.
 //! Small files travel batched with their entries; large files in chunks over several
 //! streams. `--resume` reuses chunks the sink already holds. Connections come from the
-//! wirespeed core; [`plane`] picks the fabric.
+//! wirespeed core; [`fabric_choice`] picks the fabric.
 
 mod cached;
 mod direct;

@@ -3,6 +3,14 @@
 //! input's contribution to a time interval on one compute node.
 //!
 //! - [`model`]: microslice and component layouts, byte for byte as FLESnet's.
+//! - [`source`] and [`output`]: FLESnet's archives and generator in, archives and Arrow out.
+//! - [`run`]: a run's inputs and compute nodes on threads over any fabric; [`frames`], the
+//!   frame memory (host or GPU) timeslices are built into.
+//! - [`consumers`]: FLESnet's shared-memory interface, which its consumers attach to.
+//! - [`monitor`]: metrics, to FLESnet's monitor sinks or Prometheus.
+//!
+//! The nodes, schedulers, messages and simulator (`node`, `sched`, `wire`, `sim`) are
+//! internal, hidden from these docs: what the CLI drives, outside the API and semver.
 
 pub mod consumers;
 pub mod error;

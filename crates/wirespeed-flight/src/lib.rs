@@ -7,7 +7,10 @@
 //! - [`Client`] talks to any Flight server and takes a data plane when one is offered.
 //!
 //! Layers, bottom up: `ipc` (RecordBatches to frames and back, sans-IO), `plane` (calls on
-//! wirespeed streams), `grpc` (the Flight service and FlightData), then `server` and `client`.
+//! wirespeed streams), `grpc` (tonic's Flight service and FlightData), then [`server`] and
+//! [`client`]; [`handler`] is what a service implements, [`discovery`] how a client holding the
+//! key learns of a server's planes. The first three are private: what they offer is at the
+//! root.
 
 #![forbid(unsafe_code)]
 

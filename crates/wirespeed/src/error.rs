@@ -271,25 +271,6 @@ pub enum Limit {
     },
 }
 
-/// Text that names no value of its kind: a fabric, a transport, a port range, a platform.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{what} {input:?}: expected {expected}")]
-pub struct ParseError {
-    /// What the text was to name ("fabric", "transport").
-    pub what: &'static str,
-    /// The text as given.
-    pub input: String,
-    /// What would do.
-    pub expected: String,
-}
-
-impl ParseError {
-    /// `input` does not name a `what`; `expected` says what would.
-    pub fn new(what: &'static str, input: &str, expected: impl Into<String>) -> Self {
-        ParseError { what, input: input.to_string(), expected: expected.into() }
-    }
-}
-
 /// What kind of failure an error is, by what its caller can do about it. The one table that
 /// the CLI's exit codes, Python's exception classes and the C library's codes come from;
 /// [`Class::number`] also travels between peers (the copy protocol's failure reports).

@@ -2,7 +2,7 @@
 //! handshake and what each can do. A new fabric is a variant here plus its backend folder
 //! under `transport/`; everything above (files, Flight, the CLI) takes its set from here.
 
-use crate::error::ParseError;
+use crate::parse::ParseError;
 
 /// What follows the handshake, and so how frames move. Declared fastest first, so sorting
 /// fabrics puts the one to prefer first.

@@ -29,19 +29,15 @@
 //!
 //! - **The crate root** is the API applications use and that is meant to stay: [`connect`],
 //!   [`listen`], [`Config`], [`Connection`], [`Stream`], [`Listener`], [`Key`], [`Buf`],
-//!   [`Body`], [`Region`], [`RemoteRegion`], [`Fabric`], and the errors [`Error`] and
-//!   [`Violation`]. [`url`] parses endpoints, [`sync`] is the one lock helper the other crates
-//!   share.
-//! - **[`proto`]** is the protocol without I/O (frames, handshake, session, one-sided frames).
-//!   It is public so that other drivers can run it (the fuzz targets do, a simulator could);
-//!   it follows the wire protocol's version, not the API's.
-//! - **[`transport`]** holds the backends and the engine. Applications need only what the
-//!   root re-exports; the rest is public for the tools in this repository (an in-process pair
-//!   for a local copy, UCX-allocated memory for a fair benchmark) and may change.
-//! - **[`mem`]** is message memory: [`Buf`], [`Body`], sealed regions and recyclers, all
-//!   re-exported at the root; the module's other items serve the backends.
-//!
-//! Session state, the emulated one-sided state and every backend's internals are private.
+//!   [`Body`], [`Region`], [`RemoteRegion`], [`Fabric`], and the errors: [`Error`], its
+//!   [`Class`] (the one table behind the CLI's exit codes and Python's exception classes),
+//!   [`Violation`], [`Limit`] and [`ParseError`]. [`url`], [`key`], [`fabric`] and [`error`]
+//!   are the modules behind them; [`transport`] holds the root's connection types.
+//! - **Internal**, and hidden from these docs: `proto` (the protocol without I/O: frames, the
+//!   handshake, the session, the one codec), `mem` (message memory's internals), `sync`,
+//!   `seal` and the backends under `transport`. They are public so that this repository's other
+//!   crates, its fuzz targets and its tools can use them; they follow the wire protocol's
+//!   version, not the API's, and are outside semver.
 
 pub mod error;
 pub mod fabric;
@@ -50,6 +46,7 @@ pub mod gpu;
 pub mod key;
 #[doc(hidden)]
 pub mod mem;
+mod parse;
 #[doc(hidden)]
 pub mod proto;
 #[doc(hidden)]
@@ -60,10 +57,11 @@ pub mod transport;
 pub mod url;
 
 pub use bytes::Bytes;
-pub use error::{Class, Error, ErrorCode, Limit, ParseError, Result, Violation};
+pub use error::{Class, Error, ErrorCode, Limit, Result, Violation};
 pub use fabric::{Fabric, Provider};
 pub use key::Key;
 pub use mem::{Body, Buf, Recycler, SealedRegion};
+pub use parse::ParseError;
 #[cfg(feature = "gpu")]
 pub use transport::DeviceRegion;
 pub use transport::{

@@ -18,7 +18,7 @@ impl Endpoint {
     pub fn parse(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::Url { url: url.to_string(), reason };
         let (scheme, address) = url.split_once("://").ok_or_else(|| bad("expected scheme://address".into()))?;
-        let fabric: Fabric = scheme.parse().map_err(|e: crate::ParseError| bad(e.to_string()))?;
+        let fabric: Fabric = scheme.parse().map_err(|e: crate::parse::ParseError| bad(e.to_string()))?;
         match fabric.address_kind() {
             AddressKind::HostPort => {
                 let (host, port) =

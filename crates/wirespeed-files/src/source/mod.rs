@@ -50,7 +50,7 @@ pub struct SourceOptions {
     /// Remove what the destination's copies of the directories hold beyond the source's.
     pub delete: bool,
     /// Data streams, each with its own reading thread (and a writing thread at the sink);
-    /// `None` for [`default_streams`] over the connection.
+    /// `None` for as many as suit the connection's fabric.
     pub streams: Option<usize>,
     /// Bytes per chunk, each checksummed on its own.
     pub chunk_size: u32,

@@ -1,6 +1,6 @@
 //! A component: one input's contribution to one timeslice. Its bytes are the n microslice
-//! descriptors, then their contents; content m starts at n·32 + desc[m].offset −
-//! desc[0].offset, as in FLESnet.
+//! descriptors, then their contents; content m starts at n·32 + `desc[m].offset` −
+//! `desc[0].offset`, as in FLESnet.
 
 use wirespeed::proto::codec::{Reader, Truncated};
 

@@ -1,7 +1,7 @@
 //! A compute node, sans-IO: learns of components from the inputs' descriptors, completes a
 //! timeslice once every input's component is in, hands complete timeslices over in order,
 //! and gives ring space back as the consumer releases them (in any order). Its messages and
-//! its peers' liveness are in [`messages`].
+//! its peers' liveness are in `messages`.
 
 mod messages;
 

@@ -1,6 +1,6 @@
 //! An input node, sans-IO: asks its scheduler what to send next, places each component in
 //! the compute node's rings when they have room, and frees that room as acknowledgements
-//! come back. Its messages and its peers' liveness are in [`messages`].
+//! come back. Its messages and its peers' liveness are in `messages`.
 
 mod messages;
 

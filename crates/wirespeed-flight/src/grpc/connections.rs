@@ -45,8 +45,8 @@ pub struct Limits {
     pub streams_per_connection: u32,
     /// Calls open at once from one client address, over all its connections.
     pub calls_per_client: usize,
-    /// Bytes of request messages held at once, over every call (see [`super::budget`]); at
-    /// least one largest message ([`super::MAX_MESSAGE`]) for every upload to be possible.
+    /// Bytes of request messages held at once, over every call; at least one largest message
+    /// (1 GiB) for every upload to be possible.
     pub request_bytes: usize,
     /// How long a request message may wait for room under `request_bytes`, and how long its
     /// sender may pause in the middle of it, before its call fails.

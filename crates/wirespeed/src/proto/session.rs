@@ -1,9 +1,11 @@
-//! Streams and credits of an authenticated connection, as a sans-IO state machine.
+//! Streams and credits of an authenticated connection, as a sans-IO state machine, in both
+//! directions.
 //!
-//! The driver feeds it received frames ([`Session::on_frame`]) and asks it for credit before
-//! sending ([`Session::take_send_credit`]); the application pops what arrived
-//! ([`Session::poll_recv`]). Control frames it wants sent (credit grants, resets) wait in
-//! [`Session::poll_transmit`].
+//! The driver feeds it received frames ([`Session::on_frame`]) and asks it for the next frame
+//! of a message to send ([`Session::next_frame`], which cuts it as credit allows and writes its
+//! head through the codec) and for a stream's Finish ([`Session::finish`]); the application
+//! pops what arrived ([`Session::poll_recv`]). Control frames it wants sent (credit grants,
+//! resets) wait in [`Session::poll_transmit`]. The driver only locks, waits and writes.
 
 use std::collections::VecDeque;
 
