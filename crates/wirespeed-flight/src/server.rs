@@ -326,9 +326,5 @@ pub fn default_planes(tls: bool) -> Vec<Fabric> {
 /// Whether a server offers `kind` unless told otherwise: every plane this build has but
 /// libfabric's, whose providers depend on the hardware (they are offered when asked for).
 fn default_plane(kind: Fabric) -> bool {
-    match kind {
-        Fabric::Ucx => cfg!(feature = "ucx"),
-        Fabric::Shm | Fabric::Tcp => true,
-        _ => false,
-    }
+    matches!(kind, Fabric::Shm | Fabric::Tcp) || (kind == Fabric::Ucx && cfg!(feature = "ucx"))
 }

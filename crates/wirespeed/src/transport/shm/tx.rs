@@ -83,7 +83,7 @@ impl ShmTx {
     /// is published: until `head` moves past it, the next reservation may take the place again.
     pub(super) fn reserve(&mut self, total: u64, timeout: Duration) -> Result<u64> {
         if total > self.ring.cap() / 2 {
-            return Err(Limit::OverRing(total as u64).into());
+            return Err(Limit::OverRing(total).into());
         }
         let (pad, at) = loop {
             if let Some(r) = self.ring.reserve(self.head, &mut self.tail, total) {
