@@ -444,3 +444,24 @@ def test_memory_goes_back_after_a_burst(tmp_path):
             time.sleep(0.2)
     finally:
         proc.stop()
+
+
+def test_a_password_needs_tls_except_on_a_unix_socket(tmp_path):
+    """The library decides where a password may travel, and the CLI follows it: a Unix
+    socket's bytes never leave the host, so `serve` takes a password there without TLS."""
+    data = tmp_path / "data"
+    data.mkdir()
+    feather.write_feather(table(100), data / "t.arrow", compression="uncompressed")
+    env = {"WIRESPEED_FLIGHT_PASSWORD": "s3cret"}
+    refused = run("serve", str(data), "--listen", f"127.0.0.1:{free_port()}", env=env, timeout=30)
+    assert refused.returncode == 2 and "in clear" in refused.stderr, refused.stderr
+    url = f"grpc+unix://{tmp_path / 'flight.sock'}"
+    proc = Proc(["serve", str(data), "--listen", url], env=env, pattern=r"grpc\+unix://\S+")
+    try:
+        c = flight.connect(url, generic_options=[("grpc.default_authority", "localhost")])
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            c.get_flight_info(flight.FlightDescriptor.for_path("t.arrow"))
+        options = flight.FlightCallOptions(headers=[c.authenticate_basic_token("me", "s3cret")])
+        assert c.get_flight_info(flight.FlightDescriptor.for_path("t.arrow"), options).total_records == 100
+    finally:
+        proc.stop()

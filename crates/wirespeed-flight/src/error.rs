@@ -64,8 +64,39 @@ pub enum Violation {
     #[error("a second schema in one {0}")]
     SecondSchema(&'static str),
     /// Arrow IPC that does not decode, or whose buffers lie outside its body.
-    #[error("{0}")]
-    Ipc(String),
+    #[error(transparent)]
+    Ipc(#[from] IpcViolation),
+}
+
+/// What is wrong with an Arrow IPC message a peer sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IpcViolation {
+    /// Metadata that is not a flatbuffer `Message` (the flatbuffer reader's words).
+    #[error("IPC metadata is not a valid Message: {0}")]
+    NotAMessage(String),
+    /// A message whose header is missing (`0`: the message's kind).
+    #[error("a {0} message without its header")]
+    NoHeader(&'static str),
+    /// A dictionary or record batch (`0`) before the schema.
+    #[error("a {0} before the schema")]
+    BeforeSchema(&'static str),
+    /// A message of a kind a stream does not carry (`0`: its kind).
+    #[error("unexpected IPC message {0}")]
+    Unexpected(&'static str),
+    /// A buffer outside the message's body.
+    #[error("IPC buffer {offset}+{length} lies outside a body of {body_len} bytes")]
+    BufferOutside {
+        /// Where the buffer starts in the body.
+        offset: i64,
+        /// Its length.
+        length: i64,
+        /// The body's length.
+        body_len: usize,
+    },
+    /// Data that arrow refuses (arrow's words).
+    #[error("malformed IPC data: {0}")]
+    Malformed(String),
 }
 
 /// A Flight call's result.
@@ -240,7 +271,7 @@ impl From<arrow_flight::error::FlightError> for Error {
         match e {
             F::Tonic(s) => Error::from(*s),
             F::Arrow(a) => Error::Arrow(a),
-            other => Violation::Ipc(other.to_string()).into(),
+            other => Violation::Ipc(IpcViolation::Malformed(other.to_string())).into(),
         }
     }
 }

@@ -37,7 +37,7 @@ pub use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 pub use client::{
     Client, ExchangeReader, FlightReader, FlightWriter, Method, Plane, PlaneChoice, PlaneClient, PutResults,
 };
-pub use error::{Code, Error, Result, Violation};
+pub use error::{Code, Error, IpcViolation, Result, Violation};
 pub use grpc::advertise::Advertise;
 pub use grpc::connections::Limits;
 pub use grpc::tls::{ClientTls, ServerTls};

@@ -105,9 +105,10 @@ impl ServerBuilder {
 
     /// Binds every listener and starts serving; an address in use or a bad setting is an error.
     pub fn start(self) -> Result<Server> {
-        // A Unix socket's bytes never leave the host.
-        let unix = unix_path(&self.listen).is_some();
-        if self.password.is_some() && self.tls.is_none() && !self.password_over_plaintext && !unix {
+        if self.password.is_some()
+            && travels_in_clear(&self.listen, self.tls.is_some())
+            && !self.password_over_plaintext
+        {
             return Err(Error::invalid_argument(
                 "a password travels in clear without TLS: give a certificate, or allow plaintext by name",
             ));
@@ -160,6 +161,12 @@ impl ServerBuilder {
         ));
         Ok(Server { url, addr, unlink, planes: plane_list, shared, runtime, stop: Some(stop_tx), grpc })
     }
+}
+
+/// Whether what a client sends to a server listening at `listen` (with TLS or not) travels in
+/// clear: the one rule for where a password may go. A Unix socket's bytes never leave the host.
+pub fn travels_in_clear(listen: &str, tls: bool) -> bool {
+    !tls && unix_path(listen).is_none()
 }
 
 /// What removes a Unix socket's file once its server stops.

@@ -8,7 +8,7 @@ use anyhow::Context;
 use arrow_ipc::CompressionType;
 use clap::Args;
 use wirespeed::Key;
-use wirespeed_flight::server::default_planes;
+use wirespeed_flight::server::{default_planes, travels_in_clear};
 use wirespeed_flight::{Advertise, Calls, Fabric, Limits, Server};
 
 use wirespeed_serve::DirService;
@@ -123,12 +123,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         };
         builder = builder.key(key);
     }
-    // Where a password may travel is the library's rule (a Unix socket's never leaves the host).
+    // Where a password may travel is the library's rule; this only names the flags.
     if let Some(p) = super::password(a.password_file.as_deref())? {
-        builder = builder.password(p);
-        if a.password_over_plaintext {
-            builder = builder.password_over_plaintext();
+        if travels_in_clear(&a.listen, tls.is_some()) && !a.password_over_plaintext {
+            let why = format!(
+                "a password over {} travels in clear: give --tls-cert and --tls-key, or --password-over-plaintext",
+                a.listen
+            );
+            return Err(wirespeed_flight::Error::invalid_argument(why).into()); // a usage error: exit 2
         }
+        builder = builder.password(p).password_over_plaintext();
     }
     if let Some(tls) = tls {
         builder = builder.tls(tls);

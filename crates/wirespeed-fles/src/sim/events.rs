@@ -26,12 +26,13 @@ pub enum SimEvent {
 }
 
 impl FromStr for SimEvent {
-    type Err = String;
+    type Err = wirespeed::ParseError;
 
     /// `drop:FROM-TO:SHARE[:LINKS]` (seconds, a share below 1, a part of link names) or
     /// `off:input:N@AT` / `off:compute:N@AT`.
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let bad = || format!("{s}: expected drop:FROM-TO:SHARE[:LINKS] or off:input|compute:N@SECONDS");
+    fn from_str(s: &str) -> std::result::Result<Self, wirespeed::ParseError> {
+        let expected = "drop:FROM-TO:SHARE[:LINKS] or off:input|compute:N@SECONDS";
+        let bad = || wirespeed::ParseError::new("event", s, expected);
         let seconds = |v: &str| v.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(bad);
         if let Some(rest) = s.strip_prefix("drop:") {
             let mut parts = rest.splitn(3, ':');
@@ -39,9 +40,8 @@ impl FromStr for SimEvent {
             let (from, to) = span.split_once('-').ok_or_else(bad)?;
             let (from, to, share) = (seconds(from)?, seconds(to)?, seconds(share)?);
             if to <= from || share >= 1.0 {
-                return Err(format!(
-                    "{s}: the drop must end after it starts, and take less than all (a share below 1)"
-                ));
+                let expected = "a drop that ends after it starts, and takes less than all (a share below 1)";
+                return Err(wirespeed::ParseError::new("event", s, expected));
             }
             return Ok(SimEvent::BandwidthDrop { from, to, share, links: parts.next().unwrap_or("").into() });
         }

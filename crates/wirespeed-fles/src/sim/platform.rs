@@ -25,14 +25,15 @@ pub enum Platform {
 const LV08_LATENCY_FACTOR: f64 = 13.01;
 
 impl FromStr for Platform {
-    type Err = String;
+    type Err = wirespeed::ParseError;
 
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    fn from_str(s: &str) -> std::result::Result<Self, wirespeed::ParseError> {
         match s {
             "xc40" => Ok(Platform::Xc40),
             "fat-tree" => Ok(Platform::FatTree),
             _ if s.starts_with("switch:") => {
-                let bad = || format!("{s}: expected switch:BANDWIDTH:LATENCY, as switch:10GBps:1us");
+                let bad =
+                    || wirespeed::ParseError::new("platform", s, "switch:BANDWIDTH:LATENCY, as switch:10GBps:1us");
                 let (bw, lat) = s["switch:".len()..].split_once(':').ok_or_else(bad)?;
                 let bandwidth = quantity(bw, &[("GBps", 1e9), ("MBps", 1e6), ("Gbps", 1e9 / 8.0), ("Bps", 1.0)]);
                 let latency = quantity(lat, &[("ns", 1e-9), ("us", 1e-6), ("ms", 1e-3), ("s", 1.0)]);
@@ -44,7 +45,11 @@ impl FromStr for Platform {
                 }
             }
             _ if s.ends_with(".xml") => Ok(Platform::File(PathBuf::from(s))),
-            _ => Err(format!("{s}: expected xc40, fat-tree, switch:BANDWIDTH:LATENCY or a platform file (.xml)")),
+            _ => Err(wirespeed::ParseError::new(
+                "platform",
+                s,
+                "xc40, fat-tree, switch:BANDWIDTH:LATENCY or a platform file (.xml)",
+            )),
         }
     }
 }

@@ -15,7 +15,7 @@ use arrow_ipc::{MessageHeader, root_as_message};
 use arrow_schema::{Schema, SchemaRef};
 use bytes::Bytes;
 
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, IpcViolation, Result, Violation};
 
 /// What one frame turned into.
 #[derive(Debug)]
@@ -86,10 +86,10 @@ impl Decoder {
             return Ok(Decoded::Metadata(app_metadata));
         }
         let body = aligned(body);
-        let message = root_as_message(meta).map_err(|e| bad(format!("IPC metadata is not a valid Message: {e}")))?;
+        let message = root_as_message(meta).map_err(|e| bad(IpcViolation::NotAMessage(e.to_string())))?;
         match message.header_type() {
             MessageHeader::Schema => {
-                let fb = message.header_as_schema().ok_or_else(|| bad("Schema message without a schema".into()))?;
+                let fb = message.header_as_schema().ok_or_else(|| bad(IpcViolation::NoHeader("Schema")))?;
                 let schema: Schema = guarded(|| arrow_ipc::convert::try_fb_to_schema(fb))?;
                 let schema = Arc::new(schema);
                 self.schema = Some(schema.clone());
@@ -98,9 +98,11 @@ impl Decoder {
                 Ok(Decoded::Schema(schema))
             }
             MessageHeader::DictionaryBatch => {
-                let schema = self.schema.clone().ok_or_else(|| bad("a dictionary before the schema".into()))?;
-                let dict = message.header_as_dictionary_batch().ok_or_else(|| bad("empty DictionaryBatch".into()))?;
-                let data = dict.data().ok_or_else(|| bad("DictionaryBatch without data".into()))?;
+                let schema = self.schema.clone().ok_or_else(|| bad(IpcViolation::BeforeSchema("dictionary")))?;
+                let dict = message
+                    .header_as_dictionary_batch()
+                    .ok_or_else(|| bad(IpcViolation::NoHeader("DictionaryBatch")))?;
+                let data = dict.data().ok_or_else(|| bad(IpcViolation::NoHeader("DictionaryBatch's data")))?;
                 check_buffers(data.buffers().map(|b| b.iter().map(|b| (b.offset(), b.length()))), body.len())?;
                 let version = message.version();
                 let (delta, replaced) = (dict.isDelta(), self.dictionaries.contains_key(&dict.id()));
@@ -116,8 +118,9 @@ impl Decoder {
                 Ok(Decoded::Dictionary)
             }
             MessageHeader::RecordBatch => {
-                let schema = self.schema.clone().ok_or_else(|| bad("a record batch before the schema".into()))?;
-                let batch = message.header_as_record_batch().ok_or_else(|| bad("empty RecordBatch".into()))?;
+                let schema = self.schema.clone().ok_or_else(|| bad(IpcViolation::BeforeSchema("record batch")))?;
+                let batch =
+                    message.header_as_record_batch().ok_or_else(|| bad(IpcViolation::NoHeader("RecordBatch")))?;
                 check_buffers(batch.buffers().map(|b| b.iter().map(|b| (b.offset(), b.length()))), body.len())?;
                 let version = message.version();
                 let dictionaries = &self.dictionaries;
@@ -127,7 +130,7 @@ impl Decoder {
                 self.stats.count(|s| s.record_batches += 1);
                 Ok(Decoded::Batch(batch, app_metadata))
             }
-            other => Err(bad(format!("unexpected IPC message {}", other.variant_name().unwrap_or("of unknown type")))),
+            other => Err(bad(IpcViolation::Unexpected(other.variant_name().unwrap_or("of unknown type")))),
         }
     }
 }
@@ -139,7 +142,7 @@ fn aligned(body: Buffer) -> Buffer {
     if body.as_ptr().align_offset(8) == 0 { body } else { Buffer::from_slice_ref(body.as_slice()) }
 }
 
-fn bad(reason: String) -> Error {
+fn bad(reason: IpcViolation) -> Error {
     Violation::Ipc(reason).into()
 }
 
@@ -148,7 +151,7 @@ fn check_buffers(buffers: Option<impl Iterator<Item = (i64, i64)>>, body_len: us
     for (offset, length) in buffers.into_iter().flatten() {
         let end = offset.checked_add(length);
         if offset < 0 || length < 0 || end.is_none_or(|end| end as u64 > body_len as u64) {
-            return Err(bad(format!("IPC buffer {offset}+{length} lies outside a body of {body_len} bytes")));
+            return Err(bad(IpcViolation::BufferOutside { offset, length, body_len }));
         }
     }
     Ok(())
@@ -158,7 +161,7 @@ fn check_buffers(buffers: Option<impl Iterator<Item = (i64, i64)>>, body_len: us
 fn guarded<T>(f: impl FnOnce() -> std::result::Result<T, arrow_schema::ArrowError>) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(bad(format!("malformed IPC data: {e}"))),
-        Err(_) => Err(bad("malformed IPC data (rejected by arrow)".into())),
+        Ok(Err(e)) => Err(bad(IpcViolation::Malformed(e.to_string()))),
+        Err(_) => Err(bad(IpcViolation::Malformed("rejected by arrow".into()))),
     }
 }
