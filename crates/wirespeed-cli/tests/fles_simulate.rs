@@ -207,7 +207,7 @@ fn bad_settings_get_one_clear_line() {
     for (args, says) in [
         (vec!["--nodes=16", "--platform=torus"], "expected xc40, fat-tree"),
         (vec!["--nodes=16", "--event=off:compute:9@1"], "there is no compute node 9"),
-        (vec!["--nodes=16", "--event=drop:2-1:0.5"], "must end after it starts"),
+        (vec!["--nodes=16", "--event=drop:2-1:0.5"], "a drop that ends after it starts"),
         (vec!["--platform=missing.xml", "--nodes=4"], "no platform file"),
         (vec![], "say how many nodes"),
         (vec!["--nodes=4", "--timeslices=4", "--event=drop:0-1:0.5:nothing"], "no link's name holds"),
