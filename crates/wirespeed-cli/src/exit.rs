@@ -75,7 +75,7 @@ mod tests {
         assert_eq!((one_line(&coded).as_str(), code_for(&coded)), ("stage 2 failed", 7));
     }
 
-    /// The exit codes the README and `--help` promise, through every layer's errors.
+    /// The exit codes docs/FLIGHT.md promises, through every layer's errors.
     #[test]
     fn every_layer_exits_with_its_class_code() {
         let io = |kind| Error::from(std::io::Error::from(kind));
