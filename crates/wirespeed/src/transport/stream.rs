@@ -18,7 +18,7 @@ use crate::sync::Unpoison;
 pub struct Message {
     /// The message's header, as the sender gave it.
     pub header: Vec<u8>,
-    /// The body, as views of where it arrived where it could stay there.
+    /// The body: views of the memory it arrived in, where it could stay there.
     pub body: Body,
 }
 
