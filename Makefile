@@ -19,8 +19,8 @@ run: build
 TEST_BUILD := cargo build --locked --profile test --workspace --lib --bins --tests
 
 # The library crates as others build on them: the feature sets that matter build alone (the
-# core with no fabric, or one; Flight and fles with none of theirs), and their docs have no
-# broken link.
+# core with no fabric, or one; Flight and fles with none of theirs), and the docs have no
+# broken link (every lib of the workspace: resolved as clippy's build, it reuses what that checked).
 LIBRARIES := -p wirespeed -p wirespeed-files -p wirespeed-fles -p wirespeed-flight -p wirespeed-serve
 
 lint: bootstrap
@@ -29,7 +29,7 @@ lint: bootstrap
 	cargo clippy --locked --all-targets -- -D warnings
 	for features in "" ucx ofi gpu; do cargo check --locked -p wirespeed --lib --no-default-features --features "$$features" || exit 1; done
 	cargo check --locked -p wirespeed-flight -p wirespeed-fles --lib --no-default-features
-	RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps $(LIBRARIES)
+	RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps --workspace --lib
 
 # The library crates' public API against the last release, as cargo-semver-checks reads it.
 # Not part of `make test`: installing the tool alone takes 9 minutes on a 2-core machine, and
