@@ -43,10 +43,14 @@ pub const CLASSES: [(Class, &str); 11] = [
     (Class::Gpu, "GpuError"),
 ];
 
+/// The package's class for `class` (a newer class than the table knows is an `Error`).
+fn class_name(class: Class) -> &'static str {
+    CLASSES.iter().find(|(c, _)| *c == class).map_or("Error", |(_, name)| name)
+}
+
 /// An instance of the package's class for `class`, with `message`.
 pub fn of_class(class: Class, message: impl Into<String>) -> PyErr {
-    let name = CLASSES.iter().find(|(c, _)| *c == class).map_or("Error", |(_, name)| name);
-    raise("wirespeed._errors", name, message)
+    raise("wirespeed._errors", class_name(class), message)
 }
 
 /// `(class, exit code)` for every class: what `wirespeed._errors` must agree with.
@@ -103,8 +107,7 @@ pub fn _flight_classes() -> Vec<(&'static str, &'static str)> {
     (0..=16)
         .map(|n| {
             let code = wirespeed_flight::Code::from_i32(n);
-            let class = wirespeed_flight::error::class_of(code);
-            (flight_class(code), CLASSES.iter().find(|(c, _)| *c == class).map_or("Error", |(_, name)| name))
+            (flight_class(code), class_name(wirespeed_flight::error::class_of(code)))
         })
         .collect()
 }

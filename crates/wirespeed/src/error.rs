@@ -261,7 +261,6 @@ pub enum Limit {
     #[error("a {0}-byte receive buffer is larger than any frame")]
     OverFrame(u64),
     /// A [`Config`](crate::Config) field out of its range (`field`, and what it may be).
-    /// A Config field out of its range (`field`, and what it may be).
     #[error("{field} must be {range}")]
     Config {
         /// The field's name.
