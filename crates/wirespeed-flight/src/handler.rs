@@ -6,7 +6,10 @@
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_flight::{Action, ActionType, FlightDescriptor, FlightInfo};
+use arrow_flight::{
+    Action, ActionType, CancelFlightInfoRequest, CancelFlightInfoResult, FlightDescriptor, FlightEndpoint, FlightInfo,
+    PollInfo, RenewFlightEndpointRequest,
+};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
@@ -202,6 +205,17 @@ impl PlaneCall {
     }
 }
 
+/// A figure a handler reports on its server's metrics endpoint ([`Handler::gauges`]).
+#[derive(Clone, Debug)]
+pub struct Gauge {
+    /// Its Prometheus name, base units and all (`wirespeed_serve_cache_bytes`).
+    pub name: &'static str,
+    /// What it counts.
+    pub help: &'static str,
+    /// Its value now.
+    pub value: f64,
+}
+
 /// See [`Upload::intake`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Intake {
@@ -335,7 +349,34 @@ pub trait Handler: Send + Sync + 'static {
         Err(Error::unimplemented("DoExchange is not supported by this service"))
     }
 
-    /// DoAction: runs `action`; unknown actions are UNIMPLEMENTED by default.
+    /// PollFlightInfo: how far the query `descriptor` names has come. By default the query is
+    /// done at once: the whole FlightInfo, progress 1.
+    fn poll_flight_info(&self, descriptor: &FlightDescriptor) -> Result<PollInfo> {
+        let info = self.get_flight_info(descriptor)?;
+        Ok(PollInfo { info: Some(info), flight_descriptor: None, progress: Some(1.0), expiration_time: None })
+    }
+
+    /// The CancelFlightInfo action: stops the query behind `request.info`. UNIMPLEMENTED by
+    /// default (nothing to cancel).
+    fn cancel_flight_info(&self, _request: &CancelFlightInfoRequest) -> Result<CancelFlightInfoResult> {
+        Err(Error::unimplemented("CancelFlightInfo is not supported by this service"))
+    }
+
+    /// The RenewFlightEndpoint action: the endpoint with a later `expiration_time`.
+    /// UNIMPLEMENTED by default (its tickets do not expire).
+    fn renew_flight_endpoint(&self, _request: &RenewFlightEndpointRequest) -> Result<FlightEndpoint> {
+        Err(Error::unimplemented("RenewFlightEndpoint is not supported by this service"))
+    }
+
+    /// Figures of its own for the server's metrics endpoint, read at each scrape; none by
+    /// default.
+    fn gauges(&self) -> Vec<Gauge> {
+        Vec::new()
+    }
+
+    /// DoAction: runs `action`; unknown actions are UNIMPLEMENTED by default. The actions
+    /// Flight defines (CancelFlightInfo, RenewFlightEndpoint, the session options) have
+    /// methods of their own and never come here.
     fn do_action(&self, action: &Action) -> Result<Vec<Bytes>> {
         Err(Error::unimplemented(format!("unknown action {}", Quote::str(&action.r#type))))
     }

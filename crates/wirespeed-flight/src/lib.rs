@@ -25,6 +25,7 @@ mod plane;
 mod runtime;
 pub mod server;
 mod stored;
+pub mod telemetry;
 
 /// Not for applications: what the fuzz targets decode. It may change in any release.
 #[doc(hidden)]
@@ -34,17 +35,20 @@ pub mod internal {
 }
 
 pub use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+pub use client::flight_actions::SessionOptionError;
 pub use client::{
     Client, ExchangeReader, FlightReader, FlightWriter, Method, Plane, PlaneChoice, PlaneClient, PutResults,
 };
 pub use error::{Code, Error, IpcViolation, Result, Violation};
 pub use grpc::advertise::Advertise;
 pub use grpc::connections::Limits;
+pub use grpc::session::{OptionValue, SessionOptionValue, StringList};
 pub use grpc::tls::{ClientTls, ServerTls};
-pub use handler::{Handler, Input, Intake, Output, Payload, Payloads, PlaneCall, Upload};
+pub use handler::{Gauge, Handler, Input, Intake, Output, Payload, Payloads, PlaneCall, Upload};
 pub use ipc::{ReadStats, SharedStats, WriteOptions, share, share_all};
 pub use plane::calls::Calls;
 pub use plane::listeners::PlaneServer;
 pub use server::{DEFAULT_HANDLER_THREADS, Server, ServerBuilder};
 pub use stored::{StoredBatch, StoredFile};
+pub use telemetry::{CallObserver, CallSummary};
 pub use wirespeed::Fabric;

@@ -6,6 +6,7 @@ use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use wirespeed::Key;
@@ -14,12 +15,15 @@ use crate::error::{Error, Result};
 use crate::grpc::advertise::{Advertise, Listening};
 use crate::grpc::auth::Auth;
 use crate::grpc::connections::{self, Limits};
+use crate::grpc::health;
 use crate::grpc::router::Router;
 use crate::grpc::service::Service;
+use crate::grpc::session::Sessions;
 use crate::grpc::tls::{self, ServerTls};
 use crate::plane::calls::{Calls, Shared};
 use crate::plane::listeners::PlaneServer;
 use crate::runtime::Runtime;
+use crate::telemetry::{CallObserver, CallSummary, endpoint};
 
 /// How many threads run handler code at once unless [`ServerBuilder::handler_threads`] says:
 /// the one default of the library, `wirespeed serve` and `wirespeed.flight.serve`.
@@ -40,9 +44,23 @@ pub struct ServerBuilder {
     handler_threads: usize,
     limits: Limits,
     advertise: Advertise,
+    metrics: Option<String>,
+    observer: Option<CallObserver>,
 }
 
 impl ServerBuilder {
+    /// Serves Prometheus metrics on `http://ADDR/metrics` (`host:port`, port 0 picks one).
+    pub fn metrics(mut self, addr: &str) -> Self {
+        self.metrics = Some(addr.to_string());
+        self
+    }
+
+    /// Tells `observer` of every call as it ends, on every plane (the server's call log).
+    pub fn on_call(mut self, observer: impl Fn(&CallSummary) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
     /// `host:port` for gRPC (port 0 picks one), or `grpc+unix://PATH`, a Unix socket (as
     /// pyarrow's locations name one); data planes listen on the same host (127.0.0.1 for a
     /// Unix socket).
@@ -116,7 +134,14 @@ impl ServerBuilder {
         let tls = self.tls.as_ref().map(tls::acceptor).transpose()?;
         let bound = Bound::new(&self.listen, tls.is_some())?;
         let local = bound.local()?;
-        let shared = Shared::new(self.handler)?;
+        let shared = Shared::new(self.handler, self.observer)?;
+        let metrics = match &self.metrics {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .map_err(|e| Error::unavailable(format!("cannot serve metrics on {addr}: {e}")))?,
+            ),
+            None => None,
+        };
         let planes = match self.key {
             Some(key) => {
                 let planes = self.planes.unwrap_or_else(|| default_planes(tls.is_some()));
@@ -138,6 +163,7 @@ impl ServerBuilder {
                 Bound::Tcp(_) => Listening::Tcp { addr: local, tls: tls.is_some() },
                 Bound::Unix(..) => Listening::Unix(self.listen.clone()),
             },
+            sessions: Sessions::default(),
         };
         let mut builder = tokio::runtime::Builder::new_multi_thread();
         let runtime = Runtime::build(builder.max_blocking_threads(self.handler_threads), "flight-grpc")?;
@@ -151,15 +177,43 @@ impl ServerBuilder {
             let _entered = runtime.enter();
             bound.into_tokio()?
         };
+        let (health, health_service) = health::service();
+        runtime.block_on(health::set(&health, true));
+        let (metrics_stop, metrics_addr) = match metrics {
+            Some(listener) => {
+                let addr = listener.local_addr().map_err(|e| Error::internal(e.to_string()))?;
+                let listener = {
+                    let _entered = runtime.enter();
+                    listener.set_nonblocking(true).map_err(|e| Error::internal(e.to_string()))?;
+                    tokio::net::TcpListener::from_std(listener).map_err(|e| Error::internal(e.to_string()))?
+                };
+                let (tx, rx) = oneshot::channel();
+                runtime.spawn(endpoint::serve(listener, shared.telemetry.clone(), rx));
+                (Some(tx), Some(addr))
+            }
+            None => (None, None),
+        };
         let grpc = runtime.spawn(connections::serve(
             listener,
-            Router::new(service),
+            Router::new(service, health_service),
             self.limits,
             tls,
             shared.clone(),
             stop_rx,
         ));
-        Ok(Server { url, addr, unlink, planes: plane_list, shared, runtime, stop: Some(stop_tx), grpc })
+        Ok(Server {
+            url,
+            addr,
+            unlink,
+            planes: plane_list,
+            shared,
+            runtime,
+            stop: Some(stop_tx),
+            grpc,
+            health,
+            metrics_addr,
+            _metrics_stop: metrics_stop,
+        })
     }
 }
 
@@ -265,6 +319,10 @@ pub struct Server {
     runtime: Runtime,
     stop: Option<oneshot::Sender<()>>,
     grpc: tokio::task::JoinHandle<()>,
+    health: tonic_health::server::HealthReporter,
+    metrics_addr: Option<SocketAddr>,
+    /// Dropped with the server, which ends the metrics endpoint.
+    _metrics_stop: Option<oneshot::Sender<()>>,
 }
 
 impl Server {
@@ -281,7 +339,42 @@ impl Server {
             handler_threads: DEFAULT_HANDLER_THREADS,
             limits: Limits::default(),
             advertise: Advertise::Nothing,
+            metrics: None,
+            observer: None,
         }
+    }
+
+    /// Where the metrics are served (`http://ADDR/metrics`), if they are.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Drains, then stops: health turns NOT_SERVING and new calls are refused (UNAVAILABLE) on
+    /// every plane, while the calls open may finish within `deadline`; past it they are
+    /// cancelled (an upload cut short leaves nothing). Returns how many were cancelled.
+    pub fn shutdown(mut self, deadline: Duration) -> usize {
+        self.shared.draining.store(true, Ordering::SeqCst);
+        self.runtime.block_on(health::set(&self.health, false));
+        let until = Instant::now() + deadline;
+        while self.shared.calls.open() > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let cancelled = self.shared.calls.open();
+        self.stop_now();
+        cancelled
+    }
+
+    /// Stops serving at once: the gRPC task and its connections end with the runtime, the
+    /// data planes' connections close within their poll.
+    fn stop_now(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(unlink) = self.unlink.take() {
+            unlink();
+        }
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.grpc.abort();
     }
 
     /// `grpc://host:port` (or `grpc+tls://`, or `grpc+unix://PATH`), for clients.
@@ -314,13 +407,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(unlink) = self.unlink.take() {
-            unlink();
-        }
-        self.shared.stop.store(true, Ordering::Relaxed);
+        self.stop_now();
     }
 }
 

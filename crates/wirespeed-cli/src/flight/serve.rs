@@ -2,6 +2,8 @@
 //! under DIR, with uploads, on gRPC and on every data plane.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -67,6 +69,26 @@ pub struct ServeArgs {
     /// client; more wait, and fail after 30 s. At least 1024 lets any batch gRPC carries in.
     #[arg(long, default_value_t = 2048, value_name = "MIB")]
     request_memory_mb: usize,
+    /// Serve Prometheus metrics on http://ADDR/metrics (calls by method and status, their
+    /// durations, bytes and batches by plane, open calls and connections, refusals).
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<String>,
+    /// How each call's line is written to stderr: text, json (one object a line), or none.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// On SIGTERM or SIGINT, how long calls in flight may take to finish while new ones are
+    /// refused (UNAVAILABLE) and health says NOT_SERVING; then they are cancelled. A second
+    /// signal stops at once.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    drain_timeout: f64,
+}
+
+/// How the call log is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+    None,
 }
 
 /// The body compressions Arrow IPC has.
@@ -86,7 +108,8 @@ impl Compression {
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
-    crate::interrupt::install()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::interrupt::install_winding_down(stop.clone())?;
     let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?.compression(a.compression.map(Compression::codec));
     let tls = a.tls.server()?;
     // Unnamed, the server's own default (under TLS, tcp's calls are sealed and ucx left out).
@@ -112,6 +135,14 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         .handler_threads(a.handler_threads)
         .limits(limits)
         .advertise(advertise);
+    match a.log_format {
+        LogFormat::Text => builder = builder.on_call(|call| eprintln!("wirespeed: {call}")),
+        LogFormat::Json => builder = builder.on_call(|call| eprintln!("{}", call.to_json())),
+        LogFormat::None => {}
+    }
+    if let Some(addr) = &a.metrics {
+        builder = builder.metrics(addr);
+    }
     if !planes.is_empty() {
         let key = match super::key(a.key_file.as_deref())? {
             Some(k) => k,
@@ -141,9 +172,18 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let planes: Vec<&str> = server.planes().iter().map(|(k, _)| k.name()).collect();
     let planes = if planes.is_empty() { "none".to_string() } else { planes.join(", ") };
     eprintln!("wirespeed: serving {} on {} (data planes: {planes})", a.dir.display(), listen_url(&a.listen, &server));
+    if let Some(addr) = server.metrics_addr() {
+        eprintln!("wirespeed: metrics on http://{addr}/metrics");
+    }
     let calls = server.calls();
     std::thread::Builder::new().name("wirespeed-trim".into()).spawn(move || trim_when_idle(&calls))?;
-    server.wait()?;
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let drain = Duration::try_from_secs_f64(a.drain_timeout).unwrap_or_default();
+    eprintln!("wirespeed: draining: {} calls open, {drain:?} for them to finish", server.calls().open());
+    let cancelled = server.shutdown(drain);
+    eprintln!("wirespeed: stopped ({cancelled} calls cancelled at the drain timeout)");
     Ok(())
 }
 

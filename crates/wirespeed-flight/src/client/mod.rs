@@ -2,6 +2,7 @@
 //! the same host, then ucx, then tcp, and plain gRPC against any other Flight server or when no
 //! data-plane key is at hand. The caller's code is the same whichever plane carries the data.
 
+pub(crate) mod flight_actions;
 pub mod plane_client;
 pub mod stream;
 
@@ -138,6 +139,8 @@ pub struct Client {
     host: String,
     /// Whether the server answered our hello, once known.
     offers: std::sync::Mutex<Option<bool>>,
+    /// The session cookie the server set (see [`Client::set_session_options`]).
+    session: std::sync::Mutex<Option<MetadataValue<tonic::metadata::Ascii>>>,
 }
 
 impl Client {
@@ -165,6 +168,7 @@ impl Client {
             transport: PlaneChoice::Auto,
             host,
             offers: Default::default(),
+            session: Default::default(),
         })
     }
 
@@ -215,6 +219,9 @@ impl Client {
         let mut request = tonic::Request::new(message);
         if let Some(token) = &self.token {
             request.metadata_mut().insert("authorization", token.clone());
+        }
+        if let Some(cookie) = self.session.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            request.metadata_mut().insert("cookie", cookie);
         }
         request
     }

@@ -18,9 +18,12 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tonic::Status;
+
+use crate::telemetry::CallRecord;
 
 /// Messages up to this size take no reservation: the HTTP/2 windows already bound them (one
 /// such message per stream).
@@ -33,12 +36,19 @@ pub(crate) struct Budget {
     room: Arc<Semaphore>,
     units: u32,
     stall: Duration,
+    /// The bytes held, for the metrics.
+    held: Gauge,
 }
 
 impl Budget {
-    pub(crate) fn new(bytes: usize, stall: Duration) -> Arc<Self> {
+    pub(crate) fn new(bytes: usize, stall: Duration, held: Gauge) -> Arc<Self> {
         let units = (bytes as u64 / UNIT).clamp(1, u32::MAX as u64) as u32;
-        Arc::new(Budget { room: Arc::new(Semaphore::new(units as usize)), units, stall })
+        Arc::new(Budget { room: Arc::new(Semaphore::new(units as usize)), units, stall, held })
+    }
+
+    fn report(&self) {
+        let used = self.units as u64 - self.room.available_permits() as u64;
+        self.held.set((used * UNIT) as i64);
     }
 }
 
@@ -61,10 +71,12 @@ pub(crate) struct Budgeted<B> {
     previous: Option<OwnedSemaphorePermit>,
     /// Ends a wait for room, or a message whose sender went quiet.
     stall: Option<Pin<Box<Sleep>>>,
+    /// The call's record, which counts the bytes received.
+    record: Option<Arc<CallRecord>>,
 }
 
 impl<B> Budgeted<B> {
-    pub(crate) fn new(inner: B, budget: Arc<Budget>) -> Self {
+    pub(crate) fn new(inner: B, budget: Arc<Budget>, record: Option<Arc<CallRecord>>) -> Self {
         Budgeted {
             inner,
             budget,
@@ -76,6 +88,7 @@ impl<B> Budgeted<B> {
             held: None,
             previous: None,
             stall: None,
+            record,
         }
     }
 
@@ -128,6 +141,14 @@ impl<B> Budgeted<B> {
     }
 }
 
+impl<B> Drop for Budgeted<B> {
+    fn drop(&mut self) {
+        if self.held.take().is_some() | self.previous.take().is_some() {
+            self.budget.report();
+        }
+    }
+}
+
 impl<B> Body for Budgeted<B>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -138,13 +159,16 @@ where
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = &mut *self;
-        this.previous = None;
+        if this.previous.take().is_some() {
+            this.budget.report();
+        }
         if this.wanted > 0 {
             let (room, wanted) = (this.budget.room.clone(), this.wanted);
             let acquiring = this.acquiring.get_or_insert_with(|| Box::pin(room.acquire_many_owned(wanted)));
             match acquiring.as_mut().poll(cx) {
                 Poll::Ready(Ok(permit)) => {
                     this.held = Some(permit);
+                    this.budget.report();
                     this.wanted = 0;
                     this.acquiring = None;
                     this.rearm();
@@ -169,13 +193,16 @@ where
                 Poll::Pending
             }
             Poll::Ready(None) => {
-                this.held = None;
+                if this.held.take().is_some() {
+                    this.budget.report();
+                }
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Status::from_error(e.into())))),
             Poll::Ready(Some(Ok(frame))) => {
                 this.rearm();
                 if let Some(data) = frame.data_ref() {
+                    this.record.as_ref().inspect(|r| r.received(data.len() as u64));
                     this.scan(data)?;
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -204,7 +231,7 @@ mod tests {
     }
 
     fn scanned(chunks: &[&[u8]]) -> Budgeted<()> {
-        let mut b = Budgeted::new((), Budget::new(64 << 20, Duration::from_secs(1)));
+        let mut b = Budgeted::new((), Budget::new(64 << 20, Duration::from_secs(1), Gauge::default()), None);
         for c in chunks {
             b.scan(c).unwrap();
         }
@@ -228,7 +255,7 @@ mod tests {
 
     #[test]
     fn more_than_the_whole_budget_is_refused_at_once() {
-        let mut b = Budgeted::new((), Budget::new(8 << 20, Duration::from_secs(1)));
+        let mut b = Budgeted::new((), Budget::new(8 << 20, Duration::from_secs(1), Gauge::default()), None);
         let err = b.scan(&message(16 << 20)[..5]).unwrap_err();
         assert_eq!(err.code(), tonic::Code::ResourceExhausted);
     }

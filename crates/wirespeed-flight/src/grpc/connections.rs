@@ -30,6 +30,8 @@ use super::budget::{Budget, Budgeted};
 use super::router::Router;
 use super::{CONNECTION_WINDOW, MAX_FRAME, STREAM_WINDOW};
 use crate::plane::calls::{OpenCall, Shared};
+use crate::telemetry::metrics::Refusal;
+use crate::telemetry::{CallRecord, method_of};
 use wirespeed::sync::Unpoison;
 
 /// Bounds on what one connection or client may hold.
@@ -121,7 +123,8 @@ pub(crate) async fn serve(
         .keep_alive_interval(limits.keepalive)
         .keep_alive_timeout(limits.keepalive);
     let clients = Arc::new(Clients::default());
-    let budget = Budget::new(limits.request_bytes, limits.message_stall);
+    let budget =
+        Budget::new(limits.request_bytes, limits.message_stall, shared.telemetry.metrics.request_bytes.clone());
     loop {
         let (socket, info) = tokio::select! {
             _ = &mut stop => return,
@@ -145,13 +148,15 @@ pub(crate) async fn serve(
             budget: budget.clone(),
         };
         let (http2, tls, limits) = (http2.clone(), tls.clone(), limits.clone());
+        let telemetry = shared.telemetry.clone();
         tokio::spawn(async move {
+            let _open = telemetry.metrics.connection("grpc");
             let io: Box<dyn Io> = match tls {
                 None => socket,
                 Some(tls) => match tokio::time::timeout(limits.start, tls.accept(socket)).await {
                     Ok(Ok(socket)) => Box::new(socket),
                     // A failed or slow handshake: the peer learns it from the TLS alert or the close.
-                    _ => return,
+                    _ => return telemetry.metrics.refused_connection(Refusal::TlsHandshake),
                 },
             };
             let io = TokioIo::new(StartDeadline::new(io, limits.start));
@@ -222,20 +227,34 @@ impl Service<http::Request<Incoming>> for Calls {
     fn call(&mut self, mut request: http::Request<Incoming>) -> Self::Future {
         request.extensions_mut().insert(self.info.clone());
         let ip = self.info.remote_addr.map(|a| a.ip());
+        let peer = self.info.remote_addr.map_or_else(|| "-".to_string(), |a| a.to_string());
+        let method = method_of(request.uri().path());
+        // A probe is not logged, nor does it count as a call that draining waits for.
+        let record = (method != "Health").then(|| self.shared.telemetry.start(method, "grpc", peer));
         let Some(client) = ip.and_then(|ip| self.clients.enter(ip, self.limit)) else {
+            self.shared.telemetry.metrics.refused_call(Refusal::CallsPerClient);
             let status = Status::resource_exhausted(format!(
                 "too many calls open from {} (at most {})",
                 ip.map_or("this client".into(), |ip| ip.to_string()),
                 self.limit
             ));
+            record.inspect(|r| r.ended(status.code(), status.message()));
             return Box::pin(async move { Ok(status.into_http()) });
         };
         self.active.send_modify(|n| *n += 1);
-        let open = Open { _client: client, _call: OpenCall::new(&self.shared), active: self.active.clone() };
-        let response = self.router.call(request.map(|body| Budgeted::new(body, self.budget.clone())));
+        let call = record.is_some().then(|| OpenCall::new(&self.shared));
+        let open = Open { _client: client, _call: call, active: self.active.clone() };
+        if let Some(r) = &record {
+            request.extensions_mut().insert(r.clone());
+        }
+        let counted = record.clone();
+        let response = self.router.call(request.map(|body| Budgeted::new(body, self.budget.clone(), counted)));
         Box::pin(async move {
             let response = response.await?;
-            Ok(response.map(|body| tonic::body::Body::new(Tracked { body, _open: open })))
+            if let Some(r) = &record {
+                note_status(r, response.headers());
+            }
+            Ok(response.map(|body| tonic::body::Body::new(Tracked { body, record, _open: open })))
         })
     }
 }
@@ -278,7 +297,7 @@ impl Drop for ClientCall {
 /// A call counted as open until its response ends or is dropped.
 struct Open {
     _client: ClientCall,
-    _call: OpenCall,
+    _call: Option<OpenCall>,
     active: Arc<watch::Sender<usize>>,
 }
 
@@ -288,10 +307,41 @@ impl Drop for Open {
     }
 }
 
-/// A response body that keeps its call counted.
+/// A response body that keeps its call counted, and records what it sends and how it ends.
 struct Tracked {
     body: tonic::body::Body,
+    record: Option<Arc<CallRecord>>,
     _open: Open,
+}
+
+/// The gRPC status in `headers` (a response's trailers, or its headers when it has no body).
+fn note_status(record: &CallRecord, headers: &http::HeaderMap) {
+    if let Some(code) = headers.get("grpc-status").and_then(|v| v.to_str().ok()?.parse::<i32>().ok()) {
+        let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("");
+        let message = percent_decoded(message);
+        record.ended(tonic::Code::from_i32(code), &message);
+    }
+}
+
+/// gRPC percent-encodes its messages.
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Body for Tracked {
@@ -302,7 +352,15 @@ impl Body for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let (Poll::Ready(Some(Ok(frame))), Some(record)) = (&polled, &self.record) {
+            if let Some(data) = frame.data_ref() {
+                record.sent(data.len() as u64);
+            } else if let Some(trailers) = frame.trailers_ref() {
+                note_status(record, trailers);
+            }
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -4,6 +4,7 @@
 //! the runtime's blocking threads.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use arrow_buffer::Buffer;
 use arrow_flight::{FlightData, PutResult};
@@ -17,6 +18,7 @@ use super::Writer;
 use crate::error::{Error, Result, Violation};
 use crate::handler::{Output, Payload, Upload};
 use crate::ipc::{Decoded, Decoder, Frame};
+use crate::telemetry::CallRecord;
 
 /// Frames queued for a response; half of it free again restarts the encoder.
 const QUEUE: usize = 4;
@@ -31,8 +33,8 @@ pub(crate) fn channel<T: Send + 'static>() -> (Sender<Result<T, Status>>, Respon
 }
 
 /// Sends `output` to `tx` until it ends, fails, or the client goes away.
-pub(crate) async fn feed(tx: Sender<Result<Frame, Status>>, output: Output) {
-    let mut encoder = Encoding { output, writer: None, held: VecDeque::new(), ended: false };
+pub(crate) async fn feed(tx: Sender<Result<Frame, Status>>, output: Output, record: Option<Arc<CallRecord>>) {
+    let mut encoder = Encoding { output, writer: None, held: VecDeque::new(), ended: false, record };
     loop {
         // Wait for room without a thread; the permits only tell that there is room.
         match tx.reserve_many(QUEUE / 2).await {
@@ -61,6 +63,7 @@ struct Encoding {
     writer: Option<Writer>,
     held: VecDeque<Result<Frame, Status>>,
     ended: bool,
+    record: Option<Arc<CallRecord>>,
 }
 
 impl Encoding {
@@ -99,7 +102,12 @@ impl Encoding {
         };
         match self.output.payloads.next() {
             None => self.ended = true,
-            Some(Ok(payload)) => match writer.encode(payload) {
+            Some(Ok(payload)) => match {
+                if payload.has_batch() {
+                    self.record.as_ref().inspect(|r| r.sent_batch());
+                }
+                writer.encode(payload)
+            } {
                 Ok(frames) => self.held.extend(frames.into_iter().map(Ok)),
                 Err(e) => self.fail(e),
             },
@@ -123,6 +131,7 @@ pub(crate) async fn upload(
     mut decoder: Decoder,
     mut upload: Box<dyn Upload>,
     tx: Sender<Result<PutResult, Status>>,
+    record: Option<Arc<CallRecord>>,
 ) {
     loop {
         let data = match stream.message().await {
@@ -135,8 +144,9 @@ pub(crate) async fn upload(
                 return;
             }
         };
+        let record = record.clone();
         let written = tokio::task::spawn_blocking(move || {
-            let written = write_one(&mut *upload, &mut decoder, data);
+            let written = write_one(&mut *upload, &mut decoder, data, record.as_deref());
             (upload, decoder, written)
         });
         let Ok((back, state, written)) = written.await else {
@@ -170,9 +180,17 @@ pub(crate) async fn upload(
 }
 
 /// Decodes one FlightData and gives what it holds to the upload.
-fn write_one(upload: &mut dyn Upload, decoder: &mut Decoder, data: FlightData) -> Result<Option<Bytes>> {
+fn write_one(
+    upload: &mut dyn Upload,
+    decoder: &mut Decoder,
+    data: FlightData,
+    record: Option<&CallRecord>,
+) -> Result<Option<Bytes>> {
     match decoder.decode(&data.data_header, Buffer::from(data.data_body), data.app_metadata)? {
-        Decoded::Batch(batch, app_metadata) => upload.write(Payload::new(Some(batch), app_metadata)),
+        Decoded::Batch(batch, app_metadata) => {
+            record.inspect(|r| r.received_batch());
+            upload.write(Payload::new(Some(batch), app_metadata))
+        }
         Decoded::Metadata(app_metadata) => upload.write(Payload::metadata(app_metadata)),
         Decoded::Dictionary => Ok(None),
         Decoded::Schema(_) => Err(Violation::SecondSchema("upload").into()),

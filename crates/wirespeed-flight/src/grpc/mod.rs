@@ -9,8 +9,12 @@ pub(crate) mod channel;
 pub(crate) mod codec;
 pub(crate) mod connections;
 pub(crate) mod drive;
+pub(crate) mod health;
+pub(crate) mod reflection;
 pub(crate) mod router;
 pub(crate) mod service;
+pub(crate) mod session;
+pub(crate) mod side;
 pub(crate) mod tls;
 
 use std::time::Duration;

@@ -5,6 +5,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use arrow_flight::flight_service_server::FlightServiceServer;
@@ -19,33 +20,43 @@ use tonic_prost::ProstCodec;
 use super::advertise::RequestAuthority;
 use super::codec::FrameCodec;
 use super::drive::Responses;
+use super::health;
+use super::reflection;
 use super::service::{FrameStream, Service};
+use super::side::SideService;
 use crate::discovery::PLANES_HEADER;
 use crate::ipc::Frame;
+use crate::telemetry::metrics::Refusal;
+use bytes::Bytes;
+
+/// Flight's gRPC service name.
+pub(crate) const NAME: &str = "arrow.flight.protocol.FlightService";
 
 #[derive(Clone)]
 pub(crate) struct Router {
     service: Arc<Service>,
     rest: FlightServiceServer<Service>,
+    health: SideService,
+    reflection: [SideService; 2],
 }
 
 impl Router {
-    pub(crate) fn new(service: Service) -> Self {
+    pub(crate) fn new(service: Service, health: SideService) -> Self {
         let service = Arc::new(service);
         let rest = FlightServiceServer::from_arc(service.clone())
             .max_decoding_message_size(MAX_CONTROL_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
-        Router { service, rest }
+        Router { service, rest, health, reflection: reflection::services() }
     }
 }
 
 impl NamedService for Router {
-    const NAME: &'static str = "arrow.flight.protocol.FlightService";
+    const NAME: &'static str = NAME;
 }
 
 impl<B> TowerService<http::Request<B>> for Router
 where
-    B: Body + Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
@@ -58,14 +69,29 @@ where
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         let service = self.service.clone();
+        let refuse = |status: Status| -> Self::Future { Box::pin(async move { Ok(status.into_http()) }) };
+        let path = req.uri().path();
+        // Probes carry no credentials, and still hear while the server drains.
+        if path.starts_with(health::PATH) {
+            return side(&mut self.health, req);
+        }
+        let metrics = &service.shared.telemetry.metrics;
+        if service.shared.draining.load(Ordering::Relaxed) {
+            metrics.refused_call(Refusal::Draining);
+            return refuse(Status::unavailable("the server is shutting down: try again elsewhere or later"));
+        }
         if let Err(status) = metadata_fits(req.headers()) {
-            return Box::pin(async move { Ok(status.into_http()) });
+            metrics.refused_call(Refusal::Metadata);
+            return refuse(status);
         }
         if let Some(authority) = req.uri().authority().cloned() {
             req.extensions_mut().insert(RequestAuthority(authority));
         }
-        if let Err(status) = service.admit(&mut req) {
-            return Box::pin(async move { Ok(status.into_http()) });
+        if let Err(refused) = service.admit(&mut req) {
+            return refused;
+        }
+        if let Some(i) = reflection::PATHS.iter().position(|p| req.uri().path().starts_with(p)) {
+            return side(&mut self.reflection[i], req);
         }
         let Some(offer) = service.offer(req.headers()) else { return self.route(req) };
         let response = self.route(req);
@@ -80,7 +106,7 @@ where
 impl Router {
     fn route<B>(&mut self, req: http::Request<B>) -> BoxFuture<http::Response<tonic::body::Body>, Infallible>
     where
-        B: Body + Send + 'static,
+        B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<StdError> + Send + 'static,
     {
         let service = self.service.clone();
@@ -99,6 +125,15 @@ impl Router {
             _ => self.rest.call(req),
         }
     }
+}
+
+/// A call to one of the services beside Flight's.
+fn side<B>(service: &mut SideService, req: http::Request<B>) -> BoxFuture<http::Response<tonic::body::Body>, Infallible>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    Box::pin(service.call(req.map(tonic::body::Body::new)))
 }
 
 /// Refuses a request whose headers pass [`MAX_METADATA`], as gRPC's own servers do.

@@ -3,26 +3,30 @@
 //! a capability for its ticket. Calls reach it through [`super::router::Router`], which admits
 //! them first ([`Service::admit`]).
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_buffer::Buffer;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
-    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse,
-    PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
+    Action, ActionType, CancelFlightInfoRequest, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, RenewFlightEndpointRequest, SchemaAsIpc, SchemaResult,
+    Ticket,
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 use prost::Message as _;
 use tokio::runtime::Handle;
-use tonic::codegen::http;
+use tonic::codegen::{BoxFuture, http};
 use tonic::transport::server::TcpConnectInfo;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::advertise::{Advertise, Listening, RequestAuthority, locate};
 use super::auth::Auth;
 use super::drive::{self, Responses};
+use super::session::{self, Sessions};
 use super::{Reader, flight_data};
 use crate::discovery::{self, HELLO_HEADER};
 use crate::error::{Error, Result};
@@ -31,6 +35,8 @@ use crate::ipc::{Decoded, DecodedStream, Decoder, Frame};
 use crate::plane::calls::Shared;
 use crate::plane::listeners::PlaneServer;
 use crate::plane::proto::Method;
+use crate::telemetry::CallRecord;
+use crate::telemetry::metrics::Refusal;
 
 const HANDSHAKE_PATH: &str = "/arrow.flight.protocol.FlightService/Handshake";
 
@@ -50,6 +56,8 @@ pub(crate) struct Service {
     /// What endpoints without a location are given, and where we listen to name it.
     pub advertise: Advertise,
     pub listening: Listening,
+    /// Flight's session options, by session.
+    pub sessions: Sessions,
 }
 
 /// What DoGet and DoExchange answer with (see [`super::router`]).
@@ -58,16 +66,35 @@ pub(crate) type FrameStream = Responses<Frame>;
 impl Service {
     /// Lets a call in on its headers alone, before its body is read: with a password, the
     /// handshake needs Basic credentials (its token then rides in the request's extensions)
-    /// and any other call a bearer token.
-    pub(crate) fn admit<B>(&self, request: &mut http::Request<B>) -> Result<(), Status> {
+    /// and any other call a bearer token. A refusal is the answer to send, held back as the
+    /// login throttle says.
+    pub(crate) fn admit<B>(
+        &self,
+        request: &mut http::Request<B>,
+    ) -> Result<(), BoxFuture<http::Response<tonic::body::Body>, Infallible>> {
         let Some(auth) = &self.auth else { return Ok(()) };
+        let record = request.extensions().get::<Arc<CallRecord>>().cloned();
+        let metrics = &self.shared.telemetry.metrics;
         if request.uri().path() != HANDSHAKE_PATH {
-            return Ok(auth.check(request.headers())?);
+            let user = auth.check(request.headers()).map_err(|e| {
+                metrics.auth_failed("token");
+                refuse(Status::from(e), Duration::ZERO)
+            })?;
+            record.inspect(|r| r.identify(&user));
+            return Ok(());
         }
         let peer = request.extensions().get::<TcpConnectInfo>().and_then(|i| i.remote_addr).map(|a| a.ip());
-        let token = auth.login(request.headers(), peer)?;
-        request.extensions_mut().insert(Token(token));
-        Ok(())
+        match auth.login(request.headers(), peer) {
+            Ok((token, user)) => {
+                record.inspect(|r| r.identify(&user));
+                request.extensions_mut().insert(Token(token));
+                Ok(())
+            }
+            Err(refused) => {
+                metrics.auth_failed("password");
+                Err(refuse(Status::from(refused.error), refused.hold))
+            }
+        }
     }
 
     /// This server's location for endpoints that name none, as the request reached it.
@@ -90,10 +117,11 @@ impl Service {
     /// DoGet, answered with frames.
     pub(crate) async fn get_frames(&self, request: Request<Ticket>) -> Result<Response<FrameStream>, Status> {
         let handler = self.handler();
+        let record = request.extensions().get::<Arc<CallRecord>>().cloned();
         let ticket = request.into_inner().ticket;
         let output = blocking(move || handler.do_get(&ticket)).await?;
         let (tx, rx) = drive::channel();
-        tokio::spawn(drive::feed(tx, output));
+        tokio::spawn(drive::feed(tx, output, record));
         Ok(Response::new(rx))
     }
 
@@ -104,6 +132,7 @@ impl Service {
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Responses<PutResult>>, Status> {
         let handler = self.handler();
+        let record = request.extensions().get::<Arc<CallRecord>>().cloned();
         let mut stream = request.into_inner();
         let (descriptor, mut pending) = first_message(&mut stream).await?;
         let mut decoder = Decoder::default();
@@ -121,7 +150,7 @@ impl Service {
         let mut upload = blocking(move || handler.do_put(&descriptor, &schema)).await?;
         upload.reading(decoder.stats());
         let (tx, rx) = drive::channel();
-        tokio::spawn(drive::upload(stream, decoder, upload, tx));
+        tokio::spawn(drive::upload(stream, decoder, upload, tx, record));
         Ok(Response::new(rx))
     }
 
@@ -133,9 +162,11 @@ impl Service {
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<FrameStream>, Status> {
         let slot = self.exchanges.clone().try_acquire_owned().map_err(|_| {
+            self.shared.telemetry.metrics.refused_call(Refusal::Exchanges);
             Status::resource_exhausted("too many exchanges open on this server: try again when some have ended")
         })?;
         let handler = self.handler();
+        let record = request.extensions().get::<Arc<CallRecord>>().cloned();
         let mut stream = request.into_inner();
         let (descriptor, pending) = first_message(&mut stream).await?;
         let reader = Reader::new(stream, Handle::current(), pending);
@@ -145,9 +176,79 @@ impl Service {
             let _held = &slot;
         }));
         let (tx, rx) = drive::channel();
-        tokio::spawn(drive::feed(tx, output));
+        tokio::spawn(drive::feed(tx, output, record));
         Ok(Response::new(rx))
     }
+}
+
+impl Service {
+    /// The actions Flight itself defines, answered through the handler's methods for them
+    /// (sessions by the server itself); None for any other action.
+    async fn flight_action(
+        &self,
+        request: &Request<Action>,
+    ) -> Option<Result<Response<Responses<arrow_flight::Result>>, Status>> {
+        let action = request.get_ref();
+        let handler = self.handler();
+        let body = action.body.clone();
+        let answer = match action.r#type.as_str() {
+            CANCEL_FLIGHT_INFO => {
+                blocking(move || {
+                    let request = decode::<CancelFlightInfoRequest>(&body)?;
+                    Ok(handler.cancel_flight_info(&request)?.encode_to_vec())
+                })
+                .await
+            }
+            RENEW_FLIGHT_ENDPOINT => {
+                let location = self.own_location(request);
+                blocking(move || {
+                    let request = decode::<RenewFlightEndpointRequest>(&body)?;
+                    let mut endpoint = handler.renew_flight_endpoint(&request)?;
+                    if let (true, Some(uri)) = (endpoint.location.is_empty(), location) {
+                        endpoint.location.push(arrow_flight::Location { uri });
+                    }
+                    Ok(endpoint.encode_to_vec())
+                })
+                .await
+            }
+            kind @ (session::SET | session::GET | session::CLOSE) => {
+                let answer = match self.sessions.act(kind, &body, request.metadata().as_ref()) {
+                    Ok(answer) => answer,
+                    Err(e) => return Some(Err(e.into())),
+                };
+                let result = arrow_flight::Result { body: answer.body };
+                let mut response = Response::new(stream::iter([Ok(result)]).boxed());
+                if let Some(cookie) = answer.set_cookie.and_then(|c| c.parse().ok()) {
+                    response.metadata_mut().insert("set-cookie", cookie);
+                }
+                return Some(Ok(response));
+            }
+            _ => return None,
+        };
+        Some(answer.map(|body| Response::new(stream::iter([Ok(arrow_flight::Result { body: body.into() })]).boxed())))
+    }
+}
+
+/// `body` as the request message `M`.
+fn decode<M: prost::Message + Default>(body: &[u8]) -> Result<M> {
+    M::decode(body).map_err(|e| {
+        Error::invalid_argument(format!(
+            "bad {}: {e}",
+            std::any::type_name::<M>().rsplit("::").next().unwrap_or("request")
+        ))
+    })
+}
+
+/// The action types of Flight's CancelFlightInfo and RenewFlightEndpoint.
+pub(crate) const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
+pub(crate) const RENEW_FLIGHT_ENDPOINT: &str = "RenewFlightEndpoint";
+
+/// The answer `status`, sent after `hold`.
+fn refuse(status: Status, hold: Duration) -> BoxFuture<http::Response<tonic::body::Body>, Infallible> {
+    Box::pin(async move {
+        tokio::time::sleep(hold).await;
+        Ok(status.into_http())
+    })
 }
 
 /// The generated service's form of a frame stream (the router serves frames directly).
@@ -222,13 +323,14 @@ impl FlightService for Service {
     }
 
     async fn poll_flight_info(&self, request: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
-        let info = self.get_flight_info(request).await?.into_inner();
-        Ok(Response::new(PollInfo {
-            info: Some(info),
-            flight_descriptor: None,
-            progress: Some(1.0),
-            expiration_time: None,
-        }))
+        let handler = self.handler();
+        let location = self.own_location(&request);
+        let descriptor = request.into_inner();
+        let mut poll = blocking(move || handler.poll_flight_info(&descriptor)).await?;
+        if let Some(info) = &mut poll.info {
+            locate(info, location.as_deref());
+        }
+        Ok(Response::new(poll))
     }
 
     async fn get_schema(&self, request: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
@@ -255,6 +357,9 @@ impl FlightService for Service {
     }
 
     async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
+        if let Some(answer) = self.flight_action(&request).await {
+            return answer;
+        }
         let local = request.local_addr();
         // Ours only for a client that proves it holds the key; to others, the handler's.
         let hello = self.offer(request.metadata().as_ref()).is_some();

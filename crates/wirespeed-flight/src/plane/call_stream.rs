@@ -5,7 +5,7 @@
 //! to another message fails too.
 
 use std::ops::Deref;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use wirespeed::proto::codec::Reader;
@@ -13,6 +13,7 @@ use wirespeed::seal::{SealKey, TAG_LEN};
 use wirespeed::{Body, Buf, Connection, Message, Stream};
 
 use crate::error::{Error, Result, Violation};
+use crate::telemetry::CallRecord;
 
 const CLIENT_TO_SERVER: &[u8] = b"wirespeed-flight plane seal, client to server";
 const SERVER_TO_CLIENT: &[u8] = b"wirespeed-flight plane seal, server to client";
@@ -33,6 +34,8 @@ pub(crate) struct CallStream {
     /// The error the peer ended the call with, once read: the other half of a call (a
     /// writer, while another thread reads) reports it too, as gRPC's do.
     peer_error: Mutex<Option<(i32, String, Bytes)>>,
+    /// The server's record of the call, once it knows the call's method; counts the bytes.
+    record: OnceLock<Arc<CallRecord>>,
 }
 
 /// The keys of both directions and each direction's next counter (a message takes two: its
@@ -59,7 +62,25 @@ impl CallStream {
                 received: Mutex::new(0),
             }
         });
-        CallStream { stream, seal, peer_error: Mutex::new(None) }
+        CallStream { stream, seal, peer_error: Mutex::new(None), record: OnceLock::new() }
+    }
+
+    /// Counts what the call sends and receives from now on in `record`.
+    pub(crate) fn keep_record(&self, record: Arc<CallRecord>) {
+        let _ = self.record.set(record);
+    }
+
+    pub(crate) fn record(&self) -> Option<Arc<CallRecord>> {
+        self.record.get().cloned()
+    }
+
+    fn count_sent(&self, header: usize, body: u64) {
+        if let Some(r) = self.record.get() {
+            r.sent(header as u64 + body);
+            if body > 0 {
+                r.sent_batch();
+            }
+        }
     }
 
     /// Keeps the error the peer sent, for [`CallStream::peer_error`].
@@ -77,6 +98,7 @@ impl CallStream {
     }
 
     pub(crate) fn send(&self, header: &[u8], body: &[&[u8]]) -> Result<()> {
+        self.count_sent(header.len(), body.iter().map(|b| b.len() as u64).sum());
         match &self.seal {
             None => Ok(self.stream.send(header, body)?),
             Some(seal) => self.send_sealed(seal, header, gathered(body.iter().copied())),
@@ -86,6 +108,7 @@ impl CallStream {
     /// Like [`send`](Self::send), the body held by reference counts where the stream is not
     /// sealed (a sealed body is a new buffer anyway).
     pub(crate) fn send_bytes(&self, header: &[u8], body: &[Bytes]) -> Result<()> {
+        self.count_sent(header.len(), body.iter().map(|b| b.len() as u64).sum());
         match &self.seal {
             None => Ok(self.stream.send_bytes(header, body)?),
             Some(seal) => self.send_sealed(seal, header, gathered(body.iter().map(|b| &b[..]))),
@@ -100,6 +123,7 @@ impl CallStream {
         len: u64,
         mut fill: impl FnMut(&mut [u8]) -> std::io::Result<()>,
     ) -> Result<()> {
+        self.count_sent(header.len(), len);
         let failed = |e: std::io::Error| Error::internal(format!("reading a batch to send: {e}"));
         match &self.seal {
             None => self.stream.send_filled(header, len, fill)?.map_err(failed),
@@ -130,6 +154,17 @@ impl CallStream {
     }
 
     pub(crate) fn recv(&self) -> Result<Option<Message>> {
+        let received = self.recv_opened()?;
+        if let (Some(r), Some(m)) = (self.record.get(), &received) {
+            r.received(m.header.len() as u64 + m.body.len());
+            if m.body.len() > 0 {
+                r.received_batch();
+            }
+        }
+        Ok(received)
+    }
+
+    fn recv_opened(&self) -> Result<Option<Message>> {
         let Some(seal) = &self.seal else { return Ok(self.stream.recv()?) };
         // Held while waiting, so that messages and counters pair up in order.
         let mut counter = seal.received.lock().expect("seal lock");

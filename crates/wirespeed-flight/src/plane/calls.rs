@@ -17,6 +17,10 @@ use super::{Reader, close, send_error, send_output};
 use crate::error::{Error, Result, Violation};
 use crate::handler::{Handler, Input, Intake, PlaneCall};
 use crate::ipc::DecodedStream;
+use crate::telemetry::metrics::Refusal;
+use crate::telemetry::{CallObserver, Telemetry};
+use tonic::Code;
+use wirespeed::Fabric;
 
 /// How long a call waits for its client to end the stream after the answer.
 const LINGER: Duration = Duration::from_secs(10);
@@ -27,13 +31,23 @@ pub(crate) struct Shared {
     pub handler: Arc<dyn Handler>,
     pub minter: Minter,
     pub stop: AtomicBool,
+    /// Set once the server drains: new calls are refused, those open go on.
+    pub draining: AtomicBool,
     /// Calls on every plane, gRPC included.
     pub calls: Arc<Calls>,
+    pub telemetry: Arc<Telemetry>,
 }
 
 impl Shared {
-    pub(crate) fn new(handler: Arc<dyn Handler>) -> Result<Arc<Self>> {
-        Ok(Arc::new(Shared { handler, minter: Minter::new()?, stop: AtomicBool::new(false), calls: Arc::default() }))
+    pub(crate) fn new(handler: Arc<dyn Handler>, observer: Option<CallObserver>) -> Result<Arc<Self>> {
+        Ok(Arc::new(Shared {
+            telemetry: Telemetry::new(handler.clone(), observer),
+            handler,
+            minter: Minter::new()?,
+            stop: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            calls: Arc::default(),
+        }))
     }
 }
 
@@ -75,28 +89,34 @@ impl Drop for OpenCall {
 
 /// Accepts connections until `shared.stop` is set, their calls sealed when `sealed`. Failed
 /// handshakes are dropped quietly.
-pub(crate) fn accept_loop(listener: Listener, shared: Arc<Shared>, sealed: bool) {
+pub(crate) fn accept_loop(listener: Listener, shared: Arc<Shared>, plane: Fabric, sealed: bool) {
     while !shared.stop.load(Ordering::Relaxed) {
         match listener.accept_timeout(POLL) {
             Ok(conn) => {
                 let shared = shared.clone();
-                std::thread::spawn(move || serve_connection(conn, shared, sealed));
+                std::thread::spawn(move || serve_connection(conn, shared, plane, sealed));
             }
-            Err(wirespeed::Error::Timeout(_) | wirespeed::Error::Rejected { .. }) => continue,
+            Err(wirespeed::Error::Timeout(_)) => continue,
+            Err(wirespeed::Error::Rejected { .. }) => {
+                shared.telemetry.metrics.refused_connection(Refusal::PlaneHandshake);
+                continue;
+            }
             Err(_) => break,
         }
     }
 }
 
-fn serve_connection(conn: Connection, shared: Arc<Shared>, sealed: bool) {
+fn serve_connection(conn: Connection, shared: Arc<Shared>, plane: Fabric, sealed: bool) {
+    let _open = shared.telemetry.metrics.connection(plane.name());
     while !shared.stop.load(Ordering::Relaxed) {
         match conn.accept_stream_timeout(POLL) {
             Ok(stream) => {
                 let stream = CallStream::new(stream, &conn, Side::Server, sealed);
                 let open = OpenCall::new(&shared);
                 let shared = shared.clone();
+                let call = PlaneCallInfo { plane: plane.name(), peer: conn.peer().to_string() };
                 std::thread::spawn(move || {
-                    serve_call(stream, &shared);
+                    serve_call(stream, &shared, call);
                     drop(open);
                 });
             }
@@ -107,9 +127,23 @@ fn serve_connection(conn: Connection, shared: Arc<Shared>, sealed: bool) {
     conn.close();
 }
 
-fn serve_call(stream: CallStream, shared: &Shared) {
+/// Where a data-plane call came from, for its record.
+struct PlaneCallInfo {
+    plane: &'static str,
+    peer: String,
+}
+
+fn serve_call(stream: CallStream, shared: &Shared, call: PlaneCallInfo) {
     let stream = Arc::new(stream);
-    let told = match run_call(&stream, shared) {
+    let ran = run_call(&stream, shared, call);
+    let record = stream.record();
+    if let Some(record) = &record {
+        match &ran {
+            Ok(()) => record.ended(Code::Ok, ""),
+            Err(e) => record.ended(e.code(), &e.message()),
+        }
+    }
+    let told = match ran {
         Ok(()) => return close(&stream, LINGER),
         // The stream is gone or stuck: nobody to tell.
         Err(Error::Connection(_)) => false,
@@ -125,12 +159,23 @@ fn serve_call(stream: CallStream, shared: &Shared) {
     stream.reset(ErrorCode::CANCELLED);
 }
 
-fn run_call(stream: &Arc<CallStream>, shared: &Shared) -> Result<()> {
+fn run_call(stream: &Arc<CallStream>, shared: &Shared, call: PlaneCallInfo) -> Result<()> {
     let first = stream.recv()?.ok_or(Violation::EndedBeforeOpen)?;
     let Msg::Open { method, expiry, mac, target } = Msg::decode(&first.header)? else {
         return Err(Violation::OpenNotFirst.into());
     };
-    shared.minter.check(method, &target, &Grant { expiry, mac })?;
+    let record = shared.telemetry.start(method.grpc_name(), call.plane, call.peer);
+    record.received(first.header.len() as u64 + first.body.len());
+    stream.keep_record(record.clone());
+    if let Err(e) = shared.minter.check(method, &target, &Grant { expiry, mac }) {
+        shared.telemetry.metrics.auth_failed("grant");
+        return Err(e);
+    }
+    record.identify("key");
+    if shared.draining.load(Ordering::Relaxed) {
+        shared.telemetry.metrics.refused_call(Refusal::Draining);
+        return Err(Error::unavailable("the server is shutting down: try again elsewhere or later"));
+    }
     let watched = stream.clone();
     let for_call = shared.handler.for_call(&PlaneCall::new(mac, Arc::new(move || watched.is_reset())));
     let handler = for_call.as_deref().unwrap_or(&*shared.handler);

@@ -44,7 +44,7 @@ impl PlaneServer {
     /// `seal_tcp` (a server under TLS), calls on the tcp plane are sealed, as its bytes cross
     /// hosts; shm stays on one host, and ucx and ofi (RDMA) go unsealed, named by the operator.
     pub fn serve(handler: Arc<dyn Handler>, host: IpAddr, key: Key, planes: &[Fabric], seal_tcp: bool) -> Result<Self> {
-        Self::start(Shared::new(handler)?, host, key, planes, seal_tcp)
+        Self::start(Shared::new(handler, None)?, host, key, planes, seal_tcp)
     }
 
     pub(crate) fn start(
@@ -67,7 +67,7 @@ impl PlaneServer {
             let sealed = seal_tcp && kind == Fabric::Tcp;
             adverts.push(Advert { kind, port, url, sealed });
             let shared = shared.clone();
-            threads.push(std::thread::spawn(move || accept_loop(listener, shared, sealed)));
+            threads.push(std::thread::spawn(move || accept_loop(listener, shared, kind, sealed)));
         }
         Ok(PlaneServer { shared, adverts, key, threads })
     }

@@ -30,6 +30,15 @@ impl Method {
     /// Every method.
     pub const ALL: [Method; 3] = [Method::Get, Method::Put, Method::Exchange];
 
+    /// The gRPC method it stands for (`DoGet`).
+    pub fn grpc_name(self) -> &'static str {
+        match self {
+            Method::Get => "DoGet",
+            Method::Put => "DoPut",
+            Method::Exchange => "DoExchange",
+        }
+    }
+
     fn from_u8(b: u8) -> Option<Self> {
         match b {
             1 => Some(Method::Get),
