@@ -1,6 +1,6 @@
 # The two commands a newcomer needs: `make run` and `make test`.
 SHELL := /bin/bash
-export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin
+export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin:$(CURDIR)/.tools/bin
 
 .PHONY: run test bootstrap build lint semver unit conformance-ucx conformance-ofi interop python wheel bench-compare bench-flight bench-python bench-flight-tls fuzz
 
@@ -26,6 +26,7 @@ LIBRARIES := -p wirespeed -p wirespeed-files -p wirespeed-fles -p wirespeed-flig
 lint: bootstrap
 	cargo fmt --all -- --check
 	python3 scripts/check_layers.py
+	bash scripts/flight_descriptor.sh --check
 	cargo clippy --locked --all-targets -- -D warnings
 	for features in "" ucx ofi gpu; do cargo check --locked -p wirespeed --lib --no-default-features --features "$$features" || exit 1; done
 	cargo check --locked -p wirespeed-flight -p wirespeed-fles --lib --no-default-features

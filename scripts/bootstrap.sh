@@ -13,10 +13,12 @@ set -euo pipefail
 # the consumer that tests it.
 # SimGrid: simulating timeslice building (crates/simgrid-sys binds its headers).
 # InfluxDB and Prometheus (promtool): the live metrics of `fles run -m` go to the real ones.
+# protoc and protobuf's own .proto files: the Flight descriptor that server reflection serves
+# (scripts/flight_descriptor.sh; `make lint` checks it is current).
 # Maven and a JDK: Apache Arrow's Java Flight client (flight-core) in the interop tests.
 APT_PACKAGES=(maven openjdk-17-jdk-headless pkg-config openssl iperf3 ucx-utils libucx-dev libfabric-dev libfabric-bin libclang-dev openssh-server openssh-client rsync netcat-openbsd
   iproute2 libopenmpi-dev openmpi-bin g++ libboost-serialization-dev libboost-iostreams-dev libboost-dev libzmq3-dev libsimgrid-dev
-  influxdb prometheus)
+  influxdb prometheus protobuf-compiler libprotobuf-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -43,7 +45,7 @@ command -v cargo >/dev/null || { echo "bootstrap: cargo not found; install rustu
 # DLPack, as CuPy and PyTorch do on a GPU.
 VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv"
 PY_PACKAGES=(maturin==1.16.0 -r "$(dirname "$VENV")/python/tests/requirements.txt")
-if ! "$VENV/bin/python" -c "import pyarrow.flight, pytest, pytest_timeout, hypothesis, maturin, mypy, mpi4py, numpy" >/dev/null 2>&1; then
+if ! "$VENV/bin/python" -c "import pyarrow.flight, pytest, pytest_timeout, hypothesis, maturin, mypy, mpi4py, numpy, grpc_health.v1.health_pb2" >/dev/null 2>&1; then
   echo "bootstrap: creating $VENV with ${PY_PACKAGES[*]}"
   rm -rf "$VENV"
   if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
@@ -79,4 +81,13 @@ if ! go_ok && [ ! -x "$TOOLS/go/bin/go" ]; then
   cp -r "$dir" "$TOOLS/go"
   chmod -R u+w "$TOOLS/go"
   chmod +x "$TOOLS/go/bin/"* "$TOOLS/go/pkg/tool/"*/*
+fi
+
+# grpcurl, the generic gRPC client operators use: the tests list and call serve through its
+# reflection service. A Go module, installed by name.
+if [ ! -x "$TOOLS/bin/grpcurl" ]; then
+  echo "bootstrap: installing grpcurl"
+  GO=go
+  go_ok || GO="$TOOLS/go/bin/go"
+  GOBIN="$TOOLS/bin" "$GO" install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
 fi

@@ -5,6 +5,7 @@ import os
 import re
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -37,9 +38,15 @@ class WirespeedProc:
             m = re.search(pattern, line)
             if m:
                 self.url = m.group(0)
+                # Keep reading, so that a server logging every call never blocks on a full pipe.
+                threading.Thread(target=self._drain, daemon=True).start()
                 return
         self.proc.kill()
         raise RuntimeError("wirespeed did not start: " + "".join(self.output))
+
+    def _drain(self):
+        for line in self.proc.stdout:
+            self.output.append(line)
 
     def stop(self):
         self.proc.kill()

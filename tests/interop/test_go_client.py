@@ -57,3 +57,18 @@ def test_the_go_client_lists_gets_and_puts(goflight, tmp_path, password, tls):
             assert got["wrong_password"] == "Unauthenticated"
     finally:
         proc.stop()
+
+
+def test_the_go_client_polls_and_keeps_session_options(goflight, tmp_path):
+    """PollFlightInfo and the session options (over arrow-go's cookie middleware), which
+    pyarrow lacks."""
+    proc = served(tmp_path)
+    try:
+        r = subprocess.run([str(goflight), proc.url.split("://")[1], "newer"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out == {"poll_progress": 1.0, "poll_rows": 10_000,
+                       "session_options": {"answer": "42", "name": "wirespeed"}, "closed": True}
+    finally:
+        proc.stop()

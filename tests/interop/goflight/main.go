@@ -38,6 +38,13 @@ type report struct {
 }
 
 func main() {
+	if len(os.Args) > 2 && os.Args[2] == "newer" {
+		if err := newer(os.Args[1]); err != nil {
+			fmt.Fprintln(os.Stderr, "goflight:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ca := ""
 	if len(os.Args) > 3 {
 		ca = os.Args[3]
@@ -186,4 +193,56 @@ func put(ctx context.Context, client flight.Client, name string) ([]string, erro
 			return nil, err
 		}
 	}
+}
+
+// What the RPCs and actions Flight has grown since Arrow 13 answer: PollFlightInfo, and the
+// session options over arrow-go's cookie middleware (Usage: goflight ADDRESS newer).
+type newerReport struct {
+	PollProgress   float64           `json:"poll_progress"`
+	PollRows       int64             `json:"poll_rows"`
+	SessionOptions map[string]string `json:"session_options"`
+	Closed         bool              `json:"closed"`
+}
+
+func newer(addr string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	middleware := []flight.ClientMiddleware{flight.NewClientCookieMiddleware()}
+	client, err := flight.NewClientWithMiddleware(addr, nil, middleware, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	var out newerReport
+	poll, err := client.PollFlightInfo(ctx, &flight.FlightDescriptor{Type: flight.DescriptorPATH, Path: []string{"t.arrow"}})
+	if err != nil {
+		return fmt.Errorf("poll: %w", err)
+	}
+	out.PollProgress = poll.GetProgress()
+	out.PollRows = poll.GetInfo().GetTotalRecords()
+	options, err := flight.NewSessionOptionValues(map[string]any{"name": "wirespeed", "answer": int64(42)})
+	if err != nil {
+		return err
+	}
+	if _, err := client.SetSessionOptions(ctx, &flight.SetSessionOptionsRequest{SessionOptions: options}); err != nil {
+		return fmt.Errorf("set session options: %w", err)
+	}
+	got, err := client.GetSessionOptions(ctx, &flight.GetSessionOptionsRequest{})
+	if err != nil {
+		return fmt.Errorf("get session options: %w", err)
+	}
+	out.SessionOptions = map[string]string{}
+	for name, value := range got.GetSessionOptions() {
+		if s := value.GetStringValue(); s != "" {
+			out.SessionOptions[name] = s
+		} else {
+			out.SessionOptions[name] = fmt.Sprint(value.GetInt64Value())
+		}
+	}
+	closed, err := client.CloseSession(ctx, &flight.CloseSessionRequest{})
+	if err != nil {
+		return fmt.Errorf("close session: %w", err)
+	}
+	out.Closed = closed.GetStatus() == flight.CloseSessionResultClosed
+	return json.NewEncoder(os.Stdout).Encode(out)
 }

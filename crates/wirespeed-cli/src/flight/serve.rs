@@ -1,6 +1,7 @@
 //! `wirespeed serve DIR [--listen HOST:PORT]`: a Flight server for the Arrow and Parquet files
 //! under DIR, with uploads, on gRPC and on every data plane.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,8 +137,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         .limits(limits)
         .advertise(advertise);
     match a.log_format {
-        LogFormat::Text => builder = builder.on_call(|call| eprintln!("wirespeed: {call}")),
-        LogFormat::Json => builder = builder.on_call(|call| eprintln!("{}", call.to_json())),
+        // A log nobody reads (a closed stderr) must not stop the server: write errors are dropped.
+        LogFormat::Text => builder = builder.on_call(|call| drop(writeln!(std::io::stderr(), "wirespeed: {call}"))),
+        LogFormat::Json => builder = builder.on_call(|call| drop(writeln!(std::io::stderr(), "{}", call.to_json()))),
         LogFormat::None => {}
     }
     if let Some(addr) = &a.metrics {

@@ -100,18 +100,19 @@ impl Encoding {
             }
             return;
         };
-        match self.output.payloads.next() {
-            None => self.ended = true,
-            Some(Ok(payload)) => match {
-                if payload.has_batch() {
-                    self.record.as_ref().inspect(|r| r.sent_batch());
-                }
-                writer.encode(payload)
-            } {
-                Ok(frames) => self.held.extend(frames.into_iter().map(Ok)),
-                Err(e) => self.fail(e),
-            },
-            Some(Err(e)) => self.fail(e),
+        let payload = match self.output.payloads.next() {
+            None => return self.ended = true,
+            Some(Err(e)) => return self.fail(e),
+            Some(Ok(payload)) => payload,
+        };
+        if payload.has_batch()
+            && let Some(r) = &self.record
+        {
+            r.sent_batch();
+        }
+        match writer.encode(payload) {
+            Ok(frames) => self.held.extend(frames.into_iter().map(Ok)),
+            Err(e) => self.fail(e),
         }
     }
 

@@ -103,9 +103,12 @@ pub(crate) struct Answer {
     pub set_cookie: Option<String>,
 }
 
+/// A session's options, and when it was last used.
+type Session = (HashMap<String, SessionOptionValue>, Instant);
+
 #[derive(Default)]
 pub(crate) struct Sessions {
-    open: Mutex<HashMap<String, (HashMap<String, SessionOptionValue>, Instant)>>,
+    open: Mutex<HashMap<String, Session>>,
 }
 
 impl Sessions {

@@ -157,7 +157,7 @@ impl CallStream {
         let received = self.recv_opened()?;
         if let (Some(r), Some(m)) = (self.record.get(), &received) {
             r.received(m.header.len() as u64 + m.body.len());
-            if m.body.len() > 0 {
+            if !m.body.is_empty() {
                 r.received_batch();
             }
         }

@@ -1,6 +1,6 @@
 //! What a server tells its operator: a record of every call, on every plane, that ends as one
-//! [`CallSummary`] (the log line) and in the Prometheus metrics ([`metrics`]), which
-//! [`endpoint`] serves over HTTP.
+//! [`CallSummary`] (the log line) and in the Prometheus metrics, which the server serves over
+//! HTTP when asked (see [`ServerBuilder::metrics`](crate::ServerBuilder::metrics)).
 
 pub(crate) mod call;
 pub(crate) mod endpoint;
