@@ -340,7 +340,8 @@ def test_no_socket_file_is_left_behind(tmp_path, sig):
     proc.proc.send_signal(sig)
     proc.proc.wait(timeout=10)
     assert list(runtime.iterdir()) == []
-    assert proc.proc.returncode == -sig, proc.proc.returncode
+    # SIGTERM and SIGINT drain (nothing is in flight here), then exit 0.
+    assert proc.proc.returncode == (-sig if sig == signal.SIGKILL else 0), proc.proc.returncode
 
 
 class SlowServer(flight.FlightServerBase):
