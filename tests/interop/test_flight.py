@@ -3,7 +3,6 @@ pyarrow.flight against `wirespeed serve` / `wirespeed bench flight-server`, and 
 client (`wirespeed get`, `wirespeed bench flight`) against pyarrow.flight servers."""
 import json
 import os
-import queue
 import signal
 import subprocess
 import threading
@@ -257,15 +256,14 @@ def test_cached_tables_are_served_from_memory_until_their_file_changes(tmp_path)
     first, second, third = table(seed=1), table(seed=2), table(seed=3)
     feather.write_feather(first, path, compression="uncompressed")
     proc = Proc(["serve", str(d), "--listen", f"127.0.0.1:{free_port()}", "--cache-mb", "64"])
-    lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(l) for l in proc.proc.stdout], daemon=True).start()
     try:
         c = flight.connect(proc.url)
         ticket = c.get_flight_info(flight.FlightDescriptor.for_path("t.arrow")).endpoints[0].ticket
         assert c.do_get(ticket).read_all().equals(first)
         deadline = time.time() + 30
-        while "cached t.arrow" not in lines.get(timeout=max(0.1, deadline - time.time())):
-            pass
+        while not any("cached t.arrow" in line for line in proc.output):
+            assert time.time() < deadline, proc.output
+            time.sleep(0.05)
 
         # New bytes under the same inode, length and mtime: the cache cannot tell, so what it
         # serves shows that it came from memory.
