@@ -88,7 +88,7 @@ impl Client {
         let result: CloseSessionResult = self.one_answer(session::CLOSE, Vec::new())?;
         *self.session.lock().unwrap_or_else(|p| p.into_inner()) = None;
         match result.status {
-            session::CLOSED | 2 => Ok(()),
+            session::CLOSED | session::CLOSING => Ok(()),
             status => Err(Error::internal(format!("the server did not close the session (status {status})"))),
         }
     }

@@ -314,34 +314,12 @@ struct Tracked {
     _open: Open,
 }
 
-/// The gRPC status in `headers` (a response's trailers, or its headers when it has no body).
+/// The gRPC status in `headers` (a response's trailers, or its headers when it has no body),
+/// as tonic reads it (the message percent-decoded).
 fn note_status(record: &CallRecord, headers: &http::HeaderMap) {
-    if let Some(code) = headers.get("grpc-status").and_then(|v| v.to_str().ok()?.parse::<i32>().ok()) {
-        let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("");
-        let message = percent_decoded(message);
-        record.ended(tonic::Code::from_i32(code), &message);
+    if let Some(status) = Status::from_header_map(headers) {
+        record.ended(status.code(), status.message());
     }
-}
-
-/// gRPC percent-encodes its messages.
-fn percent_decoded(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Body for Tracked {

@@ -94,8 +94,9 @@ pub(crate) struct CloseSessionResult {
     pub status: i32,
 }
 
-/// `CloseSessionResult.Status.CLOSED`.
+/// `CloseSessionResult.Status.CLOSED` and `CLOSING`.
 pub(crate) const CLOSED: i32 = 1;
+pub(crate) const CLOSING: i32 = 2;
 
 /// What a session action answers, and the cookie to set with it.
 pub(crate) struct Answer {
