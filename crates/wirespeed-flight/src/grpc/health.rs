@@ -5,7 +5,7 @@
 use tonic_health::ServingStatus;
 use tonic_health::server::{HealthReporter, HealthService};
 
-use super::router::NAME as FLIGHT_SERVICE;
+use super::FLIGHT_SERVICE;
 use super::side::{SideService, boxed};
 
 pub(crate) const PATH: &str = "/grpc.health.v1.Health/";

@@ -28,6 +28,8 @@ use crate::error::{Error, Result};
 use crate::handler::Payload;
 use crate::ipc::{Decoded, DecodedStream, Decoder, Frame, FrameWriter, SharedStats, WriteOptions};
 
+/// Flight's gRPC service name, as the router serves it and health reports it.
+pub(crate) const FLIGHT_SERVICE: &str = "arrow.flight.protocol.FlightService";
 /// gRPC's own limit is 4 MiB; Flight batches are often larger.
 pub(crate) const MAX_MESSAGE: usize = 1 << 30;
 /// The largest request of a call that carries no batches (a ticket, a descriptor, an action):

@@ -29,9 +29,6 @@ use crate::ipc::Frame;
 use crate::telemetry::metrics::Refusal;
 use bytes::Bytes;
 
-/// Flight's gRPC service name.
-pub(crate) const NAME: &str = "arrow.flight.protocol.FlightService";
-
 #[derive(Clone)]
 pub(crate) struct Router {
     service: Arc<Service>,
@@ -51,7 +48,7 @@ impl Router {
 }
 
 impl NamedService for Router {
-    const NAME: &'static str = NAME;
+    const NAME: &'static str = super::FLIGHT_SERVICE;
 }
 
 impl<B> TowerService<http::Request<B>> for Router
