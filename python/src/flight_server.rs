@@ -489,6 +489,15 @@ impl PlaneServer {
         Ok((hex(&grant.mac), uris))
     }
 
+    /// Refuses new calls from now; returns how many are open.
+    fn drain(&self) -> usize {
+        let guard = self.planes.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().map_or(0, |planes| {
+            planes.drain();
+            planes.calls().open()
+        })
+    }
+
     /// Stops the listeners; calls under way end.
     fn shutdown(&self, py: Python<'_>) {
         let taken = self.planes.lock().unwrap_or_else(|p| p.into_inner()).take();

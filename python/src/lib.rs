@@ -6,7 +6,7 @@
 //! - `wait`: blocking calls that release the GIL and give way to Ctrl-C.
 //! - `arrow`: Arrow data in and out through the C data and stream interfaces (no copies).
 //! - `flight_client`, `flight_server`: Flight's data planes, as `wirespeed.flight` uses them
-//!   beside pyarrow's gRPC; `serve`: the `wirespeed serve` service in this process.
+//!   beside pyarrow's gRPC; `flight_calls`: the Flight RPCs pyarrow's client lacks; `serve`: the `wirespeed serve` service in this process.
 //! - `core`: connections and streams; `files`: copies and transfers of files; `fles`:
 //!   timeslice building; `frames`: timeslices built in GPU (or host) frames, handed over by
 //!   `dlpack` or CUDA's array interface.
@@ -18,6 +18,7 @@ mod errors;
 mod files;
 mod fles;
 mod fles_receiver;
+mod flight_calls;
 mod flight_client;
 mod flight_server;
 mod frames;
@@ -38,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fles::register(m)?;
     fles_receiver::register(m)?;
     frames::register(m)?;
+    flight_calls::register(m)?;
     flight_client::register(m)?;
     flight_server::register(m)?;
     serve::register(m)?;

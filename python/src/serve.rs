@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use arrow_ipc::CompressionType;
 use pyo3::prelude::*;
@@ -102,7 +103,7 @@ pub fn share_table<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<B
 /// `tls`: (certificate chain, private key, client CA for mutual TLS), all PEM.
 #[pyfunction]
 #[pyo3(signature = (root, listen, key=None, planes=None, password=None, password_over_plaintext=false, tls=None,
-                    handler_threads=None, cache_mb=0, advertise=None, compression=None))]
+                    handler_threads=None, cache_mb=0, advertise=None, compression=None, ticket_ttl=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn serve_directory(
     py: Python<'_>,
@@ -117,6 +118,7 @@ pub fn serve_directory(
     cache_mb: usize,
     advertise: Option<String>,
     compression: Option<String>,
+    ticket_ttl: Option<f64>,
 ) -> PyResult<FlightServer> {
     let codec = match compression.as_deref() {
         None => None,
@@ -124,7 +126,16 @@ pub fn serve_directory(
         Some("zstd") => Some(CompressionType::ZSTD),
         Some(other) => return Err(errors::usage(format!("compression {other:?}: expected lz4, zstd or None"))),
     };
-    let service = DirService::new(root, cache_mb << 20).map_err(errors::flight)?.compression(codec);
+    let ttl = match ticket_ttl {
+        None => None,
+        Some(s) => match Duration::try_from_secs_f64(s) {
+            Ok(d) if !d.is_zero() => Some(d),
+            _ => return Err(errors::usage(format!("ticket_ttl {s}: expected seconds above 0, or None"))),
+        },
+    };
+    let service = DirService::new(root, cache_mb << 20)
+        .and_then(|s| s.compression(codec).ticket_ttl(ttl))
+        .map_err(errors::flight)?;
     let tls = tls.map(|(cert_chain, private_key, client_ca)| ServerTls { cert_chain, private_key, client_ca });
     let advertise = advertise.map_or(Advertise::Reached, Advertise::Uri);
     let access = Access { password, password_over_plaintext, tls, advertise };
@@ -157,11 +168,27 @@ impl FlightServer {
         })
     }
 
-    fn shutdown(&self, py: Python<'_>) {
+    /// Stops at once (`deadline` None), or drains: health NOT_SERVING, new calls refused
+    /// UNAVAILABLE, and those open given `deadline` seconds (inf: all they need) to finish
+    /// before they are cancelled. Returns how many were cancelled.
+    #[pyo3(signature = (deadline=None))]
+    fn shutdown(&self, py: Python<'_>, deadline: Option<f64>) -> PyResult<usize> {
+        let drain = match deadline {
+            None => None,
+            Some(s) if s == f64::INFINITY => Some(Duration::MAX),
+            Some(s) => Some(
+                Duration::try_from_secs_f64(s)
+                    .map_err(|_| errors::usage(format!("deadline {s}: expected seconds from 0, or None")))?,
+            ),
+        };
         let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(move || drop(server));
+        let cancelled = py.detach(move || match (server, drain) {
+            (Some(server), Some(drain)) => server.shutdown(drain),
+            _ => 0,
+        });
         let (lock, cv) = &*self.stopped;
         *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
         cv.notify_all();
+        Ok(cancelled)
     }
 }

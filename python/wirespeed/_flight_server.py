@@ -21,6 +21,8 @@ import pyarrow.flight as _pf
 from . import Key, _key, _native
 from ._errors import UsageError
 from ._flight_base import _app_metadata, _ipc_options, _Reading, _uri
+from ._flight_drain import GATE, Gate
+from ._flight_calls import CancelFlightInfoRequest, CancelFlightInfoResult, RenewFlightEndpointRequest
 
 # The discovery handshake's names, as the Rust client and server define them.
 HELLO_HEADER: str = _native.HELLO_HEADER
@@ -415,8 +417,9 @@ class FlightServerBase(_pf.FlightServerBase):
                           for k, f in middleware.items()}
             middleware[_MIDDLEWARE] = hello
         # pyarrow's first: it checks the location and the TLS files, and says what is wrong.
-        super().__init__(location, auth_handler, tls_certificates, verify_client, root_certificates,
-                         middleware or None)
+        # Last: a call another factory refuses is never counted as open.
+        self._gate = middleware[GATE] = Gate()
+        super().__init__(location, auth_handler, tls_certificates, verify_client, root_certificates, middleware)
         if hello is not None:
             try:
                 self._plane_host = _address(location)
@@ -454,7 +457,7 @@ class FlightServerBase(_pf.FlightServerBase):
         if own_action is not None:
             @functools.wraps(own_action)
             def do_action(self: FlightServerBase, context: Any, action: Any) -> Any:
-                answer = self._plane_action(context, action)
+                answer = self._our_action(context, action)
                 return own_action(self, context, action) if answer is None else answer
 
             cls.do_action = do_action  # type: ignore[method-assign]
@@ -481,8 +484,37 @@ class FlightServerBase(_pf.FlightServerBase):
         self._grants.keep(grant, context, self._middleware_keys)
         return [_pf.Result(pa.py_buffer(uri.encode())) for uri in uris]
 
-    def do_action(self, context: Any, action: Any) -> Any:
+    def _our_action(self, context: Any, action: Any) -> list[_pf.Result] | None:
+        """The answer to a data-plane action, or to one of Flight's newer actions that a hook
+        of this class takes; None for an action its do_action answers."""
         answer = self._plane_action(context, action)
+        if answer is not None:
+            return answer
+        hook = _HOOKS.get(action.type)
+        if hook is None or getattr(type(self), hook) is getattr(FlightServerBase, hook):
+            return None
+        message = _native.action_request(action.type, action.body.to_pybytes())
+        if action.type == "CancelFlightInfo":
+            result = self.cancel_flight_info(context, CancelFlightInfoRequest(_pf.FlightInfo.deserialize(message)))
+            status = result.status if isinstance(result, CancelFlightInfoResult) else result
+            body = _native.cancel_result(int(status))
+        else:
+            request = RenewFlightEndpointRequest(_pf.FlightEndpoint.deserialize(message))
+            body = self.renew_flight_endpoint(context, request).serialize()
+        return [_pf.Result(pa.py_buffer(body))]
+
+    def cancel_flight_info(self, context: Any, request: CancelFlightInfoRequest) -> CancelFlightInfoResult:
+        """The CancelFlightInfo action, as Arrow C++'s server names it: override to stop the
+        query behind `request.info`. Not overridden, the action goes to do_action."""
+        raise NotImplementedError
+
+    def renew_flight_endpoint(self, context: Any, request: RenewFlightEndpointRequest) -> _pf.FlightEndpoint:
+        """The RenewFlightEndpoint action: override to give `request.endpoint` a later
+        expiration_time. Not overridden, the action goes to do_action."""
+        raise NotImplementedError
+
+    def do_action(self, context: Any, action: Any) -> Any:
+        answer = self._our_action(context, action)
         return super().do_action(context, action) if answer is None else answer
 
     def list_actions(self, context: Any) -> Any:
@@ -492,13 +524,24 @@ class FlightServerBase(_pf.FlightServerBase):
         if self._planes is not None:
             self._planes.shutdown()
 
-    def shutdown(self) -> None:
+    def shutdown(self, deadline: float | None = None) -> None:
+        """pyarrow's shutdown, which waits for the calls open; or with `deadline` (seconds),
+        a drain first: new calls are refused (UNAVAILABLE) on gRPC and every plane, plane
+        calls open may finish within `deadline` and are then cancelled. gRPC calls open are
+        waited for, however long: pyarrow gives gRPC's shutdown no deadline."""
+        if deadline is not None:
+            self._gate.drain(deadline, self._planes)
+            self._stop_planes()
         super().shutdown()
         self._stop_planes()
 
     def __exit__(self, *exc: Any) -> None:
         super().__exit__(*exc)
         self._stop_planes()
+
+
+# Flight's newer actions, by the hook that answers each.
+_HOOKS = {"CancelFlightInfo": "cancel_flight_info", "RenewFlightEndpoint": "renew_flight_endpoint"}
 
 
 class DirectoryServer:
@@ -532,8 +575,12 @@ class DirectoryServer:
     def wait(self) -> None:
         self.serve()
 
-    def shutdown(self) -> None:
-        self._native.shutdown()
+    def shutdown(self, deadline: float | None = None) -> int:
+        """Stops at once, or with `deadline` (seconds) drains as `serve` does on SIGTERM: gRPC
+        health turns NOT_SERVING, new calls are refused (UNAVAILABLE) on every plane, and the
+        calls open may finish within `deadline` (inf: however long they take) before they are
+        cancelled (an upload cut short leaves nothing). Returns how many were cancelled."""
+        return self._native.shutdown(deadline)
 
     def __enter__(self) -> DirectoryServer:
         return self
@@ -546,14 +593,16 @@ def serve(directory: str | os.PathLike[str], location: Any = None, key: Key = No
           planes: list[str] | None = None, password: str | None = None, password_over_plaintext: bool = False,
           tls_certificates: list[tuple[bytes, bytes]] | None = None, root_certificates: bytes | None = None,
           cache_mb: int = 0, handler_threads: int | None = None, advertise: str | None = None,
-          compression: str | None = None) -> DirectoryServer:
+          compression: str | None = None, ticket_ttl: float | None = None) -> DirectoryServer:
     """Serves the Arrow IPC and Parquet files under `directory` as flights (keyed by relative
     path), as `wirespeed serve` does: uploads land whole or not at all, `cache_mb` keeps
     decoded tables in memory. `tls_certificates` ([(cert PEM, key PEM)]) serves grpc+tls,
     `root_certificates` then asks clients for certificates from that CA (mutual TLS); a
     `password` needs TLS unless `password_over_plaintext`. Endpoints name the server as each
     client reached it, or `advertise` (a URI, for a server behind NAT or a proxy). Batches go
-    uncompressed unless `compression` is "lz4" or "zstd". Returns the running server."""
+    uncompressed unless `compression` is "lz4" or "zstd". With `ticket_ttl` (seconds), tickets
+    expire that long after GetFlightInfo gives them (RenewFlightEndpoint extends one); without
+    it a ticket is the flight's name. Returns the running server."""
     uri = _uri(location or "grpc://127.0.0.1:0")
     scheme, listen = uri.split("://", 1) if "://" in uri else ("grpc", uri)
     if scheme not in ("grpc", "grpc+tcp", "grpc+tls", "grpc+unix"):
@@ -566,7 +615,7 @@ def serve(directory: str | os.PathLike[str], location: Any = None, key: Key = No
     # The server takes a Unix socket as its location (and refuses TLS there), a TCP one as host:port.
     native = _native.serve_directory(os.fspath(directory), uri if unix else listen, _key(key), planes, password,
                                      password_over_plaintext, tls, handler_threads, cache_mb, advertise,
-                                     compression)
+                                     compression, ticket_ttl)
     if unix:
         return DirectoryServer(native, listen, scheme)
     return DirectoryServer(native, listen.rsplit(":", 1)[0], "grpc+tls" if tls else "grpc")

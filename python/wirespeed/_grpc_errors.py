@@ -71,7 +71,7 @@ def _iterating(it: Iterator[Any]) -> Iterator[Any]:
 def _wrapped(result: Any) -> Any:
     if isinstance(result, _STREAMS):
         return _Translating(result)
-    if isinstance(result, tuple):
+    if type(result) is tuple:  # a pair of streams (a NamedTuple is a result of its own)
         return tuple(_wrapped(r) for r in result)
     # The generators of list_flights and do_action (Cython's generator type too), not the
     # readers that merely iterate (a RecordBatchReader stays what it is).

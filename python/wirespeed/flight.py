@@ -22,6 +22,8 @@ from pyarrow.flight import *  # noqa: F401,F403 - pyarrow.flight's whole API is 
 
 from . import Key, _native
 from ._errors import UsageError
+from ._flight_calls import (CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, NewerCalls, PollInfo,
+                            RenewFlightEndpointRequest)
 from ._flight_base import FlightUnauthenticatedError, _app_metadata, _ipc_options, _Reading, _uri
 from ._grpc_errors import translating
 from ._flight_server import (
@@ -39,7 +41,9 @@ from ._flight_server import (
     share,
 )
 
-__all__ = sorted({n for n in dir(_pf) if not n.startswith("_")} | {"DirectoryServer", "serve", "share"})
+__all__ = sorted({n for n in dir(_pf) if not n.startswith("_")} | {
+    "DirectoryServer", "serve", "share", "CancelFlightInfoRequest", "CancelFlightInfoResult", "CancelStatus", "PollInfo",
+    "RenewFlightEndpointRequest"})
 
 # What the call this thread is starting is for, when it is one of ours: "hello" (asking a
 # server about planes) or the data method whose locations it asks for; and the program's
@@ -320,10 +324,11 @@ def _unix_authority(location: Any, options: list[tuple[str, Any]] | None) -> lis
 
 
 @translating
-class FlightClient(_pf.FlightClient):
+class FlightClient(NewerCalls, _pf.FlightClient):
     """pyarrow.flight.FlightClient, with `key` (else WIRESPEED_KEY) for the data planes of a
     wirespeed server, and `transport`: "auto" (the fastest plane offered, else gRPC), "grpc",
-    or one plane ("shm", "tcp", "ucx", "ofi+tcp", ...) or an error."""
+    or one plane ("shm", "tcp", "ucx", "ofi+tcp", ...) or an error; and the calls pyarrow's
+    lacks (poll_flight_info, cancel_flight_info, renew_flight_endpoint, the session options)."""
 
     def __init__(self, location: Any, *, tls_root_certs: bytes | None = None, cert_chain: bytes | None = None,
                  private_key: bytes | None = None, override_hostname: str | None = None,
@@ -345,6 +350,10 @@ class FlightClient(_pf.FlightClient):
             self._planes = _native.PlaneClient(secret, transport, _address(location))
             self._hello = _Hello(self._planes)
             middleware = [_ShownAsMeant(m) for m in middleware] + [self._hello]
+        identity = None if cert_chain is None or private_key is None else (_pem(cert_chain), _pem(private_key))
+        self._calls_to = (_uri(location), {
+            "roots": None if tls_root_certs is None else _pem(tls_root_certs), "identity": identity,
+            "server_name": override_hostname, "skip_verification": bool(disable_server_verification)})
         super().__init__(location, tls_root_certs=tls_root_certs, cert_chain=cert_chain, private_key=private_key,
                          override_hostname=override_hostname, middleware=middleware or None,
                          write_size_limit_bytes=write_size_limit_bytes,
@@ -431,6 +440,10 @@ def _opened(completion: _Completion, open_call: Any) -> Any:
     if opened is None:
         completion.done()
     return opened
+
+
+def _pem(given: str | bytes) -> bytes:
+    return given.encode() if isinstance(given, str) else bytes(given)
 
 
 def _write_options(options: _pf.FlightCallOptions | None) -> pa.ipc.IpcWriteOptions | None:

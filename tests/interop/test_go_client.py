@@ -22,13 +22,14 @@ def goflight():
     return out
 
 
-def served(tmp_path, password=None, certs=None):
+def served(tmp_path, password=None, certs=None, ticket_ttl=None):
     data = tmp_path / "data"
     data.mkdir()
     feather.write_feather(table(10_000), data / "t.arrow", compression="uncompressed")
     env = {"WIRESPEED_FLIGHT_PASSWORD": password} if password else {}
     tls = ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)] if certs else []
-    proc = Proc(["serve", str(data), "--listen", f"127.0.0.1:{free_port()}", *tls], env=env)
+    ttl = [] if ticket_ttl is None else ["--ticket-ttl", str(ticket_ttl)]
+    proc = Proc(["serve", str(data), "--listen", f"127.0.0.1:{free_port()}", *tls, *ttl], env=env)
     proc.dir = data
     return proc
 
@@ -59,16 +60,18 @@ def test_the_go_client_lists_gets_and_puts(goflight, tmp_path, password, tls):
         proc.stop()
 
 
-def test_the_go_client_polls_and_keeps_session_options(goflight, tmp_path):
-    """PollFlightInfo and the session options (over arrow-go's cookie middleware), which
-    pyarrow lacks."""
-    proc = served(tmp_path)
+def test_the_go_client_polls_renews_and_keeps_session_options(goflight, tmp_path):
+    """PollFlightInfo, CancelFlightInfo, tickets that expire and RenewFlightEndpoint, and the
+    session options (over arrow-go's cookie middleware): what pyarrow lacks."""
+    proc = served(tmp_path, ticket_ttl=1)
     try:
         r = subprocess.run([str(goflight), proc.url.split("://")[1], "newer"], capture_output=True, text=True,
                            timeout=120)
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
-        assert out == {"poll_progress": 1.0, "poll_rows": 10_000,
+        assert out == {"poll_progress": 1.0, "poll_rows": 10_000, "ordered": True, "app_metadata": True,
+                       "cancel_status": "CANCEL_STATUS_NOT_CANCELLABLE", "renewed_later": True,
+                       "renewed_rows": 10_000, "expired": "NotFound",
                        "session_options": {"answer": "42", "name": "wirespeed"}, "closed": True}
     finally:
         proc.stop()

@@ -16,6 +16,7 @@ use crate::grpc::advertise::{Advertise, Listening};
 use crate::grpc::auth::Auth;
 use crate::grpc::connections::{self, Limits};
 use crate::grpc::health;
+use crate::grpc::held::Held;
 use crate::grpc::router::Router;
 use crate::grpc::service::Service;
 use crate::grpc::session::Sessions;
@@ -164,6 +165,7 @@ impl ServerBuilder {
                 Bound::Unix(..) => Listening::Unix(self.listen.clone()),
             },
             sessions: Sessions::default(),
+            held: Held::new(self.limits.response_bytes, shared.telemetry.clone()),
         };
         let mut builder = tokio::runtime::Builder::new_multi_thread();
         let runtime = Runtime::build(builder.max_blocking_threads(self.handler_threads), "flight-grpc")?;
@@ -351,12 +353,13 @@ impl Server {
 
     /// Drains, then stops: health turns NOT_SERVING and new calls are refused (UNAVAILABLE) on
     /// every plane, while the calls open may finish within `deadline`; past it they are
-    /// cancelled (an upload cut short leaves nothing). Returns how many were cancelled.
+    /// cancelled (an upload cut short leaves nothing); `Duration::MAX` waits for them all.
+    /// Returns how many were cancelled.
     pub fn shutdown(mut self, deadline: Duration) -> usize {
         self.shared.draining.store(true, Ordering::SeqCst);
         self.runtime.block_on(health::set(&self.health, false));
-        let until = Instant::now() + deadline;
-        while self.shared.calls.open() > 0 && Instant::now() < until {
+        let until = Instant::now().checked_add(deadline);
+        while self.shared.calls.open() > 0 && until.is_none_or(|until| Instant::now() < until) {
             std::thread::sleep(Duration::from_millis(20));
         }
         let cancelled = self.shared.calls.open();

@@ -7,8 +7,12 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
 
-use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use arrow_flight::{
+    CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor, FlightEndpoint, FlightInfo,
+    RenewFlightEndpointRequest,
+};
 use arrow_ipc::CompressionType;
 use arrow_ipc::reader::{FileReader, StreamReader};
 use arrow_schema::{ArrowError, SchemaRef};
@@ -19,6 +23,7 @@ use wirespeed_flight::{Error, Handler, Output, Payload, Result, StoredFile, Uplo
 
 use crate::cache::{Batches, Stamp, Table, TableCache};
 use crate::format::{Format, format_of, io_error};
+use crate::ticket::Tickets;
 use crate::upload::DirUpload;
 
 /// A Flight service of the Arrow IPC and Parquet files under a directory, as `wirespeed serve` serves them: each file a flight keyed by its relative path, uploads landing whole or not at all.
@@ -28,6 +33,7 @@ pub struct DirService {
     /// How batches go out: uncompressed unless the operator asks, since a client that did not
     /// ask may have no codec (Java's flight-core needs a module for it).
     options: WriteOptions,
+    tickets: Tickets,
 }
 
 /// Opens a flight's file; errors name the flight, not the server's paths.
@@ -73,13 +79,19 @@ impl DirService {
         // What uploads cut short by a killed server left (live ones are locked).
         wirespeed_files::part::sweep_uploads(&root, std::time::Duration::from_secs(10));
         let cache = (cache_bytes > 0).then(|| Arc::new(TableCache::new(cache_bytes)));
-        Ok(DirService { root, cache, options: WriteOptions::default() })
+        Ok(DirService { root, cache, options: WriteOptions::default(), tickets: Tickets::new(None)? })
     }
 
     /// Sends batches compressed with `compression` (pyarrow's `IpcWriteOptions` choice), stored
     /// batches compressed otherwise decompressed and compressed again.
     pub fn compression(self, compression: Option<CompressionType>) -> Self {
         DirService { options: WriteOptions { compression, ..self.options }, ..self }
+    }
+
+    /// Gives tickets that expire `ttl` after they are issued (None: tickets that are names and
+    /// never expire), renewed by RenewFlightEndpoint.
+    pub fn ticket_ttl(self, ttl: Option<Duration>) -> Result<Self> {
+        Ok(DirService { tickets: Tickets::new(ttl)?, ..self })
     }
 
     /// The cache, and the stamp of the file at `path`; `None` without a cache.
@@ -162,13 +174,23 @@ impl DirService {
                 (schema, rows)
             }
         };
-        let bytes = path.metadata().map(|m| m.len() as i64).unwrap_or(-1);
+        let meta = path.metadata().ok();
+        let bytes = meta.as_ref().map_or(-1, |m| m.len() as i64);
+        let modified = meta.and_then(|m| m.modified().ok()).and_then(|t| t.duration_since(UNIX_EPOCH).ok());
+        // What a client may want to know of the file without reading it: whether it changed.
+        let about = format!(
+            r#"{{"format":"{}","modified_unix_ms":{}}}"#,
+            format_of(&path).map_or("", Format::name),
+            modified.map_or(0, |d| d.as_millis())
+        );
         Ok(FlightInfo::new()
             .try_with_schema(&schema)?
             .with_descriptor(FlightDescriptor::new_path(vec![name.to_string()]))
-            .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(name.to_string())))
+            .with_endpoint(self.tickets.endpoint(name))
             .with_total_records(rows)
-            .with_total_bytes(bytes))
+            .with_total_bytes(bytes)
+            .with_ordered(true)
+            .with_app_metadata(about))
     }
 
     /// Every servable file below the root, as relative names, sorted.
@@ -218,8 +240,19 @@ impl Handler for DirService {
     }
 
     fn do_get(&self, ticket: &[u8]) -> Result<Output> {
-        let name = std::str::from_utf8(ticket).map_err(|_| Error::invalid_argument("tickets are UTF-8 paths"))?;
-        Ok(self.read(&self.resolve(name)?, name)?.with_options(self.options))
+        let name = self.tickets.redeem(ticket)?;
+        Ok(self.read(&self.resolve(&name)?, &name)?.with_options(self.options))
+    }
+
+    /// A file's FlightInfo is ready when asked for: nothing runs to cancel.
+    fn cancel_flight_info(&self, _request: &CancelFlightInfoRequest) -> Result<CancelFlightInfoResult> {
+        Ok(CancelFlightInfoResult::new(CancelStatus::NotCancellable))
+    }
+
+    fn renew_flight_endpoint(&self, request: &RenewFlightEndpointRequest) -> Result<FlightEndpoint> {
+        let endpoint =
+            request.endpoint.as_ref().ok_or_else(|| Error::invalid_argument("the request has no endpoint"))?;
+        self.tickets.renew(endpoint)
     }
 
     fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {

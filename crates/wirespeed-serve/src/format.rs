@@ -12,6 +12,17 @@ pub(crate) enum Format {
     Parquet,
 }
 
+impl Format {
+    /// As a FlightInfo's app_metadata names it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Format::IpcFile => "arrow-file",
+            Format::IpcStream => "arrow-stream",
+            Format::Parquet => "parquet",
+        }
+    }
+}
+
 pub(crate) fn format_of(path: &Path) -> Option<Format> {
     match path.extension()?.to_str()? {
         "arrow" | "feather" | "ipc" => Some(Format::IpcFile),

@@ -5,13 +5,14 @@
 //! with clients that map them).
 //!
 //! - `dir`: the [`DirService`] handler; `upload`: one upload in progress; `cache`: the table
-//!   cache; `format`: which files are which.
+//!   cache; `format`: which files are which; `ticket`: tickets, and their expiry.
 
 #![forbid(unsafe_code)]
 
 mod cache;
 mod dir;
 mod format;
+mod ticket;
 mod upload;
 
 pub use dir::DirService;

@@ -196,12 +196,67 @@ func put(ctx context.Context, client flight.Client, name string) ([]string, erro
 }
 
 // What the RPCs and actions Flight has grown since Arrow 13 answer: PollFlightInfo, and the
-// session options over arrow-go's cookie middleware (Usage: goflight ADDRESS newer).
+// session options over arrow-go's cookie middleware, CancelFlightInfo, and endpoints that
+// expire (of a server run with --ticket-ttl 1), renewed with RenewFlightEndpoint
+// (Usage: goflight ADDRESS newer).
 type newerReport struct {
 	PollProgress   float64           `json:"poll_progress"`
 	PollRows       int64             `json:"poll_rows"`
+	Ordered        bool              `json:"ordered"`
+	AppMetadata    bool              `json:"app_metadata"`
+	CancelStatus   string            `json:"cancel_status"`
+	RenewedLater   bool              `json:"renewed_later"`
+	RenewedRows    int64             `json:"renewed_rows"`
+	Expired        string            `json:"expired"`
 	SessionOptions map[string]string `json:"session_options"`
 	Closed         bool              `json:"closed"`
+}
+
+// rowsOf reads one ticket's stream to its end.
+func rowsOf(ctx context.Context, client flight.Client, ticket *flight.Ticket) (int64, error) {
+	stream, err := client.DoGet(ctx, ticket)
+	if err != nil {
+		return 0, err
+	}
+	reader, err := flight.NewRecordReader(stream)
+	if err != nil {
+		return 0, err
+	}
+	defer reader.Release()
+	var rows int64
+	for reader.Next() {
+		rows += reader.RecordBatch().NumRows()
+	}
+	return rows, reader.Err()
+}
+
+// expiring reports what a server whose tickets expire answers: the renewed endpoint, and the
+// old ticket once it has expired.
+func expiring(ctx context.Context, client flight.Client, info *flight.FlightInfo, out *newerReport) error {
+	cancelled, err := client.CancelFlightInfo(ctx, &flight.CancelFlightInfoRequest{Info: info})
+	if err != nil {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	out.CancelStatus = cancelled.GetStatus().String()
+	endpoint := info.Endpoint[0]
+	if endpoint.GetExpirationTime() == nil {
+		return errors.New("the endpoint has no expiration time")
+	}
+	// Renewed late in its life, the new ticket outlives the old one.
+	expires := endpoint.GetExpirationTime().AsTime()
+	time.Sleep(time.Until(expires) - 400*time.Millisecond)
+	renewed, err := client.RenewFlightEndpoint(ctx, &flight.RenewFlightEndpointRequest{Endpoint: endpoint})
+	if err != nil {
+		return fmt.Errorf("renew: %w", err)
+	}
+	out.RenewedLater = renewed.GetExpirationTime().AsTime().After(expires)
+	time.Sleep(time.Until(expires) + 100*time.Millisecond)
+	if out.RenewedRows, err = rowsOf(ctx, client, renewed.Ticket); err != nil {
+		return fmt.Errorf("get by the renewed ticket: %w", err)
+	}
+	_, err = rowsOf(ctx, client, endpoint.Ticket)
+	out.Expired = status.Code(err).String()
+	return nil
 }
 
 func newer(addr string) error {
@@ -220,6 +275,11 @@ func newer(addr string) error {
 	}
 	out.PollProgress = poll.GetProgress()
 	out.PollRows = poll.GetInfo().GetTotalRecords()
+	out.Ordered = poll.GetInfo().GetOrdered()
+	out.AppMetadata = strings.Contains(string(poll.GetInfo().GetAppMetadata()), `"format":"arrow-file"`)
+	if err := expiring(ctx, client, poll.GetInfo(), &out); err != nil {
+		return err
+	}
 	options, err := flight.NewSessionOptionValues(map[string]any{"name": "wirespeed", "answer": int64(42)})
 	if err != nil {
 		return err

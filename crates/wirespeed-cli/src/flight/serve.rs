@@ -70,6 +70,11 @@ pub struct ServeArgs {
     /// client; more wait, and fail after 30 s. At least 1024 lets any batch gRPC carries in.
     #[arg(long, default_value_t = 2048, value_name = "MIB")]
     request_memory_mb: usize,
+    /// Most MiB of responses encoded ahead of their readers, over every client (a reader that
+    /// pauses leaves its call's queue full). Past it, the calls whose readers have waited
+    /// longest are cancelled (RESOURCE_EXHAUSTED) and the others go on.
+    #[arg(long, default_value_t = 1024, value_name = "MIB")]
+    max_buffered_mb: usize,
     /// Serve Prometheus metrics on http://ADDR/metrics (calls by method and status, their
     /// durations, bytes and batches by plane, open calls and connections, refusals).
     #[arg(long, value_name = "ADDR:PORT")]
@@ -82,6 +87,18 @@ pub struct ServeArgs {
     /// signal stops at once.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     drain_timeout: f64,
+    /// Give tickets that expire this long after GetFlightInfo issues them (the endpoint's
+    /// expiration_time; RenewFlightEndpoint extends one). Expired or forged tickets are refused
+    /// (NOT_FOUND, INVALID_ARGUMENT). Unset, a ticket is the flight's name and never expires.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    ticket_ttl: Option<Duration>,
+}
+
+fn positive_seconds(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok()) {
+        Some(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!("{text:?}: expected a number of seconds above 0")),
+    }
 }
 
 /// How the call log is written.
@@ -111,7 +128,9 @@ impl Compression {
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     crate::interrupt::install_winding_down(stop.clone())?;
-    let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?.compression(a.compression.map(Compression::codec));
+    let service = DirService::new(a.dir.clone(), a.cache_mb << 20)?
+        .compression(a.compression.map(Compression::codec))
+        .ticket_ttl(a.ticket_ttl)?;
     let tls = a.tls.server()?;
     // Unnamed, the server's own default (under TLS, tcp's calls are sealed and ucx left out).
     let mut planes = Vec::new();
@@ -127,6 +146,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let limits = Limits {
         calls_per_client: a.calls_per_client.max(1),
         request_bytes: a.request_memory_mb.max(1) << 20,
+        response_bytes: a.max_buffered_mb.max(1) << 20,
         ..Limits::default()
     };
     let advertise = a.advertise.map_or(Advertise::Reached, Advertise::Uri);

@@ -210,6 +210,16 @@ impl Client {
         Ok(())
     }
 
+    /// Later calls carry `authorization` (a header value, as another client's handshake got
+    /// it: `Bearer ...`), or none.
+    pub fn set_authorization(&mut self, authorization: Option<&str>) -> Result<()> {
+        self.token = match authorization {
+            None => None,
+            Some(value) => Some(value.parse().map_err(|_| Error::invalid_argument("the authorization is not ASCII"))?),
+        };
+        Ok(())
+    }
+
     /// The bearer token from [`Client::authenticate`], as the `authorization` header's value.
     pub fn token(&self) -> Option<String> {
         self.token.as_ref().and_then(|t| t.to_str().ok()).map(str::to_string)

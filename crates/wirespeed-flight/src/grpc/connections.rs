@@ -50,6 +50,9 @@ pub struct Limits {
     /// Bytes of request messages held at once, over every call; at least one largest message
     /// (1 GiB) for every upload to be possible.
     pub request_bytes: usize,
+    /// Bytes of responses held for readers at once, over every call; past it, the calls whose
+    /// readers have waited longest are cancelled.
+    pub response_bytes: usize,
     /// How long a request message may wait for room under `request_bytes`, and how long its
     /// sender may pause in the middle of it, before its call fails.
     pub message_stall: Duration,
@@ -64,6 +67,7 @@ impl Default for Limits {
             streams_per_connection: 128,
             calls_per_client: 512,
             request_bytes: 2 << 30,
+            response_bytes: 1 << 30,
             message_stall: Duration::from_secs(30),
         }
     }

@@ -15,6 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::Writer;
+use super::held::{Held, HeldSender};
 use crate::error::{Error, Result, Violation};
 use crate::handler::{Output, Payload, Upload};
 use crate::ipc::{Decoded, Decoder, Frame};
@@ -32,15 +33,20 @@ pub(crate) fn channel<T: Send + 'static>() -> (Sender<Result<T, Status>>, Respon
     (tx, ReceiverStream::new(rx).boxed())
 }
 
-/// Sends `output` to `tx` until it ends, fails, or the client goes away.
-pub(crate) async fn feed(tx: Sender<Result<Frame, Status>>, output: Output, record: Option<Arc<CallRecord>>) {
+/// A response stream of frames whose queue counts against `held`.
+pub(crate) fn frames(held: &Arc<Held>) -> (HeldSender, Responses<Frame>) {
+    use futures::StreamExt;
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let (tx, stream) = held.queue(tx, rx);
+    (tx, stream.boxed())
+}
+
+/// Sends `output` to `tx` until it ends, fails, or the client goes away or is cancelled.
+pub(crate) async fn feed(tx: HeldSender, output: Output, record: Option<Arc<CallRecord>>) {
+    let tx = Arc::new(tx);
     let mut encoder = Encoding { output, writer: None, held: VecDeque::new(), ended: false, record };
-    loop {
-        // Wait for room without a thread; the permits only tell that there is room.
-        match tx.reserve_many(QUEUE / 2).await {
-            Ok(permits) => drop(permits),
-            Err(_) => return,
-        }
+    // Wait for room without a thread.
+    while tx.room(QUEUE / 2).await {
         let queue = tx.clone();
         let ran = tokio::task::spawn_blocking(move || {
             let more = encoder.run(&queue);
@@ -49,10 +55,7 @@ pub(crate) async fn feed(tx: Sender<Result<Frame, Status>>, output: Output, reco
         match ran.await {
             Ok((back, true)) => encoder = back,
             Ok((_, false)) => return,
-            Err(_) => {
-                let _ = tx.send(Err(Status::internal("the handler panicked"))).await;
-                return;
-            }
+            Err(_) => return tx.send(Err(Status::internal("the handler panicked"))).await,
         }
     }
 }
@@ -69,7 +72,7 @@ struct Encoding {
 impl Encoding {
     /// Queues frames until the queue is full (true: more to come) or all is sent or nobody
     /// listens (false).
-    fn run(&mut self, tx: &Sender<Result<Frame, Status>>) -> bool {
+    fn run(&mut self, tx: &HeldSender) -> bool {
         loop {
             while let Some(item) = self.held.pop_front() {
                 match tx.try_send(item) {

@@ -10,6 +10,7 @@ pub(crate) mod codec;
 pub(crate) mod connections;
 pub(crate) mod drive;
 pub(crate) mod health;
+pub(crate) mod held;
 pub(crate) mod reflection;
 pub(crate) mod router;
 pub(crate) mod service;

@@ -26,6 +26,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::advertise::{Advertise, Listening, RequestAuthority, locate};
 use super::auth::Auth;
 use super::drive::{self, Responses};
+use super::held::Held;
 use super::session::{self, Sessions};
 use super::{Reader, flight_data};
 use crate::discovery::{self, HELLO_HEADER};
@@ -58,6 +59,8 @@ pub(crate) struct Service {
     pub listening: Listening,
     /// Flight's session options, by session.
     pub sessions: Sessions,
+    /// Responses held for their readers, over every call.
+    pub held: Arc<Held>,
 }
 
 /// What DoGet and DoExchange answer with (see [`super::router`]).
@@ -120,7 +123,7 @@ impl Service {
         let record = request.extensions().get::<Arc<CallRecord>>().cloned();
         let ticket = request.into_inner().ticket;
         let output = blocking(move || handler.do_get(&ticket)).await?;
-        let (tx, rx) = drive::channel();
+        let (tx, rx) = drive::frames(&self.held);
         tokio::spawn(drive::feed(tx, output, record));
         Ok(Response::new(rx))
     }
@@ -175,7 +178,7 @@ impl Service {
         output.payloads = Box::new(payloads.inspect(move |_| {
             let _held = &slot;
         }));
-        let (tx, rx) = drive::channel();
+        let (tx, rx) = drive::frames(&self.held);
         tokio::spawn(drive::feed(tx, output, record));
         Ok(Response::new(rx))
     }

@@ -77,6 +77,11 @@ impl PlaneServer {
         self.shared.calls.clone()
     }
 
+    /// Refuses new calls from now (UNAVAILABLE); those open go on.
+    pub fn drain(&self) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+    }
+
     /// The planes served, as `(kind, listener URL)`.
     pub fn planes(&self) -> Vec<(Fabric, String)> {
         self.adverts.iter().map(|a| (a.kind, a.url.clone())).collect()

@@ -52,6 +52,8 @@ pub(crate) enum Refusal {
     Metadata,
     /// No exchange slot free.
     Exchanges,
+    /// Past the bytes held for readers: the call that waited longest was cancelled.
+    ResponseBytes,
     /// A TLS handshake that failed or took too long.
     TlsHandshake,
     /// A data-plane connection whose handshake failed (a wrong key, say).
@@ -65,6 +67,7 @@ impl Refusal {
             Refusal::Draining => "draining",
             Refusal::Metadata => "metadata",
             Refusal::Exchanges => "exchanges",
+            Refusal::ResponseBytes => "response_bytes",
             Refusal::TlsHandshake => "tls_handshake",
             Refusal::PlaneHandshake => "plane_handshake",
         }
@@ -83,6 +86,8 @@ pub(crate) struct Metrics {
     connections: Family<PlaneLabel, Gauge>,
     /// Bytes of request messages held (uploads and exchanges in progress).
     pub request_bytes: Gauge,
+    /// Bytes of responses encoded and not yet taken by their readers.
+    pub response_bytes: Gauge,
     auth_failures: Family<ReasonLabel, Counter>,
     refused_calls: Family<ReasonLabel, Counter>,
     refused_connections: Family<ReasonLabel, Counter>,
@@ -105,6 +110,7 @@ impl Metrics {
             active_calls: Family::default(),
             connections: Family::default(),
             request_bytes: Gauge::default(),
+            response_bytes: Gauge::default(),
             auth_failures: Family::default(),
             refused_calls: Family::default(),
             refused_connections: Family::default(),
@@ -133,6 +139,12 @@ impl Metrics {
             "Bytes of large request messages held (uploads and exchanges in progress)",
             Unit::Bytes,
             metrics.request_bytes.clone(),
+        );
+        r.register_with_unit(
+            "response_held",
+            "Bytes of responses encoded and not yet taken by their readers",
+            Unit::Bytes,
+            metrics.response_bytes.clone(),
         );
         r.register("auth_failures", "Failed authentications, by what failed", metrics.auth_failures.clone());
         r.register("refused_calls", "Calls refused or cut short by a limit, by reason", metrics.refused_calls.clone());
