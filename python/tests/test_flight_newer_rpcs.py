@@ -181,3 +181,50 @@ def test_serve_drains_on_shutdown_with_a_deadline(directory):
     assert server.shutdown(5.0) == 0
     with pytest.raises(pf.FlightUnavailableError):
         list(flight.connect(server.location).list_flights())
+
+
+def planes_of_serve():
+    return ["shm", "tcp", "ucx"]
+
+
+@pytest.mark.parametrize("transport", planes_of_serve())
+def test_serve_drains_plane_calls_and_cancels_them_past_the_deadline(directory, transport):
+    # 128 MB: more than a plane holds in flight, so a reader that pauses holds the call open.
+    big = pa.table({"a": pa.array(range(16_000_000), pa.int64())})
+    feather.write_feather(big, directory / "big.arrow", compression="uncompressed")
+    server = flight.serve(directory, key=KEY)
+    if transport not in {name for name, _ in server.planes}:
+        server.shutdown()
+        pytest.skip(f"{transport} is not built in")
+    client = flight.connect(server.location, key=KEY, transport=transport)
+    ticket = endpoint_of(client, "big.arrow").ticket
+
+    # Within the deadline: the get in flight finishes, new calls are refused.
+    reader = client.do_get(ticket)
+    assert reader.plane == transport
+    reader.read_chunk()
+    cancelled = []
+    stopping = threading.Thread(target=lambda: cancelled.append(server.shutdown(20.0)))
+    stopping.start()
+    time.sleep(0.2)
+    with pytest.raises(pf.FlightUnavailableError, match="shutting down"):
+        client.do_get(ticket).read_all()
+    assert stopping.is_alive(), "the server waits for the call in flight"
+    assert reader.read_all().num_rows > 0
+    stopping.join(20)
+    assert cancelled == [0]
+
+    # Past it: a paused get and an unfinished upload are cancelled; the upload leaves nothing.
+    server = flight.serve(directory, key=KEY)
+    client = flight.connect(server.location, key=KEY, transport=transport)
+    reader = client.do_get(endpoint_of(client, "big.arrow").ticket)
+    reader.read_chunk()
+    writer, _ = client.do_put(pf.FlightDescriptor.for_path("up.arrow"), table(10).schema)
+    writer.write_table(table(10))
+    # The get at least (the upload too once its call has reached the server).
+    assert server.shutdown(0.5) in (1, 2)
+    with pytest.raises(FAILED):
+        reader.read_all()
+    with pytest.raises(FAILED):
+        writer.close()
+    assert sorted(p.name for p in directory.iterdir()) == ["big.arrow", "t.arrow"], "the cut upload left nothing"

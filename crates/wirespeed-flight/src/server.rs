@@ -364,6 +364,12 @@ impl Server {
         }
         let cancelled = self.shared.calls.open();
         self.stop_now();
+        // The cancelled calls end on their own threads within a poll; waiting for them lets
+        // an upload cut short remove its part file before the process exits.
+        let wound_down = Instant::now() + WIND_DOWN;
+        while self.shared.calls.open() > 0 && Instant::now() < wound_down {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         cancelled
     }
 
@@ -407,6 +413,9 @@ impl Server {
         self.runtime.block_on(grpc).map_err(|e| Error::internal(format!("gRPC server task failed: {e}")))
     }
 }
+
+/// How long [`Server::shutdown`] waits for the calls it cancelled to end.
+const WIND_DOWN: Duration = Duration::from_secs(2);
 
 impl Drop for Server {
     fn drop(&mut self) {
