@@ -71,6 +71,11 @@ class NewerCalls:
                 native = self.__dict__["_native_calls"] = _native.FlightCalls(url, **tls)
             return native
 
+    def close(self) -> None:
+        with self._calls_lock:
+            self.__dict__.pop("_native_calls", None)
+        super().close()  # type: ignore[misc]
+
     def poll_flight_info(self, descriptor: _pf.FlightDescriptor,
                          options: _pf.FlightCallOptions | None = None) -> PollInfo:
         """PollFlightInfo: starts (or asks after) the query `descriptor` names."""

@@ -158,6 +158,28 @@ def test_metrics_count_calls_by_method_plane_and_status_and_pass_promtool(tmp_pa
         proc.stop()
 
 
+def test_metrics_show_the_cache_and_uploads_in_progress(tmp_path):
+    port = free_port()
+    proc = serve(tmp_path, "--metrics", f"127.0.0.1:{port}", "--cache-mb", "64")
+    try:
+        text = scrape(port)
+        assert sample(text, "wirespeed_serve_cache_bytes") == 0 and sample(text, "wirespeed_serve_uploads") == 0
+        c = flight.connect(proc.url)
+        got = c.do_get(c.get_flight_info(flight.FlightDescriptor.for_path("t.arrow")).endpoints[0].ticket).read_all()
+        writer, _ = c.do_put(flight.FlightDescriptor.for_path("up.arrow"), table(rows=10).schema)
+        writer.write_table(table(rows=10))
+        wait_for(lambda: sample(scrape(port), "wirespeed_serve_uploads") == 1)
+        text = scrape(port)
+        assert sample(text, "wirespeed_serve_cache_tables") == 1
+        assert got.nbytes * 0.9 < sample(text, "wirespeed_serve_cache_bytes") <= 64 << 20
+        writer.close()
+        wait_for(lambda: sample(scrape(port), "wirespeed_serve_uploads") == 0)
+        checked = subprocess.run(["promtool", "check", "metrics"], input=scrape(port), capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    finally:
+        proc.stop()
+
+
 def test_auth_failures_and_refusals_are_counted(tmp_path):
     port = free_port()
     proc = Proc(["serve", str(tmp_path), "--listen", f"127.0.0.1:{free_port()}", "--password-over-plaintext",
@@ -207,7 +229,8 @@ def paused_reader(url):
 
 
 def test_sigterm_drains_calls_in_flight_then_exits_0(tmp_path):
-    proc = serve(tmp_path, "--drain-timeout", "20", rows=2_000_000)
+    # More than gRPC's windows and buffers hold, so the call stays open while its reader pauses.
+    proc = serve(tmp_path, "--drain-timeout", "20", rows=6_000_000)
     try:
         reader = paused_reader(proc.url)
         proc.proc.send_signal(signal.SIGTERM)

@@ -93,6 +93,12 @@ impl TableCache {
         self.limit
     }
 
+    /// The bytes of batches held, and the tables they make.
+    pub(crate) fn held(&self) -> (usize, usize) {
+        let g = self.lock();
+        (g.used, g.tables.len())
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unpoison()
     }

@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 use arrow_flight::{
@@ -19,7 +20,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use wirespeed_files::paths::join_under;
 use wirespeed_flight::error::Quote;
-use wirespeed_flight::{Error, Handler, Output, Payload, Result, StoredFile, Upload, WriteOptions};
+use wirespeed_flight::{Error, Gauge, Handler, Output, Payload, Result, StoredFile, Upload, WriteOptions};
 
 use crate::cache::{Batches, Stamp, Table, TableCache};
 use crate::format::{Format, format_of, io_error};
@@ -34,6 +35,8 @@ pub struct DirService {
     /// ask may have no codec (Java's flight-core needs a module for it).
     options: WriteOptions,
     tickets: Tickets,
+    /// Uploads in progress.
+    uploads: Arc<AtomicUsize>,
 }
 
 /// Opens a flight's file; errors name the flight, not the server's paths.
@@ -79,7 +82,13 @@ impl DirService {
         // What uploads cut short by a killed server left (live ones are locked).
         wirespeed_files::part::sweep_uploads(&root, std::time::Duration::from_secs(10));
         let cache = (cache_bytes > 0).then(|| Arc::new(TableCache::new(cache_bytes)));
-        Ok(DirService { root, cache, options: WriteOptions::default(), tickets: Tickets::new(None)? })
+        Ok(DirService {
+            root,
+            cache,
+            options: WriteOptions::default(),
+            tickets: Tickets::new(None)?,
+            uploads: Arc::default(),
+        })
     }
 
     /// Sends batches compressed with `compression` (pyarrow's `IpcWriteOptions` choice), stored
@@ -244,6 +253,23 @@ impl Handler for DirService {
         Ok(self.read(&self.resolve(&name)?, &name)?.with_options(self.options))
     }
 
+    fn gauges(&self) -> Vec<Gauge> {
+        let (bytes, tables) = self.cache.as_ref().map_or((0, 0), |c| c.held());
+        vec![
+            Gauge {
+                name: "wirespeed_serve_cache_bytes",
+                help: "Bytes of decoded tables the cache holds",
+                value: bytes as f64,
+            },
+            Gauge { name: "wirespeed_serve_cache_tables", help: "Tables the cache holds", value: tables as f64 },
+            Gauge {
+                name: "wirespeed_serve_uploads",
+                help: "Uploads in progress (part files being written)",
+                value: self.uploads.load(Ordering::Relaxed) as f64,
+            },
+        ]
+    }
+
     /// A file's FlightInfo is ready when asked for: nothing runs to cancel.
     fn cancel_flight_info(&self, _request: &CancelFlightInfoRequest) -> Result<CancelFlightInfoResult> {
         Ok(CancelFlightInfoResult::new(CancelStatus::NotCancellable))
@@ -264,6 +290,6 @@ impl Handler for DirService {
         let format = format_of(&dest).ok_or_else(|| {
             Error::invalid_argument(format!("{}: name it .arrow, .feather, .arrows or .parquet", Quote::str(&name)))
         })?;
-        Ok(Box::new(DirUpload::start(&name, &dest, format, schema)?))
+        Ok(Box::new(DirUpload::start(&name, &dest, format, schema, &self.uploads)?))
     }
 }

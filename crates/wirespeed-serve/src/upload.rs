@@ -5,6 +5,8 @@
 
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::RecordBatch;
 use arrow_ipc::writer::{FileWriter, StreamWriter};
@@ -22,6 +24,16 @@ pub(crate) struct DirUpload {
     part: PartFile,
     writer: Writer,
     rows: u64,
+    _open: Open,
+}
+
+/// Counts an upload as in progress while it lives.
+struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 enum Writer {
@@ -31,7 +43,14 @@ enum Writer {
 }
 
 impl DirUpload {
-    pub(crate) fn start(name: &str, dest: &Path, format: Format, schema: &SchemaRef) -> Result<Self> {
+    /// Starts writing `name`'s part file, counted in `open` until it is committed or dropped.
+    pub(crate) fn start(
+        name: &str,
+        dest: &Path,
+        format: Format,
+        schema: &SchemaRef,
+        open: &Arc<AtomicUsize>,
+    ) -> Result<Self> {
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent).map_err(|e| io_error(name, e))?;
         }
@@ -44,7 +63,8 @@ impl DirUpload {
                 Writer::Parquet(Box::new(ArrowWriter::try_new(file, schema.clone(), None).map_err(|e| bad(&e))?))
             }
         };
-        Ok(DirUpload { name: name.to_string(), part, writer, rows: 0 })
+        open.fetch_add(1, Ordering::Relaxed);
+        Ok(DirUpload { name: name.to_string(), part, writer, rows: 0, _open: Open(open.clone()) })
     }
 
     fn write_batch(&mut self, batch: &RecordBatch) -> std::result::Result<(), ArrowError> {
@@ -67,7 +87,7 @@ impl Upload for DirUpload {
     }
 
     fn finish(self: Box<Self>) -> Result<Vec<Bytes>> {
-        let DirUpload { name, part, writer, rows } = *self;
+        let DirUpload { name, part, writer, rows, _open } = *self;
         let bad = |e: &dyn std::fmt::Display| Error::internal(format!("{}: {e}", Quote::str(&name)));
         let file = match writer {
             Writer::IpcFile(mut w) => w.finish().and_then(|()| w.into_inner()).map_err(|e| bad(&e))?,

@@ -4,7 +4,7 @@
 //! loopback, as arrow-flight-benchmark starts its perf server. Data: 4 int64 columns, so 4096
 //! records make a 128 KiB batch. Latency is the time each batch took to read (or write).
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,6 +65,10 @@ pub struct FlightArgs {
     /// One JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// The server started here serves Prometheus metrics and writes a JSON line per call, as
+    /// an operator's `serve` would (to discarded stderr: the cost is the server's).
+    #[arg(long)]
+    metrics: bool,
 }
 
 #[derive(Args, Debug)]
@@ -75,6 +79,12 @@ pub struct FlightServerArgs {
     /// libfabric's as ofi+<provider>.
     #[arg(long, value_delimiter = ',', value_parser = fabric)]
     planes: Vec<Fabric>,
+    /// Serve Prometheus metrics on http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<String>,
+    /// Write a JSON line per call to stderr.
+    #[arg(long)]
+    call_log: bool,
 }
 
 fn fabric(name: &str) -> Result<Fabric, String> {
@@ -179,6 +189,12 @@ pub fn serve(a: FlightServerArgs) -> Result<()> {
     if !a.planes.is_empty() {
         builder = builder.planes(&a.planes);
     }
+    if let Some(addr) = &a.metrics {
+        builder = builder.metrics(addr);
+    }
+    if a.call_log {
+        builder = builder.on_call(|call| drop(writeln!(std::io::stderr(), "{}", call.to_json())));
+    }
     let server = builder.start()?;
     println!("listening {}", server.url());
     server.wait()?;
@@ -203,7 +219,7 @@ pub fn run(a: FlightArgs) -> Result<()> {
                 wirespeed_flight::PlaneChoice::Only(k) => Some(k),
                 _ => None,
             };
-            let (c, url) = spawn_server(&key_text, plane)?;
+            let (c, url) = spawn_server(&key_text, plane, a.metrics)?;
             child = Some(ChildGuard(c));
             url
         }
@@ -329,12 +345,14 @@ impl Drop for ChildGuard {
     }
 }
 
-fn spawn_server(key_text: &str, plane: Option<Fabric>) -> Result<(Child, String)> {
+fn spawn_server(key_text: &str, plane: Option<Fabric>, metrics: bool) -> Result<(Child, String)> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(["bench", "flight-server", "--listen", "127.0.0.1:0"])
         .args(plane.map(|p| format!("--planes={p}")))
+        .args(if metrics { &["--metrics", "127.0.0.1:0", "--call-log"][..] } else { &[] })
         .env("WIRESPEED_KEY", key_text)
         .stdout(Stdio::piped())
+        .stderr(if metrics { Stdio::null() } else { Stdio::inherit() })
         .spawn()
         .context("starting the perf server")?;
     let mut line = String::new();

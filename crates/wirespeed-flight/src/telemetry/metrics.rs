@@ -95,7 +95,8 @@ pub(crate) struct Metrics {
 
 impl Metrics {
     pub(crate) fn new(handler: Arc<dyn Handler>) -> Self {
-        let mut registry = Registry::with_prefix("wirespeed_flight");
+        // The server's series under its prefix; the handler's named in full.
+        let mut registry = Registry::default();
         let durations = Family::<MethodPlane, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0005, 3.0, 12))
         });
@@ -115,7 +116,7 @@ impl Metrics {
             refused_calls: Family::default(),
             refused_connections: Family::default(),
         };
-        let r = &mut registry;
+        let r = registry.sub_registry_with_prefix("wirespeed_flight");
         r.register("calls", "Calls that ended, by method, plane and status code", metrics.calls.clone());
         r.register_with_unit(
             "call_duration",
