@@ -99,6 +99,14 @@ pub fn share_table<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<B
     arrow::table_to_py(py, schema, shared)
 }
 
+/// `s` seconds as a Duration (inf: `Duration::MAX`); negative or NaN is a usage error.
+fn seconds(what: &str, s: f64) -> PyResult<Duration> {
+    if s == f64::INFINITY {
+        return Ok(Duration::MAX);
+    }
+    Duration::try_from_secs_f64(s).map_err(|_| errors::usage(format!("{what} {s}: expected seconds, or None")))
+}
+
 /// `wirespeed serve`: the Arrow and Parquet files under `root` as flights, with uploads.
 /// `tls`: (certificate chain, private key, client CA for mutual TLS), all PEM.
 #[pyfunction]
@@ -126,12 +134,9 @@ pub fn serve_directory(
         Some("zstd") => Some(CompressionType::ZSTD),
         Some(other) => return Err(errors::usage(format!("compression {other:?}: expected lz4, zstd or None"))),
     };
-    let ttl = match ticket_ttl {
-        None => None,
-        Some(s) => match Duration::try_from_secs_f64(s) {
-            Ok(d) if !d.is_zero() => Some(d),
-            _ => return Err(errors::usage(format!("ticket_ttl {s}: expected seconds above 0, or None"))),
-        },
+    let ttl = match ticket_ttl.map(|s| seconds("ticket_ttl", s)).transpose()? {
+        Some(d) if d.is_zero() => return Err(errors::usage("ticket_ttl 0: a ticket must live a while, or take None")),
+        ttl => ttl,
     };
     let service = DirService::new(root, cache_mb << 20)
         .and_then(|s| s.compression(codec).ticket_ttl(ttl))
@@ -173,14 +178,7 @@ impl FlightServer {
     /// before they are cancelled. Returns how many were cancelled.
     #[pyo3(signature = (deadline=None))]
     fn shutdown(&self, py: Python<'_>, deadline: Option<f64>) -> PyResult<usize> {
-        let drain = match deadline {
-            None => None,
-            Some(s) if s == f64::INFINITY => Some(Duration::MAX),
-            Some(s) => Some(
-                Duration::try_from_secs_f64(s)
-                    .map_err(|_| errors::usage(format!("deadline {s}: expected seconds from 0, or None")))?,
-            ),
-        };
+        let drain = deadline.map(|s| seconds("deadline", s)).transpose()?;
         let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
         let cancelled = py.detach(move || match (server, drain) {
             (Some(server), Some(drain)) => server.shutdown(drain),

@@ -358,18 +358,16 @@ impl Server {
     pub fn shutdown(mut self, deadline: Duration) -> usize {
         self.shared.draining.store(true, Ordering::SeqCst);
         self.runtime.block_on(health::set(&self.health, false));
-        let until = Instant::now().checked_add(deadline);
-        while self.shared.calls.open() > 0 && until.is_none_or(|until| Instant::now() < until) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let cancelled = self.shared.calls.open();
+        let calls = self.shared.calls.clone();
+        wait_until(deadline, || calls.open() == 0);
+        let cancelled = calls.open();
         self.stop_now();
-        // The cancelled calls end on their own threads within a poll; waiting for them lets
-        // an upload cut short remove its part file before the process exits.
-        let wound_down = Instant::now() + WIND_DOWN;
-        while self.shared.calls.open() > 0 && Instant::now() < wound_down {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // The cancelled calls end on their own threads within a poll, and gRPC connections
+        // send what they hold of calls that ended, then close. Waiting for both lets a cut
+        // upload remove its part file, and the end of a finished stream reach its client,
+        // before the process exits.
+        let metrics = &self.shared.telemetry.metrics;
+        wait_until(WIND_DOWN, || calls.open() == 0 && metrics.open_connections("grpc") == 0);
         cancelled
     }
 
@@ -414,7 +412,16 @@ impl Server {
     }
 }
 
-/// How long [`Server::shutdown`] waits for the calls it cancelled to end.
+/// Returns once `done`, or once `at_most` has passed.
+fn wait_until(at_most: Duration, done: impl Fn() -> bool) {
+    let until = Instant::now().checked_add(at_most);
+    while !done() && until.is_none_or(|until| Instant::now() < until) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// How long [`Server::shutdown`] waits for the calls it cancelled to end and for gRPC
+/// connections to close.
 const WIND_DOWN: Duration = Duration::from_secs(2);
 
 impl Drop for Server {

@@ -41,7 +41,7 @@ impl Tickets {
         let Some((ttl, key)) = &self.lifetime else {
             return FlightEndpoint::new().with_ticket(Ticket::new(name.to_string()));
         };
-        let expiry = now_ms().saturating_add(ttl.as_millis() as u64);
+        let expiry = now_ms().saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         let signed = format!("{name}\0{expiry}");
         let tag = hex(&mac(key, signed.as_bytes()).finalize().into_bytes());
         FlightEndpoint::new()
@@ -155,6 +155,14 @@ mod tests {
         assert_eq!(expired.code(), Code::NotFound);
         assert!(expired.message().contains("expired"), "{}", expired.message());
         assert_eq!(tickets.renew(&endpoint).unwrap_err().code(), Code::NotFound);
+    }
+
+    #[test]
+    fn a_time_to_live_past_the_clock_never_expires() {
+        let tickets = Tickets::new(Some(Duration::MAX)).unwrap();
+        let endpoint = tickets.endpoint("a.arrow");
+        assert!(endpoint.expiration_time.unwrap().seconds > 4_000_000_000, "not wrapped into the past");
+        assert_eq!(tickets.redeem(&ticket(&endpoint)).unwrap(), "a.arrow");
     }
 
     #[test]

@@ -127,6 +127,9 @@ pub(crate) async fn serve(
         .keep_alive_interval(limits.keepalive)
         .keep_alive_timeout(limits.keepalive);
     let clients = Arc::new(Clients::default());
+    // Dropped with this loop at stop: each connection then says goodbye and sends what it
+    // holds, so the last bytes of calls that ended reach their clients.
+    let (_closing, closed) = watch::channel(());
     let budget =
         Budget::new(limits.request_bytes, limits.message_stall, shared.telemetry.metrics.request_bytes.clone());
     loop {
@@ -151,7 +154,7 @@ pub(crate) async fn serve(
             shared: shared.clone(),
             budget: budget.clone(),
         };
-        let (http2, tls, limits) = (http2.clone(), tls.clone(), limits.clone());
+        let (http2, tls, limits, mut closed) = (http2.clone(), tls.clone(), limits.clone(), closed.clone());
         let telemetry = shared.telemetry.clone();
         tokio::spawn(async move {
             let _open = telemetry.metrics.connection("grpc");
@@ -165,7 +168,7 @@ pub(crate) async fn serve(
             };
             let io = TokioIo::new(StartDeadline::new(io, limits.start));
             let connection = http2.serve_connection(io, TowerToHyperService::new(calls));
-            serve_connection(connection, idle, limits.idle).await
+            serve_connection(connection, idle, limits.idle, &mut closed).await
         });
     }
 }
@@ -184,14 +187,22 @@ type Connection = hyper::server::conn::http2::Connection<
 /// to a ping first) before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-/// Drives one connection to its end, asking it to close once idle.
-async fn serve_connection(connection: Connection, mut active: watch::Receiver<usize>, idle: Duration) {
+/// Drives one connection to its end, asking it to close once idle or once the server stops.
+async fn serve_connection(
+    connection: Connection,
+    mut active: watch::Receiver<usize>,
+    idle: Duration,
+    closed: &mut watch::Receiver<()>,
+) {
     tokio::pin!(connection);
+    closed.mark_unchanged();
     tokio::select! {
         _ = &mut connection => return,
         _ = idle_for(&mut active, idle) => connection.as_mut().graceful_shutdown(),
+        _ = closed.changed() => connection.as_mut().graceful_shutdown(),
     }
-    // Nothing is open, so nothing is lost if the peer does not finish the goodbye in time.
+    // Idle, or the server stops (its calls ended or cancelled): nothing is lost if the peer
+    // does not finish the goodbye in time.
     let _ = tokio::time::timeout(CLOSE_GRACE, connection).await;
 }
 

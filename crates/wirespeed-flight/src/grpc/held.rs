@@ -172,12 +172,12 @@ pub(crate) struct HeldStream {
 impl futures::Stream for HeldStream {
     type Item = Item;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
-        let call = self.call.clone();
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        let HeldStream { call, told } = self.get_mut();
         call.waker.register(cx.waker());
         let mut state = call.state.lock().unpoison();
         let Some(rx) = &mut state.rx else {
-            if std::mem::replace(&mut self.told, true) {
+            if std::mem::replace(told, true) {
                 return Poll::Ready(None);
             }
             return Poll::Ready(Some(Err(Status::resource_exhausted(

@@ -177,6 +177,11 @@ impl Metrics {
         OpenConnection(gauge)
     }
 
+    /// Client connections open now on `plane`.
+    pub(crate) fn open_connections(&self, plane: &'static str) -> i64 {
+        self.connections.get_or_create(&PlaneLabel { plane }).get()
+    }
+
     /// A failed login (`password`), bearer token (`token`), or data-plane grant (`grant`).
     pub(crate) fn auth_failed(&self, reason: &'static str) {
         self.auth_failures.get_or_create(&ReasonLabel { reason }).inc();
