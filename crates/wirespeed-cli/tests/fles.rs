@@ -206,8 +206,35 @@ fn ctrl_c_finishes_the_timeslices_begun() {
     assert!(dir.path().join("run.0.tsa").exists() && dir.path().join("run.1.tsa").exists());
 }
 
-/// Starts `fles run` with `args`, sends `signal` to its node `role` `index` after `after`,
-/// and returns the run's report.
+/// Waits until a `.part` archive in `dir` grows past what it held when first seen: the nodes
+/// passed their barrier and build timeslices. (A node killed before that fails the start, as
+/// it should; on a cold machine the start alone can take longer than a test's `after`.)
+fn wait_until_under_way(dir: &std::path::Path) {
+    let part_sizes = || -> Vec<(std::path::PathBuf, u64)> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".part"))
+            .filter_map(|e| Some((e.path(), e.metadata().ok()?.len())))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut first_seen = std::collections::HashMap::new();
+    while std::time::Instant::now() < deadline {
+        for (path, len) in part_sizes() {
+            if len > *first_seen.entry(path).or_insert(len) {
+                return;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("no archive in {} grew within 60 s", dir.display());
+}
+
+/// Starts `fles run` with `args` (which write an archive into `dir`), sends `signal` to its
+/// node `role` `index` once the run is under way and at least `after` from the start, and
+/// returns the run's report.
 fn run_and_signal(
     dir: &std::path::Path,
     args: &[&str],
@@ -224,7 +251,9 @@ fn run_and_signal(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(after);
+    let started = std::time::Instant::now();
+    wait_until_under_way(dir);
+    std::thread::sleep(after.saturating_sub(started.elapsed()));
     let pattern = format!("role={role} --index={index} ");
     let sent = Command::new("pkill")
         .arg(format!("-{signal}"))
@@ -267,7 +296,8 @@ fn an_input_killed_mid_run_leaves_its_timeslices_incomplete_and_the_rest_whole()
 #[test]
 fn an_input_gone_silent_is_given_up_after_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--local=3:2", "--timeslices=1500", "--timeslice-size=20", "--rate=0.02", "--timeout=4"];
+    let output = format!("--output=tsa:{}", dir.path().join("run.tsa").display());
+    let args = ["--local=3:2", "--timeslices=1500", "--timeslice-size=20", "--rate=0.02", "--timeout=4", &output];
     let r = run_and_signal(dir.path(), &args, ("input", 2), "STOP", std::time::Duration::from_millis(800));
     assert_eq!(r["timeslices"], 1500);
     assert!(r["incomplete"].as_u64().unwrap() > 0);
@@ -355,7 +385,8 @@ fn kill_compute_node_1(transport: &str, scheduler: &str) {
 #[test]
 fn a_compute_node_gone_silent_is_left_out_and_stopped() {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--local=2:3", "--timeslices=1500", "--timeslice-size=20", "--rate=0.01", "--timeout=4"];
+    let output = format!("--output=tsa:{}", dir.path().join("run.tsa").display());
+    let args = ["--local=2:3", "--timeslices=1500", "--timeslice-size=20", "--rate=0.01", "--timeout=4", &output];
     let r = run_and_signal(dir.path(), &args, ("compute", 2), "STOP", std::time::Duration::from_millis(800));
     assert_eq!(r["lost_computes"], serde_json::json!([2]));
     assert_eq!(r["incomplete"], 0);
