@@ -21,7 +21,7 @@ use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::MetadataValue;
+use tonic::metadata::{AsciiMetadataKey, MetadataValue};
 use tonic::transport::Channel;
 use wirespeed::Key;
 
@@ -141,6 +141,10 @@ pub struct Client {
     offers: std::sync::Mutex<Option<bool>>,
     /// The session cookie the server set (see [`Client::set_session_options`]).
     session: std::sync::Mutex<Option<MetadataValue<tonic::metadata::Ascii>>>,
+    /// Headers every gRPC call carries.
+    headers: Vec<(AsciiMetadataKey, MetadataValue<tonic::metadata::Ascii>)>,
+    /// How long each gRPC call may take.
+    timeout: Option<std::time::Duration>,
 }
 
 impl Client {
@@ -169,6 +173,8 @@ impl Client {
             host,
             offers: Default::default(),
             session: Default::default(),
+            headers: Vec::new(),
+            timeout: None,
         })
     }
 
@@ -193,9 +199,25 @@ impl Client {
         self
     }
 
+    /// Every gRPC call carries these headers (as pyarrow's `FlightCallOptions.headers`).
+    pub fn with_headers(mut self, headers: &[(String, String)]) -> Result<Self> {
+        for (name, value) in headers {
+            let bad = || Error::invalid_argument(format!("header {name:?}: not a valid gRPC header"));
+            self.headers.push((name.parse().map_err(|_| bad())?, value.parse().map_err(|_| bad())?));
+        }
+        Ok(self)
+    }
+
+    /// Each gRPC call fails with DEADLINE_EXCEEDED past `timeout` (a data plane's call has
+    /// the plane's own timeout).
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
     /// Flight's Basic-then-Bearer handshake; later calls carry the token.
     pub fn authenticate(&mut self, user: &str, password: &str) -> Result<()> {
-        let mut request = tonic::Request::new(futures::stream::iter([arrow_flight::HandshakeRequest::default()]));
+        let mut request = self.request(futures::stream::iter([arrow_flight::HandshakeRequest::default()]));
         let basic =
             grpc::auth::basic(user, password).parse().map_err(|_| Error::invalid_argument("bad credentials"))?;
         request.metadata_mut().insert("authorization", basic);
@@ -227,6 +249,12 @@ impl Client {
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
+        for (name, value) in &self.headers {
+            request.metadata_mut().insert(name.clone(), value.clone());
+        }
+        if let Some(timeout) = self.timeout {
+            request.set_timeout(timeout);
+        }
         if let Some(token) = &self.token {
             request.metadata_mut().insert("authorization", token.clone());
         }

@@ -65,7 +65,16 @@ impl PlaneClient {
             Some(kind) => Ok(offered.into_iter().find(|l| l.kind == kind).map(|l| self.on_reached_host(l))),
             None => match choice {
                 Choice::Only(kind) => {
-                    Err(Error::unavailable(format!("the server offers no {} data plane here", kind.name())))
+                    let others: Vec<&str> =
+                        offered.iter().map(|l| l.kind.name()).filter(|&n| n != kind.name()).collect();
+                    let others = if offered.iter().any(|l| l.kind == kind) {
+                        format!("{} is for clients on the server's own host", kind.name())
+                    } else if others.is_empty() {
+                        "none at all to this client: it has no data planes, or not this key".to_string()
+                    } else {
+                        format!("it offers {}", others.join(", "))
+                    };
+                    Err(Error::unavailable(format!("the server offers no {} data plane here ({others})", kind.name())))
                 }
                 Choice::Auto => Ok(None),
             },
