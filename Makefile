@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin:$(CURDIR)/.tools/bin
 
-.PHONY: run test bootstrap build lint semver unit conformance-ucx conformance-ofi interop python wheel bench-compare bench-flight bench-python bench-flight-tls fuzz
+.PHONY: run test bootstrap build lint semver unit conformance-ucx conformance-ofi interop languages python wheel bench-compare bench-flight bench-python bench-flight-tls fuzz
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -67,11 +67,18 @@ python: bootstrap
 	bash scripts/wheel_check.sh
 	target/wheel-venv/bin/python -m pytest -q --timeout 300 python/tests
 
+# The C library's packages, each tested by its language's own tools against the library and
+# binary that cargo built: Go's `go test` (cgo over arrow-go's cdata).
+LIB_DIR := $(CURDIR)/target/debug
+languages: bootstrap
+	$(TEST_BUILD)
+	cd go && CGO_LDFLAGS="-L$(LIB_DIR) -Wl,-rpath,$(LIB_DIR)" WIRESPEED_BIN=$(LIB_DIR)/wirespeed go test -count=1 ./...
+
 # The wheel users install (abi3, manylinux_2_34), in target/wheels.
 wheel: bootstrap
 	bash scripts/wheel_check.sh release
 
-test: lint unit conformance-ucx conformance-ofi interop python
+test: lint unit conformance-ucx conformance-ofi interop languages python
 
 # Peers in the same run: iperf3, ucx_perftest, memcpy.
 bench-compare: build
