@@ -68,11 +68,15 @@ python: bootstrap
 	target/wheel-venv/bin/python -m pytest -q --timeout 300 python/tests
 
 # The C library's packages, each tested by its language's own tools against the library and
-# binary that cargo built: Go's `go test` (cgo over arrow-go's cdata).
+# binary that cargo built: Go's `go test` (cgo over arrow-go's cdata), and Maven's Surefire for
+# Java (the FFM API, so a JDK of 22 or later: scripts/jdk.sh finds one). C and C++ are tested
+# by cargo (crates/wirespeed-c/tests) and with pyarrow's Arrow C++ (python/tests/test_cpp.py).
 LIB_DIR := $(CURDIR)/target/debug
 languages: bootstrap
 	$(TEST_BUILD)
 	cd go && CGO_LDFLAGS="-L$(LIB_DIR) -Wl,-rpath,$(LIB_DIR)" WIRESPEED_BIN=$(LIB_DIR)/wirespeed go test -count=1 ./...
+	JAVA_HOME=$$(bash scripts/jdk.sh 22) mvn -q -B -f java/pom.xml test \
+	  -Dwirespeed.library=$(LIB_DIR)/libwirespeed_c.so -Dwirespeed.bin=$(LIB_DIR)/wirespeed
 
 # The wheel users install (abi3, manylinux_2_34), in target/wheels.
 wheel: bootstrap
