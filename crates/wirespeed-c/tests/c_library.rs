@@ -1,6 +1,7 @@
 //! The C library from C: tests/c/flight_test.c, built with gcc under AddressSanitizer and
 //! UndefinedBehaviorSanitizer against the shared library cargo built, runs every call and
-//! every bad input; then reads from a `wirespeed serve` that is killed mid-stream.
+//! every bad input; reads from a `wirespeed serve` that is killed mid-stream; exchanges with
+//! `wirespeed bench flight-server`; and serves and reads over mutual TLS with a password.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -126,4 +127,93 @@ fn a_server_killed_mid_stream_ends_the_stream_with_an_error() {
     assert!(reader.wait().unwrap().success());
     assert!(end.starts_with("ended rc=") && !end.starts_with("ended rc=0"), "{end}");
     assert!(!end.contains("status=0 "), "a Flight code: {end}");
+}
+
+/// Runs `wirespeed ARGS` with the key file's key, until it says `listening` or `serving`;
+/// returns it and its gRPC URL.
+fn start_wirespeed(args: &[&str], key: &Path) -> (std::process::Child, String) {
+    let key_text = std::fs::read_to_string(key).unwrap();
+    let mut child = Command::new(build_dir().join("wirespeed"))
+        .args(args)
+        .env("WIRESPEED_KEY", key_text.trim_end())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for out in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(url) = line.split_whitespace().find(|w| w.starts_with("grpc://")) {
+                    let _ = tx.send(url.to_string());
+                }
+            }
+        });
+    }
+    let url = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("wirespeed says where it listens");
+    (child, url)
+}
+
+#[test]
+fn an_exchange_sends_a_c_stream_and_reads_the_echo() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_test(dir.path());
+    let key = key_file(dir.path());
+    let (mut server, url) = start_wirespeed(&["bench", "flight-server", "--listen", "127.0.0.1:0"], &key);
+    let out = sanitized(&mut Command::new(&exe)).args(["--exchange", &url]).arg(&key).output().unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("exchanged ok"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, and server and client certificates it issued, as PEM files in `dir`.
+fn certificates(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+    let mut params = CertificateParams::default();
+    params.distinguished_name.push(DnType::CommonName, "wirespeed C tests");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    std::fs::write(dir.join("ca.pem"), params.self_signed(&ca_key).unwrap().pem()).unwrap();
+    let issuer = Issuer::new(params, ca_key);
+    for (name, purpose) in
+        [("server", ExtendedKeyUsagePurpose::ServerAuth), ("client", ExtendedKeyUsagePurpose::ClientAuth)]
+    {
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.extended_key_usages = vec![purpose];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+    }
+    std::fs::write(dir.join("password"), "a password for the C tests\n").unwrap();
+}
+
+#[test]
+fn a_c_server_and_clients_speak_mutual_tls_with_a_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_c_test(dir.path());
+    let (data, certs) = (dir.path().join("data"), dir.path().join("certs"));
+    std::fs::create_dir(&data).unwrap();
+    std::fs::create_dir(&certs).unwrap();
+    write_numbers(&data.join("numbers.arrow"), 1_000_000);
+    certificates(&certs);
+    let out = sanitized(&mut Command::new(&exe))
+        .arg("--tls")
+        .arg(&data)
+        .arg(&certs)
+        .arg(key_file(dir.path()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.ends_with("tls ok\n"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("the data over shm"), "{stdout}");
 }

@@ -6,6 +6,14 @@
  *                                  reads one batch, says "reading", waits for a line on stdin
  *                                  (the caller kills the server), then reads on and says how
  *                                  the stream ended
+ *   flight_test --exchange URL KEYFILE
+ *                                  exchanges batches with `wirespeed bench flight-server`,
+ *                                  which echoes them
+ *   flight_test --tls DIR CERTS KEYFILE
+ *                                  serves DIR (numbers.arrow) over mutual TLS with a password
+ *                                  (CERTS holds ca.pem, server.pem, server.key, client.pem,
+ *                                  client.key and password), and reads it as clients with and
+ *                                  without what it asks for
  */
 #include <errno.h>
 #include <pthread.h>
@@ -354,9 +362,102 @@ static int get_across_a_death(const char* url, const char* ticket, const char* k
   return 0;
 }
 
+/* Sends 20 batches through an echoing exchange and reads them back. */
+static int exchange(const char* url, const char* keyfile) {
+  WsClient* client = connect_with(url, keyfile, "shm");
+  uint8_t d[64];
+  size_t dlen = path_descriptor("echo", d);
+  struct ArrowArrayStream input, output;
+  counting_stream(&input, "n", 20, 1000, -1);
+  OK(ws_client_do_exchange(client, d, dlen, &input, NULL, &output, &error));
+  CHECK(strcmp(ws_stream_plane(&output), "shm") == 0, "exchange over %s", ws_stream_plane(&output));
+  int64_t sum = 0;
+  for (;;) {
+    struct ArrowArray batch;
+    int rc = output.get_next(&output, &batch);
+    CHECK(rc == 0, "get_next: %d %s", rc, output.get_last_error(&output));
+    if (!batch.release) break;
+    sum += sum_batch(&batch);
+    batch.release(&batch);
+  }
+  output.release(&output);
+  CHECK(sum == (int64_t)20000 * 19999 / 2, "the echo: %ld", (long)sum);
+  OK(ws_client_release(client, &error));
+  if (error.release) error.release(&error);
+  printf("exchanged ok\n");
+  return 0;
+}
+
+static char* path_in(const char* dir, const char* name) {
+  static char paths[8][512];
+  static int next;
+  char* p = paths[next++ % 8];
+  snprintf(p, 512, "%s/%s", dir, name);
+  return p;
+}
+
+/* A server that asks for a client certificate and a password, and clients with and without. */
+static int over_tls(const char* dir, const char* certs, const char* keyfile) {
+  WsOption serving[] = {{"key_file", keyfile},
+                        {"tls_cert_chain_file", path_in(certs, "server.pem")},
+                        {"tls_private_key_file", path_in(certs, "server.key")},
+                        {"tls_client_ca_file", path_in(certs, "ca.pem")},
+                        {"password_file", path_in(certs, "password")}};
+  WsServer* server = NULL;
+  OK(ws_server_serve_directory(dir, "127.0.0.1:0", serving, 5, &server, &error));
+  uint16_t port = 0;
+  OK(ws_server_port(server, &port, &error));
+  char url[64];
+  snprintf(url, sizeof url, "grpc+tls://localhost:%u", port);
+
+  WsOption full[] = {{"key_file", keyfile},
+                     {"tls_roots_file", path_in(certs, "ca.pem")},
+                     {"tls_cert_chain_file", path_in(certs, "client.pem")},
+                     {"tls_private_key_file", path_in(certs, "client.key")},
+                     {"username", "anyone"},
+                     {"password_file", path_in(certs, "password")},
+                     {"header.x-trace", "c-test"},
+                     {"timeout", "30"}};
+  WsClient* client = NULL;
+  OK(ws_client_connect(url, full, 8, &client, &error));
+  char plane[16];
+  CHECK(read_sum(client, "numbers.arrow", plane) == (int64_t)1000000 * 999999 / 2, "read over TLS");
+  printf("ok over mutual TLS with a password, the data over %s\n", plane);
+  OK(ws_client_release(client, &error));
+
+  /* No password: the server refuses the call. */
+  OK(ws_client_connect(url, full, 4, &client, &error));
+  struct ArrowArrayStream stream;
+  FAILS(WS_STATUS_UNAUTHENTICATED, ws_client_do_get(client, (const uint8_t*)"numbers.arrow", 13, NULL, &stream, &error));
+  OK(ws_client_release(client, &error));
+  /* A wrong password. */
+  WsOption wrong[] = {full[0], full[1], full[2], full[3], {"username", "anyone"}, {"password", "not it"}};
+  FAILS(WS_STATUS_UNAUTHENTICATED, ws_client_connect(url, wrong, 6, &client, &error));
+  /* The system's roots do not know this CA. */
+  WsOption untrusted[] = {full[0], full[2], full[3], full[4], full[5]};
+  WsStatus refused = ws_client_connect(url, untrusted, 5, &client, &error);
+  CHECK(refused == WS_STATUS_UNAVAILABLE && error.message, "unknown CA: %d", refused);
+  printf("ok a server not trusted -> %s\n", error.message);
+  /* Verification off only by name: encrypted, the server unchecked. */
+  WsOption unchecked[] = {full[0], {"tls_disable_server_verification", "true"}, full[2], full[3], full[4], full[5]};
+  OK(ws_client_connect(url, unchecked, 6, &client, &error));
+  CHECK(read_sum(client, "numbers.arrow", NULL) > 0, "read with verification off");
+  OK(ws_client_release(client, &error));
+  WsOption typo[] = {{"tls_disable_server_verification", "yes"}};
+  FAILS(WS_STATUS_INVALID_ARGUMENT, ws_client_connect(url, typo, 1, &client, &error));
+
+  OK(ws_server_shutdown(server, 1.0, NULL, &error));
+  if (error.release) error.release(&error);
+  printf("tls ok\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 5 && strcmp(argv[1], "--get") == 0) return get_across_a_death(argv[2], argv[3], argv[4]);
+  if (argc == 4 && strcmp(argv[1], "--exchange") == 0) return exchange(argv[2], argv[3]);
+  if (argc == 5 && strcmp(argv[1], "--tls") == 0) return over_tls(argv[2], argv[3], argv[4]);
   if (argc == 4) return everything(argv[1], atol(argv[2]), argv[3]);
-  fprintf(stderr, "usage: flight_test DIR ROWS KEYFILE | --get URL TICKET KEYFILE\n");
+  fprintf(stderr, "usage: flight_test DIR ROWS KEYFILE | --get URL TICKET KEYFILE | --exchange URL KEYFILE | "
+                  "--tls DIR CERTS KEYFILE\n");
   return 2;
 }

@@ -6,9 +6,12 @@
 //                                       whether the tables are equal
 //   flight_test serve KEYFILE           serves a table of its own from a C++ Service until
 //                                       stdin closes; says "port N"
+//   flight_test bench URL KEYFILE TICKET wirespeed|arrow
+//                                       reads TICKET with one client, timed (bench/languages.sh)
 #include <arrow/api.h>
 #include <arrow/flight/client.h>
 
+#include <chrono>
 #include <iostream>
 
 #include "wirespeed/flight.hpp"
@@ -87,10 +90,34 @@ static int Serve(const std::string& keyfile) {
   return stopped.ok() ? 0 : 1;
 }
 
+/// Reads `ticket` with wirespeed's client or arrow::flight's, batch by batch, timed.
+static int Bench(const std::string& url, const std::string& keyfile, const std::string& ticket,
+                 const std::string& which) {
+  auto start = std::chrono::steady_clock::now();
+  int64_t rows = 0;
+  std::string plane = "grpc";
+  if (which == "wirespeed") {
+    auto client = OR_DIE(wirespeed::flight::Client::Connect(url, {{"key_file", keyfile}}));
+    start = std::chrono::steady_clock::now();
+    auto reader = OR_DIE(client->DoGet(flight::Ticket{ticket}));
+    plane = client->last_plane();
+    for (std::shared_ptr<arrow::RecordBatch> batch; (batch = OR_DIE(reader->Next())); ) rows += batch->num_rows();
+  } else {
+    auto client = OR_DIE(flight::FlightClient::Connect(OR_DIE(flight::Location::Parse(url))));
+    start = std::chrono::steady_clock::now();
+    auto stream = OR_DIE(client->DoGet(flight::Ticket{ticket}));
+    for (flight::FlightStreamChunk chunk; (chunk = OR_DIE(stream->Next())).data; ) rows += chunk.data->num_rows();
+  }
+  std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  std::cout << "plane " << plane << " rows " << rows << " seconds " << took.count() << std::endl;
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 4 && args[0] == "read") return Read(args[1], args[2], args[3]);
   if (args.size() == 2 && args[0] == "serve") return Serve(args[1]);
+  if (args.size() == 5 && args[0] == "bench") return Bench(args[1], args[2], args[3], args[4]);
   std::cerr << "usage: flight_test read URL KEYFILE NAME | serve KEYFILE\n";
   return 2;
 }
