@@ -45,6 +45,33 @@ fn build_c_test(dir: &Path) -> PathBuf {
     exe
 }
 
+/// What a program that links the static library needs besides (`cargo rustc -- --print
+/// native-static-libs` lists them; UCX and libfabric are opened at run time, when used).
+const STATIC_LIBS: [&str; 6] = ["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl"];
+
+#[test]
+fn the_static_library_links_a_program_that_runs_every_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("flight_test_static");
+    let built = Command::new("cc")
+        .args(["-std=c11", "-D_GNU_SOURCE", "-O1"])
+        .arg(format!("-I{}", crate_dir().join("include").display()))
+        .arg(crate_dir().join("tests/c/flight_test.c"))
+        .arg(deps_dir().join("libwirespeed_c.a"))
+        .args(STATIC_LIBS)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "cc: {}", String::from_utf8_lossy(&built.stderr));
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    write_numbers(&data.join("numbers.arrow"), 1_000_000);
+    let out = Command::new(&exe).arg(&data).arg("1000000").arg(key_file(dir.path())).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.ends_with("all ok\n"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// `rows` int64s "x" from 0, in batches of 65536, as an Arrow IPC file.
 fn write_numbers(path: &Path, rows: i64) {
     let file = std::fs::File::create(path).unwrap();

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "arrow_int64.h"
 #include "wirespeed.h"
@@ -92,8 +91,7 @@ struct Canceller {
   WsCancel* token;
 };
 
-static void* cancel_later(void* arg) {
-  usleep(100 * 1000);
+static void* cancel_now(void* arg) {
   WsError e = {0};
   ws_cancel_trigger(((struct Canceller*)arg)->token, &e);
   return NULL;
@@ -280,18 +278,16 @@ static int everything(const char* dir, long rows, const char* keyfile) {
   WsCancel* token = NULL;
   OK(ws_cancel_new(&token, &error));
   OK(ws_client_do_get(shm, (const uint8_t*)"numbers.arrow", 13, token, &stream, &error));
+  /* One batch read, then another thread cancels: every read after fails. */
+  struct ArrowArray first;
+  CHECK(stream.get_next(&stream, &first) == 0 && first.release, "a first batch");
+  first.release(&first);
   pthread_t thread;
   struct Canceller canceller = {token};
-  pthread_create(&thread, NULL, cancel_later, &canceller);
-  int rc = 0;
-  for (;;) {
-    struct ArrowArray batch;
-    rc = stream.get_next(&stream, &batch);
-    if (rc != 0 || !batch.release) break;
-    batch.release(&batch);
-    usleep(20 * 1000); /* a slow reader, so the cancel comes mid-stream */
-  }
+  pthread_create(&thread, NULL, cancel_now, &canceller);
   pthread_join(thread, NULL);
+  struct ArrowArray batch;
+  int rc = stream.get_next(&stream, &batch);
   CHECK(rc == ECANCELED, "cancelled mid-stream: %d", rc);
   FAILS(WS_STATUS_CANCELLED, ws_stream_error(&stream, &error));
   stream.release(&stream);
