@@ -18,7 +18,7 @@ use crate::buffers::{WsBuffer, WsBuffers};
 use crate::error::{WsError, WsStatus, guard, take};
 use crate::options::{Options, WsOption};
 use crate::server::{SERVER_OPTIONS, SERVERS, WsServer, configure};
-use crate::streams;
+use crate::streams::Imported;
 
 /// A service's callbacks. Each may be NULL (the call then fails UNIMPLEMENTED). They run on
 /// the server's threads, several at once: they must be thread-safe. Each returns a WsStatus:
@@ -170,10 +170,9 @@ impl Handler for Callbacks {
         // SAFETY: WsHandler's contract; the pointers live through the call.
         call(|e| unsafe { get(self.0.user_data, ticket.as_ptr(), ticket.len(), &mut stream, e) })?;
         // SAFETY: `stream` is ours, filled by the callback (or left released: an error).
-        let reader = unsafe { streams::import(&mut stream, "the callback's stream") }
-            .map_err(|e| Error::internal(e.message()))?;
-        let (schema, batches) = streams::batches(reader, "the callback's stream");
-        Ok(Output::new(schema, batches.map(|b| b.map(Payload::batch))))
+        let reader =
+            unsafe { Imported::new(&mut stream, "the callback's stream") }.map_err(|e| Error::internal(e.message()))?;
+        Ok(Output::new(reader.schema(), reader.map(|b| b.map(Payload::batch))))
     }
 
     fn do_put(&self, descriptor: &FlightDescriptor, schema: &SchemaRef) -> Result<Box<dyn Upload>> {

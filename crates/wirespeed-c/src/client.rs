@@ -17,7 +17,7 @@ use crate::cancel::{self, WsCancel};
 use crate::error::{WsError, WsStatus, guard};
 use crate::handles::Handles;
 use crate::options::{Options, WsOption};
-use crate::streams;
+use crate::streams::{self, Imported};
 
 /// A connection to one Flight server (opaque); safe to use from many threads at once.
 pub struct WsClient {
@@ -227,13 +227,13 @@ pub unsafe extern "C" fn ws_client_do_put(
     guard(error, || {
         needs(results, "results")?;
         // SAFETY: the caller's contract.
-        let input = unsafe { streams::import(input, "the input stream")? };
+        let input = unsafe { Imported::new(input, "the input stream")? };
         // SAFETY: the caller's contract.
         let d = unsafe { self::descriptor(descriptor, descriptor_len)? };
         let flag = cancel::flag(cancel)?;
-        let (schema, batches) = streams::batches(input, "the input stream");
+        let schema = input.schema();
         let mut writer = CLIENTS.get(client)?.do_put(&d, &schema)?;
-        for batch in batches {
+        for batch in input {
             cancel::check(&flag)?; // the writer, dropped unfinished, cancels the call
             writer.write(batch?)?;
         }
@@ -261,17 +261,17 @@ pub unsafe extern "C" fn ws_client_do_exchange(
     guard(error, || {
         needs(output, "output")?;
         // SAFETY: the caller's contract.
-        let input = unsafe { streams::import(input, "the input stream")? };
+        let input = unsafe { Imported::new(input, "the input stream")? };
         // SAFETY: the caller's contract.
         let d = unsafe { self::descriptor(descriptor, descriptor_len)? };
         let flag = cancel::flag(cancel)?;
-        let (schema, batches) = streams::batches(input, "the input stream");
+        let schema = input.schema();
         let (mut writer, reader) = CLIENTS.get(client)?.do_exchange(&d, &schema)?;
         let sending = flag.clone();
         std::thread::Builder::new()
             .name("ws-exchange".into())
             .spawn(move || {
-                for batch in batches {
+                for batch in input {
                     let sent = cancel::check(&sending).and_then(|()| writer.write(batch?));
                     if sent.is_err() {
                         return; // dropped unfinished: the call fails, and the reader says why

@@ -5,12 +5,14 @@
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::time::Duration;
 
+use arrow_array::ffi::from_ffi_and_data_type;
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
-use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
-use arrow_array::{Array, RecordBatch, RecordBatchReader, StructArray};
-use arrow_schema::SchemaRef;
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
+use arrow_array::{Array, RecordBatch, StructArray};
+use arrow_schema::{DataType, SchemaRef};
 use wirespeed_flight::{Code, Error, FlightReader, Result};
 
 use crate::args::null;
@@ -123,6 +125,9 @@ unsafe extern "C" fn get_next(stream: *mut FFI_ArrowArrayStream, out: *mut FFI_A
     if out.is_null() {
         return me.fail(null("the array's out pointer"));
     }
+    if let Some((e, _)) = &me.last_error {
+        return errno_of(e.code()); // a failed stream stays failed
+    }
     let next = catch_unwind(AssertUnwindSafe(|| me.next())).unwrap_or_else(|p| Err(panicked(&*p)));
     let array = match next {
         Ok(Some(batch)) => FFI_ArrowArray::new(&StructArray::from(batch).into_data()),
@@ -178,26 +183,92 @@ pub(crate) fn export(mut reader: FlightReader, cancel: Option<Flag>) -> Result<F
     })
 }
 
-/// A C stream the caller gives us (moved: we release it), as batches.
-///
-/// # Safety
-/// `stream` is null or points to an FFI_ArrowArrayStream.
-pub(crate) unsafe fn import(stream: *mut FFI_ArrowArrayStream, what: &str) -> Result<RecordBatchStreamReader> {
-    if stream.is_null() {
-        return Err(null(what));
-    }
-    // SAFETY: the caller's contract; the struct is moved out and marked released.
-    RecordBatchStreamReader::try_new(unsafe { FFI_ArrowArrayStream::from_raw(stream) })
-        .map_err(|e| Error::invalid_argument(format!("{what}: {e}")))
+/// A C stream given to us (moved: we release it), read batch by batch. Each batch is checked
+/// whole before use (the C data interface gives no buffer sizes, and Arrow's importer trusts
+/// what it is given): a malformed one is an INVALID_ARGUMENT error, never a read out of bounds.
+pub(crate) struct Imported {
+    stream: FFI_ArrowArrayStream,
+    schema: SchemaRef,
+    what: &'static str,
 }
 
-/// The batches of an imported stream, its failures as INVALID_ARGUMENT errors.
-pub(crate) fn batches(
-    reader: RecordBatchStreamReader,
-    what: &'static str,
-) -> (SchemaRef, impl Iterator<Item = Result<RecordBatch>> + Send) {
-    let schema = reader.schema();
-    (schema, reader.map(move |b| b.map_err(|e| Error::invalid_argument(format!("{what}: {e}")))))
+impl Imported {
+    /// # Safety
+    /// `stream` is null or points to an FFI_ArrowArrayStream.
+    pub(crate) unsafe fn new(stream: *mut FFI_ArrowArrayStream, what: &'static str) -> Result<Self> {
+        if stream.is_null() {
+            return Err(null(what));
+        }
+        // SAFETY: the caller's contract; the struct is moved out and left released.
+        let mut stream = unsafe { FFI_ArrowArrayStream::from_raw(stream) };
+        let bad = |why: String| Error::invalid_argument(format!("{what}: {why}"));
+        let get_schema = match (stream.release(), stream.get_schema()) {
+            (None, _) => return Err(bad("it is released".into())),
+            (_, None) => return Err(bad("it has no get_schema".into())),
+            (_, Some(f)) => f,
+        };
+        let mut schema = FFI_ArrowSchema::empty();
+        // SAFETY: the producer's callback, on its unreleased stream.
+        let rc = unsafe { get_schema(&mut stream, &mut schema) };
+        if rc != 0 {
+            return Err(bad(format!("get_schema failed ({rc}): {}", last_error(&mut stream))));
+        }
+        let schema = arrow_schema::Schema::try_from(&schema).map_err(|e| bad(e.to_string()))?;
+        Ok(Imported { stream, schema: Arc::new(schema), what })
+    }
+
+    pub(crate) fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        let bad = |why: String| Error::invalid_argument(format!("{}: {why}", self.what));
+        let get_next = self.stream.get_next().ok_or_else(|| bad("it has no get_next".into()))?;
+        let mut array = FFI_ArrowArray::empty();
+        // SAFETY: the producer's callback, on its unreleased stream.
+        let rc = unsafe { get_next(&mut self.stream, &mut array) };
+        if rc != 0 {
+            return Err(bad(format!("get_next failed ({rc}): {}", last_error(&mut self.stream))));
+        }
+        if array.is_released() {
+            return Ok(None);
+        }
+        let fields = self.schema.fields().clone();
+        // SAFETY: an array the producer handed over, of the stream's type; validated below
+        // before anything reads its buffers.
+        let data =
+            unsafe { from_ffi_and_data_type(array, DataType::Struct(fields)) }.map_err(|e| bad(e.to_string()))?;
+        data.validate_full().map_err(|e| bad(e.to_string()))?;
+        let (_, columns, nulls) = StructArray::from(data).into_parts();
+        if nulls.is_some_and(|n| n.null_count() > 0) {
+            return Err(bad("a batch has null rows".into()));
+        }
+        let rows = columns.first().map(|c| c.len());
+        let options = arrow_array::RecordBatchOptions::new().with_row_count(rows);
+        RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)
+            .map(Some)
+            .map_err(|e| bad(e.to_string()))
+    }
+}
+
+/// The producer's last error message.
+fn last_error(stream: &mut FFI_ArrowArrayStream) -> String {
+    let Some(f) = stream.get_last_error() else { return "no message".into() };
+    // SAFETY: the producer's callback; its string is valid until the next call on the stream.
+    let text = unsafe { f(stream) };
+    if text.is_null() {
+        return "no message".into();
+    }
+    // SAFETY: a NUL-terminated string, as the C stream interface says.
+    unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned()
+}
+
+impl Iterator for Imported {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        self.next_batch().transpose()
+    }
 }
 
 /// The plane a stream from `ws_client_do_get` or `ws_client_do_exchange` reads from (`shm`,

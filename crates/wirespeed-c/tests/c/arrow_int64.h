@@ -79,11 +79,12 @@ static void make_array(struct ArrowArray* out, int64_t first, int64_t rows) {
   out->release = release_array;
 }
 
-/* ---- stream: `batches` batches of `rows` counting up from 0; fails at batch `fail_at` ---- */
+/* ---- stream: `batches` batches of `rows` counting up from 0; fails at batch `fail_at`, or
+ * from batch `malformed_at` on claims more rows than its column has ---- */
 
 struct Counting {
   const char* column;
-  int64_t batches, rows, next, fail_at;
+  int64_t batches, rows, next, fail_at, malformed_at;
 };
 
 static int counting_schema(struct ArrowArrayStream* s, struct ArrowSchema* out) {
@@ -99,6 +100,7 @@ static int counting_next(struct ArrowArrayStream* s, struct ArrowArray* out) {
     return 0;
   }
   make_array(out, c->next * c->rows, c->rows);
+  if (c->next >= c->malformed_at) out->length = c->rows * 2;
   c->next++;
   return 0;
 }
@@ -116,7 +118,7 @@ static void counting_release(struct ArrowArrayStream* s) {
 static void counting_stream(struct ArrowArrayStream* out, const char* column, int64_t batches, int64_t rows,
                             int64_t fail_at) {
   struct Counting* c = malloc(sizeof *c);
-  *c = (struct Counting){column, batches, rows, 0, fail_at};
+  *c = (struct Counting){column, batches, rows, 0, fail_at, INT64_MAX};
   *out = (struct ArrowArrayStream){counting_schema, counting_next, counting_error, counting_release, c};
 }
 

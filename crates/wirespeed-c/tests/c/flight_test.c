@@ -257,6 +257,11 @@ static int everything(const char* dir, long rows, const char* keyfile) {
   CHECK(strstr(error.message, "failed on purpose"), "the producer's error: %s", error.message);
   struct ArrowArrayStream gone;
   FAILS(WS_STATUS_NOT_FOUND, ws_client_do_get(grpc, (const uint8_t*)"bad.arrow", 9, NULL, &gone, &error));
+  /* A batch whose struct claims twice the rows its column holds: refused, never read past. */
+  counting_stream(&upload, "y", 8, 10000, -1);
+  ((struct Counting*)upload.private_data)->malformed_at = 2;
+  FAILS(WS_STATUS_INVALID_ARGUMENT, ws_client_do_put(shm, bad, badlen, &upload, NULL, &results, &error));
+  FAILS(WS_STATUS_NOT_FOUND, ws_client_do_get(grpc, (const uint8_t*)"bad.arrow", 9, NULL, &gone, &error));
 
   /* DoAction: CancelFlightInfo on a flight of files, which cannot be cancelled. */
   WsBuffers actions;
