@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin:$(CURDIR)/.tools/bin
 
-.PHONY: run test bootstrap build lint semver unit conformance-ucx conformance-ofi interop languages python wheel bench-compare bench-flight bench-python bench-flight-tls fuzz
+.PHONY: run test bootstrap build lint semver unit conformance-ucx conformance-ofi interop languages python wheel bench-compare bench-languages bench-flight bench-python bench-flight-tls fuzz
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -87,6 +87,10 @@ test: lint unit conformance-ucx conformance-ofi interop languages python
 # Peers in the same run: iperf3, ucx_perftest, memcpy.
 bench-compare: build
 	@bash bench/compare.sh
+
+# The C library's packages (C++, Go, Java, DuckDB) against each language's own Flight client.
+bench-languages: build
+	@bash bench/languages.sh
 
 # Flight planes against pyarrow.flight over grpc+tcp and grpc+unix.
 bench-flight: build

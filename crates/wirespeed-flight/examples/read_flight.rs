@@ -1,5 +1,6 @@
-//! Reads one flight and says how fast: `read_flight URL TICKET [TRANSPORT]`, the key from
-//! WIRESPEED_KEY. The Rust client's figure that `make bench-languages` sets the others beside.
+//! Reads one flight and says how fast: `read_flight URL TICKET [TRANSPORT [TIMES]]`, the key
+//! from WIRESPEED_KEY; with TIMES, reads it that often and times the last read (a warm one).
+//! The Rust client's figure that `make bench-languages` sets the others beside.
 
 use std::time::Instant;
 
@@ -12,14 +13,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(2);
     };
     let transport: PlaneChoice = args.get(3).map_or("auto", String::as_str).parse()?;
+    let times: usize = args.get(4).map_or(Ok(1), |t| t.parse())?;
     let client = Client::connect(url)?.with_transport(transport).with_key_from_env()?;
-    let start = Instant::now();
-    let reader = client.do_get_ticket(ticket.as_bytes())?;
-    let plane = reader.plane().name();
-    let mut rows = 0;
-    for batch in reader {
-        rows += batch?.num_rows();
+    for _ in 0..times {
+        let start = Instant::now();
+        let reader = client.do_get_ticket(ticket.as_bytes())?;
+        let plane = reader.plane().name();
+        let mut rows = 0;
+        for batch in reader {
+            rows += batch?.num_rows();
+        }
+        println!("plane {plane} rows {rows} seconds {:.6}", start.elapsed().as_secs_f64());
     }
-    println!("plane {plane} rows {rows} seconds {:.6}", start.elapsed().as_secs_f64());
     Ok(())
 }

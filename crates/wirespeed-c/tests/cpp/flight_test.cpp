@@ -6,8 +6,9 @@
 //                                       whether the tables are equal
 //   flight_test serve KEYFILE           serves a table of its own from a C++ Service until
 //                                       stdin closes; says "port N"
-//   flight_test bench URL KEYFILE TICKET wirespeed|arrow
-//                                       reads TICKET with one client, timed (bench/languages.sh)
+//   flight_test bench URL KEYFILE TICKET wirespeed|arrow TIMES
+//                                       reads TICKET TIMES times with one client, each timed
+//                                       (bench/languages.sh)
 #include <arrow/api.h>
 #include <arrow/flight/client.h>
 
@@ -90,26 +91,31 @@ static int Serve(const std::string& keyfile) {
   return stopped.ok() ? 0 : 1;
 }
 
-/// Reads `ticket` with wirespeed's client or arrow::flight's, batch by batch, timed.
+/// Reads `ticket` `times` times with wirespeed's client or arrow::flight's, each read timed.
 static int Bench(const std::string& url, const std::string& keyfile, const std::string& ticket,
-                 const std::string& which) {
-  auto start = std::chrono::steady_clock::now();
-  int64_t rows = 0;
-  std::string plane = "grpc";
+                 const std::string& which, int times) {
+  std::unique_ptr<wirespeed::flight::Client> ours;
+  std::unique_ptr<flight::FlightClient> theirs;
   if (which == "wirespeed") {
-    auto client = OR_DIE(wirespeed::flight::Client::Connect(url, {{"key_file", keyfile}}));
-    start = std::chrono::steady_clock::now();
-    auto reader = OR_DIE(client->DoGet(flight::Ticket{ticket}));
-    plane = client->last_plane();
-    for (std::shared_ptr<arrow::RecordBatch> batch; (batch = OR_DIE(reader->Next())); ) rows += batch->num_rows();
+    ours = OR_DIE(wirespeed::flight::Client::Connect(url, {{"key_file", keyfile}}));
   } else {
-    auto client = OR_DIE(flight::FlightClient::Connect(OR_DIE(flight::Location::Parse(url))));
-    start = std::chrono::steady_clock::now();
-    auto stream = OR_DIE(client->DoGet(flight::Ticket{ticket}));
-    for (flight::FlightStreamChunk chunk; (chunk = OR_DIE(stream->Next())).data; ) rows += chunk.data->num_rows();
+    theirs = OR_DIE(flight::FlightClient::Connect(OR_DIE(flight::Location::Parse(url))));
   }
-  std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-  std::cout << "plane " << plane << " rows " << rows << " seconds " << took.count() << std::endl;
+  for (int i = 0; i < times; i++) {
+    auto start = std::chrono::steady_clock::now();
+    int64_t rows = 0;
+    std::string plane = "grpc";
+    if (ours) {
+      auto reader = OR_DIE(ours->DoGet(flight::Ticket{ticket}));
+      plane = ours->last_plane();
+      for (std::shared_ptr<arrow::RecordBatch> batch; (batch = OR_DIE(reader->Next()));) rows += batch->num_rows();
+    } else {
+      auto stream = OR_DIE(theirs->DoGet(flight::Ticket{ticket}));
+      for (flight::FlightStreamChunk chunk; (chunk = OR_DIE(stream->Next())).data;) rows += chunk.data->num_rows();
+    }
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    std::cout << "plane " << plane << " rows " << rows << " seconds " << took.count() << std::endl;
+  }
   return 0;
 }
 
@@ -117,7 +123,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 4 && args[0] == "read") return Read(args[1], args[2], args[3]);
   if (args.size() == 2 && args[0] == "serve") return Serve(args[1]);
-  if (args.size() == 5 && args[0] == "bench") return Bench(args[1], args[2], args[3], args[4]);
+  if (args.size() == 6 && args[0] == "bench") return Bench(args[1], args[2], args[3], args[4], std::stoi(args[5]));
   std::cerr << "usage: flight_test read URL KEYFILE NAME | serve KEYFILE\n";
   return 2;
 }
