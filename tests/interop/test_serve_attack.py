@@ -374,7 +374,9 @@ def slow_server():
 
 def start_get(url, out):
     from conftest import BIN
-    proc = subprocess.Popen([str(BIN), "get", url, "t", "-o", str(out)], stderr=subprocess.PIPE, text=True)
+    # SIGINT at its default, as in a terminal (a shell's background job starts with it ignored).
+    proc = subprocess.Popen([str(BIN), "get", url, "t", "-o", str(out)], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     part = out.with_name(f".{out.name}.wirespeed-part")
     deadline = time.time() + 20
     while not part.exists():

@@ -11,13 +11,13 @@ use arrow_flight::{FlightDescriptor, FlightInfo};
 use arrow_schema::{ArrowError, SchemaRef};
 use bytes::Bytes;
 use prost::Message;
-use wirespeed_flight::{Error, Handler, Output, Payload, Result, Server, Upload};
+use wirespeed_flight::{Error, Handler, Output, Payload, Result, Upload};
 
-use crate::args::{needs, out, text};
+use crate::args::{needs, text};
 use crate::buffers::{WsBuffer, WsBuffers};
 use crate::error::{WsError, WsStatus, guard, take};
 use crate::options::{Options, WsOption};
-use crate::server::{SERVER_OPTIONS, SERVERS, WsServer, configure};
+use crate::server::{SERVER_OPTIONS, WsServer, start};
 use crate::streams::Imported;
 
 /// A service's callbacks. Each may be NULL (the call then fails UNIMPLEMENTED). They run on
@@ -268,14 +268,10 @@ pub unsafe extern "C" fn ws_server_serve_callbacks(
     guard(error, || {
         needs(server, "server")?;
         // SAFETY: the caller's contract.
-        let (listen, mut o) = unsafe { (text(listen, "listen")?, Options::read(options, options_len)?) };
+        let (listen, o) = unsafe { (text(listen, "listen")?, Options::read(options, options_len)?) };
         // SAFETY: the caller's contract.
         let handler = unsafe { handler.as_ref() }.ok_or_else(|| crate::args::null("handler"))?;
-        let callbacks = Callbacks(WsHandler { ..*handler });
-        let builder = configure(Server::builder(callbacks).listen(listen), &mut o)?;
-        o.finish(SERVER_OPTIONS)?;
-        let started = builder.start()?;
         // SAFETY: the caller's contract.
-        unsafe { out(server, "server", SERVERS.insert(Mutex::new(Some(started)))) }
+        unsafe { start(Callbacks(WsHandler { ..*handler }), listen, o, SERVER_OPTIONS, server) }
     })
 }

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use arrow_ipc::CompressionType;
 use wirespeed::Fabric;
-use wirespeed_flight::{Advertise, Error, Result, Server, ServerBuilder, ServerTls};
+use wirespeed_flight::{Advertise, Error, Handler, Result, Server, ServerBuilder, ServerTls};
 use wirespeed_serve::DirService;
 
 use crate::args::{needs, out, text};
@@ -20,14 +20,33 @@ pub struct WsServer {
     _opaque: [u8; 0],
 }
 
-pub(crate) static SERVERS: Handles<Mutex<Option<Server>>> = Handles::new("the server");
+static SERVERS: Handles<Mutex<Option<Server>>> = Handles::new("the server");
 
 /// What every server takes, as `wirespeed serve` takes it.
 pub(crate) const SERVER_OPTIONS: &str = "key, key_file, planes, password, password_over_plaintext, \
      tls_cert_chain, tls_private_key, tls_client_ca, advertise, handler_threads (and X_file for any X)";
 
+/// Starts `handler` at `listen` with the options every server takes, refusing any left that
+/// `known` does not name, and puts its handle in `server`.
+///
+/// # Safety
+/// `server` is null or points to writable memory for a pointer.
+pub(crate) unsafe fn start(
+    handler: impl Handler,
+    listen: &str,
+    mut o: Options,
+    known: &str,
+    server: *mut *mut WsServer,
+) -> Result<()> {
+    let builder = configure(Server::builder(handler).listen(listen), &mut o)?;
+    o.finish(known)?;
+    let started = builder.start()?;
+    // SAFETY: the caller's contract.
+    unsafe { out(server, "server", SERVERS.insert(Mutex::new(Some(started)))) }
+}
+
 /// `builder` with the options every server takes (it starts nothing yet).
-pub(crate) fn configure(mut builder: ServerBuilder, o: &mut Options) -> Result<ServerBuilder> {
+fn configure(mut builder: ServerBuilder, o: &mut Options) -> Result<ServerBuilder> {
     if let Some(key) = o.take_key()? {
         builder = builder.key(key);
     }
@@ -104,11 +123,8 @@ pub unsafe extern "C" fn ws_server_serve_directory(
         // SAFETY: the caller's contract.
         let mut o = unsafe { Options::read(options, options_len)? };
         let service = directory(root, &mut o)?;
-        let builder = configure(Server::builder(service).listen(listen), &mut o)?;
-        o.finish(&format!("{SERVER_OPTIONS}, {DIRECTORY_OPTIONS}"))?;
-        let started = builder.start()?;
         // SAFETY: the caller's contract.
-        unsafe { out(server, "server", SERVERS.insert(Mutex::new(Some(started)))) }
+        unsafe { start(service, listen, o, &format!("{SERVER_OPTIONS}, {DIRECTORY_OPTIONS}"), server) }
     })
 }
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use nix::sys::signal::{SigSet, Signal, raise};
+use nix::sys::signal::{SigHandler, SigSet, Signal, raise, signal};
 
 /// Takes SIGINT and SIGTERM on a thread of their own. Must run before any other thread
 /// starts, so that every later thread leaves the signals to that one.
@@ -23,8 +23,11 @@ pub fn install_winding_down(stop: Arc<AtomicBool>) -> anyhow::Result<()> {
 
 fn handle(stop: Option<Arc<AtomicBool>>) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
-    signals.add(Signal::SIGINT);
-    signals.add(Signal::SIGTERM);
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        if !ignored(signal) {
+            signals.add(signal);
+        }
+    }
     if stop.is_some() {
         signals.add(Signal::SIGUSR1);
     }
@@ -45,4 +48,24 @@ fn handle(stop: Option<Arc<AtomicBool>>) -> anyhow::Result<()> {
         let _ = raise(signal);
     })?;
     Ok(())
+}
+
+/// Whether this process was started with `signal` ignored (as `nohup` and a shell's background
+/// jobs start commands): then it stays ignored, rather than caught here and raised in vain.
+fn ignored(sig: Signal) -> bool {
+    // SAFETY: at start, before any thread: the disposition is read by setting it and set back.
+    let before = unsafe { signal(sig, SigHandler::SigDfl) };
+    match before {
+        Ok(SigHandler::SigIgn) => {
+            // SAFETY: as above.
+            let _ = unsafe { signal(sig, SigHandler::SigIgn) };
+            true
+        }
+        Ok(SigHandler::SigDfl) | Err(_) => false,
+        Ok(other) => {
+            // SAFETY: as above.
+            let _ = unsafe { signal(sig, other) };
+            false
+        }
+    }
 }

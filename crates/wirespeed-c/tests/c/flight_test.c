@@ -69,22 +69,27 @@ static WsClient* connect_with(const char* url, const char* keyfile, const char* 
   return client;
 }
 
+/* Reads `stream` to its end and releases it; returns the sum of its column. */
+static int64_t sum_stream(struct ArrowArrayStream* stream) {
+  int64_t sum = 0;
+  for (;;) {
+    struct ArrowArray batch;
+    int rc = stream->get_next(stream, &batch);
+    CHECK(rc == 0, "get_next: %d %s", rc, stream->get_last_error(stream));
+    if (!batch.release) break;
+    sum += sum_batch(&batch);
+    batch.release(&batch);
+  }
+  stream->release(stream);
+  return sum;
+}
+
 /* Reads `ticket` whole; returns the sum of its column, and the plane through `plane`. */
 static int64_t read_sum(WsClient* client, const char* ticket, char* plane) {
   struct ArrowArrayStream stream;
   OK(ws_client_do_get(client, (const uint8_t*)ticket, strlen(ticket), NULL, &stream, &error));
   if (plane) strcpy(plane, ws_stream_plane(&stream));
-  int64_t sum = 0;
-  for (;;) {
-    struct ArrowArray batch;
-    int rc = stream.get_next(&stream, &batch);
-    CHECK(rc == 0, "get_next: %d %s", rc, stream.get_last_error(&stream));
-    if (!batch.release) break;
-    sum += sum_batch(&batch);
-    batch.release(&batch);
-  }
-  stream.release(&stream);
-  return sum;
+  return sum_stream(&stream);
 }
 
 struct Canceller {
@@ -372,16 +377,7 @@ static int exchange(const char* url, const char* keyfile) {
   counting_stream(&input, "n", 20, 1000, -1);
   OK(ws_client_do_exchange(client, d, dlen, &input, NULL, &output, &error));
   CHECK(strcmp(ws_stream_plane(&output), "shm") == 0, "exchange over %s", ws_stream_plane(&output));
-  int64_t sum = 0;
-  for (;;) {
-    struct ArrowArray batch;
-    int rc = output.get_next(&output, &batch);
-    CHECK(rc == 0, "get_next: %d %s", rc, output.get_last_error(&output));
-    if (!batch.release) break;
-    sum += sum_batch(&batch);
-    batch.release(&batch);
-  }
-  output.release(&output);
+  int64_t sum = sum_stream(&output);
   CHECK(sum == (int64_t)20000 * 19999 / 2, "the echo: %ld", (long)sum);
   OK(ws_client_release(client, &error));
   if (error.release) error.release(&error);
