@@ -296,7 +296,7 @@ extern "C" {
 const char *ws_version(void);
 
 /*
- Serves `handler`'s callbacks at `listen` (`HOST:PORT`, or `unix:PATH`) with the options
+ Serves `handler`'s callbacks at `listen` (`HOST:PORT`, or `grpc+unix://PATH`) with the options
  `ws_server_serve_directory` takes but its last three. The library calls
  `handler->release` once the server is done with them.
 
@@ -462,7 +462,7 @@ enum WsStatus ws_client_do_action(const struct WsClient *client,
 
 /*
  Serves the Arrow and Parquet files under `root` at `listen` (`HOST:PORT`, port 0 for any,
- or `unix:PATH`), with uploads, as `wirespeed serve` does.
+ or `grpc+unix://PATH`), with uploads, as `wirespeed serve` does.
 
  Options: `key` (the data planes'; without one, gRPC only), `planes` (`shm,tcp,ucx`, ...),
  `password` (Flight's Basic handshake; needs TLS unless `password_over_plaintext` is

@@ -249,7 +249,7 @@ impl Drop for CallbackUpload {
     }
 }
 
-/// Serves `handler`'s callbacks at `listen` (`HOST:PORT`, or `unix:PATH`) with the options
+/// Serves `handler`'s callbacks at `listen` (`HOST:PORT`, or `grpc+unix://PATH`) with the options
 /// `ws_server_serve_directory` takes but its last three. The library calls
 /// `handler->release` once the server is done with them.
 ///

@@ -95,7 +95,7 @@ fn directory(root: &str, o: &mut Options) -> Result<DirService> {
 }
 
 /// Serves the Arrow and Parquet files under `root` at `listen` (`HOST:PORT`, port 0 for any,
-/// or `unix:PATH`), with uploads, as `wirespeed serve` does.
+/// or `grpc+unix://PATH`), with uploads, as `wirespeed serve` does.
 ///
 /// Options: `key` (the data planes'; without one, gRPC only), `planes` (`shm,tcp,ucx`, ...),
 /// `password` (Flight's Basic handshake; needs TLS unless `password_over_plaintext` is

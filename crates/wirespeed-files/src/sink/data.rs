@@ -112,8 +112,10 @@ pub(super) fn serve_data(stream: &Link, sh: &State) -> Result<()> {
             finish(sh, &f)?;
         }
     }
-    // The source finished this stream; finishing ours lets both drop it cleanly.
-    stream.finish()
+    // The source finished this stream: everything it sent is here. Finishing ours lets both
+    // drop it cleanly; a source that dropped it already has reset it, which loses nothing.
+    let _ = stream.finish();
+    Ok(())
 }
 
 /// Streams one chunk's body (at most `max` bytes) into place; returns its length and checksum.
