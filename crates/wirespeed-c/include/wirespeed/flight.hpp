@@ -14,6 +14,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -178,7 +179,10 @@ class Client {
                               cancel, &stream, e);
     }));
     const char* plane = ws_stream_plane(&stream);
-    last_plane_ = plane ? plane : "";
+    {
+      std::lock_guard<std::mutex> lock(plane_lock_);
+      last_plane_ = plane ? plane : "";
+    }
     ARROW_ASSIGN_OR_RAISE(auto reader, arrow::ImportRecordBatchReader(&stream));
     return std::make_unique<detail::Reader>(std::move(reader));
   }
@@ -208,11 +212,15 @@ class Client {
   }
 
   /// The plane the last DoGet took: "shm", "tcp", "ucx", "grpc", ...
-  const std::string& last_plane() const { return last_plane_; }
+  std::string last_plane() const {
+    std::lock_guard<std::mutex> lock(plane_lock_);
+    return last_plane_;
+  }
 
  private:
   explicit Client(WsClient* handle) : handle_(handle) {}
   WsClient* handle_;
+  mutable std::mutex plane_lock_;
   std::string last_plane_;
 };
 
