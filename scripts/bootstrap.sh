@@ -91,3 +91,7 @@ if [ ! -x "$TOOLS/bin/grpcurl" ]; then
   go_ok || GO="$TOOLS/go/bin/go"
   GOBIN="$TOOLS/bin" "$GO" install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4
 fi
+
+# java/ binds the C library with the FFM API, so `make languages` needs a JDK of 22 or later:
+# these machines carry Temurin 25 under /usr/lib/jvm (Debian 12 packages none that new).
+bash "$(dirname "$0")/jdk.sh" 22 >/dev/null || echo "bootstrap: make languages (in make test) will stop at java/" >&2
