@@ -345,7 +345,9 @@ enum WsStatus ws_cancel_release(const struct WsCancel *token, struct WsError *er
    `tcp`, `ucx`, `ofi+tcp`, ...; an error if it cannot be used);
  - `tls_roots` (PEM, instead of the system's), `tls_cert_chain` and `tls_private_key` (PEM,
    for mutual TLS), `tls_override_hostname`, `tls_disable_server_verification` (`true`);
- - `username` and `password`: Flight's Basic handshake, then every call carries its token;
+ - `username` and `password`: Flight's Basic handshake, then every call carries its token
+   (refused over `grpc://`, where it would travel in clear, unless `password_over_plaintext`
+   is `true`);
  - `header.NAME`: a header every gRPC call carries;
  - `timeout`: seconds each gRPC call may take.
 

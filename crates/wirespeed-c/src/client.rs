@@ -9,6 +9,7 @@ use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 use arrow_flight::{Action, FlightDescriptor};
 use bytes::Bytes;
 use prost::Message;
+use wirespeed_flight::server::travels_in_clear;
 use wirespeed_flight::{Client, ClientTls, Error, PlaneChoice, Result};
 
 use crate::args::{bytes, needs, out, text};
@@ -27,8 +28,8 @@ pub struct WsClient {
 static CLIENTS: Handles<Client> = Handles::new("the client");
 
 const CLIENT_OPTIONS: &str = "key, key_file, transport, tls_roots, tls_cert_chain, tls_private_key, \
-     tls_override_hostname, tls_disable_server_verification, username, password, header.NAME, timeout \
-     (and X_file for any X)";
+     tls_override_hostname, tls_disable_server_verification, username, password, password_over_plaintext, \
+     header.NAME, timeout (and X_file for any X)";
 
 fn connect(url: &str, mut o: Options) -> Result<Client> {
     let identity = match (o.take("tls_cert_chain")?, o.take("tls_private_key")?) {
@@ -45,6 +46,11 @@ fn connect(url: &str, mut o: Options) -> Result<Client> {
     let key = o.take_key()?;
     let transport: Option<PlaneChoice> = o.take_parsed("transport", "auto, grpc or a fabric's name")?;
     let login = (o.take_string("username")?, o.take_string("password")?);
+    let in_clear = travels_in_clear(url, url.starts_with("grpc+tls://"));
+    if login.1.is_some() && in_clear && !o.take_flag("password_over_plaintext")? {
+        let why = format!("a password over {url} travels in clear: use grpc+tls://, or password_over_plaintext=true");
+        return Err(Error::invalid_argument(why));
+    }
     let headers = o.take_prefixed("header.");
     let timeout = o.take_seconds("timeout")?;
     o.finish(CLIENT_OPTIONS)?;
@@ -74,7 +80,9 @@ fn connect(url: &str, mut o: Options) -> Result<Client> {
 ///   `tcp`, `ucx`, `ofi+tcp`, ...; an error if it cannot be used);
 /// - `tls_roots` (PEM, instead of the system's), `tls_cert_chain` and `tls_private_key` (PEM,
 ///   for mutual TLS), `tls_override_hostname`, `tls_disable_server_verification` (`true`);
-/// - `username` and `password`: Flight's Basic handshake, then every call carries its token;
+/// - `username` and `password`: Flight's Basic handshake, then every call carries its token
+///   (refused over `grpc://`, where it would travel in clear, unless `password_over_plaintext`
+///   is `true`);
 /// - `header.NAME`: a header every gRPC call carries;
 /// - `timeout`: seconds each gRPC call may take.
 ///

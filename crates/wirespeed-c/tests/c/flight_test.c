@@ -317,6 +317,9 @@ static int everything(const char* dir, long rows, const char* keyfile) {
   WsOption unknown[] = {{"colour", "blue"}};
   FAILS(WS_STATUS_INVALID_ARGUMENT, ws_client_connect(url, unknown, 1, &unused, &error));
   FAILS(WS_STATUS_INVALID_ARGUMENT, ws_client_connect("http://nowhere", NULL, 0, &unused, &error));
+  WsOption in_clear[] = {{"username", "anyone"}, {"password", "secret"}};
+  FAILS(WS_STATUS_INVALID_ARGUMENT, ws_client_connect(url, in_clear, 2, &unused, &error));
+  CHECK(strstr(error.message, "travels in clear"), "says why: %s", error.message);
   WsOption wrong[] = {{"key", "not the server's key"}, {"transport", "shm"}};
   WsClient* wrong_key = NULL;
   OK(ws_client_connect(url, wrong, 2, &wrong_key, &error));
