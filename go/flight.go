@@ -171,8 +171,12 @@ func (c *Client) GetFlightInfo(ctx context.Context, desc *flight.FlightDescripto
 	return info, proto.Unmarshal(bytes, info)
 }
 
-// cancelOn triggers a token when ctx ends; stop ends the watch.
+// cancelOn triggers a token when ctx ends; stop ends the watch. A context that never ends
+// (context.Background) needs neither token nor watcher.
 func cancelOn(ctx context.Context) (token *C.WsCancel, stop func(), err error) {
+	if ctx.Done() == nil {
+		return nil, func() {}, nil
+	}
 	slot := (**C.WsCancel)(C.calloc(1, C.size_t(unsafe.Sizeof(uintptr(0)))))
 	defer C.free(unsafe.Pointer(slot))
 	if err := call(func(e *C.WsError) uint32 { return C.ws_cancel_new(slot, e) }); err != nil {

@@ -9,17 +9,26 @@ pub(crate) fn null(what: &str) -> Error {
     Error::invalid_argument(format!("{what} is NULL"))
 }
 
-/// `len` bytes at `data` (NULL is fine when `len` is 0).
+/// `len` items at `data` (NULL is fine when `len` is 0).
 ///
 /// # Safety
-/// `data` is null or points to `len` readable bytes that outlive the call.
-pub(crate) unsafe fn bytes<'a>(data: *const u8, len: usize, what: &str) -> Result<&'a [u8]> {
+/// `data` is null or points to `len` readable items that outlive the call.
+pub(crate) unsafe fn slice<'a, T>(data: *const T, len: usize, what: &str) -> Result<&'a [T]> {
     match (data.is_null(), len) {
         (_, 0) => Ok(&[]),
         (true, _) => Err(null(what)),
         // SAFETY: the caller's contract.
         (false, _) => Ok(unsafe { std::slice::from_raw_parts(data, len) }),
     }
+}
+
+/// `len` bytes at `data`: [`slice`] of bytes.
+///
+/// # Safety
+/// As [`slice`].
+pub(crate) unsafe fn bytes<'a>(data: *const u8, len: usize, what: &str) -> Result<&'a [u8]> {
+    // SAFETY: the caller's contract.
+    unsafe { slice(data, len, what) }
 }
 
 /// The UTF-8 text of a NUL-terminated string.

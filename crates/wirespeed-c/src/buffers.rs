@@ -34,6 +34,10 @@ pub struct WsBuffers {
 }
 
 impl WsBuffer {
+    /// Released: what an out struct holds before a producer fills it.
+    pub(crate) const UNSET: WsBuffer =
+        WsBuffer { data: std::ptr::null(), len: 0, private_data: std::ptr::null_mut(), release: None };
+
     pub(crate) fn new(bytes: Bytes) -> Self {
         let held = Box::new(bytes);
         WsBuffer {
@@ -52,7 +56,7 @@ unsafe extern "C" fn release_buffer(buffer: *mut WsBuffer) {
         // SAFETY: the Box `new` leaked, freed once (nulled below).
         drop(unsafe { Box::from_raw(b.private_data.cast::<Bytes>()) });
     }
-    *b = WsBuffer { data: std::ptr::null(), len: 0, private_data: std::ptr::null_mut(), release: None };
+    *b = WsBuffer::UNSET;
 }
 
 struct Runs {
@@ -62,6 +66,15 @@ struct Runs {
 }
 
 impl WsBuffers {
+    /// Released: what an out struct holds before a producer fills it.
+    pub(crate) const UNSET: WsBuffers = WsBuffers {
+        count: 0,
+        data: std::ptr::null(),
+        lens: std::ptr::null(),
+        private_data: std::ptr::null_mut(),
+        release: None,
+    };
+
     pub(crate) fn new(runs: Vec<Bytes>) -> Self {
         let data = runs.iter().map(|r| r.as_ptr()).collect();
         let lens = runs.iter().map(Bytes::len).collect();
@@ -83,11 +96,5 @@ unsafe extern "C" fn release_buffers(buffers: *mut WsBuffers) {
         // SAFETY: the Box `new` leaked, freed once (nulled below).
         drop(unsafe { Box::from_raw(b.private_data.cast::<Runs>()) });
     }
-    *b = WsBuffers {
-        count: 0,
-        data: std::ptr::null(),
-        lens: std::ptr::null(),
-        private_data: std::ptr::null_mut(),
-        release: None,
-    };
+    *b = WsBuffers::UNSET;
 }

@@ -111,11 +111,6 @@ fn call(run: impl FnOnce(*mut WsError) -> i32) -> Result<()> {
     if status == WsStatus::Ok as i32 { Ok(()) } else { Err(failure) }
 }
 
-/// A WsBuffer to fill, as the C data interface's out structs start: released.
-fn unfilled_buffer() -> WsBuffer {
-    WsBuffer { data: std::ptr::null(), len: 0, private_data: std::ptr::null_mut(), release: None }
-}
-
 /// The bytes a callback put in `buffer`, which is then released.
 fn take_buffer(buffer: &mut WsBuffer) -> Result<Vec<u8>> {
     let Some(release) = buffer.release else { return Err(Error::internal("the callback left its buffer unset")) };
@@ -133,23 +128,24 @@ fn decode_info(bytes: &[u8]) -> Result<FlightInfo> {
 impl Handler for Callbacks {
     fn list_flights(&self, criteria: &[u8]) -> Result<Vec<FlightInfo>> {
         let Some(list) = self.0.list_flights else { return Ok(Vec::new()) };
-        let mut infos = WsBuffers {
-            count: 0,
-            data: std::ptr::null(),
-            lens: std::ptr::null(),
-            private_data: std::ptr::null_mut(),
-            release: None,
-        };
+        let mut infos = WsBuffers::UNSET;
         // SAFETY: WsHandler's contract; the pointers live through the call.
         call(|e| unsafe { list(self.0.user_data, criteria.as_ptr(), criteria.len(), &mut infos, e) })?;
         let Some(release) = infos.release else { return Err(Error::internal("the callback left its list unset")) };
-        let decoded = (0..infos.count)
-            .map(|i| {
-                // SAFETY: a set WsBuffers holds `count` runs, by its contract.
-                let run = unsafe { crate::args::bytes(*infos.data.add(i), *infos.lens.add(i), "a FlightInfo")? };
-                decode_info(run)
-            })
-            .collect();
+        let decoded = (|| {
+            // SAFETY: a set WsBuffers holds `count` pointers and lengths, by its contract.
+            let (runs, lens) = unsafe {
+                (
+                    crate::args::slice(infos.data, infos.count, "the runs")?,
+                    crate::args::slice(infos.lens, infos.count, "the lengths")?,
+                )
+            };
+            runs.iter()
+                .zip(lens)
+                // SAFETY: each run holds its length's bytes, by WsBuffers' contract.
+                .map(|(&run, &len)| decode_info(unsafe { crate::args::bytes(run, len, "a FlightInfo")? }))
+                .collect()
+        })();
         // SAFETY: the list's own release callback, once.
         unsafe { release(&mut infos) };
         decoded
@@ -158,7 +154,7 @@ impl Handler for Callbacks {
     fn get_flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo> {
         let get = self.0.get_flight_info.ok_or_else(|| missing("GetFlightInfo"))?;
         let d = descriptor.encode_to_vec();
-        let mut info = unfilled_buffer();
+        let mut info = WsBuffer::UNSET;
         // SAFETY: WsHandler's contract; the pointers live through the call.
         call(|e| unsafe { get(self.0.user_data, d.as_ptr(), d.len(), &mut info, e) })?;
         decode_info(&take_buffer(&mut info)?)

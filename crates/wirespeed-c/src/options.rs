@@ -27,12 +27,9 @@ impl Options {
     /// `options` is null or points to `len` WsOptions whose strings outlive the call.
     pub(crate) unsafe fn read(options: *const WsOption, len: usize) -> Result<Self> {
         // SAFETY: the caller's contract.
-        let list = unsafe { crate::args::bytes(options.cast::<u8>(), len * size_of::<WsOption>(), "options")? };
-        let list = list.as_ptr().cast::<WsOption>();
-        (0..len)
-            .map(|i| {
-                // SAFETY: `i` < `len`, within the caller's array.
-                let o = unsafe { &*list.add(i) };
+        let list = unsafe { crate::args::slice(options, len, "options")? };
+        list.iter()
+            .map(|o| {
                 // SAFETY: the caller's contract.
                 let (key, value) = unsafe { (text(o.key, "an option's key")?, text(o.value, "an option's value")?) };
                 Ok((key.to_string(), value.to_string()))

@@ -34,13 +34,16 @@ struct Exported {
 impl Exported {
     fn next(&mut self) -> Result<Option<RecordBatch>> {
         let Some(reader) = self.reader.as_mut() else { return Ok(None) };
-        while !reader.wait_ready(CANCEL_POLL)? {
-            if let Err(e) = cancel::check(&self.cancel) {
-                self.reader = None; // dropped before its end: the server sees the call cancelled
-                return Err(e);
+        // Only a call that can be cancelled waits in slices, looking at its token between them.
+        if self.cancel.is_some() {
+            while !reader.wait_ready(CANCEL_POLL)? {
+                if let Err(e) = cancel::check(&self.cancel) {
+                    self.reader = None; // dropped before its end: the server sees the call cancelled
+                    return Err(e);
+                }
             }
+            cancel::check(&self.cancel)?;
         }
-        cancel::check(&self.cancel)?;
         match reader.next() {
             Some(batch) => batch.map(Some),
             None => {

@@ -122,19 +122,8 @@ fn a_server_killed_mid_stream_ends_the_stream_with_an_error() {
     // More than a plane's credit window, so that the server is still sending when it dies.
     write_numbers(&dir.path().join("big.arrow"), 8_000_000);
     let key = key_file(dir.path());
-    let mut serve = Command::new(build_dir().join("wirespeed"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--key-file"])
-        .arg(&key)
-        .arg(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(serve.stderr.take().unwrap()).lines();
-    let url = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| l.split_whitespace().find(|w| w.starts_with("grpc://")).map(str::to_string))
-        .expect("serve says where it listens");
+    let dir_arg = dir.path().to_str().unwrap();
+    let (mut serve, url) = start_wirespeed(&["serve", "--listen", "127.0.0.1:0", dir_arg], &key);
     let mut reader = sanitized(&mut Command::new(&exe))
         .args(["--get", &url, "big.arrow"])
         .arg(&key)

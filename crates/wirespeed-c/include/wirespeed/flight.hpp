@@ -44,8 +44,7 @@ struct Error {
 inline arrow::Status ToStatus(WsStatus status, const WsError& e) {
   using arrow::flight::FlightStatusCode;
   std::string message = e.message ? e.message : "wirespeed: no message";
-  std::string extra(reinterpret_cast<const char*>(e.extra_info ? e.extra_info : reinterpret_cast<const uint8_t*>("")),
-                    e.extra_info_len);
+  std::string extra = e.extra_info ? std::string(reinterpret_cast<const char*>(e.extra_info), e.extra_info_len) : "";
   switch (status) {
     case WS_STATUS_OK:
       return arrow::Status::OK();

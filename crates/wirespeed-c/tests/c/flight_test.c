@@ -62,6 +62,13 @@ static size_t path_descriptor(const char* name, uint8_t* out) {
   return n + 4;
 }
 
+/* The URL a server of ours listens on, under `scheme` ("grpc", "grpc+tls"). */
+static void url_of(WsServer* server, const char* scheme, const char* host, char* url, size_t len) {
+  uint16_t port = 0;
+  OK(ws_server_port(server, &port, &error));
+  snprintf(url, len, "%s://%s:%u", scheme, host, port);
+}
+
 static WsClient* connect_with(const char* url, const char* keyfile, const char* transport) {
   WsOption options[] = {{"key_file", keyfile}, {"transport", transport}};
   WsClient* client = NULL;
@@ -148,10 +155,8 @@ static void callback_server(const char* keyfile) {
   WsOption options[] = {{"key_file", keyfile}};
   WsServer* server = NULL;
   OK(ws_server_serve_callbacks(&handler, "127.0.0.1:0", options, 1, &server, &error));
-  uint16_t port = 0;
-  OK(ws_server_port(server, &port, &error));
   char url[64];
-  snprintf(url, sizeof url, "grpc://127.0.0.1:%u", port);
+  url_of(server, "grpc", "127.0.0.1", url, sizeof url);
 
   WsClient* shm = connect_with(url, keyfile, "shm");
   WsClient* grpc = connect_with(url, NULL, "grpc");
@@ -188,10 +193,8 @@ static int everything(const char* dir, long rows, const char* keyfile) {
   WsOption options[] = {{"key_file", keyfile}};
   WsServer* server = NULL;
   OK(ws_server_serve_directory(dir, "127.0.0.1:0", options, 1, &server, &error));
-  uint16_t port = 0;
-  OK(ws_server_port(server, &port, &error));
   char url[64];
-  snprintf(url, sizeof url, "grpc://127.0.0.1:%u", port);
+  url_of(server, "grpc", "127.0.0.1", url, sizeof url);
 
   WsClient* shm = connect_with(url, keyfile, "shm");
   WsClient* grpc = connect_with(url, NULL, "grpc");
@@ -332,6 +335,7 @@ static int everything(const char* dir, long rows, const char* keyfile) {
   OK(ws_client_release(grpc, &error));
   OK(ws_client_release(any, &error));
   OK(ws_server_shutdown(server, 1.0, NULL, &error));
+  uint16_t port = 0;
   FAILS(WS_STATUS_INVALID_ARGUMENT, ws_server_port(server, &port, &error));
 
   /* The array kept from before reads as it did. */
@@ -405,10 +409,8 @@ static int over_tls(const char* dir, const char* certs, const char* keyfile) {
                         {"password_file", path_in(certs, "password")}};
   WsServer* server = NULL;
   OK(ws_server_serve_directory(dir, "127.0.0.1:0", serving, 5, &server, &error));
-  uint16_t port = 0;
-  OK(ws_server_port(server, &port, &error));
   char url[64];
-  snprintf(url, sizeof url, "grpc+tls://localhost:%u", port);
+  url_of(server, "grpc+tls", "localhost", url, sizeof url);
 
   WsOption full[] = {{"key_file", keyfile},
                      {"tls_roots_file", path_in(certs, "ca.pem")},

@@ -73,13 +73,16 @@ final class Native {
   static final MethodHandle SERVER_PORT = bind("ws_server_port", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
   static final MethodHandle SERVER_SHUTDOWN = bind("ws_server_shutdown", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_DOUBLE, ADDRESS, ADDRESS));
 
+  /** Calls a function pointer of type void (*)(void*): its address first, then its argument. */
+  private static final MethodHandle CALL_RELEASE = Linker.nativeLinker().downcallHandle(FunctionDescriptor.ofVoid(ADDRESS));
+
   /** Calls a release callback at `release` with the struct it belongs to. */
   static void release(MemorySegment release, MemorySegment struct) {
     if (release.equals(MemorySegment.NULL)) {
       return;
     }
     try {
-      Linker.nativeLinker().downcallHandle(release, FunctionDescriptor.ofVoid(ADDRESS)).invokeExact(struct);
+      CALL_RELEASE.invokeExact(release, struct);
     } catch (Throwable t) {
       throw new IllegalStateException("a release callback failed", t);
     }
