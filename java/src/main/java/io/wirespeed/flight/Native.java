@@ -66,12 +66,16 @@ final class Native {
   static final MethodHandle DO_GET = bind("ws_client_do_get", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, ADDRESS, ADDRESS, ADDRESS));
   static final MethodHandle DO_PUT = bind("ws_client_do_put", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, ADDRESS, ADDRESS, ADDRESS, ADDRESS));
   static final MethodHandle STREAM_PLANE = bind("ws_stream_plane", FunctionDescriptor.of(ADDRESS, ADDRESS));
+  static final MethodHandle STREAM_ERROR = bind("ws_stream_error", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
   static final MethodHandle CANCEL_NEW = bind("ws_cancel_new", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
   static final MethodHandle CANCEL_TRIGGER = bind("ws_cancel_trigger", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
   static final MethodHandle CANCEL_RELEASE = bind("ws_cancel_release", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
   static final MethodHandle SERVE_DIRECTORY = bind("ws_server_serve_directory", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS, JAVA_LONG, ADDRESS, ADDRESS));
   static final MethodHandle SERVER_PORT = bind("ws_server_port", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
   static final MethodHandle SERVER_SHUTDOWN = bind("ws_server_shutdown", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_DOUBLE, ADDRESS, ADDRESS));
+
+  /** Calls a stream's get_schema or get_next, int (*)(stream*, out*): its address first, then its arguments. */
+  static final MethodHandle STREAM_CALLBACK = Linker.nativeLinker().downcallHandle(FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
 
   /** Calls a function pointer of type void (*)(void*): its address first, then its argument. */
   private static final MethodHandle CALL_RELEASE = Linker.nativeLinker().downcallHandle(FunctionDescriptor.ofVoid(ADDRESS));

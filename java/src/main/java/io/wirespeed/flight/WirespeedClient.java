@@ -74,21 +74,34 @@ public final class WirespeedClient implements AutoCloseable {
 
   private volatile String lastPlane = "";
 
-  /** DoGet: the ticket's batches; `cancel` (may be null) cancels the call from another thread. */
+  /**
+   * DoGet: the ticket's batches, loaded where they lie (over shm, in the ring's blocks, held
+   * until the vectors let go of them); `cancel` (may be null) cancels the call from another
+   * thread. A stream that fails is flight-core's FlightRuntimeException with the call's code.
+   */
   public ArrowReader getStream(Ticket ticket, Cancel cancel) {
     byte[] t = ticket.getBytes();
-    try (Arena arena = Arena.ofConfined(); ArrowArrayStream stream = ArrowArrayStream.allocateNew(allocator)) {
+    // The stream's struct lives as long as its reader, which may outlive this thread's call.
+    Arena streamArena = Arena.ofShared();
+    MemorySegment stream = streamArena.allocate(Native.STREAM_SIZE, 8);
+    try (Arena arena = Arena.ofConfined()) {
       MemorySegment raw = Calls.bytes(arena, t);
-      MemorySegment out = MemorySegment.ofAddress(stream.memoryAddress());
       MemorySegment token = cancel == null ? MemorySegment.NULL : cancel.handle;
-      Calls.check(e -> (int) Native.DO_GET.invokeExact(handle, raw, (long) t.length, token, out, e));
-      MemorySegment plane = (MemorySegment) Native.STREAM_PLANE.invokeExact(out);
-      lastPlane = plane.equals(MemorySegment.NULL) ? "" : plane.reinterpret(64).getString(0);
-      return Data.importArrayStream(allocator, stream);
-    } catch (RuntimeException e) {
+      Calls.check(e -> (int) Native.DO_GET.invokeExact(handle, raw, (long) t.length, token, stream, e));
+    } catch (RuntimeException | Error e) {
+      streamArena.close();
       throw e;
-    } catch (Throwable e) {
-      throw new IllegalStateException(e);
+    }
+    lastPlane = plane(stream);
+    return CStreamReader.open(allocator, streamArena, stream);
+  }
+
+  private static String plane(MemorySegment stream) {
+    try {
+      MemorySegment plane = (MemorySegment) Native.STREAM_PLANE.invokeExact(stream);
+      return plane.equals(MemorySegment.NULL) ? "" : plane.reinterpret(64).getString(0);
+    } catch (Throwable t) {
+      throw new IllegalStateException(t);
     }
   }
 
