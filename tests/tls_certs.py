@@ -37,11 +37,13 @@ def _issue(d: Path, ca: str, name: str, ext: str) -> None:
              "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
 
 
-def make(d: Path) -> Certs:
+def make(d: Path, ips: tuple[str, ...] = ()) -> Certs:
+    """The certificates; the server's also for `ips` (another host's addresses)."""
     d.mkdir(parents=True, exist_ok=True)
     _ca(d, "ca")
     _ca(d, "other-ca")
-    _issue(d, "ca", "server", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    names = ",".join(["DNS:localhost", "IP:127.0.0.1", *(f"IP:{ip}" for ip in ips)])
+    _issue(d, "ca", "server", f"subjectAltName={names}\nextendedKeyUsage=serverAuth\n")
     _issue(d, "ca", "client", "extendedKeyUsage=clientAuth\n")
     return Certs(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key",
                  d / "other-ca.pem")

@@ -21,12 +21,13 @@ def free_port():
 
 class WirespeedProc:
     """A wirespeed process that announces its gRPC address on a line of its output; it gets
-    the suite's `key` through WIRESPEED_KEY."""
+    the suite's `key` through WIRESPEED_KEY; `prefix` runs it elsewhere (on another host:
+    `ip netns exec NS`)."""
 
     key = ""
 
-    def __init__(self, args, env=None, pattern=r"grpc(?:\+tls)?://\S+"):
-        self.proc = subprocess.Popen([str(BIN), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    def __init__(self, args, env=None, pattern=r"grpc(?:\+tls)?://\S+", prefix=()):
+        self.proc = subprocess.Popen([*prefix, str(BIN), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env={**os.environ, "WIRESPEED_KEY": self.key, **(env or {})}, text=True)
         deadline = time.time() + 30
         self.output = []
@@ -51,3 +52,13 @@ class WirespeedProc:
     def stop(self):
         self.proc.kill()
         self.proc.wait()
+
+
+def serve_on(proc_class, hosts, i, data, *args, env=None):
+    """`wirespeed serve DATA` on host i of a tests/hosts.py Hosts, listening on all its
+    addresses; `remote_url` is its URL as the other hosts reach it."""
+    port = free_port()
+    proc = proc_class(["serve", str(data), "--listen", f"0.0.0.0:{port}", *args], env=env, prefix=hosts.exec_args(i))
+    proc.remote_url = f"{proc.url.split('://', 1)[0]}://{hosts.addr(i)}:{port}"
+    proc.dir = data
+    return proc

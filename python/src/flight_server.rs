@@ -476,16 +476,26 @@ impl PlaneServer {
     }
 
     /// Locations for one call of `method` ("get", "put" or "exchange") on `target` (a
-    /// ticket, or a serialized FlightDescriptor), for a client that reached us at `host`, and
+    /// ticket, or a serialized FlightDescriptor), for a client that reached us at `host` from
+    /// `client` (None over a Unix socket: a plane of one host is offered only on it), and
     /// the grant they carry (its MAC in hex), which the dispatcher's methods are given when
     /// the call comes.
-    fn locations(&self, method: &str, target: &[u8], host: &str) -> PyResult<(String, Vec<String>)> {
+    #[pyo3(signature = (method, target, host, client=None))]
+    fn locations(
+        &self,
+        method: &str,
+        target: &[u8],
+        host: &str,
+        client: Option<&str>,
+    ) -> PyResult<(String, Vec<String>)> {
         let method =
             Method::named(method).ok_or_else(|| errors::usage(format!("unknown data-plane method {method:?}")))?;
-        let host: IpAddr = host.parse().map_err(|_| errors::usage(format!("{host:?} is not an IP address")))?;
+        let ip = |a: &str| a.parse::<IpAddr>().map_err(|_| errors::usage(format!("{a:?} is not an IP address")));
+        let host = ip(host)?;
+        let client = client.map(ip).transpose()?;
         let guard = self.planes.lock().unwrap_or_else(|p| p.into_inner());
         let planes = guard.as_ref().ok_or_else(|| errors::usage("the planes are shut down"))?;
-        let (grant, uris) = planes.granted_locations(host, method, target);
+        let (grant, uris) = planes.granted_locations(host, client, method, target);
         Ok((hex(&grant.mac), uris))
     }
 

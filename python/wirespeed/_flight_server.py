@@ -9,6 +9,7 @@ import os
 import socket
 import threading
 import time
+import urllib.parse
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -379,6 +380,15 @@ def _parts(location: Any, tls: bool = False) -> tuple[str, str]:
     return scheme, rest.rsplit(":", 1)[0]
 
 
+def _peer_ip(peer: str) -> str | None:
+    """The IP address in a gRPC peer string ("ipv4:10.0.0.3:5000", "ipv6:%5B::1%5D:5000"); None
+    for a Unix socket's peer, which is on this host."""
+    kind, _, rest = urllib.parse.unquote(peer).partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rsplit(":", 1)[0].strip("[]")
+    return None
+
+
 def _address(location: Any) -> str:
     """The IP address a gRPC location names (unresolved if it cannot be): where a server's
     data planes listen too, and where a client reaches a plane on every address."""
@@ -480,7 +490,8 @@ class FlightServerBase(_pf.FlightServerBase):
             raise _pf.FlightUnauthorizedError(f"a call for {marked.internal} locations asked for {action.type!r}")
         if method is None:
             return None
-        grant, uris = self._planes.locations(method, action.body.to_pybytes(), self._plane_host)
+        grant, uris = self._planes.locations(method, action.body.to_pybytes(), self._plane_host,
+                                             _peer_ip(context.peer()))
         self._grants.keep(grant, context, self._middleware_keys)
         return [_pf.Result(pa.py_buffer(uri.encode())) for uri in uris]
 

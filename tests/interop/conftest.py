@@ -57,6 +57,15 @@ def perf_server():
     proc.stop()
 
 
+@pytest.fixture(scope="session")
+def goflight():
+    """Arrow's Go Flight client as tests/interop/goflight drives it (arrow-go, from the module proxy)."""
+    out = ROOT / "target" / "goflight"
+    subprocess.run(["go", "build", "-mod=readonly", "-o", str(out), "."], cwd=ROOT / "tests" / "interop" / "goflight",
+                   check=True, timeout=600, env={**os.environ, "CGO_ENABLED": "0"})
+    return out
+
+
 def run(*args, env=None, timeout=120):
     return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "WIRESPEED_KEY": KEY, **(env or {})})

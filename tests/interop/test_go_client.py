@@ -3,7 +3,6 @@ unpadded Basic credentials, a lower-case bearer scheme, list, get, a lock-step u
 batches' metadata come back one by one, and a wrong password refused; in the clear and over
 TLS (grpc+tls with the test CA as its roots)."""
 import json
-import os
 import subprocess
 
 import pyarrow as pa
@@ -11,15 +10,7 @@ import pyarrow.feather as feather
 import pytest
 
 import tls_certs
-from conftest import ROOT, Proc, free_port, table
-
-
-@pytest.fixture(scope="module")
-def goflight():
-    out = ROOT / "target" / "goflight"
-    subprocess.run(["go", "build", "-mod=readonly", "-o", str(out), "."], cwd=ROOT / "tests" / "interop" / "goflight",
-                   check=True, timeout=600, env={**os.environ, "CGO_ENABLED": "0"})
-    return out
+from conftest import Proc, free_port, table
 
 
 def served(tmp_path, password=None, certs=None, ticket_ttl=None):

@@ -195,7 +195,7 @@ fn a_sealed_tcp_plane_shows_nothing_of_the_data_on_the_wire() {
         let planes = wirespeed_flight::PlaneServer::serve(Arc::new(One), ip, key(), &[Fabric::Tcp], sealed).unwrap();
         let listening = planes.planes()[0].1.trim_start_matches("tcp://").parse().unwrap();
         let (relay_at, seen) = relay(listening);
-        let location = planes.locations(ip, Method::Get, b"t").remove(0);
+        let location = planes.locations(ip, Some(ip), Method::Get, b"t").remove(0);
         assert_eq!(location.contains("seal=aes-256-gcm"), sealed, "{location}");
         let location = location.replace(&listening.to_string(), &relay_at.to_string());
         let client = PlaneClient::new(key()).with_transport(PlaneChoice::Only(Fabric::Tcp));
@@ -212,7 +212,7 @@ fn a_sealed_tcp_plane_shows_nothing_of_the_data_on_the_wire() {
 fn a_sealed_plane_refuses_a_call_in_the_clear() {
     let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
     let planes = wirespeed_flight::PlaneServer::serve(Arc::new(One), ip, key(), &[Fabric::Tcp], true).unwrap();
-    let location = planes.locations(ip, Method::Get, b"t").remove(0).replace("&seal=aes-256-gcm", "");
+    let location = planes.locations(ip, Some(ip), Method::Get, b"t").remove(0).replace("&seal=aes-256-gcm", "");
     let client = PlaneClient::new(key()).with_transport(PlaneChoice::Only(Fabric::Tcp));
     let got = client.get(&[location], b"t").and_then(|r| r.unwrap().collect::<Result<Vec<_>>>());
     let e = got.expect_err("an unsealed call is refused");

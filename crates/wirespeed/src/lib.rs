@@ -65,5 +65,6 @@ pub use parse::ParseError;
 #[cfg(feature = "gpu")]
 pub use transport::DeviceRegion;
 pub use transport::{
-    Config, Connection, Incoming, LentMemory, Listener, Message, Ready, Region, RemoteRegion, Stream, connect, listen,
+    Config, Connection, Incoming, LentMemory, Listener, Message, PEER_TIMEOUT_ENV, Ready, Region, RemoteRegion, Stream,
+    connect, listen,
 };

@@ -112,21 +112,22 @@ pub fn start_recv(cmd: &mut Command) -> Receiver {
     Receiver { child, port, stderr }
 }
 
-/// An sshd on 127.0.0.1 with its own host key, trusting one fresh user key; or one such sshd
-/// per host of a [`netns::Hosts`], all on one port with the same keys.
+/// An sshd on 127.0.0.1 with its own host key, trusting one fresh user key; or the sshds of a
+/// [`netns::Hosts`], which its helper runs, reached with that helper's key.
 pub struct Sshd {
     children: Vec<Child>,
-    dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
+    key: PathBuf,
     pub port: u16,
 }
 
 impl Sshd {
     pub fn start() -> Sshd {
-        Sshd::start_on(&[(None, "127.0.0.1")])
+        Sshd::start_at("127.0.0.1")
     }
 
-    /// One sshd for each `(network namespace, address)`.
-    pub fn start_on(hosts: &[(Option<&str>, &str)]) -> Sshd {
+    /// An sshd on `addr` (an address of this host's own namespace).
+    pub fn start_at(addr: &str) -> Sshd {
         let sshd = Path::new("/usr/sbin/sshd");
         assert!(sshd.exists(), "sshd is missing: `make test` installs openssh-server (scripts/bootstrap.sh)");
         let dir = tempfile::tempdir().unwrap();
@@ -143,32 +144,24 @@ impl Sshd {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         // Privilege separation needs this directory; as root we may create it.
         let _ = fs::create_dir_all("/run/sshd");
-        let mut s = Sshd { children: Vec::new(), dir, port };
-        for (i, (netns, addr)) in hosts.iter().enumerate() {
-            let d = s.dir.path();
-            let config = format!(
-                "Port {port}\nListenAddress {addr}\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
-                 PidFile {d}/sshd{i}.pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\n\
-                 PasswordAuthentication no\nKbdInteractiveAuthentication no\nSubsystem sftp internal-sftp\n",
-                d = d.display()
-            );
-            let conf = d.join(format!("sshd_config{i}"));
-            fs::write(&conf, config).unwrap();
-            let mut cmd = match netns {
-                Some(ns) => {
-                    let mut c = Command::new("ip");
-                    c.args(["netns", "exec", ns]).arg(sshd);
-                    c
-                }
-                None => Command::new(sshd),
-            };
-            let child = cmd.args(["-D", "-e", "-f"]).arg(conf).stderr(Stdio::null()).spawn().expect("start sshd");
-            s.children.push(child);
-        }
-        for (_, addr) in hosts {
-            s.wait_until_up(addr);
-        }
+        let config = format!(
+            "Port {port}\nListenAddress {addr}\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+             PidFile {d}/sshd.pid\nStrictModes no\nUsePAM no\nPermitRootLogin yes\n\
+             PasswordAuthentication no\nKbdInteractiveAuthentication no\nSubsystem sftp internal-sftp\n",
+            d = d.display()
+        );
+        let conf = d.join("sshd_config");
+        fs::write(&conf, config).unwrap();
+        let child =
+            Command::new(sshd).args(["-D", "-e", "-f"]).arg(conf).stderr(Stdio::null()).spawn().expect("start sshd");
+        let s = Sshd { children: vec![child], key: d.join("user_key"), dir: Some(dir), port };
+        s.wait_until_up(addr);
         s
+    }
+
+    /// The sshds someone else runs, on `port`, trusting `key`.
+    pub fn reached_with(port: u16, key: PathBuf) -> Sshd {
+        Sshd { children: Vec::new(), dir: None, key, port }
     }
 
     fn wait_until_up(&self, addr: &str) {
@@ -189,7 +182,7 @@ impl Sshd {
     }
 
     pub fn ssh_args(&self) -> Vec<String> {
-        let key = self.dir.path().join("user_key");
+        let key = &self.key;
         [
             "-F",
             "/dev/null",

@@ -1,57 +1,39 @@
-//! Hosts made of Linux network namespaces: each has its own interface on one bridge in the
-//! test's namespace, so traffic between two of them crosses the bridge and never reaches the
-//! test's own stack.
+//! Hosts made of Linux network namespaces, each with its own stack, interface on one bridge in
+//! the test's namespace, and sshd, so traffic between two of them crosses the bridge and never
+//! reaches the test's own stack. They are made by tests/hosts.py, the one helper the Rust,
+//! Python and shell tests share, whose guard removes them even if this process dies.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use serde_json::Value;
+
 pub struct Hosts {
+    dir: String,
     bridge: String,
     names: Vec<String>,
     /// Each host's interface on the bridge, on our side.
-    ports: Vec<String>,
+    veths: Vec<String>,
     pub addrs: Vec<String>,
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
+fn helper(args: &[&str]) -> Result<String, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/hosts.py");
+    let out = Command::new("python3").arg(script).args(args).output().map_err(|e| format!("python3: {e}"))?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+        Err(format!("hosts.py {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
     }
 }
 
 impl Hosts {
-    /// `n` hosts at 10.T.P.2, 10.T.P.3, … on a bridge at 10.T.P.1 (T, P from our process id,
-    /// so parallel runs do not collide). Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN).
-    pub fn new(n: usize) -> Result<Hosts, String> {
-        let pid = std::process::id();
-        let net = format!("10.{}.{}", 200 + (pid >> 8) % 50, pid & 0xff);
-        let mut h = Hosts { bridge: format!("wsbr{pid}"), names: Vec::new(), ports: Vec::new(), addrs: Vec::new() };
-        ip(&["link", "add", &h.bridge, "type", "bridge"])?;
-        ip(&["addr", "add", &format!("{net}.1/24"), "dev", &h.bridge])?;
-        ip(&["link", "set", &h.bridge, "up"])?;
-        for i in 0..n {
-            let (ns, port, addr) = (format!("ws{pid}h{i}"), format!("ws{pid}p{i}"), format!("{net}.{}", i + 2));
-            ip(&["netns", "add", &ns])?;
-            h.names.push(ns.clone());
-            ip(&["link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
-            ip(&["link", "set", &port, "master", &h.bridge, "up"])?;
-            h.ports.push(port);
-            ip(&["-n", &ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
-            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-            h.addrs.push(addr);
-        }
-        Ok(h)
-    }
-
-    /// `n` hosts with an sshd on each (dropped before the hosts, so no process is left in a
-    /// namespace); `None`, after saying so, where we are not root.
+    /// `n` hosts with an sshd on each, on port 22 of each host's address; `None`, after saying
+    /// so, where we are not root.
     pub fn with_sshd(n: usize) -> Option<(Hosts, super::Sshd)> {
         use std::os::unix::fs::MetadataExt;
-        let hosts = match Hosts::new(n) {
-            Ok(h) => h,
+        let json = match helper(&["up", &n.to_string(), "--owner", &std::process::id().to_string()]) {
+            Ok(j) => j,
             // /proc/self belongs to our effective user.
             Err(e) if std::fs::metadata("/proc/self").unwrap().uid() != 0 => {
                 eprintln!("skipped: network namespaces need root ({e})");
@@ -59,9 +41,19 @@ impl Hosts {
             }
             Err(e) => panic!("cannot make hosts of network namespaces: {e}"),
         };
-        let on: Vec<_> = (0..n).map(|i| (Some(hosts.names[i].as_str()), hosts.addrs[i].as_str())).collect();
-        let sshd = super::Sshd::start_on(&on);
-        Some((hosts, sshd))
+        let v: Value = serde_json::from_str(&json).expect("hosts.py prints JSON");
+        let field = |h: &Value, k: &str| h[k].as_str().expect("a host's field").to_string();
+        let hosts = v["hosts"].as_array().expect("hosts");
+        let h = Hosts {
+            dir: v["dir"].as_str().expect("dir").to_string(),
+            bridge: v["bridge"].as_str().expect("bridge").to_string(),
+            names: hosts.iter().map(|h| field(h, "ns")).collect(),
+            veths: hosts.iter().map(|h| field(h, "veth")).collect(),
+            addrs: hosts.iter().map(|h| field(h, "addr")).collect(),
+        };
+        let port = v["ssh_port"].as_u64().expect("ssh_port") as u16;
+        let sshd = super::Sshd::reached_with(port, PathBuf::from(v["ssh_key"].as_str().expect("ssh_key")));
+        Some((h, sshd))
     }
 
     pub fn namespace(&self, i: usize) -> &str {
@@ -70,7 +62,7 @@ impl Hosts {
 
     /// Bytes host `i` has received from the bridge so far.
     pub fn received(&self, i: usize) -> u64 {
-        self.counter(&self.ports[i], "tx_bytes")
+        self.counter(&self.veths[i], "tx_bytes")
     }
 
     /// Bytes the test's own namespace has received over the bridge so far.
@@ -86,10 +78,8 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
-        // Deleting a namespace deletes its end of the veth pair, and with it ours.
-        for ns in &self.names {
-            let _ = ip(&["netns", "del", ns]);
+        if let Err(e) = helper(&["down", &self.dir]) {
+            eprintln!("{e}");
         }
-        let _ = ip(&["link", "del", &self.bridge]);
     }
 }

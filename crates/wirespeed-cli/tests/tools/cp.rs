@@ -215,7 +215,7 @@ fn cp_reads_remote_paths_as_scp_does() {
 
     // `[::1]:path`, where this host has IPv6 on loopback.
     if std::net::TcpListener::bind("[::1]:0").is_ok() {
-        let v6 = Sshd::start_on(&[(None, "::1")]);
+        let v6 = Sshd::start_at("::1");
         let out = run(v6.cp().arg(format!("[::1]:{rel}/a.csv")).arg(dir.path().join("v6.csv")));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(got("v6.csv"), b"a.csv");

@@ -67,8 +67,9 @@ impl PlaneClient {
                 Choice::Only(kind) => {
                     let others: Vec<&str> =
                         offered.iter().map(|l| l.kind.name()).filter(|&n| n != kind.name()).collect();
-                    let others = if offered.iter().any(|l| l.kind == kind) {
-                        format!("{} is for clients on the server's own host", kind.name())
+                    let others = if kind.capabilities().same_host_only {
+                        let rest = if others.is_empty() { "none".to_string() } else { others.join(", ") };
+                        format!("{} is for clients on the server's own host; it offers {rest}", kind.name())
                     } else if others.is_empty() {
                         "none at all to this client: it has no data planes, or not this key".to_string()
                     } else {

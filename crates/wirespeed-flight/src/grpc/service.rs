@@ -363,7 +363,7 @@ impl FlightService for Service {
         if let Some(answer) = self.flight_action(&request).await {
             return answer;
         }
-        let local = request.local_addr();
+        let (local, remote) = (request.local_addr(), request.remote_addr());
         // Ours only for a client that proves it holds the key; to others, the handler's.
         let hello = self.offer(request.metadata().as_ref()).is_some();
         let action = request.into_inner();
@@ -376,7 +376,8 @@ impl FlightService for Service {
                         .map_err(|e| Status::invalid_argument(format!("bad FlightDescriptor: {e}")))?;
                 }
                 let host = local.map(|a| a.ip()).unwrap_or(self.default_host);
-                let planes = self.planes.as_ref().map(|p| p.locations(host, method, &action.body));
+                let client = remote.map(|a| a.ip());
+                let planes = self.planes.as_ref().map(|p| p.locations(host, client, method, &action.body));
                 planes.unwrap_or_default().into_iter().map(Bytes::from).collect()
             }
             None => {

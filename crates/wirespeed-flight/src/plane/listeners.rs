@@ -87,19 +87,28 @@ impl PlaneServer {
         self.adverts.iter().map(|a| (a.kind, a.url.clone())).collect()
     }
 
-    /// Where a client that reached us at `host` may run one call, each location with a
-    /// capability for that call alone.
-    pub fn locations(&self, host: IpAddr, method: Method, target: &[u8]) -> Vec<String> {
-        self.granted_locations(host, method, target).1
+    /// Where a client that reached us at `host` from `client` (None over a Unix socket) may run
+    /// one call, each location with a capability for that call alone. A plane of one host
+    /// (shm) is offered only to a client on this host.
+    pub fn locations(&self, host: IpAddr, client: Option<IpAddr>, method: Method, target: &[u8]) -> Vec<String> {
+        self.granted_locations(host, client, method, target).1
     }
 
     /// As [`locations`](Self::locations), with the grant they carry: the data-plane call it
     /// opens shows it to [`Handler::for_call`](crate::Handler::for_call).
-    pub fn granted_locations(&self, host: IpAddr, method: Method, target: &[u8]) -> (Grant, Vec<String>) {
+    pub fn granted_locations(
+        &self,
+        host: IpAddr,
+        client: Option<IpAddr>,
+        method: Method,
+        target: &[u8],
+    ) -> (Grant, Vec<String>) {
         let grant = self.shared.minter.grant(method, target);
+        let here = on_this_host(host, client);
         let uris = self
             .adverts
             .iter()
+            .filter(|a| here || !a.kind.capabilities().same_host_only)
             .map(|a| {
                 // A socket path is the same wherever the client is; a port is on the address
                 // it reached us at. A fabric of one host tells which host that is.
@@ -124,6 +133,13 @@ impl PlaneServer {
     }
 }
 
+/// Whether a client that reached us at `host` from `client` is on this host: over a Unix socket
+/// (no address), from loopback, or from the very address it reached (a host's connection to
+/// its own address). Another network namespace, on this machine or not, is another host.
+fn on_this_host(host: IpAddr, client: Option<IpAddr>) -> bool {
+    client.is_none_or(|c| c.to_canonical().is_loopback() || c.to_canonical() == host.to_canonical())
+}
+
 impl Drop for PlaneServer {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
@@ -139,4 +155,22 @@ fn shm_name() -> String {
     let mut nonce = [0u8; 8];
     let _ = getrandom::fill(&mut nonce);
     format!("@wirespeed-flight-{}-{:016x}", std::process::id(), u64::from_le_bytes(nonce))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::on_this_host;
+
+    #[test]
+    fn only_loopback_a_unix_socket_or_our_own_address_is_this_host() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let ours = ip("10.1.2.2");
+        assert!(on_this_host(ours, None));
+        assert!(on_this_host(ip("127.0.0.1"), Some(ip("127.0.0.1"))));
+        assert!(on_this_host(ours, Some(ip("::1"))));
+        assert!(on_this_host(ours, Some(ours)));
+        assert!(on_this_host(ours, Some(ip("::ffff:10.1.2.2"))));
+        assert!(!on_this_host(ours, Some(ip("10.1.2.3"))));
+        assert!(!on_this_host(ip("0.0.0.0"), Some(ip("10.1.2.3"))));
+    }
 }

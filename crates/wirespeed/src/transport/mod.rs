@@ -81,6 +81,19 @@ pub struct Config {
     /// Zero where every core is busy moving data (timeslice building), so that no waiter
     /// takes a core from the copies.
     pub shm_spin: Duration,
+    /// How long a peer's host may leave our kernel's probes or sent bytes unanswered before
+    /// the connection fails: a host that vanished, or a link that went down. A peer whose
+    /// kernel answers is alive, however long its program pauses (slow is not dead). Whole
+    /// seconds, at least 1; the default is 90 s, or `WIRESPEED_PEER_TIMEOUT` seconds.
+    pub peer_timeout: Duration,
+}
+
+/// The environment variable that sets [`Config::peer_timeout`]'s default, in seconds.
+pub const PEER_TIMEOUT_ENV: &str = "WIRESPEED_PEER_TIMEOUT";
+
+fn default_peer_timeout() -> Duration {
+    let secs = std::env::var(PEER_TIMEOUT_ENV).ok().and_then(|v| v.trim().parse::<u64>().ok());
+    Duration::from_secs(secs.unwrap_or(90).max(1))
 }
 
 impl Default for Config {
@@ -96,6 +109,7 @@ impl Default for Config {
             shm_ring_areas: 8,
             tcp_buffer_bytes: 4 << 20,
             shm_spin: Duration::from_micros(50),
+            peer_timeout: default_peer_timeout(),
         }
     }
 }

@@ -5,15 +5,22 @@ use std::time::Instant;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-/// Probes a silent peer after 30 s, then every 10 s, 6 times: a host that vanished without a
-/// word (power, a cut network) fails the connection in about 90 s, even while a transfer
-/// rightly waits on (a streamed command that says nothing for an hour). Best effort.
-pub(crate) fn keep_alive(s: &std::net::TcpStream) {
+/// Fails the connection once the peer's host has been silent to the kernel for `peer_timeout`
+/// ([`crate::Config::peer_timeout`]): keepalive probes from a third of it on (6 of them, in
+/// the rest), and sent bytes left unacknowledged that long (TCP_USER_TIMEOUT), so that a host
+/// that vanished without a word (power, a cut network) is found even while a transfer rightly
+/// waits on (a streamed command that says nothing for an hour). A peer whose kernel answers,
+/// with a window of zero while its program pauses, stays alive. Best effort.
+pub(crate) fn keep_alive(s: &std::net::TcpStream, peer_timeout: std::time::Duration) {
     use nix::sys::socket::{setsockopt, sockopt};
+    let total = peer_timeout.as_secs().clamp(1, i32::MAX as u64 / 1000) as u32;
+    let idle = (total / 3).max(1);
+    let interval = ((total - idle.min(total)) / 6).max(1);
     let _ = setsockopt(s, sockopt::KeepAlive, &true);
-    let _ = setsockopt(s, sockopt::TcpKeepIdle, &30);
-    let _ = setsockopt(s, sockopt::TcpKeepInterval, &10);
+    let _ = setsockopt(s, sockopt::TcpKeepIdle, &idle);
+    let _ = setsockopt(s, sockopt::TcpKeepInterval, &interval);
     let _ = setsockopt(s, sockopt::TcpKeepCount, &6);
+    let _ = setsockopt(s, sockopt::TcpUserTimeout, &(total * 1000));
 }
 
 /// Milliseconds until `deadline`, rounded up and capped at `cap_ms`.

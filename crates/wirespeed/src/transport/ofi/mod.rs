@@ -73,7 +73,7 @@ fn establish(
     let theirs = handshake::swap_addresses(&mut s, &ep.name()?, config.handshake_timeout)?;
     ep.insert_peer(&theirs)?;
     // Its hang-up is how a vanished peer shows.
-    crate::transport::sys::keep_alive(&s);
+    crate::transport::sys::keep_alive(&s, config.peer_timeout);
     let rma = ep.abilities.rma;
     let window = if provider == Provider::Shm { RECV_WINDOW_COPY } else { RECV_WINDOW_FABRIC };
     let core = Core::new(ep, config.limits, window)?;

@@ -121,7 +121,7 @@ fn establish(
     name: String,
 ) -> Result<Connection> {
     s.set_nodelay(true)?;
-    super::sys::keep_alive(&s);
+    super::sys::keep_alive(&s, config.peer_timeout);
     if config.tcp_buffer_bytes > 0 {
         // Best effort: the kernel caps these at net.core.{w,r}mem_max.
         let _ = setsockopt(&s, sockopt::SndBuf, &config.tcp_buffer_bytes);

@@ -51,7 +51,7 @@ fn establish(mut s: TcpStream, role: Role, peer: Peer, config: &Config, name: St
     let ours = core.address()?;
     let theirs = swap_addresses(&mut s, &ours, config.handshake_timeout)?;
     // Its hang-up is how a vanished peer shows (see `worker`).
-    crate::transport::sys::keep_alive(&s);
+    crate::transport::sys::keep_alive(&s, config.peer_timeout);
     core.connect(&theirs, peer_failure_handling(same_host(&s)?)?)?;
     let handle = Handle::start(core, s, "wirespeed-ucx-progress")?;
     let rx = DrivenRx { h: handle.clone() };
