@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -86,7 +87,9 @@ def up(n, owner, mtu=None):
         for h in state["hosts"]:
             etc = Path("/etc/netns") / h["ns"]
             etc.mkdir(parents=True, exist_ok=True)
-            (etc / "hosts").write_text(names)
+            # The hosts share this machine's host name (not its UTS namespace): on each it
+            # names that host, as a cluster node's own name does.
+            (etc / "hosts").write_text(names + f"{h['addr']} {socket.gethostname()}\n")
         if mtu:
             set_mtu(state, mtu)
         start_sshd(state)

@@ -156,7 +156,7 @@ fn feed(
     let key = crate::keys::required_key(key)?;
     let s = settings.settings;
     let summary = interruptible(py, move || {
-        run_input(&s, index, &urls, &key, &wirespeed_fles::run::connection_config(), || Ok(()))
+        run_input(&s, index, &urls, &key, &wirespeed_fles::run::connection_config(&s), || Ok(()))
     })?
     .map_err(fles_error)?;
     Ok((summary.components, summary.bytes))
@@ -182,9 +182,8 @@ impl ComputeNode {
         key: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         let key = crate::keys::required_key(key)?;
-        let listener = py
-            .detach(|| ComputeListener::bind(&listen, &key, &wirespeed_fles::run::connection_config()))
-            .map_err(fles_error)?;
+        let config = wirespeed_fles::run::connection_config(&settings.settings);
+        let listener = py.detach(|| ComputeListener::bind(&listen, &key, &config)).map_err(fles_error)?;
         let url = listener.url().to_string();
         let timeslices = listener.timeslices(settings.settings, index, || Ok(())).map_err(fles_error)?;
         Ok(ComputeNode { url, timeslices: NodeOutput::new(timeslices) })

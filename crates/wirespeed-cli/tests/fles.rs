@@ -1,6 +1,10 @@
 //! `wirespeed fles run --local`: real input and compute node processes on this host.
 
+mod support;
+
 use std::process::Command;
+
+use support::archives::{boost_tsa_reader, read_with_boost, wait_until_under_way, whole_timeslices};
 
 fn fles_run(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_wirespeed")).args(["fles", "run"]).args(args).output().unwrap()
@@ -119,29 +123,6 @@ fn archives_are_written_per_compute_node_and_only_appear_whole() {
     }
 }
 
-/// Builds tests/boost/tsa_reader.cpp (Boost.Serialization with FLESnet's class layouts) in `dir`.
-fn boost_tsa_reader(dir: &std::path::Path) -> std::path::PathBuf {
-    let reader = dir.join("tsa_reader");
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/boost/tsa_reader.cpp");
-    let built = Command::new("g++")
-        .args(["-O1", "-o"])
-        .arg(&reader)
-        .arg(source)
-        .args(["-lboost_serialization", "-lboost_iostreams"])
-        .output();
-    let built = built.expect("g++ (the bootstrap installs it with libboost-serialization-dev)");
-    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
-    reader
-}
-
-/// What the Boost reader prints for `archive`, which it must load with every CRC right.
-fn read_with_boost(reader: &std::path::Path, archive: &std::path::Path) -> String {
-    let read = Command::new(reader).arg(archive).output().unwrap();
-    let text = String::from_utf8_lossy(&read.stdout).into_owned();
-    assert!(read.status.success(), "{text}{}", String::from_utf8_lossy(&read.stderr));
-    text
-}
-
 #[test]
 fn arrow_output_has_one_row_per_microslice() {
     use arrow_array::cast::AsArray;
@@ -204,32 +185,6 @@ fn ctrl_c_finishes_the_timeslices_begun() {
     per_node.sort();
     assert_eq!(per_node, [n / 2, n.div_ceil(2)]);
     assert!(dir.path().join("run.0.tsa").exists() && dir.path().join("run.1.tsa").exists());
-}
-
-/// Waits until a `.part` archive in `dir` grows past what it held when first seen: the nodes
-/// passed their barrier and build timeslices. (A node killed before that fails the start, as
-/// it should; on a cold machine the start alone can take longer than a test's `after`.)
-fn wait_until_under_way(dir: &std::path::Path) {
-    let part_sizes = || -> Vec<(std::path::PathBuf, u64)> {
-        std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".part"))
-            .filter_map(|e| Some((e.path(), e.metadata().ok()?.len())))
-            .collect()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut first_seen = std::collections::HashMap::new();
-    while std::time::Instant::now() < deadline {
-        for (path, len) in part_sizes() {
-            if len > *first_seen.entry(path).or_insert(len) {
-                return;
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("no archive in {} grew within 60 s", dir.display());
 }
 
 /// Starts `fles run` with `args` (which write an archive into `dir`), sends `signal` to its
@@ -304,17 +259,6 @@ fn an_input_gone_silent_is_given_up_after_the_timeout() {
     assert_eq!(r["lost_inputs"], serde_json::json!([2]));
 }
 
-/// The timeslices that the Boost reader finds whole in `archive`, which may end mid-way.
-fn whole_timeslices(reader: &std::path::Path, archive: &std::path::Path) -> Vec<u64> {
-    let read = Command::new(reader).arg(archive).output().unwrap();
-    let text = String::from_utf8_lossy(&read.stdout);
-    let complete = |l: &&str| l.contains(" components 3 ");
-    text.lines()
-        .filter(complete)
-        .filter_map(|l| l.strip_prefix("timeslice ")?.split(' ').next()?.parse().ok())
-        .collect()
-}
-
 #[test]
 fn a_compute_node_killed_mid_run_leaves_its_timeslices_to_the_others_none_lost_none_twice() {
     for (transport, scheduler) in [("shm", "dfs"), ("tcp", "rr"), ("ucx", "dfs")] {
@@ -368,11 +312,11 @@ fn kill_compute_node_1(transport: &str, scheduler: &str) {
     for c in [0, 2] {
         let text = read_with_boost(&reader, &dir.path().join(format!("run.{c}.tsa")));
         assert!(text.lines().last().unwrap().starts_with("ok "), "{text}");
-        all.extend(whole_timeslices(&reader, &dir.path().join(format!("run.{c}.tsa"))));
+        all.extend(whole_timeslices(3, &reader, &dir.path().join(format!("run.{c}.tsa"))));
     }
     let survivors = all.len();
     assert_eq!(r["timeslices"], survivors as u64);
-    all.extend(whole_timeslices(&reader, &dir.path().join(".run.1.tsa.part")));
+    all.extend(whole_timeslices(3, &reader, &dir.path().join(".run.1.tsa.part")));
     all.sort_unstable();
     let twice = all.windows(2).filter(|w| w[0] == w[1]).count();
     all.dedup();

@@ -98,7 +98,7 @@ fn run_rank(
     }
     within(timeout, "sharing the run's nonce", || world.process_at_rank(0).broadcast_into(&mut nonce[..]));
     let key = base.derive(&[&b"wirespeed fles run "[..], &nonce].concat());
-    let config = wirespeed_fles::run::connection_config();
+    let config = wirespeed_fles::run::connection_config(&s);
 
     // A compute rank makes its frame memory first: a GPU it lacks fails it before it listens.
     let frames = match (rank >= inputs, a.flags.frame_settings(&s)?) {

@@ -187,7 +187,7 @@ pub fn run(a: NodeArgs) -> Result<()> {
         s.monitor = Some(Monitor::to_parent()?);
     }
     let key = Key::require(None)?;
-    let config = wirespeed_fles::run::connection_config();
+    let config = wirespeed_fles::run::connection_config(&s);
     let summary = match a.role {
         Role::Compute => {
             let frames = a.flags.frame_settings(&s)?.map(|f| prepare(&f, s.inputs)).transpose()?;

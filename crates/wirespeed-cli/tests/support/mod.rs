@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod archives;
 pub mod netns;
 
 use std::collections::BTreeMap;

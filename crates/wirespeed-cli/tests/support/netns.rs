@@ -11,6 +11,8 @@ use serde_json::Value;
 pub struct Hosts {
     dir: String,
     bridge: String,
+    /// The bridge's network, as 10.T.P.0/24.
+    pub subnet: String,
     names: Vec<String>,
     /// Each host's interface on the bridge, on our side.
     veths: Vec<String>,
@@ -47,6 +49,7 @@ impl Hosts {
         let h = Hosts {
             dir: v["dir"].as_str().expect("dir").to_string(),
             bridge: v["bridge"].as_str().expect("bridge").to_string(),
+            subnet: v["subnet"].as_str().expect("subnet").to_string(),
             names: hosts.iter().map(|h| field(h, "ns")).collect(),
             veths: hosts.iter().map(|h| field(h, "veth")).collect(),
             addrs: hosts.iter().map(|h| field(h, "addr")).collect(),
@@ -56,8 +59,21 @@ impl Hosts {
         Some((h, sshd))
     }
 
+    /// Host `i`'s namespace, which is also its name on every host.
     pub fn namespace(&self, i: usize) -> &str {
         &self.names[i]
+    }
+
+    /// `program` to be run on host `i`.
+    pub fn command(&self, i: usize, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.names[i], program]);
+        c
+    }
+
+    /// Sets host `i`'s link "up" or "down".
+    pub fn link(&self, i: usize, how: &str) {
+        helper(&["link", &self.dir, &i.to_string(), how]).unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Bytes host `i` has received from the bridge so far.

@@ -133,10 +133,19 @@ fn metrics(s: &Settings, measurement: &str, index: usize, fields: Vec<(&str, f64
 /// How often nodes record their metrics.
 const METRICS_EVERY: Duration = Duration::from_secs(1);
 
-/// The connection settings for a run's nodes: their waits sleep at once rather than poll,
-/// since every core is busy moving and checking data.
-pub fn connection_config() -> wirespeed::Config {
-    wirespeed::Config { shm_spin: Duration::ZERO, ..wirespeed::Config::default() }
+/// The connection settings for a run's nodes. Their waits sleep at once rather than poll,
+/// since every core is busy moving and checking data. A wait on one peer (a put into the ring
+/// of a compute node whose link went down) lasts half the silence after which the others give
+/// a node up, so that a node held up by one dead peer is back with the others before they
+/// would take it for dead; and a peer whose host is gone is found by its connection within the
+/// run's timeout.
+pub fn connection_config(s: &Settings) -> wirespeed::Config {
+    wirespeed::Config {
+        shm_spin: Duration::ZERO,
+        timeout: (s.timeout / 4).max(Duration::from_secs(1)),
+        peer_timeout: s.timeout.max(Duration::from_secs(1)),
+        ..wirespeed::Config::default()
+    }
 }
 
 /// Nanoseconds since `t0`, the node's barrier.
