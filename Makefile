@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH):$(CURDIR)/.tools/go/bin:$(CURDIR)/.tools/bin
 
-.PHONY: run test bootstrap build lint semver unit conformance-ucx conformance-ofi interop languages python wheel bench-compare bench-languages bench-flight bench-python bench-flight-tls fuzz
+.PHONY: run test bootstrap build lint semver unit conformance-ucx conformance-ofi interop languages python wheel bench-compare bench-languages bench-hosts bench-flight bench-python bench-flight-tls fuzz
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -91,6 +91,10 @@ bench-compare: build
 # The C library's packages (C++, Go, Java, DuckDB) against each language's own Flight client.
 bench-languages: build
 	@bash bench/languages.sh
+
+# The tools between two network-namespace hosts with links capped by tc, against iperf3.
+bench-hosts: build
+	@bash bench/hosts_compare.sh
 
 # Flight planes against pyarrow.flight over grpc+tcp and grpc+unix.
 bench-flight: build

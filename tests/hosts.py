@@ -9,7 +9,7 @@ removes them all once their owner is gone, so nothing is left when a test crashe
     hosts.py up N [--owner PID] [--mtu M]   make N hosts; prints them as JSON (see `describe`)
     hosts.py down DIR                       remove them (every process in them is killed)
     hosts.py link DIR I up|down             set host I's link up or down
-    hosts.py rate DIR I RATE                cap host I's link both ways (tc tbf, e.g. 1gbit)
+    hosts.py rate DIR I RATE|none           cap host I's link both ways (tc tbf, e.g. 1gbit)
     hosts.py mtu DIR M                      set the MTU on the bridge and every link
     hosts.py freeze|thaw DIR I              SIGSTOP or SIGCONT every process on host I
     hosts.py vanish DIR I                   kill host I's processes and delete its namespace
@@ -210,8 +210,13 @@ def set_mtu(state, mtu):
 
 
 def set_rate(state, i, rate):
-    """A token bucket on both ends of host i's link: what leaves it and what reaches it."""
+    """A token bucket on both ends of host i's link: what leaves it and what reaches it; "none"
+    takes it away."""
     h = host(state, i)
+    if rate == "none":
+        run("ip", "netns", "exec", h["ns"], "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
+        run("tc", "qdisc", "del", "dev", h["veth"], "root", check=False)
+        return
     bits = parse_rate(rate)
     # A burst of at least a few jumbo frames, and about 1 ms of the rate, as tc-tbf(8) advises.
     burst = max(64 * 1024, bits // 8 // 1000)
@@ -313,6 +318,20 @@ class Hosts:
     def received(self, i):
         """Bytes host i has received from the bridge so far."""
         return int(Path(f"/sys/class/net/{self.state['hosts'][i]['veth']}/statistics/tx_bytes").read_text())
+
+
+def module_fixture(n):
+    """A pytest fixture of `n` Hosts for a test module: skipped where we are not root."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def hosts():
+        if os.geteuid() != 0:
+            pytest.skip("network namespaces need root")
+        with Hosts(n) as h:
+            yield h
+
+    return hosts
 
 
 def main(argv):

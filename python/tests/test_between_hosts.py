@@ -25,12 +25,7 @@ class Proc(WirespeedProc):
     key = KEY
 
 
-@pytest.fixture(scope="module")
-def hosts():
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    with netns.Hosts(2) as h:
-        yield h
+hosts = netns.module_fixture(2)
 
 
 @pytest.fixture(scope="module")

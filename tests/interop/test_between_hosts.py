@@ -27,12 +27,7 @@ MARKER = "wirespeed-marker-5b0d2c"
 A, B, C = 0, 1, 2
 
 
-@pytest.fixture(scope="module")
-def hosts():
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    with netns.Hosts(3) as h:
-        yield h
+hosts = netns.module_fixture(3)
 
 
 def marked(rows=40_000):
