@@ -48,7 +48,7 @@ t = pa.table({c: pa.array(np.arange(rows, dtype=np.int64)) for c in "abcd"})
 feather.write_feather(t, sys.argv[1], compression="uncompressed", chunksize=4096)
 PY
 port=7470
-on "$NS_B" "$BIN" serve "$WORK/data" --listen 0.0.0.0:8815 --log-format none >"$WORK/serve.log" 2>&1 &
+on "$NS_B" "$BIN" serve "$WORK/data" --listen 0.0.0.0:8815 --planes ucx,tcp,ofi+tcp --log-format none >"$WORK/serve.log" 2>&1 &
 for _ in $(seq 100); do grep -q serving "$WORK/serve.log" && break; sleep 0.1; done
 
 iperf() {
@@ -60,23 +60,23 @@ iperf() {
 }
 send() { # transport
   port=$((port + 1))
-  on "$NS_B" "$BIN" recv --listen "$ADDR_B:$port" >/dev/null 2>"$WORK/recv.log" &
+  on "$NS_B" "$BIN" recv --transport "$1" --listen "$ADDR_B:$port" >/dev/null 2>"$WORK/recv.log" &
   for _ in $(seq 100); do grep -q listening "$WORK/recv.log" && break; sleep 0.05; done
   local t0; t0=$(now)
-  on "$NS_A" "$BIN" send --transport "$1" "$ADDR_B:$port" "$WORK/big"
+  on "$NS_A" "$BIN" send --transport "$1" "$ADDR_B:$port" "$WORK/big" || return 1
   wait
   mbs "$t0" "$(now)"
 }
 copy() { # transport
   rm -f "$WORK/copy"
   local t0; t0=$(now)
-  on "$NS_A" "$BIN" cp -e "$SSH" --remote-bin "$BIN" --transport "$1" "$WORK/big" "$ADDR_B:$WORK/copy" >/dev/null
+  on "$NS_A" "$BIN" cp -e "$SSH" --remote-bin "$BIN" --transport "$1" "$WORK/big" "$ADDR_B:$WORK/copy" >/dev/null || return 1
   mbs "$t0" "$(now)"
 }
 fetch() { # transport
   rm -f "$WORK/got.arrow"
   local t0; t0=$(now)
-  on "$NS_A" "$BIN" get --transport "$1" "grpc://$ADDR_B:8815" big.arrow -o "$WORK/got.arrow"
+  on "$NS_A" "$BIN" get --transport "$1" "grpc://$ADDR_B:8815" big.arrow -o "$WORK/got.arrow" || return 1
   mbs "$t0" "$(now)"
 }
 fles() { # the aggregate of one input on A feeding one compute node on B, in MB/s
@@ -84,7 +84,7 @@ fles() { # the aggregate of one input on A feeding one compute node on B, in MB/
     --mca plm_rsh_agent "$SSH" --mca oob_tcp_if_include "$(field '["subnet"]')" \
     --mca btl_tcp_if_include "$(field '["subnet"]')" --mca btl self,tcp -x WIRESPEED_KEY \
     "$BIN" fles run --inputs 1 --transport tcp --timeslices 2000 --timeslice-size 100 \
-    --microslice-size 4096 --report "$WORK/fles.json" >/dev/null 2>&1
+    --microslice-size 4096 --report "$WORK/fles.json" >/dev/null 2>&1 || return 1
   python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["aggregate_gbps"] * 1000))' "$WORK/fles.json"
 }
 
@@ -101,7 +101,7 @@ for rate in $RATES; do
         cp-*) v=$(copy "${c#cp-}") ;;
         get-*) v=$(fetch "${c#get-}") ;;
         fles-tcp) v=$(fles) ;;
-      esac
+      esac || { echo "$c at $rate failed" >&2; exit 1; }
       got[$rate-$c]+=" $v"
     done
     echo "rate $rate: round $r of $RUNS done" >&2
