@@ -20,6 +20,7 @@ Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2, tc and sshd.
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -253,14 +254,27 @@ def set_link(state, i, how):
 
 
 def sweep():
+    """Removes the hosts of owners that are gone, and any of our namespaces or bridges whose
+    state is gone (left by a run that was itself killed mid-way)."""
     if STATE.exists():
         for d in STATE.iterdir():
             try:
                 gone = owner_gone(load(d))
             except (OSError, ValueError):
-                gone = True
+                # No state yet: an `up` may be writing it. Left for a minute, it is a leftover.
+                try:
+                    gone = time.time() - d.stat().st_mtime > 60
+                except OSError:
+                    continue
             if gone:
                 down(d)
+    for ns in run("ip", "netns", "list", check=False).split("\n"):
+        m = re.match(r"(ws(\d+)h\d+)\b", ns)
+        if m and not (STATE / m[2]).exists():
+            remove_host({"ns": m[1], "veth": f"wsv{m[2]}h0"})
+    for link in re.findall(r"^\d+: (wsb(\d+)):", run("ip", "-o", "link", "show", "type", "bridge", check=False), re.M):
+        if not (STATE / link[1]).exists():
+            run("ip", "link", "del", link[0], check=False)
 
 
 class Hosts:
