@@ -5,10 +5,10 @@ set -euo pipefail
 
 # libclang-dev: bindgen generates the UCX bindings (crates/ucx-sys) from the system headers.
 # openssh-server: the tests start a throwaway sshd on 127.0.0.1 for remote copies; rsync and
-# netcat are peers in bench/tools_compare.sh. iproute2: `ip netns` makes two hosts for the
-# remote to remote tests. Open MPI: `fles run` under mpirun (the `mpi` crate builds against
-# mpicc). g++, Boost.Serialization and Boost.Iostreams (zstd): the test that reads our .tsa
-# files as FLESnet does.
+# netcat are peers in bench/tools_compare.sh. iproute2: `ip netns` and `tc` make the hosts of
+# tests/hosts.py; tcpdump captures what crosses their bridge. Open MPI: `fles run` under
+# mpirun (the `mpi` crate builds against mpicc). g++, Boost.Serialization and Boost.Iostreams
+# (zstd): the test that reads our .tsa files as FLESnet does.
 # Boost's headers (Interprocess) and libzmq: FLESnet's shared-memory consumer interface, and
 # the consumer that tests it.
 # SimGrid: simulating timeslice building (crates/simgrid-sys binds its headers).
@@ -17,7 +17,7 @@ set -euo pipefail
 # (scripts/flight_descriptor.sh; `make lint` checks it is current).
 # Maven and a JDK: Apache Arrow's Java Flight client (flight-core) in the interop tests.
 APT_PACKAGES=(maven openjdk-17-jdk-headless pkg-config openssl iperf3 ucx-utils libucx-dev libfabric-dev libfabric-bin libclang-dev openssh-server openssh-client rsync netcat-openbsd
-  iproute2 libopenmpi-dev openmpi-bin g++ libboost-serialization-dev libboost-iostreams-dev libboost-dev libzmq3-dev libsimgrid-dev
+  iproute2 tcpdump libopenmpi-dev openmpi-bin g++ libboost-serialization-dev libboost-iostreams-dev libboost-dev libzmq3-dev libsimgrid-dev
   influxdb prometheus protobuf-compiler libprotobuf-dev)
 
 missing=()
