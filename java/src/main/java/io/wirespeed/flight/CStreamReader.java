@@ -167,7 +167,7 @@ final class CStreamReader extends ArrowReader {
       long next = 0;
       for (int i = 0; i < layouts.length; i++) {
         ArrowBuf validity = null;
-        if (columns[i].get(ADDRESS, BUFFERS).reinterpret(ADDRESS.byteSize()).get(ADDRESS, 0).equals(MemorySegment.NULL)) {
+        if (lacksValidity(columns[i])) {
           validity = ones == null ? allocator.getEmpty() : ones.slice(next++ * bits, bits);
         }
         load(vectors.get(i), i, (int) rows, columns[i], validity, batch);
@@ -188,7 +188,7 @@ final class CStreamReader extends ArrowReader {
     long bits = (rows + 7L) / 8;
     long need = 0;
     for (MemorySegment c : columns) {
-      if (c.get(ADDRESS, BUFFERS).reinterpret(ADDRESS.byteSize()).get(ADDRESS, 0).equals(MemorySegment.NULL)) {
+      if (lacksValidity(c)) {
         need++;
       }
     }
@@ -206,6 +206,11 @@ final class CStreamReader extends ArrowReader {
     return ones;
   }
 
+  /** Whether a column's C array has no validity buffer (it has no nulls). */
+  private static boolean lacksValidity(MemorySegment column) {
+    return column.get(ADDRESS, BUFFERS).reinterpret(ADDRESS.byteSize()).get(ADDRESS, 0).equals(MemorySegment.NULL);
+  }
+
   /** Loads one column; `validity` stands in for a validity buffer the C array lacks. */
   private void load(FieldVector vector, int column, int rows, MemorySegment c, ArrowBuf validity, BatchReference batch) {
     long nulls = c.get(JAVA_LONG, NULL_COUNT);
@@ -218,14 +223,11 @@ final class CStreamReader extends ArrowReader {
     switch (layouts[column]) {
       case BIT -> own.add(batch.buffer(second, bits));
       case FIXED -> own.add(batch.buffer(second, (long) rows * widths[column]));
-      case OFFSETS32 -> {
-        long end = MemorySegment.ofAddress(second).reinterpret(4L * rows + 4).get(JAVA_INT_UNALIGNED, 4L * rows);
-        own.add(batch.buffer(second, 4L * rows + 4));
-        own.add(batch.buffer(pointers.getAtIndex(ADDRESS, 2).address(), end));
-      }
-      case OFFSETS64 -> {
-        long end = MemorySegment.ofAddress(second).reinterpret(8L * rows + 8).get(JAVA_LONG_UNALIGNED, 8L * rows);
-        own.add(batch.buffer(second, 8L * rows + 8));
+      case OFFSETS32, OFFSETS64 -> {
+        long width = layouts[column] == Layout.OFFSETS32 ? 4 : 8;
+        MemorySegment offsets = MemorySegment.ofAddress(second).reinterpret(width * (rows + 1L));
+        long end = width == 4 ? offsets.get(JAVA_INT_UNALIGNED, 4L * rows) : offsets.get(JAVA_LONG_UNALIGNED, 8L * rows);
+        own.add(batch.buffer(second, offsets.byteSize()));
         own.add(batch.buffer(pointers.getAtIndex(ADDRESS, 2).address(), end));
       }
     }
