@@ -151,7 +151,8 @@ fn copy(
     ports: Option<&str>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Vec<(&'static str, u64)>> {
-    let ssh = Ssh::new(ssh, remote_bin).map_err(errors::files)?;
+    let config = wirespeed::Config::default();
+    let ssh = Ssh::new(ssh, remote_bin, config.peer_timeout).map_err(errors::files)?;
     let agent_extra = match ports {
         Some(p) => {
             let p: Ports = p.parse().map_err(|e| errors::usage(format!("ports {p:?}: {e}")))?;
@@ -163,6 +164,7 @@ fn copy(
         let how = RemoteCopy {
             ssh: &ssh,
             transport: options.transport,
+            config: &config,
             source: &options.source,
             sink: &options.sink,
             agent_extra,

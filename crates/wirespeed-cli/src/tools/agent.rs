@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
+use wirespeed::Key;
 use wirespeed::fabric::Choice;
-use wirespeed::{Config, Key};
 use wirespeed_files::remote::{DONE, GREETING, ITEM};
 use wirespeed_files::{Input, Output, Ports, Progress, Server, Side, Summary, fabric_choice};
 
@@ -131,7 +131,7 @@ pub fn run(mut a: AgentArgs) -> anyhow::Result<()> {
         other => other,
     };
     stop_when_stdin_closes(|| {});
-    let cfg = Config::default();
+    let cfg = a.common.config();
     let (conn, side) = match &connect {
         Some(addr) => (fabric_choice::connect(addr, a.common.transport, &key, &cfg)?, Side::Client),
         None => {

@@ -29,9 +29,11 @@ pub struct CpArgs {
 pub fn run(mut a: CpArgs) -> anyhow::Result<()> {
     a.flags.read_exclude_files()?;
     super::agent::confine_fabric_ports(a.remote.ports(), a.common.transport);
+    let config = a.common.config();
     let how = RemoteCopy {
-        ssh: &a.remote.ssh()?,
+        ssh: &a.remote.ssh(&config)?,
         transport: a.common.transport,
+        config: &config,
         source: &a.common.source_options(&a.flags)?,
         sink: &a.common.sink_options(&a.flags),
         agent_extra: a.remote.ports_args(),

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use wirespeed::Config;
 use wirespeed::fabric::Choice;
 use wirespeed_files::{Excludes, Progress, Report, SinkOptions, SourceOptions, Summary};
 
@@ -49,6 +50,11 @@ pub struct Common {
     /// cache to other programs.
     #[arg(long)]
     pub direct: bool,
+    /// Fail once the peer's host has been silent this many seconds (a peer whose host still
+    /// answers is waited for, however long its program pauses) [default: 90, or
+    /// WIRESPEED_PEER_TIMEOUT].
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub peer_timeout: Option<u64>,
 }
 
 /// `--compress`: a zstd level, or none.
@@ -121,6 +127,13 @@ impl CopyFlags {
 }
 
 impl Common {
+    /// The connections' settings: the default's, with `--peer-timeout`.
+    pub fn config(&self) -> Config {
+        let default = Config::default();
+        let peer_timeout = self.peer_timeout.map_or(default.peer_timeout, Duration::from_secs);
+        Config { peer_timeout, ..default }
+    }
+
     /// A source's options; fails on a bad `--exclude` pattern.
     pub fn source_options(&self, f: &CopyFlags) -> wirespeed_files::Result<SourceOptions> {
         Ok(SourceOptions {

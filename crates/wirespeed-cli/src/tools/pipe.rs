@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use clap::Args;
-use wirespeed::{Config, Key};
+use wirespeed::Key;
 use wirespeed_files::remote::{AGENT_START, DONE, Stderr, option_args, split_host};
 use wirespeed_files::{FilesError, Input, Output, Progress, Side, SinkOptions, fabric_choice};
 
@@ -128,7 +128,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
         Spec::parse(&spec).map_err(|e| FilesError::Usage(format!("{s:?}: {e}")))?;
         stages.push((host, spec));
     }
-    let ssh = a.remote.ssh()?;
+    let ssh = a.remote.ssh(&a.common.config())?;
     let opts = a.common.source_options(&Default::default())?;
     let (key, key_text) = Key::generate()?;
     let last = stages.len() - 1;
@@ -139,7 +139,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
         if i == last {
             args.push("--last".into());
         }
-        args.extend(option_args(&opts, &SinkOptions::default(), a.common.transport));
+        args.extend(option_args(&opts, &SinkOptions::default(), a.common.transport, &a.common.config()));
         args.extend(a.remote.ports_args());
         args.extend(["--".into(), spec.into()]);
         agents.push(ssh.start(host, &args, &key_text, Stderr::Inherit)?);
@@ -176,7 +176,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
         let input = if std::io::stdin().is_terminal() { Input::reader(std::io::empty()) } else { Input::stdin() };
         let quiet = Progress::default();
         // The first stage may end without reading its input; its own report tells.
-        if let Ok(conn) = fabric_choice::connect(&first_in, common.transport, &feed_key, &Config::default()) {
+        if let Ok(conn) = fabric_choice::connect(&first_in, common.transport, &feed_key, &common.config()) {
             let _ = wirespeed_files::send(&conn, Side::Client, &input, &opts, &quiet);
             conn.close();
         }
@@ -184,7 +184,7 @@ pub fn run(a: PipeArgs) -> anyhow::Result<()> {
     let common = a.common.clone();
     std::thread::spawn(move || {
         let quiet = Progress::default();
-        let r = fabric_choice::connect(&last_out, common.transport, &key, &Config::default()).and_then(|conn| {
+        let r = fabric_choice::connect(&last_out, common.transport, &key, &common.config()).and_then(|conn| {
             let r = wirespeed_files::receive(
                 &conn,
                 Side::Client,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use clap::Args;
-use wirespeed::{Config, Key};
+use wirespeed::Key;
 use wirespeed_files::{Output, Progress, Server, Side};
 
 use super::{Common, with_progress};
@@ -46,7 +46,7 @@ pub fn run(a: RecvArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot make the directory {}", dir.display()))?;
     }
     // Its errors name the address already.
-    let server = Server::bind(&a.listen, a.common.transport, &key, &Config::default())?;
+    let server = Server::bind(&a.listen, a.common.transport, &key, &a.common.config())?;
     let host = a.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("0.0.0.0");
     eprintln!("wirespeed: listening on {host}:{}", server.port());
     let (conn, control) = server.accept(std::time::Duration::from_secs(a.wait))?;

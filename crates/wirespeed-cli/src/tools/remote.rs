@@ -30,7 +30,8 @@ impl RemoteArgs {
         self.ports.iter().flat_map(|p| ["--ports".into(), p.to_string().into()]).collect()
     }
 
-    pub fn ssh(&self) -> wirespeed_files::Result<Ssh> {
-        Ssh::new(&self.ssh, &self.remote_bin)
+    /// How to reach remote hosts, giving up on a silent one after `config`'s peer timeout.
+    pub fn ssh(&self, config: &wirespeed::Config) -> wirespeed_files::Result<Ssh> {
+        Ssh::new(&self.ssh, &self.remote_bin, config.peer_timeout)
     }
 }

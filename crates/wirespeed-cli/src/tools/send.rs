@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use wirespeed::{Config, Key};
+use wirespeed::Key;
 use wirespeed_files::{Input, Progress, Side, fabric_choice};
 
 use super::{Common, CopyFlags, with_progress};
@@ -37,7 +37,7 @@ pub fn run(a: SendArgs) -> anyhow::Result<()> {
             Input::paths(files)
         }
     };
-    let conn = fabric_choice::connect(&a.to, a.common.transport, &key, &Config::default())
+    let conn = fabric_choice::connect(&a.to, a.common.transport, &key, &a.common.config())
         .with_context(|| format!("cannot reach the receiver at {}", a.to))?;
     let progress = Progress::default();
     with_progress(&progress, a.common.verbose, || {

@@ -48,7 +48,7 @@ pub fn run(a: StageArgs) -> anyhow::Result<()> {
     confine_fabric_ports(a.ports, a.common.transport);
     let spec = Spec::parse(&a.spec)?;
     let key = read_key()?;
-    let cfg = Config::default();
+    let cfg = a.common.config();
     let (ip, host) = listen_address();
     let bind = || Server::bind_in(&host, a.ports, a.common.transport, &key, &cfg);
     let input = bind()?;

@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod between_hosts;
 mod cp;
 mod cp_failures;
 mod send_recv;

@@ -20,6 +20,8 @@ pub struct RemoteCopy<'a> {
     pub ssh: &'a Ssh,
     /// Which fabric the data takes.
     pub transport: Choice,
+    /// The connections' settings here; agents get its peer timeout.
+    pub config: &'a Config,
     /// What the source is asked to do.
     pub source: &'a SourceOptions,
     /// A dry run's lines, from a sink here or an agent, go to its `dry_run` report.
@@ -97,7 +99,7 @@ pub fn copy(sources: &[OsString], dst: &OsStr, how: &RemoteCopy<'_>, progress: &
 }
 
 /// The options of a transfer as an agent's flags, spelled as the CLI spells them.
-pub fn option_args(source: &SourceOptions, sink: &SinkOptions, transport: Choice) -> Vec<OsString> {
+pub fn option_args(source: &SourceOptions, sink: &SinkOptions, transport: Choice, config: &Config) -> Vec<OsString> {
     let on = [
         (source.recursive, "--recursive"),
         (source.preserve, "--preserve"),
@@ -110,6 +112,7 @@ pub fn option_args(source: &SourceOptions, sink: &SinkOptions, transport: Choice
         (source.direct || sink.direct, "--direct"),
     ];
     let mut v: Vec<OsString> = vec!["--transport".into(), transport.to_string().into()];
+    v.extend(["--peer-timeout".into(), config.peer_timeout.as_secs().max(1).to_string().into()]);
     v.extend(on.iter().filter(|(on, _)| *on).map(|(_, flag)| flag.into()));
     for p in source.exclude.patterns() {
         v.extend(["--exclude".into(), p.into()]);
@@ -130,7 +133,7 @@ pub fn option_args(source: &SourceOptions, sink: &SinkOptions, transport: Choice
 /// `--`, so that none is taken for a flag. No key: that goes over stdin.
 fn agent_args(how: &RemoteCopy<'_>, role: &str, paths: Vec<OsString>, extra: &[OsString]) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec!["agent".into(), role.into()];
-    v.extend(option_args(how.source, how.sink, how.transport));
+    v.extend(option_args(how.source, how.sink, how.transport, how.config));
     v.extend_from_slice(&how.agent_extra);
     v.extend_from_slice(extra);
     v.push("--".into());
@@ -150,7 +153,7 @@ fn with_agent(
     let mut agent = how.ssh.start(host, &agent_args(how, role, paths, &[]), key_text, Stderr::Capture)?;
     agent.report_items(how.sink.dry_run.clone());
     let addr = agent.address(AGENT_START)?;
-    let conn = fabric_choice::connect(&addr, how.transport, key, &Config::default())
+    let conn = fabric_choice::connect(&addr, how.transport, key, how.config)
         .map_err(|error| FilesError::Unreachable { host: host.to_string(), addr, error: Box::new(error) })?;
     let summary = transfer(&conn)?;
     conn.close();

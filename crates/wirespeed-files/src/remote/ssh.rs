@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::ITEM;
 use crate::{FilesError, Report, Result};
@@ -26,14 +26,17 @@ pub struct Ssh {
     pub command: Vec<String>,
     /// The wirespeed binary on the remote host.
     pub remote_bin: String,
+    /// How long a silent host is waited for: OpenSSH's keepalive gives up on it after this,
+    /// and an ssh that does not end this long after its agent was let go is killed.
+    pub peer_timeout: Duration,
 }
 
 impl Ssh {
     /// `command` as a shell would split it (`ssh -p 2222 -i id`); it reads ~/.ssh/config as
     /// usual.
-    pub fn new(command: &str, remote_bin: &str) -> Result<Ssh> {
+    pub fn new(command: &str, remote_bin: &str, peer_timeout: Duration) -> Result<Ssh> {
         match shlex::split(command).filter(|w| !w.is_empty()) {
-            Some(command) => Ok(Ssh { command, remote_bin: remote_bin.to_string() }),
+            Some(command) => Ok(Ssh { command, remote_bin: remote_bin.to_string(), peer_timeout }),
             None => Err(FilesError::Usage(format!("cannot parse the ssh command {command:?}"))),
         }
     }
@@ -48,6 +51,7 @@ impl Ssh {
         }
         let mut child = Command::new(program)
             .args(options)
+            .args(self.keepalive())
             .arg(host)
             .arg(std::ffi::OsStr::from_bytes(&remote))
             .stdin(Stdio::piped())
@@ -78,11 +82,41 @@ impl Ssh {
                 last.into()
             })
         });
-        let mut agent = Agent { host: host.to_string(), child, stdin: Some(stdin), lines, said, items: None };
+        let mut agent = Agent {
+            host: host.to_string(),
+            child,
+            stdin: Some(stdin),
+            lines,
+            said,
+            items: None,
+            peer_timeout: self.peer_timeout,
+        };
         agent.tell(key)?;
         Ok(agent)
     }
 }
+
+impl Ssh {
+    /// For OpenSSH, keepalive that ends the session once the host has been silent for the
+    /// peer timeout: without it, ssh waits on a host whose link went down for as long as TCP
+    /// retries (a quarter of an hour). Options on the command line come first and win.
+    fn keepalive(&self) -> Vec<String> {
+        let openssh = Path::new(&self.command[0]).file_name().is_some_and(|n| n == "ssh");
+        let every = (self.peer_timeout.as_secs() / KEEPALIVE_PROBES as u64).max(1);
+        match openssh {
+            true => vec![
+                "-o".into(),
+                format!("ServerAliveInterval={every}"),
+                "-o".into(),
+                format!("ServerAliveCountMax={KEEPALIVE_PROBES}"),
+            ],
+            false => Vec::new(),
+        }
+    }
+}
+
+/// Keepalive probes an unanswered ssh sends before it gives up.
+const KEEPALIVE_PROBES: u32 = 3;
 
 fn quote(b: &[u8]) -> Result<Vec<u8>> {
     match shlex::bytes::try_quote(b) {
@@ -113,6 +147,7 @@ pub struct Agent {
     said: Option<JoinHandle<Vec<String>>>,
     /// Where a dry run's lines go.
     items: Option<Report>,
+    peer_timeout: Duration,
 }
 
 impl Agent {
@@ -140,7 +175,7 @@ impl Agent {
                     return Err(self.lost(format!("no answer from the agent on {} in {timeout:?}", self.host)));
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let status = self.child.wait().map_err(|e| FilesError::io(Path::new("ssh"), e))?;
+                    let status = self.wait()?;
                     return Err(self.failed(status, "ended without answering"));
                 }
             }
@@ -185,11 +220,27 @@ impl Agent {
     /// fails unless it succeeded.
     pub fn finish(mut self) -> Result<()> {
         drop(self.stdin.take());
-        let status = self.child.wait().map_err(|e| FilesError::io(Path::new("ssh"), e))?;
+        let status = self.wait()?;
         match status.success() {
             true => Ok(()),
             false => Err(self.failed(status, "failed")),
         }
+    }
+
+    /// Waits for ssh to end, for at most the peer timeout: then it is killed, for its host has
+    /// gone silent.
+    fn wait(&mut self) -> Result<ExitStatus> {
+        let io = |e| FilesError::io(Path::new("ssh"), e);
+        let deadline = Instant::now() + self.peer_timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().map_err(io)? {
+                return Ok(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        self.child.wait().map_err(io)?;
+        Err(self.lost(format!("ssh to {} did not end within {:?} of its agent's end", self.host, self.peer_timeout)))
     }
 
     /// A failure to reach the agent.
@@ -221,6 +272,6 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         drop(self.stdin.take());
-        let _ = self.child.wait();
+        let _ = self.wait();
     }
 }
