@@ -12,6 +12,8 @@ removes them all once their owner is gone, so nothing is left when a test crashe
     hosts.py rate DIR I RATE|none           cap host I's link both ways (tc tbf, e.g. 1gbit)
     hosts.py mtu DIR M                      set the MTU on the bridge and every link
     hosts.py freeze|thaw DIR I              SIGSTOP or SIGCONT every process on host I
+    hosts.py kill DIR I [COMM]              SIGKILL every process on host I (its kernel stays),
+                                            or every one whose command name is COMM
     hosts.py vanish DIR I                   kill host I's processes and delete its namespace
     hosts.py sweep                          remove the hosts of owners that are gone
 
@@ -160,11 +162,12 @@ def pids(ns):
     return [int(p) for p in run("ip", "netns", "pids", ns, check=False).split()]
 
 
-def signal_all(ns, sig):
+def signal_all(ns, sig, comm=None):
     for p in pids(ns):
         try:
-            os.kill(p, sig)
-        except ProcessLookupError:
+            if comm is None or Path(f"/proc/{p}/comm").read_text().strip() == comm:
+                os.kill(p, sig)
+        except (ProcessLookupError, FileNotFoundError):
             pass
 
 
@@ -326,6 +329,9 @@ class Hosts:
     def thaw(self, i):
         signal_all(self.ns(i), signal.SIGCONT)
 
+    def kill(self, i, comm=None):
+        signal_all(self.ns(i), signal.SIGKILL, comm)
+
     def vanish(self, i):
         remove_host(self.state["hosts"][i])
 
@@ -367,8 +373,9 @@ def main(argv):
         set_rate(load(args[0]), args[1], args[2])
     elif cmd == "mtu":
         set_mtu(load(args[0]), int(args[1]))
-    elif cmd in ("freeze", "thaw"):
-        signal_all(host(load(args[0]), args[1])["ns"], signal.SIGSTOP if cmd == "freeze" else signal.SIGCONT)
+    elif cmd in ("freeze", "thaw", "kill"):
+        how = {"freeze": signal.SIGSTOP, "thaw": signal.SIGCONT, "kill": signal.SIGKILL}[cmd]
+        signal_all(host(load(args[0]), args[1])["ns"], how, args[2] if len(args) > 2 else None)
     elif cmd == "vanish":
         remove_host(host(load(args[0]), args[1]))
     else:

@@ -67,42 +67,50 @@ fn inputs_on_one_host_fill_compute_nodes_on_two_others() {
     }
 }
 
-/// Under `--enable-recovery`, host C's link goes down mid-run: its compute node is lost alone,
-/// B builds what C had not finished, and every timeslice is built (C's part file holds the ones
-/// it finished).
-#[test]
-fn a_compute_host_whose_link_goes_down_is_lost_alone() {
-    let Some((hosts, sshd)) = Hosts::with_sshd(3) else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("run.json");
-    // A file, not a pipe: Open MPI says much once a daemon is cut off, and must not block on it.
-    let log = dir.path().join("mpirun.log");
-    let mut child = mpirun(&hosts, &sshd)
+/// The run of the fault tests, under `--enable-recovery`, with its output in `dir/mpirun.log`
+/// (a file, not a pipe: Open MPI says much once a daemon is cut off, and must not block on it).
+fn start_recoverable_run(hosts: &Hosts, sshd: &Sshd, dir: &std::path::Path) -> std::process::Child {
+    let log = dir.join("mpirun.log");
+    mpirun(hosts, sshd)
         .arg("--enable-recovery")
         .args([BIN, "fles", "run", "--inputs=2", "--timeslices=3000", "--timeslice-size=20", "--rate=0.02"])
         .args(["--timeout=6", "--transport=tcp"])
-        .arg(format!("--output=tsa:{}", dir.path().join("run.tsa").display()))
-        .arg(format!("--report={}", report.display()))
+        .arg(format!("--output=tsa:{}", dir.join("run.tsa").display()))
+        .arg(format!("--report={}", dir.join("run.json").display()))
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::options().append(true).open(&log).unwrap())
         .spawn()
-        .unwrap();
-    wait_until_under_way(dir.path());
-    hosts.link(2, "down");
+        .unwrap()
+}
+
+/// Waits at most two minutes for mpirun to end; its status and what it said.
+fn ended(mut child: std::process::Child, dir: &std::path::Path) -> (std::process::ExitStatus, String) {
+    let log = || std::fs::read_to_string(dir.join("mpirun.log")).unwrap_or_default();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "mpirun still runs: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status, log());
+        }
+        assert!(std::time::Instant::now() < deadline, "mpirun still runs: {}", log());
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let stderr = std::fs::read_to_string(&log).unwrap();
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap_or_else(|e| {
-        panic!("no report ({e}): {stderr}");
-    });
+}
+
+/// Under `--enable-recovery`, host C fails mid-run: its compute node is lost alone, B builds
+/// what C had not finished, and every timeslice is built (C's part file holds the ones it
+/// finished). SimGrid's run of the same fault writes the same report.
+fn compute_host_fails(fault: impl FnOnce(&Hosts)) {
+    let Some((hosts, sshd)) = Hosts::with_sshd(3) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let child = start_recoverable_run(&hosts, &sshd, dir.path());
+    wait_until_under_way(dir.path());
+    fault(&hosts);
+    let (_, stderr) = ended(child, dir.path());
+    let r: serde_json::Value = std::fs::read(dir.path().join("run.json"))
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .unwrap_or_else(|e| panic!("no report ({e}): {stderr}"));
     assert_eq!(r["lost_computes"], serde_json::json!([1]), "{stderr}");
     assert_eq!(r["lost_inputs"], serde_json::json!([]), "{stderr}");
     assert_eq!(r["incomplete"], 0);
@@ -113,11 +121,78 @@ fn a_compute_host_whose_link_goes_down_is_lost_alone() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), built.len(), "B built each timeslice once");
-    // C, cut off but alive, went on building the timeslices whose contributions it had, and
-    // could tell no one: B built those again. Its part file never looks complete.
-    all.extend(whole_timeslices(2, &reader, &dir.path().join(".run.1.tsa.part")));
+    // C, cut off but alive, may have gone on building the timeslices whose contributions it
+    // had, and could tell no one: B built those again. Its part file never looks complete.
+    let part = dir.path().join(".run.1.tsa.part");
+    if part.exists() {
+        all.extend(whole_timeslices(2, &reader, &part));
+    }
     all.sort_unstable();
     all.dedup();
     assert_eq!(all, (0..3000).collect::<Vec<u64>>(), "none lost");
     assert!(!dir.path().join("run.1.tsa").exists());
+    same_report_as_simulated(&r);
+}
+/// `fles simulate` of the same run, compute node 1 turned off part way, reports the same
+/// fields, the same losses and nothing incomplete.
+fn same_report_as_simulated(real: &serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("sim.json");
+    let out = Command::new(BIN)
+        .args(["fles", "simulate", "--platform=switch:1GBps:1us", "--inputs=2", "--computes=2"])
+        .args(["--timeslices=3000", "--timeout=6", "--event=off:compute:1@0.02"])
+        .arg(format!("--report={}", report.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let sim: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(real), keys(&sim));
+    for part in ["computes", "inputs"] {
+        let (a, b) = (real[part].as_array().unwrap(), sim[part].as_array().unwrap());
+        assert_eq!(a.len(), b.len(), "{part}");
+        assert!(a.iter().zip(b).all(|(a, b)| keys(a) == keys(b)), "{part}");
+    }
+    for field in ["lost_computes", "lost_inputs", "incomplete"] {
+        assert_eq!(real[field], sim[field], "{field}");
+    }
+}
+
+#[test]
+fn a_compute_host_whose_link_goes_down_is_lost_alone() {
+    compute_host_fails(|hosts| hosts.link(2, "down"));
+}
+
+#[test]
+fn a_compute_host_whose_ranks_are_all_killed_is_lost_alone() {
+    compute_host_fails(|hosts| hosts.kill(2, Some("wirespeed")));
+}
+
+/// Host C killed whole, Open MPI's daemon with it. mpirun then ends the job, `--enable-recovery`
+/// or not (its errmgr: "Comm failure: daemon - aborting"), or, when the run ended first, may
+/// wait for that daemon indefinitely: that is Open MPI's. Ours: every rank on A and B ends
+/// soon, and every archive they leave reads back whole.
+#[test]
+fn a_compute_host_killed_whole_leaves_no_rank_waiting_and_every_archive_whole() {
+    let Some((hosts, sshd)) = Hosts::with_sshd(3) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = start_recoverable_run(&hosts, &sshd, dir.path());
+    wait_until_under_way(dir.path());
+    hosts.kill(2, None);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while hosts.running(0, "wirespeed") + hosts.running(1, "wirespeed") > 0 {
+        let log = std::fs::read_to_string(dir.path().join("mpirun.log")).unwrap_or_default();
+        assert!(std::time::Instant::now() < deadline, "ranks still run: {log}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let reader = boost_tsa_reader(dir.path());
+    for n in 0..2 {
+        let archive = dir.path().join(format!("run.{n}.tsa"));
+        if archive.exists() {
+            let text = read_with_boost(&reader, &archive);
+            assert!(text.lines().last().unwrap().starts_with("ok "), "{text}");
+        }
+    }
 }

@@ -76,6 +76,22 @@ impl Hosts {
         helper(&["link", &self.dir, &i.to_string(), how]).unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// Kills every process on host `i` at once, or only those whose command name is `comm`;
+    /// the host's kernel stays, and answers.
+    pub fn kill(&self, i: usize, comm: Option<&str>) {
+        let i = i.to_string();
+        let args: Vec<&str> = ["kill", &self.dir, &i].into_iter().chain(comm).collect();
+        helper(&args).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// How many processes on host `i` have the command name `comm`.
+    pub fn running(&self, i: usize, comm: &str) -> usize {
+        let out = Command::new("ip").args(["netns", "pids", &self.names[i]]).output().expect("ip netns pids");
+        let pids = String::from_utf8_lossy(&out.stdout).into_owned();
+        let named = |pid: &&str| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm);
+        pids.split_whitespace().filter(named).count()
+    }
+
     /// Bytes host `i` has received from the bridge so far.
     pub fn received(&self, i: usize) -> u64 {
         self.counter(&self.veths[i], "tx_bytes")
