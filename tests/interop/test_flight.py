@@ -222,6 +222,28 @@ def test_wirespeed_get_from_a_pyarrow_server(pyarrow_server, tmp_path):
     assert not list(tmp_path.glob("*m.arrow*"))
 
 
+def test_get_writes_devices_and_pipes_in_place(pyarrow_server, tmp_path):
+    # `-o /dev/null` once renamed a part file over /dev/null: a device or a pipe is written
+    # in place, and stays what it was. A null device of our own stands in for /dev/null.
+    url, t, _ = pyarrow_server
+    null, fifo = tmp_path / "null", tmp_path / "fifo"
+    if os.geteuid() == 0:
+        os.mknod(null, 0o666 | 0o020000, os.makedev(1, 3))
+        r = run("get", url, "t", "-o", str(null))
+        assert r.returncode == 0, r.stderr
+        assert null.is_char_device()
+    os.mkfifo(fifo)
+    got = {}
+    reader = threading.Thread(target=lambda: got.setdefault("bytes", fifo.read_bytes()))
+    reader.start()
+    r = run("get", url, "t", "-o", str(fifo))
+    reader.join(timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert fifo.is_fifo()
+    assert pa.ipc.open_file(pa.BufferReader(got["bytes"])).read_all().equals(t)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (null, fifo) if p.exists())
+
+
 def test_wirespeed_bench_against_pyarrows_perf_server(tmp_path):
     port = free_port()
     server = subprocess.Popen([python(), str(ROOT / "bench" / "flight_perf_pyarrow.py"), "serve", f"grpc://127.0.0.1:{port}"],

@@ -136,10 +136,11 @@ fn data_bytes(batch: &RecordBatch) -> u64 {
     batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64).sum()
 }
 
-/// The output, written under a hidden name until complete.
+/// The output, written under a hidden name until complete; a device or pipe (/dev/null) has
+/// no part, and is written in place.
 enum Sink {
-    Ipc { writer: arrow_ipc::writer::FileWriter<File>, part: PartFile },
-    Parquet { writer: ArrowWriter<File>, part: PartFile },
+    Ipc { writer: arrow_ipc::writer::FileWriter<File>, part: Option<PartFile> },
+    Parquet { writer: ArrowWriter<File>, part: Option<PartFile> },
     Stdout(arrow_ipc::writer::StreamWriter<std::io::Stdout>),
 }
 
@@ -148,7 +149,12 @@ impl Sink {
         if dest.as_os_str() == "-" {
             return Ok(Sink::Stdout(arrow_ipc::writer::StreamWriter::try_new(std::io::stdout(), schema)?));
         }
-        let (part, file) = PartFile::create(dest).with_context(|| format!("cannot write {}", dest.display()))?;
+        let in_place = std::fs::metadata(dest).is_ok_and(|m| !m.is_dir() && !m.is_file());
+        let (part, file) = match in_place {
+            true => std::fs::OpenOptions::new().write(true).open(dest).map(|file| (None, file)),
+            false => PartFile::create(dest).map(|(part, file)| (Some(part), file)),
+        }
+        .with_context(|| format!("cannot write {}", dest.display()))?;
         Ok(if dest.extension().is_some_and(|e| e == "parquet") {
             Sink::Parquet { writer: ArrowWriter::try_new(file, schema.clone(), None)?, part }
         } else {
@@ -179,6 +185,7 @@ impl Sink {
                 return Ok(());
             }
         };
+        let Some(part) = part else { return Ok(()) };
         let shown = part.path().display().to_string();
         part.commit(file).with_context(|| format!("cannot complete {shown}"))
     }
