@@ -4,9 +4,12 @@
 # (tests/hosts.py), each link capped both ways with tc's token bucket at each of RATES (default
 # "1gbit none": 1 Gbit/s, and uncapped, the fastest these CPUs carry through a bridge):
 #   send/recv   a SIZE file (default 1 GiB) from A to /dev/null on B, over tcp, ucx and ofi+tcp
-#   cp          the same file over ssh into B's /dev/shm
-#   get         a flight of SIZE from `serve` on B into A's /dev/shm
+#   cp          the same file over ssh to B's /dev/null
+#   get         a flight of SIZE from `serve` on B to A's /dev/null
 #   fles run    one input on A, one compute node on B (mpirun over ssh), over tcp
+# These discard what they receive, as iperf3 does, so that the rows compare transports. Three
+# more land in a file: cp-tcp-shm and get-tcp-shm into /dev/shm, beside write-shm, the same
+# bytes copied into /dev/shm on one host (the ceiling of any transfer landing there).
 # Env: BIN, RUNS (3, in rounds: every case once, then again), SIZE, RATES, MTU (the bridge's and
 # links' MTU: 9000 for jumbo frames), PY (a python with pyarrow, for the flight's file).
 # MB = 10^6 bytes; medians; "÷ iperf3" is ours over iperf3's median at that rate.
@@ -67,16 +70,22 @@ send() { # transport
   wait
   mbs "$t0" "$(now)"
 }
-copy() { # transport
+copy() { # transport, destination on B
   rm -f "$WORK/copy"
   local t0; t0=$(now)
-  on "$NS_A" "$BIN" cp -e "$SSH" --remote-bin "$BIN" --transport "$1" "$WORK/big" "$ADDR_B:$WORK/copy" >/dev/null || return 1
+  on "$NS_A" "$BIN" cp -e "$SSH" --remote-bin "$BIN" --transport "$1" "$WORK/big" "$ADDR_B:$2" >/dev/null || return 1
   mbs "$t0" "$(now)"
 }
-fetch() { # transport
+fetch() { # transport, destination on A
   rm -f "$WORK/got.arrow"
   local t0; t0=$(now)
-  on "$NS_A" "$BIN" get --transport "$1" "grpc://$ADDR_B:8815" big.arrow -o "$WORK/got.arrow" || return 1
+  on "$NS_A" "$BIN" get --transport "$1" "grpc://$ADDR_B:8815" big.arrow -o "$2" || return 1
+  mbs "$t0" "$(now)"
+}
+write_shm() {
+  rm -f "$WORK/copy"
+  local t0; t0=$(now)
+  dd if="$WORK/big" of="$WORK/copy" bs=1M status=none || return 1
   mbs "$t0" "$(now)"
 }
 fles() { # the aggregate of one input on A feeding one compute node on B, in MB/s
@@ -88,7 +97,8 @@ fles() { # the aggregate of one input on A feeding one compute node on B, in MB/
   python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["aggregate_gbps"] * 1000))' "$WORK/fles.json"
 }
 
-cases=(iperf3 send-tcp send-ucx send-ofi+tcp cp-tcp cp-ucx get-tcp get-ucx get-ofi+tcp fles-tcp)
+cases=(iperf3 send-tcp send-ucx send-ofi+tcp cp-tcp cp-ucx get-tcp get-ucx get-ofi+tcp fles-tcp
+  write-shm cp-tcp-shm get-tcp-shm)
 declare -A got
 for rate in $RATES; do
   python3 tests/hosts.py rate "$DIR" 0 "$rate"
@@ -98,8 +108,11 @@ for rate in $RATES; do
       case $c in
         iperf3) v=$(iperf) ;;
         send-*) v=$(send "${c#send-}") ;;
-        cp-*) v=$(copy "${c#cp-}") ;;
-        get-*) v=$(fetch "${c#get-}") ;;
+        write-shm) v=$(write_shm) ;;
+        cp-tcp-shm) v=$(copy tcp "$WORK/copy") ;;
+        get-tcp-shm) v=$(fetch tcp "$WORK/got.arrow") ;;
+        cp-*) v=$(copy "${c#cp-}" /dev/null) ;;
+        get-*) v=$(fetch "${c#get-}" /dev/null) ;;
         fles-tcp) v=$(fles) ;;
       esac || { echo "$c at $rate failed" >&2; exit 1; }
       got[$rate-$c]+=" $v"
