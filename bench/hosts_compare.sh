@@ -10,7 +10,9 @@
 # These discard what they receive, as iperf3 does, so that the rows compare transports. Three
 # more land in a file: cp-tcp-shm and get-tcp-shm into /dev/shm, beside write-shm, the same
 # bytes copied into /dev/shm on one host (the ceiling of any transfer landing there).
-# Env: BIN, RUNS (3, in rounds: every case once, then again), SIZE, RATES, MTU (the bridge's and
+# The providers' own tools run as peers too: ucx_perftest (ucp_am_bw over UCX_TLS=tcp) beside
+# ucx, fi_pingpong (tcp;ofi_rxm) beside ofi+tcp.
+# Env: CASES (a list of the cases below, iperf3 among them), BIN, RUNS (3, in rounds: every case once, then again), SIZE, RATES, MTU (the bridge's and
 # links' MTU: 9000 for jumbo frames), PY (a python with pyarrow, for the flight's file).
 # MB = 10^6 bytes; medians; "÷ iperf3" is ours over iperf3's median at that rate.
 set -euo pipefail
@@ -88,6 +90,22 @@ write_shm() {
   dd if="$WORK/big" of="$WORK/copy" bs=1M status=none || return 1
   mbs "$t0" "$(now)"
 }
+ucx_perf() { # UCX's own streaming test over its tcp transport, 1 MiB messages, SIZE in all
+  local n=$((SIZE / 1048576))
+  on "$NS_B" env UCX_TLS=tcp ucx_perftest -t ucp_am_bw -s 1048576 -n "$n" -w 64 -p 5301 >/dev/null 2>&1 &
+  sleep 0.5
+  # ucx_perftest reports MiB/s.
+  on "$NS_A" env UCX_TLS=tcp ucx_perftest "$ADDR_B" -t ucp_am_bw -s 1048576 -n "$n" -w 64 -p 5301 2>/dev/null |
+    awk '/Final:/ { printf "%d\n", $(NF-2) * 1.048576 }'
+  wait
+}
+fi_pp() { # libfabric's fi_pingpong over tcp;ofi_rxm, 1 MiB: a ping-pong, so a floor of the provider's rate
+  on "$NS_B" fi_pingpong -p 'tcp;ofi_rxm' -e rdm -S 1048576 -I $((SIZE / 1048576)) >/dev/null 2>&1 &
+  sleep 0.5
+  on "$NS_A" fi_pingpong -p 'tcp;ofi_rxm' -e rdm -S 1048576 -I $((SIZE / 1048576)) "$ADDR_B" 2>/dev/null |
+    awk 'NF == 8 && $1 != "bytes" { printf "%d\n", $6 }'
+  wait
+}
 fles() { # the aggregate of one input on A feeding one compute node on B, in MB/s
   on "$NS_A" mpirun --allow-run-as-root --host "$NS_A:1,$NS_B:1" -np 2 --bind-to none \
     --mca plm_rsh_agent "$SSH" --mca oob_tcp_if_include "$(field '["subnet"]')" \
@@ -97,8 +115,8 @@ fles() { # the aggregate of one input on A feeding one compute node on B, in MB/
   python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["aggregate_gbps"] * 1000))' "$WORK/fles.json"
 }
 
-cases=(iperf3 send-tcp send-ucx send-ofi+tcp cp-tcp cp-ucx get-tcp get-ucx get-ofi+tcp fles-tcp
-  write-shm cp-tcp-shm get-tcp-shm)
+cases=(${CASES:-iperf3 ucx_perftest fi_pingpong send-tcp send-ucx send-ofi+tcp cp-tcp cp-ucx
+  get-tcp get-ucx get-ofi+tcp fles-tcp write-shm cp-tcp-shm get-tcp-shm})
 declare -A got
 for rate in $RATES; do
   python3 tests/hosts.py rate "$DIR" 0 "$rate"
@@ -107,6 +125,8 @@ for rate in $RATES; do
     for c in "${cases[@]}"; do
       case $c in
         iperf3) v=$(iperf) ;;
+        ucx_perftest) v=$(ucx_perf) ;;
+        fi_pingpong) v=$(fi_pp) ;;
         send-*) v=$(send "${c#send-}") ;;
         write-shm) v=$(write_shm) ;;
         cp-tcp-shm) v=$(copy tcp "$WORK/copy") ;;
