@@ -13,7 +13,8 @@
 # The providers' own tools run as peers too: ucx_perftest (ucp_am_bw over UCX_TLS=tcp) beside
 # ucx, fi_pingpong (tcp;ofi_rxm) beside ofi+tcp.
 # Env: CASES (some of the cases below, iperf3 among them), BIN, RUNS (3, in rounds: every case
-# once, then again), SIZE, RATES, MTU (the bridge's and links' MTU: 9000 for jumbo frames), PY (a python with pyarrow, for the flight's file).
+# once, then again), SIZE, RATES, MTU (the bridge's and links' MTU: 9000 for jumbo frames), PY (a
+# python with pyarrow, for the flight's file).
 # MB = 10^6 bytes; medians; "÷ iperf3" is ours over iperf3's median at that rate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
