@@ -91,21 +91,21 @@ write_shm() {
   dd if="$WORK/big" of="$WORK/copy" bs=1M status=none || return 1
   mbs "$t0" "$(now)"
 }
-ucx_perf() { # UCX's own streaming test over its tcp transport, 1 MiB messages, SIZE in all
-  local n=$((SIZE / 1048576))
-  on "$NS_B" env UCX_TLS=tcp ucx_perftest -t ucp_am_bw -s 1048576 -n "$n" -w 64 -p 5301 >/dev/null 2>&1 &
+peer_tool() { # a provider's test tool and its arguments: the server on B, then the client on A against B
+  on "$NS_B" "$@" >/dev/null 2>&1 &
   sleep 0.5
-  # ucx_perftest reports MiB/s.
-  on "$NS_A" env UCX_TLS=tcp ucx_perftest "$ADDR_B" -t ucp_am_bw -s 1048576 -n "$n" -w 64 -p 5301 2>/dev/null |
-    awk '/Final:/ { printf "%d\n", $(NF-2) * 1.048576 }'
+  on "$NS_A" "$@" "$ADDR_B" 2>/dev/null || return 1
   wait
 }
+MIB=1048576
+ucx_perf() { # UCX's own streaming test over its tcp transport, 1 MiB messages, SIZE in all
+  # ucx_perftest reports MiB/s.
+  peer_tool env UCX_TLS=tcp ucx_perftest -t ucp_am_bw -s $MIB -n $((SIZE / MIB)) -w 64 -p 5301 |
+    awk '/Final:/ { printf "%d\n", $(NF-2) * 1.048576 }'
+}
 fi_pp() { # libfabric's fi_pingpong over tcp;ofi_rxm, 1 MiB: a ping-pong, so a floor of the provider's rate
-  on "$NS_B" fi_pingpong -p 'tcp;ofi_rxm' -e rdm -S 1048576 -I $((SIZE / 1048576)) >/dev/null 2>&1 &
-  sleep 0.5
-  on "$NS_A" fi_pingpong -p 'tcp;ofi_rxm' -e rdm -S 1048576 -I $((SIZE / 1048576)) "$ADDR_B" 2>/dev/null |
+  peer_tool fi_pingpong -p 'tcp;ofi_rxm' -e rdm -S $MIB -I $((SIZE / MIB)) |
     awk 'NF == 8 && $1 != "bytes" { printf "%d\n", $6 }'
-  wait
 }
 fles() { # the aggregate of one input on A feeding one compute node on B, in MB/s
   on "$NS_A" mpirun --allow-run-as-root --host "$NS_A:1,$NS_B:1" -np 2 --bind-to none \
